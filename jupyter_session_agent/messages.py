@@ -1,0 +1,513 @@
+"""The data model: Session → Message → Part, as OpenCode's ``message-v2.ts``.
+
+Values are frozen dataclasses with snake_case fields. ``to_data()`` gives the
+JSON object OpenCode would store (camelCase keys, nested ``time``/``cache``
+objects, ``None`` fields omitted); ``from_data()`` reads it back, so
+``X.from_data(x.to_data()) == x`` for every value. Changing a value means
+``dataclasses.replace``; identity (ids) is a field because OpenCode's API
+shapes carry it, but storage keys are derived by the store, not here.
+
+This module is pure: no I/O, no clocks except :func:`now_ms` for callers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Literal, Mapping
+
+Json = dict[str, Any]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# --------------------------------------------------------------------------
+# generic field ↔ JSON mapping
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
+
+
+_SPECIAL_KEYS = {
+    "session_id": "sessionID",
+    "message_id": "messageID",
+    "parent_id": "parentID",
+    "project_id": "projectID",
+    "workspace_id": "workspaceID",
+    "provider_id": "providerID",
+    "model_id": "modelID",
+    "call_id": "callID",
+}
+
+
+def _key(name: str, overrides: Mapping[str, str]) -> str:
+    return overrides.get(name) or _SPECIAL_KEYS.get(name) or _camel(name)
+
+
+def _dump(value: Any) -> Any:
+    if hasattr(value, "to_data"):
+        return value.to_data()
+    if isinstance(value, tuple):
+        return [_dump(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _dump(v) for k, v in value.items()}
+    return value
+
+
+def _set_path(out: Json, path: str, value: Any) -> None:
+    *parents, leaf = path.split(".")
+    for p in parents:
+        out = out.setdefault(p, {})
+    out[leaf] = value
+
+
+def _get_path(data: Mapping[str, Any], path: str) -> Any:
+    cur: Any = data
+    for p in path.split("."):
+        if not isinstance(cur, Mapping) or p not in cur:
+            return None
+        cur = cur[p]
+    return cur
+
+
+class _Value:
+    """Mixin: dataclass ↔ OpenCode JSON through ``_KEYS`` (field → dotted path)."""
+
+    _KEYS: ClassVar[dict[str, str]] = {}
+    _CONVERT: ClassVar[dict[str, Any]] = {}  # field → callable(json) -> value
+
+    def to_data(self) -> Json:
+        out: Json = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            _set_path(out, _key(f.name, self._KEYS), _dump(value))
+        return out
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]):
+        kwargs = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            raw = _get_path(data, _key(f.name, cls._KEYS))
+            if raw is None:
+                continue
+            convert = cls._CONVERT.get(f.name)
+            kwargs[f.name] = convert(raw) if convert else _freeze(raw)
+        return cls(**kwargs)
+
+
+def _freeze(raw: Any) -> Any:
+    # JSON arrays come back as tuples so that values stay hashable-ish and equal
+    # to what was written (tuples are written as arrays).
+    if isinstance(raw, list):
+        return tuple(_freeze(v) for v in raw)
+    return raw
+
+
+# --------------------------------------------------------------------------
+# tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Tokens(_Value):
+    """Usage of one LLM call, OpenCode's ``tokens`` object.
+
+    ``input`` excludes cache reads and writes (as OpenCode stores it);
+    :attr:`prompt` is the OTel-style input that includes them. ``estimated``
+    is ours: true when the server reported no usage and we counted locally.
+    """
+
+    input: int = 0
+    output: int = 0
+    reasoning: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    total: int | None = None
+    estimated: bool | None = None
+
+    _KEYS: ClassVar[dict[str, str]] = {"cache_read": "cache.read", "cache_write": "cache.write"}
+
+    @property
+    def prompt(self) -> int:
+        """Input tokens including cache reads and writes."""
+        return self.input + self.cache_read + self.cache_write
+
+    @property
+    def count(self) -> int:
+        """What ``isOverflow`` compares: ``total`` or the sum of the parts."""
+        return self.total or (self.input + self.output + self.cache_read + self.cache_write)
+
+
+# --------------------------------------------------------------------------
+# sessions
+
+
+DEFAULT_TITLE_RE = re.compile(r"^(New session - |Child session - )\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+
+
+def default_title(created_ms: int, *, child: bool = False) -> str:
+    iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created_ms / 1000))
+    return f"{'Child' if child else 'New'} session - {iso}.{created_ms % 1000:03d}Z"
+
+
+@dataclass(frozen=True, slots=True)
+class Session(_Value):
+    id: str
+    directory: str
+    title: str
+    time_created: int
+    time_updated: int
+    slug: str = ""
+    project_id: str = "global"
+    version: str = ""
+    parent_id: str | None = None
+    workspace_id: str | None = None
+    time_archived: int | None = None
+    permission: tuple | None = None
+    revert: Json | None = None
+    summary: Json | None = None
+    share: Json | None = None
+
+    _KEYS: ClassVar[dict[str, str]] = {
+        "time_created": "time.created",
+        "time_updated": "time.updated",
+        "time_archived": "time.archived",
+    }
+
+    @property
+    def has_default_title(self) -> bool:
+        return bool(DEFAULT_TITLE_RE.match(self.title))
+
+
+# --------------------------------------------------------------------------
+# messages
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRef(_Value):
+    provider_id: str
+    model_id: str
+
+    @classmethod
+    def parse(cls, spec: str) -> "ModelRef":
+        """``"provider/model"`` → ModelRef; a bare name means provider ``openai``."""
+        provider, sep, model = spec.partition("/")
+        return cls(provider, model) if sep else cls("openai", provider)
+
+    def __str__(self) -> str:
+        return f"{self.provider_id}/{self.model_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessage(_Value):
+    id: str
+    session_id: str
+    time_created: int
+    model: ModelRef
+    agent: str = "build"
+    system: str | None = None
+    variant: str | None = None
+    format: Json | None = None
+    summary: Json | None = None
+
+    role: ClassVar[str] = "user"
+    _KEYS: ClassVar[dict[str, str]] = {"time_created": "time.created"}
+    _CONVERT: ClassVar[dict[str, Any]] = {"model": ModelRef.from_data}
+
+    def to_data(self) -> Json:
+        return {"role": "user", **_Value.to_data(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantMessage(_Value):
+    id: str
+    session_id: str
+    parent_id: str
+    time_created: int
+    provider_id: str
+    model_id: str
+    agent: str = "build"
+    mode: str = "build"
+    path: Json = field(default_factory=dict)  # {cwd, root}
+    cost: float = 0.0
+    tokens: Tokens = Tokens()
+    time_completed: int | None = None
+    finish: str | None = None
+    error: Json | None = None  # {"name": ..., "data": {...}} as OpenCode's NamedError
+    summary: bool | None = None
+    variant: str | None = None
+    structured: Any = None
+
+    role: ClassVar[str] = "assistant"
+    _KEYS: ClassVar[dict[str, str]] = {
+        "time_created": "time.created",
+        "time_completed": "time.completed",
+    }
+    _CONVERT: ClassVar[dict[str, Any]] = {"tokens": Tokens.from_data, "path": dict, "error": dict}
+
+    def to_data(self) -> Json:
+        return {"role": "assistant", **_Value.to_data(self)}
+
+    @property
+    def model(self) -> ModelRef:
+        return ModelRef(self.provider_id, self.model_id)
+
+
+Message = UserMessage | AssistantMessage
+
+
+def message_from_data(data: Mapping[str, Any]) -> Message:
+    cls = UserMessage if data.get("role") == "user" else AssistantMessage
+    return cls.from_data(data)
+
+
+def error_data(name: str, message: str, **extra: Any) -> Json:
+    """OpenCode's NamedError shape: ``{"name": ..., "data": {"message": ..., ...}}``."""
+    return {"name": name, "data": {"message": message, **extra}}
+
+
+# --------------------------------------------------------------------------
+# tool states
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPending(_Value):
+    input: Json = field(default_factory=dict)
+    raw: str = ""
+    status: ClassVar[str] = "pending"
+
+    def to_data(self) -> Json:
+        return {"status": self.status, **_Value.to_data(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRunning(_Value):
+    input: Json
+    time_start: int
+    title: str | None = None
+    metadata: Json | None = None
+    status: ClassVar[str] = "running"
+    _KEYS: ClassVar[dict[str, str]] = {"time_start": "time.start"}
+    _CONVERT: ClassVar[dict[str, Any]] = {"input": dict, "metadata": dict}
+
+    def to_data(self) -> Json:
+        return {"status": self.status, **_Value.to_data(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCompleted(_Value):
+    input: Json
+    output: str
+    title: str
+    metadata: Json
+    time_start: int
+    time_end: int
+    time_compacted: int | None = None  # the prune marker
+    attachments: tuple | None = None
+    status: ClassVar[str] = "completed"
+    _KEYS: ClassVar[dict[str, str]] = {
+        "time_start": "time.start",
+        "time_end": "time.end",
+        "time_compacted": "time.compacted",
+    }
+    _CONVERT: ClassVar[dict[str, Any]] = {"input": dict, "metadata": dict}
+
+    def to_data(self) -> Json:
+        return {"status": self.status, **_Value.to_data(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolError(_Value):
+    input: Json
+    error: str
+    time_start: int
+    time_end: int
+    metadata: Json | None = None
+    status: ClassVar[str] = "error"
+    _KEYS: ClassVar[dict[str, str]] = {"time_start": "time.start", "time_end": "time.end"}
+    _CONVERT: ClassVar[dict[str, Any]] = {"input": dict, "metadata": dict}
+
+    def to_data(self) -> Json:
+        return {"status": self.status, **_Value.to_data(self)}
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.metadata and self.metadata.get("interrupted"))
+
+
+ToolState = ToolPending | ToolRunning | ToolCompleted | ToolError
+_STATES = {c.status: c for c in (ToolPending, ToolRunning, ToolCompleted, ToolError)}
+
+
+def tool_state_from_data(data: Mapping[str, Any]) -> ToolState:
+    return _STATES[data["status"]].from_data(data)
+
+
+# --------------------------------------------------------------------------
+# parts
+
+
+@dataclass(frozen=True, slots=True)
+class _PartBase(_Value):
+    id: str
+    session_id: str
+    message_id: str
+
+    type: ClassVar[str] = ""
+
+    def to_data(self) -> Json:
+        return {"type": self.type, **_Value.to_data(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class TextPart(_PartBase):
+    text: str = ""
+    synthetic: bool | None = None
+    ignored: bool | None = None
+    time_start: int | None = None
+    time_end: int | None = None
+    metadata: Json | None = None
+    type: ClassVar[str] = "text"
+    _KEYS: ClassVar[dict[str, str]] = {"time_start": "time.start", "time_end": "time.end"}
+    _CONVERT: ClassVar[dict[str, Any]] = {"metadata": dict}
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningPart(_PartBase):
+    text: str = ""
+    time_start: int = 0
+    time_end: int | None = None
+    metadata: Json | None = None
+    type: ClassVar[str] = "reasoning"
+    _KEYS: ClassVar[dict[str, str]] = {"time_start": "time.start", "time_end": "time.end"}
+    _CONVERT: ClassVar[dict[str, Any]] = {"metadata": dict}
+
+
+@dataclass(frozen=True, slots=True)
+class FilePart(_PartBase):
+    mime: str = "application/octet-stream"
+    url: str = ""
+    filename: str | None = None
+    source: Json | None = None
+    type: ClassVar[str] = "file"
+    _CONVERT: ClassVar[dict[str, Any]] = {"source": dict}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPart(_PartBase):
+    call_id: str = ""
+    tool: str = ""
+    state: ToolState = ToolPending()
+    metadata: Json | None = None
+    type: ClassVar[str] = "tool"
+    _CONVERT: ClassVar[dict[str, Any]] = {"state": tool_state_from_data, "metadata": dict}
+
+
+@dataclass(frozen=True, slots=True)
+class StepStartPart(_PartBase):
+    snapshot: str | None = None
+    type: ClassVar[str] = "step-start"
+
+
+@dataclass(frozen=True, slots=True)
+class StepFinishPart(_PartBase):
+    reason: str = "stop"
+    cost: float = 0.0
+    tokens: Tokens = Tokens()
+    snapshot: str | None = None
+    type: ClassVar[str] = "step-finish"
+    _CONVERT: ClassVar[dict[str, Any]] = {"tokens": Tokens.from_data}
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotPart(_PartBase):
+    snapshot: str = ""
+    type: ClassVar[str] = "snapshot"
+
+
+@dataclass(frozen=True, slots=True)
+class PatchPart(_PartBase):
+    hash: str = ""
+    files: tuple = ()
+    type: ClassVar[str] = "patch"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPart(_PartBase):
+    name: str = ""
+    source: Json | None = None
+    type: ClassVar[str] = "agent"
+    _CONVERT: ClassVar[dict[str, Any]] = {"source": dict}
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionPart(_PartBase):
+    auto: bool = False
+    overflow: bool | None = None
+    tail_start_id: str | None = None
+    type: ClassVar[str] = "compaction"
+    _KEYS: ClassVar[dict[str, str]] = {"tail_start_id": "tail_start_id"}
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskPart(_PartBase):
+    prompt: str = ""
+    description: str = ""
+    agent: str = ""
+    model: ModelRef | None = None
+    command: str | None = None
+    type: ClassVar[str] = "subtask"
+    _CONVERT: ClassVar[dict[str, Any]] = {"model": ModelRef.from_data}
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPart(_PartBase):
+    attempt: int = 1
+    error: Json = field(default_factory=dict)
+    time_created: int = 0
+    type: ClassVar[str] = "retry"
+    _KEYS: ClassVar[dict[str, str]] = {"time_created": "time.created"}
+    _CONVERT: ClassVar[dict[str, Any]] = {"error": dict}
+
+
+PART_TYPES: dict[str, type[_PartBase]] = {
+    c.type: c
+    for c in (
+        TextPart, ReasoningPart, FilePart, ToolPart, StepStartPart, StepFinishPart,
+        SnapshotPart, PatchPart, AgentPart, CompactionPart, SubtaskPart, RetryPart,
+    )
+}
+Part = (
+    TextPart | ReasoningPart | FilePart | ToolPart | StepStartPart | StepFinishPart
+    | SnapshotPart | PatchPart | AgentPart | CompactionPart | SubtaskPart | RetryPart
+)
+
+
+def part_from_data(data: Mapping[str, Any]) -> Part:
+    return PART_TYPES[data["type"]].from_data(data)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class WithParts:
+    """OpenCode's ``WithParts``: a message and its parts in id order."""
+
+    info: Message
+    parts: tuple[Part, ...] = ()
+
+    def to_data(self) -> Json:
+        return {"info": self.info.to_data(), "parts": [p.to_data() for p in self.parts]}
+
+
+def replace(value, **changes):
+    """``dataclasses.replace`` re-exported so callers need one import."""
+    return dataclasses.replace(value, **changes)
+
+
+Role = Literal["user", "assistant"]
