@@ -422,8 +422,9 @@ class StepFinishPart(_PartBase):
     cost: float = 0.0
     tokens: Tokens = Tokens()
     snapshot: str | None = None
+    metadata: Json | None = None  # ours: {"firstTokenMs", "latencyMs", "attempts"}
     type: ClassVar[str] = "step-finish"
-    _CONVERT: ClassVar[dict[str, Any]] = {"tokens": Tokens.from_data}
+    _CONVERT: ClassVar[dict[str, Any]] = {"tokens": Tokens.from_data, "metadata": dict}
 
 
 @dataclass(frozen=True, slots=True)

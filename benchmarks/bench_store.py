@@ -1,0 +1,134 @@
+"""Store benchmark: load a 10,000-message session, flush cost per step, view vs table.
+
+Run: ``python3 benchmarks/bench_store.py`` (about 30 s on 2 cores). Prints
+medians of a few runs; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from jupyter_session_agent import ids  # noqa: E402
+from jupyter_session_agent.messages import (  # noqa: E402
+    AssistantMessage, ModelRef, ReasoningPart, Session, StepFinishPart, StepStartPart, TextPart,
+    Tokens, ToolCompleted, ToolPart, UserMessage, now_ms,
+)
+from jupyter_session_agent.store import Store  # noqa: E402
+
+GROUP_BY = ("SELECT session_id, count(*) parts, sum(cost) cost, sum(output_tokens) output, "
+            "count(*) FILTER (WHERE type = 'tool') tools FROM part GROUP BY session_id ORDER BY cost DESC")
+
+
+def turn(session_id: str, text: str = "please list the files " * 5) -> list:
+    """One user message + one assistant step: 2 messages, 6 parts (3 per message)."""
+    now = now_ms()
+    user = UserMessage(id=ids.ascending("message"), session_id=session_id, time_created=now,
+                       model=ModelRef("openai", "gpt-4o"))
+    reply = AssistantMessage(id=ids.ascending("message"), session_id=session_id, parent_id=user.id,
+                             time_created=now, provider_id="openai", model_id="gpt-4o",
+                             path={"cwd": "/w", "root": "/w"}, cost=0.0012, finish="tool-calls",
+                             tokens=Tokens(input=900, output=120, cache_read=400), time_completed=now + 900)
+    part = dict(session_id=session_id, message_id=reply.id)
+    return [
+        user, TextPart(id=ids.ascending("part"), session_id=session_id, message_id=user.id, text=text),
+        reply, StepStartPart(id=ids.ascending("part"), **part),
+        ReasoningPart(id=ids.ascending("part"), text="I should run ls. " * 8, time_start=now, **part),
+        ToolPart(id=ids.ascending("part"), call_id="call_1", tool="bash", **part,
+                 state=ToolCompleted(input={"command": "ls -la"}, output="file.txt\n" * 30, title="ls -la",
+                                     metadata={"exit": 0}, time_start=now, time_end=now + 30)),
+        TextPart(id=ids.ascending("part"), text="Here are the files.", time_start=now, time_end=now + 5, **part),
+        StepFinishPart(id=ids.ascending("part"), reason="tool-calls", cost=0.0012,
+                       tokens=Tokens(input=900, output=120, cache_read=400), **part),
+    ]
+
+
+def new_session(directory: str) -> Session:
+    now = now_ms()
+    return Session(id=ids.descending("session"), directory=directory, title="bench", time_created=now,
+                   time_updated=now)
+
+
+def timed(fn, runs: int = 3) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench_flush(data_dir: Path) -> None:
+    store = Store(data_dir / "flush")
+    session = new_session(str(data_dir))
+    store.put(session)
+    for sync in (True, False):
+        costs = []
+        for _ in range(300):
+            values = turn(session.id)
+            start = time.perf_counter()
+            store.put(*values)
+            store.flush(sync=sync)
+            costs.append(time.perf_counter() - start)
+        print(f"flush per step ({len(values)} values, sync={sync}): median {statistics.median(costs) * 1e3:.2f} ms, "
+              f"p95 {sorted(costs)[int(len(costs) * 0.95)] * 1e3:.2f} ms")
+    store.close()
+
+
+def bench_load(data_dir: Path) -> None:
+    writer = Store(data_dir / "load")
+    big = new_session(str(data_dir))
+    writer.put(big)
+    start = time.perf_counter()
+    for i in range(5_000):  # 10,000 messages, 30,000 parts
+        writer.put(*turn(big.id))
+        if i % 50 == 49:
+            writer.flush(sync=False)
+    for _ in range(300):  # 300 more sessions for the group-by
+        other = new_session(str(data_dir))
+        writer.put(other)
+        for _ in range(10):
+            writer.put(*turn(other.id))
+    writer.flush()
+    print(f"wrote {5_000 * 8 + 300 * 81:,} values in {time.perf_counter() - start:.1f} s")
+
+    history = writer.messages(big.id)
+    assert len(history) == 10_000 and sum(len(m.parts) for m in history) == 30_000
+    print(f"messages(): 10,000 messages / 30,000 parts, writer's own store (values cached by put): "
+          f"{timed(lambda: writer.messages(big.id)):.3f} s")
+    print(f"messages(): fresh store, live JSONL journal (cold): {timed(lambda: Store(writer.data_dir).messages(big.id)):.3f} s")
+    reader = Store(writer.data_dir)
+    reader.messages(big.id)
+    print(f"messages(): same reader again (decoded values cached): {timed(lambda: reader.messages(big.id)):.3f} s")
+    group_by("live JSONL", reader)
+
+    writer.close()  # compacts the journal into Parquet
+    print(f"messages(): fresh store, compacted Parquet (cold): {timed(lambda: Store(writer.data_dir).messages(big.id)):.3f} s")
+    group_by("Parquet", Store(writer.data_dir))
+
+
+def group_by(label: str, store: Store) -> None:
+    import duckdb
+
+    table = duckdb.connect()
+    frame = store.sql("SELECT * FROM part")  # noqa: F841 - read by the next statement
+    table.execute("CREATE TABLE part AS SELECT * FROM frame")
+    through_view = timed(lambda: store.sql(GROUP_BY), runs=5)
+    plain = timed(lambda: table.execute(GROUP_BY).df(), runs=5)
+    print(f"group-by over {len(frame):,} parts, {label}: view {through_view * 1e3:.1f} ms, plain table "
+          f"{plain * 1e3:.1f} ms, ratio {through_view / plain:.1f}x")
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        bench_flush(Path(tmp))
+        bench_load(Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

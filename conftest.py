@@ -1,0 +1,50 @@
+"""Root conftest: example notebooks run under nbval against the scripted server.
+
+When the collected items include notebooks, start ``scripted_server`` in a
+subprocess, load ``notebooks/<name>.replies.json`` scripts into it in order,
+and point the kernels nbval starts at it through the environment (kernels
+inherit it). A private data directory keeps the user's history untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+
+_server: subprocess.Popen | None = None
+
+
+def pytest_collection_modifyitems(session, config, items):
+    global _server
+    notebooks = sorted({Path(str(item.fspath)) for item in items if str(item.fspath).endswith(".ipynb")})
+    if not notebooks or _server is not None:
+        return
+    _server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_session_agent.scripted_server", "--port", "0"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    base_url = _server.stdout.readline().strip()
+    replies = []
+    for notebook in notebooks:
+        script = notebook.with_suffix(".replies.json")
+        if script.exists():
+            replies.extend(json.loads(script.read_text()))
+    request = urllib.request.Request(
+        base_url.rsplit("/v1", 1)[0] + "/_script", data=json.dumps(replies).encode(),
+        headers={"Content-Type": "application/json"}, method="POST",
+    )
+    urllib.request.urlopen(request, timeout=10).read()
+    os.environ["OPENAI_BASE_URL"] = base_url
+    os.environ["OPENAI_API_KEY"] = "sk-scripted-notebook-test"
+    os.environ["JUPYTER_SESSION_AGENT_DIR"] = tempfile.mkdtemp(prefix="jsa-nbval-")
+
+
+def pytest_unconfigure(config):
+    if _server is not None:
+        _server.terminate()
+        _server.wait(timeout=10)

@@ -1,0 +1,135 @@
+"""The loop: one LLM call per step until the model has answered the latest prompt.
+
+OpenCode's ``SessionPrompt.loop`` (spec §2.1) reduced to what a notebook turn
+needs: each iteration looks at the visible history (``filter_compacted``),
+exits once an assistant message newer than the last user message finished
+for a reason other than tool calls, and otherwise runs one step. The last
+allowed step gets OpenCode's max-steps instruction. Compaction hooks in where
+a step asks for it (``outcome == "compact"``).
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import ids
+from .errors import AgentError
+from .history import MAX_STEPS_TEXT, filter_compacted, to_chat_messages
+from .messages import AssistantMessage, UserMessage, WithParts, now_ms
+from .processor import Observer, StepProcessor
+
+CONTINUE_REASONS = ("tool-calls", "unknown")
+
+
+class ContextLimitError(AgentError):
+    """The conversation no longer fits the model's context window."""
+
+
+@dataclass
+class TurnSetup:
+    """What a turn needs; built by the session API, consumed here."""
+
+    store: Any
+    provider: Any  # provider.OpenAIProvider
+    request_factory: Callable[[list[dict], bool], Any]  # (chat messages, last step?) → ChatRequest
+    model: Any  # budget.ModelInfo
+    tools: dict[str, Any]
+    run_tool: Callable[[Any, dict, Any], Any]
+    system_prompt: str
+    max_steps: int
+    max_retries: int
+    auto_compact: bool = True
+    reserved: int | None = None
+    cwd: str = "."
+
+
+def run_turn(setup: TurnSetup, history: list[WithParts], observer: Observer | None = None) -> list[WithParts]:
+    """Answer the newest user message in ``history``; returns the assistant messages added.
+
+    ``history`` is extended in place as steps finish. Raises ``ProviderError``
+    (after bounded retries), ``ContextLimitError`` or ``KeyboardInterrupt``; in
+    every case what was produced is already stored.
+    """
+    observer = observer or Observer()
+    added: list[WithParts] = []
+    step = 0
+    while True:
+        visible = filter_compacted(history)
+        last_user = next(m.info for m in reversed(visible) if isinstance(m.info, UserMessage))
+        last = visible[-1].info
+        if isinstance(last, AssistantMessage) and _answered(last, last_user):
+            break
+        step += 1
+        last_step = step >= setup.max_steps
+        chat = [{"role": "system", "content": setup.system_prompt}, *to_chat_messages(visible)]
+        if last_step:
+            chat.append({"role": "assistant", "content": MAX_STEPS_TEXT})
+        request = setup.request_factory(chat, last_step)
+        message = AssistantMessage(
+            id=ids.ascending("message"),
+            session_id=last_user.session_id,
+            parent_id=last_user.id,
+            time_created=now_ms(),
+            provider_id=setup.model.provider_id,
+            model_id=setup.model.model_id,
+            agent=last_user.agent,
+            mode=last_user.agent,
+            path={"cwd": setup.cwd, "root": setup.cwd},
+        )
+        processor = StepProcessor(
+            store=setup.store,
+            stream=lambda: setup.provider.stream(request),
+            model=setup.model,
+            tools=setup.tools,
+            run_tool=setup.run_tool,
+            observer=observer,
+            max_retries=setup.max_retries,
+            auto_compact=setup.auto_compact,
+            reserved=setup.reserved,
+        )
+        try:
+            result = processor.run(message)
+        finally:
+            # Even an interrupted or failed step is part of the history.
+            item = WithParts(processor.message, tuple(processor.parts.values()))
+            history.append(item)
+            added.append(item)
+        if result.outcome == "compact":
+            raise ContextLimitError(_overflow_text(result.message, setup.model))
+        if result.outcome == "stop" or last_step:
+            break
+        if result.tool_calls == 0 and result.message.finish in CONTINUE_REASONS:
+            break  # "unknown" with nothing to act on: another call would repeat itself
+    return added
+
+
+def _answered(assistant: AssistantMessage, user: UserMessage) -> bool:
+    if assistant.error:
+        return True
+    return bool(assistant.finish) and assistant.finish not in CONTINUE_REASONS and user.id < assistant.id
+
+
+def _overflow_text(message: AssistantMessage, model: Any) -> str:
+    used = message.tokens.count
+    return (
+        f"the conversation needs {used:,} tokens and {model.model_id} allows {model.context:,}; "
+        "start a new session with `%%agent --new` (automatic compaction is not enabled in this version)"
+        if used
+        else f"the request exceeded {model.model_id}'s context window; start a new session with `%%agent --new`"
+    )
+
+
+def system_prompt(cwd: str, tools: list[str]) -> str:
+    """The built-in system prompt: short, so small local models keep room to work."""
+    today = time.strftime("%Y-%m-%d")
+    return (
+        "You are a helpful coding and data assistant working inside a Jupyter notebook.\n"
+        "Answer concisely. Use a tool when it helps: "
+        + ", ".join(tools)
+        + ". The `python` tool runs code in the user's live kernel, so variables persist "
+        "and the user sees its displays. Do not make up tool results.\n"
+        f"Working directory: {cwd}\nPlatform: {platform.system().lower()}\nToday: {today}"
+    )

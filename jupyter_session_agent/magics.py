@@ -1,0 +1,218 @@
+"""``%%agent``, ``%agent …`` and ``%%agent_sql``: thin wrappers over the session API.
+
+Settings are traitlets on :class:`AgentMagics`, so ``%config AgentMagics.model
+= "openai/gpt-4o-mini"`` works. Each magic parses its arguments, calls one
+function of the Python API, and displays the result; errors are one line.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, magics_class, no_var_expand
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import Bool, Dict, Float, Int, Unicode
+
+from .errors import AgentError, UsageError
+
+HELP = """\
+%%agent [-s SESSION] [-n/--new] [-m MODEL] [-o VAR]   run the cell body as a prompt
+%agent sessions            list sessions (newest first)
+%agent use ID              make ID the current session (a unique prefix is enough)
+%agent new                 start a new session
+%agent show [ID]           show a session's transcript (default: the current one)
+%agent sql QUERY           read-only SQL over the history (tables: session, message, part)
+%%agent_sql [VAR <<]       the same for a whole cell; VAR << stores the DataFrame
+%agent help                this list
+Coming with later releases: budget, compact, fork, revert, unrevert, permit, export.
+Settings: %config AgentMagics.model / data_dir / model_overrides / compaction / max_steps / max_retries"""
+
+NOT_YET = {"budget", "compact", "fork", "revert", "unrevert", "permit", "export"}
+
+
+class TurnInterrupted(AgentError):
+    """The user interrupted a turn; what it produced is saved."""
+
+
+@magics_class
+class AgentMagics(Magics):
+    """The agent's magics and settings."""
+
+    model = Unicode("", help="provider/model id; empty: OpenAI when a key is set, else the local model").tag(config=True)
+    data_dir = Unicode("", help="history and tool outputs; default $JUPYTER_SESSION_AGENT_DIR or ~/.local/share").tag(config=True)
+    model_overrides = Dict(help="model id → {context, output, input, price_input, price_output, …}").tag(config=True)
+    compaction = Dict(help="auto, prune, reserved, prune_protect, prune_minimum, tail_turns, …").tag(config=True)
+    max_steps = Int(25, help="LLM calls per turn at most").tag(config=True)
+    max_retries = Int(4, help="retries of a failed LLM call at most").tag(config=True)
+    request_timeout = Float(300.0, help="seconds to wait for the model server").tag(config=True)
+    local_context = Int(8192, help="context size of the embedded local model").tag(config=True)
+    live = Bool(True, help="update the cell while the agent works").tag(config=True)
+
+    def __init__(self, shell=None, **kwargs):
+        super().__init__(shell=shell, **kwargs)
+        self.session = None
+        self._store = None
+
+    # -- API used by the magics (and by tests) --------------------------------
+
+    def settings(self):
+        from .settings import Settings, resolve_data_dir
+
+        return Settings(
+            model=self.model, data_dir=resolve_data_dir(self.data_dir or None),
+            model_overrides=dict(self.model_overrides), compaction=dict(self.compaction),
+            max_steps=self.max_steps, max_retries=self.max_retries,
+            request_timeout=self.request_timeout, local_context=self.local_context,
+        )
+
+    def store(self):
+        from .store import Store
+
+        data_dir = self.settings().data_dir
+        if self._store is None or self._store.data_dir != data_dir:
+            self._store = Store(data_dir)
+        return self._store
+
+    def current(self, *, new: bool = False, session_id: str | None = None):
+        from .session import AgentSession
+
+        settings, store = self.settings(), self.store()
+        if session_id:
+            if self.session is None or not self.session.info.id.startswith(session_id):
+                self.session = AgentSession.open(session_id, settings, store=store, shell=self.shell)
+        elif new or self.session is None:
+            self.session = AgentSession.create(settings, store=store, shell=self.shell)
+        self.session.settings = settings
+        return self.session
+
+    # -- magics -------------------------------------------------------------------
+
+    @magic_arguments()
+    @argument("-s", "--session", help="continue this session (id or unique prefix)")
+    @argument("-n", "--new", action="store_true", help="start a new session")
+    @argument("-m", "--model", help="provider/model for this turn")
+    @argument("--fork", action="store_true", help="fork the current session first")
+    @argument("-o", "--output", metavar="VAR", help="store the final text in VAR")
+    @no_var_expand
+    @cell_magic
+    def agent_cell(self, line: str, cell: str):
+        """Run the cell body as a prompt in the current (or given) session."""
+        try:
+            args = parse_argstring(self.agent_cell, line)
+        except Exception as err:
+            raise UsageError(f"{err} — %agent help lists the options") from None
+        if args.fork:
+            raise UsageError("--fork is not available yet in this version")
+        if not cell.strip():
+            raise UsageError("the cell is empty — write the prompt below %%agent")
+        from .display import LiveView
+
+        session = self.current(new=args.new, session_id=args.session)
+        view = LiveView(live=self.live and _is_kernel(self.shell))
+        try:
+            result = session.prompt(cell.strip(), model=args.model, observer=view)
+        except KeyboardInterrupt:
+            raise TurnInterrupted("interrupted — the partial answer is saved; run %%agent again to continue") from None
+        finally:
+            view.finish()
+        if args.output:
+            self.shell.user_ns[args.output] = result.text
+        return None
+
+    @line_cell_magic
+    def agent(self, line: str, cell: str | None = None):
+        """``%agent <subcommand>``; ``%%agent`` (cell form) runs a prompt."""
+        if cell is not None:
+            return self.agent_cell(line, cell)
+        words = shlex.split(line)
+        command, rest = (words[0], words[1:]) if words else ("help", [])
+        if command in NOT_YET:
+            raise UsageError(f"'%agent {command}' is not available yet in this version — %agent help")
+        handler = getattr(self, f"_cmd_{command}", None)
+        if handler is None:
+            raise UsageError(f"unknown subcommand '{command}' — %agent help lists them")
+        return handler(rest, line.split(None, 1)[1] if len(words) > 1 else "")
+
+    @cell_magic
+    def agent_sql(self, line: str, cell: str):
+        """``%%agent_sql [VAR <<]``: read-only SQL over the history; VAR << stores the result."""
+        target = None
+        if "<<" in line:
+            target = line.split("<<", 1)[0].strip() or None
+        frame = self.store().sql(cell)
+        if target:
+            self.shell.user_ns[target] = frame
+        return frame
+
+    # -- subcommands -----------------------------------------------------------
+
+    def _cmd_help(self, args, raw):
+        print(HELP)
+
+    def _cmd_new(self, args, raw):
+        session = self.current(new=True)
+        print(f"new session {session.info.id}")
+
+    def _cmd_use(self, args, raw):
+        if len(args) != 1:
+            raise UsageError("usage: %agent use SESSION_ID — %agent sessions lists them")
+        session = self.current(session_id=args[0])
+        print(f"using {session.info.id} — {session.info.title}")
+
+    def _cmd_sessions(self, args, raw):
+        from .display import Markdown
+
+        rows = self.store().sessions()
+        if not rows:
+            return Markdown("*(no sessions yet — run a `%%agent` cell)*")
+        current = self.session.info.id if self.session else None
+        lines = ["| | id | title | updated |", "|---|---|---|---|"]
+        for s in rows:
+            mark = "▶" if s.id == current else ""
+            updated = _iso(s.time_updated)
+            lines.append(f"| {mark} | `{s.id}` | {s.title} | {updated} |")
+        return Markdown("\n".join(lines))
+
+    def _cmd_show(self, args, raw):
+        from .display import Markdown, transcript
+
+        store = self.store()
+        if args:
+            session_id = store.session(args[0]).id
+        elif self.session is not None:
+            session_id = self.session.info.id
+        else:
+            raise UsageError("no current session — %agent show ID, or run a %%agent cell first")
+        return Markdown(transcript(store.messages(session_id)))
+
+    def _cmd_sql(self, args, raw):
+        if not raw.strip():
+            raise UsageError("usage: %agent sql SELECT …")
+        return self.store().sql(raw)
+
+
+def _iso(ms: int) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ms / 1000))
+
+
+def _is_kernel(shell) -> bool:
+    """Live display-id updates only make sense in a kernel with a front end."""
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def load(ipython) -> None:
+    magics = AgentMagics(shell=ipython)
+    ipython.register_magics(magics)
+    # `%%agent` is the cell form of the line/cell `agent` magic; `agent_cell` is internal.
+    ipython.magics_manager.magics["cell"].pop("agent_cell", None)
+
+
+def unload(ipython) -> None:
+    registry = ipython.magics_manager.registry
+    magics = registry.pop("AgentMagics", None)
+    if magics is not None and magics._store is not None:
+        magics._store.close()
+    for kind, name in (("line", "agent"), ("cell", "agent"), ("cell", "agent_sql")):
+        ipython.magics_manager.magics[kind].pop(name, None)

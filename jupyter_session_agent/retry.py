@@ -1,0 +1,253 @@
+"""Retry policy: which errors to retry, how long to wait, what is a context overflow.
+
+Pure functions (no I/O, no ``openai`` import), ported from OpenCode v1.2.16
+``src/session/retry.ts`` and ``src/provider/error.ts`` (spec §3.1, §4.6):
+
+- :func:`is_context_overflow` — does a provider error mean "the prompt did not
+  fit"? Such errors are never retried; the loop compacts instead.
+- :func:`retry_message` — the status line to show while retrying, or ``None``
+  for "do not retry".
+- :func:`retry_delay` — seconds to wait before attempt ``attempt`` (1-based),
+  honouring ``retry-after-ms`` / ``retry-after`` response headers.
+
+There is no maximum number of attempts here (as in OpenCode); the agent loop
+owns that decision and the user can interrupt the wait.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import re
+import time
+from typing import Any, Mapping
+
+from .errors import ContextOverflowError, ProviderError
+
+RETRY_INITIAL_DELAY = 2000  # ms
+RETRY_BACKOFF_FACTOR = 2
+RETRY_MAX_DELAY_NO_HEADERS = 30_000  # ms
+RETRY_MAX_DELAY = 2_147_483_647  # ms; setTimeout's limit in OpenCode, kept as a sanity cap
+
+# §3.1, in upstream order, plus the two vLLM patterns upstream added later
+# (``provider/error.ts`` after v1.2.16): vLLM is a common local server here.
+OVERFLOW_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"prompt is too long",  # Anthropic
+        r"input is too long for requested model",  # Amazon Bedrock
+        r"exceeds the context window",  # OpenAI
+        r"input token count.*exceeds the maximum",  # Google (Gemini)
+        r"maximum prompt length is \d+",  # xAI (Grok)
+        r"reduce the length of the messages",  # Groq
+        r"maximum context length is \d+ tokens",  # OpenRouter, DeepSeek, vLLM
+        r"exceeds the limit of \d+",  # GitHub Copilot
+        r"exceeds the available context size",  # llama.cpp server
+        r"greater than the context length",  # LM Studio
+        r"context window exceeds limit",  # MiniMax
+        r"exceeded model token limit",  # Kimi, Moonshot
+        r"context[_ ]length[_ ]exceeded",  # generic
+        r"request entity too large",  # HTTP 413
+        r"context length is only \d+ tokens",  # vLLM (later upstream)
+        r"input length.*exceeds.*context length",  # vLLM (later upstream)
+    )
+)
+# Cerebras and Mistral answer an oversized prompt with a bare 400/413.
+_NO_BODY = re.compile(r"^4(00|13)\s*(status code)?\s*\(no body\)", re.IGNORECASE)
+
+OVERLOADED = "Provider is overloaded"
+FREE_USAGE = "Free usage exceeded, add credits https://opencode.ai/zen"
+
+
+# --------------------------------------------------------------------------
+# overflow
+
+
+def _as_json(body: Any) -> Any:
+    if isinstance(body, (bytes, bytearray)):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str):
+        try:
+            return json.loads(body)
+        except ValueError:
+            return None
+    return body
+
+
+def _overflow_code(body: Any) -> bool:
+    """``context_length_exceeded`` as ``{error:{code}}`` (HTTP body or stream
+    event ``{type:"error", error:{...}}``) or as a bare ``{code}`` (what the
+    openai SDK keeps after unwrapping ``error``)."""
+    data = _as_json(body)
+    if not isinstance(data, Mapping):
+        return False
+    inner = data.get("error")
+    if isinstance(inner, Mapping) and inner.get("code") == "context_length_exceeded":
+        return True
+    return data.get("code") == "context_length_exceeded"
+
+
+def is_context_overflow(message: str, status: int | None = None, body: Any = None) -> bool:
+    """True when a provider error means the request exceeded the context window.
+
+    ``message`` is matched against every §3.1 pattern (case-insensitive) and
+    the bare ``400/413 (no body)`` form; HTTP 413 always counts; ``body`` (a
+    dict or JSON text) counts when it carries ``context_length_exceeded``.
+    Text bodies are matched too, since some servers put the explanation only
+    there. A 429 with no body is a rate limit, not an overflow.
+    """
+    message = message or ""
+    if status == 413:
+        return True
+    texts = [message]
+    if isinstance(body, str) and body:
+        texts.append(body)
+    elif isinstance(body, Mapping):
+        texts.append(json.dumps(body, default=str))
+    if any(p.search(t) for p in OVERFLOW_PATTERNS for t in texts):
+        return True
+    if _NO_BODY.search(message):
+        return True
+    return _overflow_code(body)
+
+
+# --------------------------------------------------------------------------
+# retryable
+
+
+def _js_json(value: Any) -> str:
+    """``JSON.stringify``: compact separators, non-ASCII kept."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def retry_message(err: BaseException) -> str | None:
+    """OpenCode's ``SessionRetry.retryable``: a status message, or ``None`` = do not retry.
+
+    - :class:`ContextOverflowError` → never (the loop compacts instead);
+    - :class:`ProviderError`: not ``retryable`` → ``None``; a body mentioning
+      ``FreeUsageLimitError`` → the add-credits message; a message containing
+      ``Overloaded`` → "Provider is overloaded"; otherwise the message;
+    - anything else whose message parses as a JSON object (or array):
+      ``{type:"error", error:{type:"too_many_requests"}}`` → "Too Many Requests";
+      a ``code`` containing ``exhausted``/``unavailable`` → "Provider is
+      overloaded"; ``error.code`` containing ``rate_limit`` → "Rate Limited";
+      a non-string ``error.code`` → ``None`` (upstream's ``.includes`` throws);
+      any other JSON → retried with the compact JSON text;
+    - a non-JSON message → ``None``.
+    """
+    if isinstance(err, ContextOverflowError):
+        return None
+    if isinstance(err, ProviderError):
+        if not err.retryable:
+            return None
+        if isinstance(err.body, str) and "FreeUsageLimitError" in err.body:
+            return FREE_USAGE
+        message = err.message or str(err)
+        return OVERLOADED if "Overloaded" in message else message
+    if isinstance(err, ConnectionResetError):
+        # fromError's ECONNRESET mapping, for a socket error that escaped wrapping
+        return "Connection reset by server"
+
+    raw = getattr(err, "message", None)
+    if not isinstance(raw, str):
+        raw = str(err)
+    try:
+        data = json.loads(raw)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(data, (dict, list)):
+        return None  # null and scalars are not error objects
+    if isinstance(data, list):
+        return _js_json(data)  # an array is an "object" upstream: retried as text
+
+    code = data.get("code") if isinstance(data.get("code"), str) else ""
+    inner = data.get("error")
+    if data.get("type") == "error" and isinstance(inner, Mapping) and inner.get("type") == "too_many_requests":
+        return "Too Many Requests"
+    if "exhausted" in code or "unavailable" in code:
+        return OVERLOADED
+    if data.get("type") == "error" and isinstance(inner, Mapping) and inner.get("code") is not None:
+        inner_code = inner.get("code")
+        if isinstance(inner_code, list):
+            if "rate_limit" in inner_code:
+                return "Rate Limited"
+        elif not isinstance(inner_code, str):
+            return None  # upstream: `123.includes` throws → undefined
+        elif "rate_limit" in inner_code:
+            return "Rate Limited"
+    return _js_json(data)
+
+
+# --------------------------------------------------------------------------
+# delay
+
+_JS_FLOAT = re.compile(r"^\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _parse_float(text: str) -> float | None:
+    """JavaScript ``Number.parseFloat``: the longest numeric prefix, else None."""
+    match = _JS_FLOAT.match(text)
+    if not match:
+        stripped = text.strip()
+        if stripped.startswith(("Infinity", "+Infinity")):
+            return math.inf
+        return None
+    return float(match.group(0))
+
+
+def _header(headers: Mapping[str, Any], name: str) -> str | None:
+    for key, value in headers.items():
+        if str(key).lower() == name and value not in (None, ""):
+            return str(value)
+    return None
+
+
+def _hinted_ms(headers: Mapping[str, Any], now: float) -> float | None:
+    """The server's wait hint in ms, or None when absent, invalid or past."""
+    retry_after_ms = _header(headers, "retry-after-ms")
+    if retry_after_ms is not None:
+        parsed = _parse_float(retry_after_ms)
+        # Negative/infinite hints are garbage: fall through to the next source.
+        if parsed is not None and 0 <= parsed < math.inf:
+            return parsed
+    retry_after = _header(headers, "retry-after")
+    if retry_after is not None:
+        seconds = _parse_float(retry_after)
+        if seconds is not None and 0 <= seconds < math.inf:
+            return float(math.ceil(seconds * 1000))
+        try:
+            when = email.utils.parsedate_to_datetime(retry_after)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            when = None
+        if when is not None:
+            if when.tzinfo is None:  # "-0000" parses naive; HTTP dates are GMT
+                import datetime as _dt
+
+                when = when.replace(tzinfo=_dt.timezone.utc)
+            delta_ms = when.timestamp() * 1000 - now * 1000
+            if delta_ms > 0:
+                return float(math.ceil(delta_ms))
+    return None
+
+
+def retry_delay(attempt: int, err: BaseException | None = None, *, now: float | None = None) -> float:
+    """Seconds to wait before retry number ``attempt`` (1-based).
+
+    With response headers on ``err`` (``err.headers``, as on
+    :class:`ProviderError`): ``retry-after-ms`` (float ms), else
+    ``retry-after`` seconds (ceil to ms), else ``retry-after`` as an HTTP date
+    in the future; a server's hint is honoured however large. Headers present
+    but no usable hint → ``2 s * 2^(attempt-1)`` with no cap. No headers →
+    the same, capped at 30 s. Everything is capped at 2^31−1 ms.
+    ``now`` (epoch seconds) is for tests.
+    """
+    attempt = max(1, int(attempt))
+    base = RETRY_INITIAL_DELAY * RETRY_BACKOFF_FACTOR ** (attempt - 1)
+    headers = getattr(err, "headers", None) if err is not None else None
+    if isinstance(headers, Mapping) and headers:
+        hinted = _hinted_ms(headers, time.time() if now is None else now)
+        ms = hinted if hinted is not None else base
+    else:
+        ms = min(base, RETRY_MAX_DELAY_NO_HEADERS)
+    return min(ms, RETRY_MAX_DELAY) / 1000

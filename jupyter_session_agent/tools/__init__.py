@@ -1,0 +1,75 @@
+"""The agent's built-in tools and the one way to call them.
+
+``run_tool(tool, args, ctx)`` is what the processor calls:
+
+1. validate ``args`` against ``tool.parameters`` (see :mod:`.validation`:
+   unknown keys are ignored, light coercion, a :class:`ToolFailure` naming the
+   tool and the argument otherwise);
+2. ``tool.run(args, ctx)``; every exception propagates unchanged (the processor
+   turns it into the part's ``error`` state; ``KeyboardInterrupt`` stops the
+   loop);
+3. truncate ``output`` (OpenCode §4.8, :mod:`.truncation`) unless the tool set
+   ``metadata["truncated"]`` itself; metadata then gains ``truncated`` and,
+   when cut, ``outputPath``.
+"""
+
+from __future__ import annotations
+
+from .base import Tool, ToolContext, ToolResult
+from .truncation import MAX_BYTES, MAX_LINES, truncate
+from .validation import validate_args
+
+__all__ = [
+    "Tool",
+    "ToolContext",
+    "ToolResult",
+    "builtin_tools",
+    "run_tool",
+    "openai_schema",
+    "validate_args",
+    "truncate",
+    "MAX_LINES",
+    "MAX_BYTES",
+]
+
+BUILTIN_NAMES = ("python", "bash", "read", "write", "edit", "list", "glob", "grep")
+
+
+def builtin_tools() -> dict[str, Tool]:
+    """Fresh instances of the eight built-in tools, keyed by name, in a stable order."""
+    from .files import EditTool, ReadTool, WriteTool
+    from .python import PythonTool
+    from .search import GlobTool, GrepTool, ListTool
+    from .shell import BashTool
+
+    tools: list[Tool] = [
+        PythonTool(), BashTool(), ReadTool(), WriteTool(),
+        EditTool(), ListTool(), GlobTool(), GrepTool(),
+    ]
+    return {t.name: t for t in tools}
+
+
+def run_tool(tool: Tool, args: dict, ctx: ToolContext) -> ToolResult:
+    """Validate, run, truncate. See the module docstring for the contract."""
+    checked = validate_args(tool.name, tool.parameters, args)
+    result = tool.run(checked, ctx)
+    metadata = dict(result.metadata)
+    if "truncated" in metadata:
+        return result
+    cut = truncate(result.output, ctx.data_dir)
+    metadata["truncated"] = cut.truncated
+    if cut.truncated:
+        metadata["outputPath"] = cut.output_path
+    return ToolResult(output=cut.content, title=result.title, metadata=metadata)
+
+
+def openai_schema(tool: Tool) -> dict:
+    """The OpenAI chat-completions ``tools`` entry for ``tool``."""
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }

@@ -1,0 +1,58 @@
+"""The values every tool shares: what a call gets, what it returns, what a tool is.
+
+Kept apart from ``tools/__init__.py`` so tool modules can import these without
+importing each other (``builtin_tools()`` imports the tool modules lazily).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Where and for whom a tool call runs.
+
+    ``directory`` is the session's working directory: relative paths given by
+    the model resolve here (``bash`` also runs here). ``data_dir`` is the
+    package data directory; full outputs of truncated calls are saved under
+    ``data_dir / "tool-output"``. ``shell`` is the IPython ``InteractiveShell``
+    whose ``user_ns`` the ``python`` tool runs in; ``None`` gives it a private
+    namespace per session.
+    """
+
+    session_id: str
+    message_id: str
+    call_id: str
+    directory: Path
+    data_dir: Path
+    shell: Any | None = None
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A completed call: ``output`` is what the model sees, ``title`` what the
+    user sees in the part header, ``metadata`` JSON-able extras for the UI and
+    the store (``truncated``/``outputPath`` after truncation)."""
+
+    output: str
+    title: str = ""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """A tool the model can call. ``parameters`` is a JSON-schema object.
+
+    ``run`` gets arguments already validated by :func:`run_tool` (known keys
+    only, types checked, ``null`` optional values removed). It reports errors
+    the model should fix by raising :class:`~jupyter_session_agent.errors.ToolFailure`.
+    """
+
+    name: str
+    description: str
+    parameters: dict
+
+    def run(self, args: dict, ctx: ToolContext) -> ToolResult: ...

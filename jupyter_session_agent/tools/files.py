@@ -1,0 +1,271 @@
+"""``read``, ``write`` and ``edit``: the model's view of and changes to text files.
+
+Paths may be absolute or relative to the session's working directory. Errors
+the model can fix (missing file, directory, binary file, ambiguous edit) raise
+:class:`ToolFailure` with a message that says what to do next.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from ..errors import ToolFailure
+from .base import ToolContext, ToolResult
+from .paths import display, is_binary, resolve
+from .truncation import MAX_BYTES
+
+DEFAULT_READ_LIMIT = 2000
+MAX_LINE_LENGTH = 2000
+
+
+def _read_text(path: Path) -> str:
+    # newline="" keeps \r\n as is, so edits write back exactly what was there.
+    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+        return fh.read()
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+
+
+def _diff(path: str, before: str, after: str) -> str:
+    return "".join(difflib.unified_diff(
+        before.splitlines(True), after.splitlines(True), fromfile=path, tofile=path,
+    ))
+
+
+def _not_found(path: Path) -> ToolFailure:
+    """File-not-found, with up to three similarly named siblings as suggestions."""
+    msg = f"File not found: {path}"
+    try:
+        base = path.name.lower()
+        near = [
+            str(p) for p in sorted(path.parent.iterdir())
+            if base in p.name.lower() or p.name.lower() in base
+        ][:3]
+    except OSError:
+        near = []
+    if near:
+        msg += "\n\nDid you mean one of these?\n" + "\n".join(near)
+    return ToolFailure(msg)
+
+
+class ReadTool:
+    """Numbered lines of a text file, OpenCode style (``00001| text`` in ``<file>``).
+
+    ``offset`` is the 0-based first line, ``limit`` the line count (2000 by
+    default); lines are cut at 2000 characters and the output at 50 KB. The
+    tool sets ``metadata["truncated"]`` itself (more lines remain), so
+    ``run_tool`` does not truncate it again.
+    """
+
+    name = "read"
+    description = (
+        "Read a text file. Returns numbered lines. Use offset (0-based line) and limit "
+        "to page through long files. Use list for directories."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "filePath": {"type": "string", "description": "Path of the file to read"},
+            "offset": {"type": "integer", "description": "0-based line number to start from"},
+            "limit": {"type": "integer", "description": "Number of lines to read (default 2000)"},
+        },
+        "required": ["filePath"],
+    }
+
+    def run(self, args: dict, ctx: ToolContext) -> ToolResult:
+        path = resolve(ctx, args["filePath"])
+        offset = args.get("offset", 0)
+        limit = args.get("limit", DEFAULT_READ_LIMIT)
+        if offset < 0 or limit < 1:
+            raise ToolFailure("read: offset must be >= 0 and limit >= 1")
+        if path.is_dir():
+            raise ToolFailure(f"{path} is a directory, not a file. Use the list tool to see its contents.")
+        if not path.exists():
+            raise _not_found(path)
+        if is_binary(path):
+            raise ToolFailure(f"Cannot read binary file: {path}. Use the python tool to inspect it.")
+
+        lines = _read_text(path).split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()  # a final newline does not start another line
+        total = len(lines)
+        if offset and offset >= total:
+            raise ToolFailure(f"read: offset {offset} is past the end of {path} ({total} lines)")
+
+        shown: list[str] = []
+        size = 0
+        cut = False
+        for i, line in enumerate(lines[offset : offset + limit], start=offset):
+            line = line.rstrip("\r")
+            if len(line) > MAX_LINE_LENGTH:
+                line = line[:MAX_LINE_LENGTH] + "..."
+            numbered = f"{i + 1:05d}| {line}"
+            cost = len(numbered.encode("utf-8")) + 1
+            if size + cost > MAX_BYTES:
+                cut = True
+                break
+            shown.append(numbered)
+            size += cost
+
+        last = offset + len(shown)
+        if cut:
+            note = f"(Output truncated at {MAX_BYTES} bytes. Use 'offset' parameter to read beyond line {last})"
+        elif last < total:
+            note = f"(File has more lines. Use 'offset' parameter to read beyond line {last})"
+        else:
+            note = f"(End of file - total {total} lines)"
+        output = "<file>\n" + "\n".join(shown) + f"\n\n{note}\n</file>"
+        return ToolResult(
+            output=output,
+            title=display(ctx, path),
+            metadata={
+                "preview": "\n".join(lines[offset : offset + 20]),
+                "truncated": cut or last < total,
+            },
+        )
+
+
+class WriteTool:
+    """Write ``content`` to a file, creating parent directories; overwrites."""
+
+    name = "write"
+    description = (
+        "Write a file with the given content, replacing it if it exists. "
+        "Creates parent directories. Prefer edit for small changes to existing files."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "filePath": {"type": "string", "description": "Path of the file to write"},
+            "content": {"type": "string", "description": "The full new content of the file"},
+        },
+        "required": ["filePath", "content"],
+    }
+
+    def run(self, args: dict, ctx: ToolContext) -> ToolResult:
+        path = resolve(ctx, args["filePath"])
+        if path.is_dir():
+            raise ToolFailure(f"{path} is a directory; give a file path to write.")
+        existed = path.exists()
+        before = _read_text(path) if existed and not is_binary(path) else ""
+        _write_text(path, args["content"])
+        title = display(ctx, path)
+        return ToolResult(
+            output="Wrote file successfully.",
+            title=title,
+            metadata={"filepath": str(path), "exists": existed,
+                      "diff": _diff(title, before, args["content"])},
+        )
+
+
+class EditTool:
+    """Replace ``oldString`` with ``newString`` in a file.
+
+    ``oldString`` must match exactly once unless ``replaceAll``. When there is
+    no exact match, a match ignoring each line's leading/trailing whitespace
+    is tried (small models often get indentation wrong); it follows the same
+    once-or-replaceAll rule. ``oldString == ""`` creates a missing (or fills
+    an empty) file with ``newString``.
+    """
+
+    name = "edit"
+    description = (
+        "Replace exact text in a file. oldString must match the file exactly (copy it from "
+        "read output, without line numbers) and be unique unless replaceAll is true. "
+        "With oldString empty, creates a new file containing newString."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "filePath": {"type": "string", "description": "Path of the file to modify"},
+            "oldString": {"type": "string", "description": "The text to replace"},
+            "newString": {"type": "string", "description": "The text to replace it with"},
+            "replaceAll": {"type": "boolean", "description": "Replace every occurrence (default false)"},
+        },
+        "required": ["filePath", "oldString", "newString"],
+    }
+
+    def run(self, args: dict, ctx: ToolContext) -> ToolResult:
+        path = resolve(ctx, args["filePath"])
+        old, new = args["oldString"], args["newString"]
+        replace_all = args.get("replaceAll", False)
+        if old == new:
+            raise ToolFailure("edit: oldString and newString are the same; nothing to change.")
+        if path.is_dir():
+            raise ToolFailure(f"{path} is a directory; give a file path to edit.")
+
+        before = _read_text(path) if path.exists() else None
+        if old == "":
+            if before:
+                raise ToolFailure(
+                    f"edit: {path} already exists and is not empty; give the oldString to replace, "
+                    "or use write to replace the whole file."
+                )
+            after, count = new, 1
+        else:
+            if before is None:
+                raise _not_found(path)
+            after, count = _replace(before, old, new, replace_all, path)
+
+        _write_text(path, after)
+        title = display(ctx, path)
+        return ToolResult(
+            output="Edit applied successfully.",
+            title=title,
+            metadata={"filepath": str(path), "replacements": count,
+                      "diff": _diff(title, before or "", after)},
+        )
+
+
+def _replace(text: str, old: str, new: str, replace_all: bool, path: Path) -> tuple[str, int]:
+    spans = _exact_spans(text, old) or _trimmed_spans(text, old)
+    if not spans:
+        raise ToolFailure(
+            f"edit: oldString not found in {path}. Read the file and copy the exact text "
+            "(including whitespace, without line numbers)."
+        )
+    if len(spans) > 1 and not replace_all:
+        raise ToolFailure(
+            f"edit: oldString found {len(spans)} times in {path}. Include more surrounding "
+            "lines to make it unique, or set replaceAll to true."
+        )
+    out, pos = [], 0
+    for start, end in spans:
+        out += [text[pos:start], new]
+        pos = end
+    out.append(text[pos:])
+    return "".join(out), len(spans)
+
+
+def _exact_spans(text: str, old: str) -> list[tuple[int, int]]:
+    spans, i = [], text.find(old)
+    while i != -1:
+        spans.append((i, i + len(old)))
+        i = text.find(old, i + len(old))
+    return spans
+
+
+def _trimmed_spans(text: str, old: str) -> list[tuple[int, int]]:
+    """Blocks of whole lines equal to ``old``'s lines once each side is stripped."""
+    want = [line.strip() for line in old.strip("\n").split("\n")]
+    if not any(want):
+        return []
+    lines = text.split("\n")
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    spans = []
+    i = 0
+    while i + len(want) <= len(lines):
+        if all(lines[i + j].strip() == w for j, w in enumerate(want)):
+            end = starts[i + len(want)] - 1  # the last line's end, before its newline
+            spans.append((starts[i], end))
+            i += len(want)
+        else:
+            i += 1
+    return spans

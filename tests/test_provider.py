@@ -1,0 +1,533 @@
+"""OpenAIProvider over real HTTP: the scripted server, plus a raw SSE server for
+wire shapes the scripted server does not produce (other servers' dialects,
+in-stream error events, clean closes without a finish reason)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import openai
+import pytest
+
+from jupyter_session_agent import budget, retry
+from jupyter_session_agent.errors import AuthError, ContextOverflowError, ProviderError
+from jupyter_session_agent.events import Finish, ReasoningDelta, TextDelta, ToolCall, ToolInputStart
+from jupyter_session_agent.provider import ChatRequest, OpenAIProvider, finish_reason
+from jupyter_session_agent.scripted_server import Reply, ScriptedServer
+
+MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "list the files"}]
+TOOLS = [
+    {"type": "function", "function": {"name": "bash", "description": "run", "parameters": {"type": "object"}}},
+    {"type": "function", "function": {"name": "read", "description": "read", "parameters": {"type": "object"}}},
+]
+REQUEST = ChatRequest(model="test-model", messages=MESSAGES, tools=TOOLS)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ScriptedServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def provider(server):
+    server.reset()
+    return OpenAIProvider(provider_id="local", base_url=server.base_url, api_key="sk-test", timeout=5.0)
+
+
+def run(provider: OpenAIProvider, request: ChatRequest = REQUEST) -> list:
+    return list(provider.stream(request))
+
+
+def failure(provider: OpenAIProvider, request: ChatRequest = REQUEST) -> ProviderError:
+    with pytest.raises(ProviderError) as info:
+        run(provider, request)
+    err = info.value
+    assert "\n" not in str(err), "messages are one line"
+    assert err.__cause__ is not None or err.message.startswith("stream interrupted"), "SDK error kept as cause"
+    return err
+
+
+def text_of(events, kind=TextDelta) -> str:
+    return "".join(e.text for e in events if isinstance(e, kind))
+
+
+# --------------------------------------------------------------------------
+# streaming
+
+
+def test_streamed_text(server, provider):
+    server.enqueue(Reply(text="Hello there, notebook!", chunk_chars=4))
+    events = run(provider)
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert len(deltas) > 1 and text_of(events) == "Hello there, notebook!"
+    finish = events[-1]
+    assert isinstance(finish, Finish) and finish.reason == "stop"
+    assert finish.first_token_ms is not None and finish.latency_ms >= finish.first_token_ms >= 0
+    body = server.requests[-1]
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["model"] == "test-model" and body["messages"] == MESSAGES and body["tools"] == TOOLS
+
+
+def test_request_options_pass_through(server, provider):
+    server.enqueue(Reply(text="ok"))
+    run(provider, ChatRequest(model="m", messages=MESSAGES, max_tokens=77, temperature=0.2, extra_body={"top_k": 5}))
+    body = server.requests[-1]
+    assert body["max_tokens"] == 77 and body["temperature"] == 0.2 and body["top_k"] == 5
+    assert "tools" not in body  # no empty tools array (some servers reject it)
+
+
+def test_reasoning_then_text(server, provider):
+    server.enqueue(Reply(reasoning="Let me think about it.", text="Done."))
+    events = run(provider)
+    assert text_of(events, ReasoningDelta) == "Let me think about it."
+    assert text_of(events) == "Done."
+    first_text = next(i for i, e in enumerate(events) if isinstance(e, TextDelta))
+    assert all(isinstance(e, ReasoningDelta) for e in events[:first_text])
+
+
+def test_one_tool_call(server, provider):
+    server.enqueue(Reply(tool_calls=({"name": "bash", "arguments": {"command": "ls -la"}, "id": "call_abc"},)))
+    events = run(provider)
+    assert events[0] == ToolInputStart("call_abc", "bash")
+    (call,) = [e for e in events if isinstance(e, ToolCall)]
+    assert call == ToolCall("call_abc", "bash", {"command": "ls -la"}, raw='{"command": "ls -la"}')
+    assert events[-1].reason == "tool-calls"
+    assert events.index(call) < len(events) - 1
+
+
+def test_two_parallel_tool_calls(server, provider):
+    server.enqueue(
+        Reply(
+            text="Checking.",
+            tool_calls=(
+                {"name": "bash", "arguments": {"command": "ls"}},
+                {"name": "read", "arguments": {"path": "a.py", "limit": 10}},
+            ),
+        )
+    )
+    events = run(provider)
+    starts = [e for e in events if isinstance(e, ToolInputStart)]
+    calls = [e for e in events if isinstance(e, ToolCall)]
+    assert [s.name for s in starts] == ["bash", "read"]
+    assert [c.input for c in calls] == [{"command": "ls"}, {"path": "a.py", "limit": 10}]
+    assert [c.call_id for c in calls] == [s.call_id for s in starts]
+    assert len({c.call_id for c in calls}) == 2
+    for start, call in zip(starts, calls):
+        assert events.index(start) < events.index(call)
+    assert events[-1].reason == "tool-calls"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "invalid"),
+    [
+        ('{"command": "ls"', "not valid JSON"),
+        ("[1, 2]", "got an array"),
+        ('"ls"', "got a string"),
+        ("null", "got null"),
+        ("42", "got a number"),
+    ],
+)
+def test_invalid_arguments(server, provider, arguments, invalid):
+    server.enqueue(Reply(tool_calls=({"name": "bash", "arguments": arguments},)))
+    (call,) = [e for e in run(provider) if isinstance(e, ToolCall)]
+    assert call.input == {} and call.raw == arguments
+    assert invalid in call.invalid
+
+
+def test_empty_arguments_are_an_empty_object(server, provider):
+    server.enqueue(Reply(tool_calls=({"name": "list", "arguments": ""},)))
+    (call,) = [e for e in run(provider) if isinstance(e, ToolCall)]
+    assert call.input == {} and call.invalid is None
+
+
+def test_usage_normalised_with_cache_and_reasoning(server, provider):
+    usage = {
+        "prompt_tokens": 1000,
+        "completion_tokens": 300,
+        "total_tokens": 1300,
+        "prompt_tokens_details": {"cached_tokens": 200},
+        "completion_tokens_details": {"reasoning_tokens": 120},
+    }
+    server.enqueue(Reply(text="ok", usage=usage))
+    finish = run(provider)[-1]
+    t = finish.tokens
+    assert (t.input, t.output, t.reasoning, t.cache_read, t.cache_write, t.total) == (800, 300, 120, 200, 0, 1300)
+    assert t.estimated is None
+    assert finish.raw_usage == usage
+
+
+def test_usage_cache_writes(server, provider):
+    usage = {"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010,
+             "prompt_tokens_details": {"cached_tokens": 100, "cache_write_tokens": 300}}
+    server.enqueue(Reply(text="ok", usage=usage))
+    t = run(provider)[-1].tokens
+    assert (t.input, t.cache_read, t.cache_write) == (600, 100, 300)
+
+
+def test_input_excludes_cache(server):
+    p = OpenAIProvider(provider_id="x", base_url=server.base_url, api_key="k", input_excludes_cache=True)
+    server.enqueue(Reply(text="ok", usage={"prompt_tokens": 50, "completion_tokens": 1, "total_tokens": 1051,
+                                           "prompt_tokens_details": {"cached_tokens": 1000}}))
+    t = run(p)[-1].tokens
+    assert (t.input, t.cache_read) == (50, 1000)
+
+
+def test_no_usage_is_estimated(server, provider):
+    server.enqueue(Reply(text="a" * 400, reasoning="r" * 40, tool_calls=({"name": "bash", "arguments": "{}"},),
+                         usage=None))
+    finish = run(provider)[-1]
+    t = finish.tokens
+    assert t.estimated is True and finish.raw_usage is None
+    assert t.input == budget.estimate(json.dumps(MESSAGES + TOOLS))
+    assert t.output == budget.estimate("a" * 400 + "r" * 40 + "{}") == 111
+    assert t.reasoning == 10
+    assert t.total == t.input + t.output
+
+
+@pytest.mark.parametrize(
+    ("raw", "tools", "expected"),
+    [
+        ("stop", False, "stop"),
+        ("tool_calls", True, "tool-calls"),
+        ("function_call", True, "tool-calls"),
+        ("length", False, "length"),
+        ("content_filter", False, "content-filter"),
+        (None, False, "unknown"),
+        ("eos", False, "unknown"),
+        (None, True, "tool-calls"),
+        ("stop", True, "tool-calls"),  # Ollama-style "stop" with tool calls
+        ("length", True, "length"),
+    ],
+)
+def test_finish_reason_mapping(raw, tools, expected):
+    assert finish_reason(raw, tools) == expected
+
+
+def test_length_finish(server, provider):
+    server.enqueue(Reply(text="trunc", finish_reason="length"))
+    assert run(provider)[-1].reason == "length"
+
+
+def test_complete(server, provider):
+    server.enqueue(Reply(text="A short title", reasoning="hmm"))
+    assert provider.complete(ChatRequest(model="m", messages=MESSAGES)) == "A short title"
+    assert not server.requests[-1].get("stream")
+
+
+def test_complete_maps_errors(server, provider):
+    server.enqueue(Reply(status=503))
+    with pytest.raises(ProviderError) as info:
+        provider.complete(ChatRequest(model="m", messages=MESSAGES))
+    assert info.value.retryable and info.value.status == 503
+
+
+# --------------------------------------------------------------------------
+# errors
+
+
+def test_429_with_retry_after(server, provider):
+    server.enqueue(Reply(status=429, headers={"Retry-After": "3"}))
+    err = failure(provider)
+    assert type(err) is ProviderError and err.retryable and err.status == 429
+    assert err.headers["retry-after"] == "3"
+    assert isinstance(err.__cause__, openai.RateLimitError)
+    assert retry.retry_delay(1, err) == 3.0
+    assert retry.retry_message(err) == err.message
+    assert "Scripted error 429" in err.message  # the server's explanation is kept
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 408, 409])
+def test_retryable_statuses(server, provider, status):
+    server.enqueue(Reply(status=status))
+    err = failure(provider)
+    assert err.retryable and err.status == status and not isinstance(err, ContextOverflowError)
+
+
+def test_html_error_page(server, provider):
+    server.enqueue(Reply(status=502, error_body="<!DOCTYPE html><html><title>502 Bad Gateway</title>…</html>"))
+    err = failure(provider)
+    assert err.retryable and "HTML error page: 502 Bad Gateway" in err.message
+
+
+def test_overloaded_message(server, provider):
+    server.enqueue(Reply(status=529, error_body={"type": "error", "error": {"type": "overloaded_error",
+                                                                            "message": "Overloaded"}}))
+    err = failure(provider)
+    assert err.retryable and retry.retry_message(err) == "Provider is overloaded"
+
+
+@pytest.mark.parametrize("status", [400, 404, 422])
+def test_client_errors_are_not_retryable(server, provider, status):
+    server.enqueue(Reply(status=status, error_body={"error": {"message": "bad thing", "code": "invalid"}}))
+    err = failure(provider)
+    assert not err.retryable and err.status == status and "bad thing" in err.message
+    assert retry.retry_message(err) is None
+
+
+def test_openai_404_is_retryable(server):
+    p = OpenAIProvider(provider_id="openai", base_url=server.base_url, api_key="k")
+    server.enqueue(Reply(status=404))
+    assert failure(p).retryable
+
+
+def test_context_overflow_400(server, provider):
+    server.enqueue(Reply(status=400, error_body={"error": {
+        "message": "This model's maximum context length is 4096 tokens. However, your messages resulted in 5000 tokens.",
+        "type": "invalid_request_error", "code": None}}))
+    err = failure(provider)
+    assert isinstance(err, ContextOverflowError) and not err.retryable and err.status == 400
+    assert "maximum context length is 4096 tokens" in err.message
+    assert retry.retry_message(err) is None
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "overflow"),
+    [
+        (400, "", True),  # Cerebras/Mistral: "400 (no body)"
+        (413, "", True),
+        (413, "Request Entity Too Large", True),
+        (429, "", False),  # a bare 429 is a rate limit
+        (400, {"error": {"message": "nope", "code": "context_length_exceeded"}}, True),
+        (400, "the request exceeds the available context size, try increasing it", True),  # llama.cpp text body
+    ],
+)
+def test_overflow_shapes(server, provider, status, body, overflow):
+    server.enqueue(Reply(status=status, error_body=body))
+    err = failure(provider)
+    assert isinstance(err, ContextOverflowError) is overflow
+    if not overflow:
+        assert err.retryable
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_auth_errors(server, provider, status):
+    server.enqueue(Reply(status=status, error_body={"error": {"message": "Incorrect API key provided"}}))
+    err = failure(provider)
+    assert isinstance(err, AuthError) and not err.retryable and err.status == status
+    assert "Incorrect API key provided" in err.message
+    assert "check OPENAI_API_KEY / the provider's key" in err.message
+    assert err._render_traceback_() == [f"AuthError: {err}"]
+
+
+def test_dropped_stream(server, provider):
+    server.enqueue(Reply(text="partial answer that never ends", drop_after=3))
+    seen = []
+    with pytest.raises(ProviderError) as info:
+        for event in provider.stream(REQUEST):
+            seen.append(event)
+    err = info.value
+    assert err.retryable and err.message.startswith("stream interrupted:")
+    assert isinstance(err.__cause__, openai.APIConnectionError)
+    assert text_of(seen)  # the deltas before the drop were delivered
+    assert not any(isinstance(e, Finish) for e in seen)
+
+
+def test_malformed_chunk(server, provider):
+    server.enqueue(Reply(text="hello world", malformed_after=2))
+    err = failure(provider)
+    assert err.retryable and "stream interrupted: malformed chunk" in err.message
+    assert isinstance(err.__cause__, json.JSONDecodeError)
+
+
+def test_stall_with_short_timeout(server):
+    p = OpenAIProvider(provider_id="local", base_url=server.base_url, api_key="k", timeout=0.5)
+    server.enqueue(Reply(text="slow", stall=5))
+    err = failure(p)
+    assert err.retryable and err.message == f"stream interrupted: no data from {server.base_url} for 0.5s"
+    assert isinstance(err.__cause__, openai.APITimeoutError)
+
+
+def test_slow_headers_time_out(server):
+    p = OpenAIProvider(provider_id="local", base_url=server.base_url, api_key="k", timeout=0.5)
+    server.enqueue(Reply(text="slow", first_delay=5))
+    err = failure(p)
+    assert err.retryable and err.message.startswith("request timed out after 0.5s")
+
+
+def test_unreachable_server():
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = OpenAIProvider(provider_id="local", base_url=f"http://127.0.0.1:{port}/v1", api_key="k", timeout=2)
+    err = failure(p)
+    assert err.retryable and err.message.startswith(f"cannot reach http://127.0.0.1:{port}/v1")
+    assert isinstance(err.__cause__, openai.APIConnectionError)
+
+
+# --------------------------------------------------------------------------
+# other servers' wire dialects (raw SSE)
+
+
+class RawSSE:
+    """Answers every POST with the given SSE ``data:`` payloads, then closes
+    the connection (no Content-Length: the body ends at EOF)."""
+
+    def __init__(self) -> None:
+        self.payloads: list = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for payload in owner.payloads:
+                    data = payload if isinstance(payload, str) else json.dumps(payload)
+                    self.wfile.write(f"data: {data}\n\n".encode())
+                self.wfile.flush()
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def raw():
+    srv = RawSSE()
+    yield srv
+    srv.close()
+
+
+def chunk(delta: dict | None = None, finish=None, usage=None, choices=True) -> dict:
+    out = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+           "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}] if choices else []}
+    if usage is not None:
+        out["usage"] = usage
+    return out
+
+
+def raw_provider(raw: RawSSE, **kw) -> OpenAIProvider:
+    return OpenAIProvider(provider_id=kw.pop("provider_id", "local"), base_url=raw.base_url, api_key="k", **kw)
+
+
+def test_reasoning_field_openrouter_style(raw):
+    raw.payloads = [chunk({"role": "assistant", "reasoning": "thinking…"}), chunk({"content": "hi"}),
+                    chunk(finish="stop"), "[DONE]"]
+    events = run(raw_provider(raw))
+    assert text_of(events, ReasoningDelta) == "thinking…" and text_of(events) == "hi"
+
+
+def test_both_reasoning_fields_are_not_doubled(raw):
+    raw.payloads = [chunk({"reasoning_content": "abc", "reasoning": "abc"}), chunk(finish="stop"), "[DONE]"]
+    assert text_of(run(raw_provider(raw)), ReasoningDelta) == "abc"
+
+
+def test_missing_and_duplicate_tool_call_ids(raw):
+    raw.payloads = [
+        chunk({"tool_calls": [{"index": 0, "function": {"name": "bash", "arguments": '{"a":'}}]}),  # no id
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}),
+        chunk({"tool_calls": [{"index": 1, "id": "dup", "function": {"name": "read", "arguments": "{}"}}]}),
+        chunk({"tool_calls": [{"index": 2, "id": "dup", "function": {"name": "list", "arguments": "{}"}}]}),
+        chunk(finish="tool_calls"),
+        "[DONE]",
+    ]
+    events = run(raw_provider(raw))
+    calls = [e for e in events if isinstance(e, ToolCall)]
+    assert [c.name for c in calls] == ["bash", "read", "list"]
+    assert calls[0].input == {"a": 1}
+    ids = [c.call_id for c in calls]
+    assert len(set(ids)) == 3 and ids[1] == "dup" and ids[0].startswith("call_") and ids[2].startswith("call_")
+
+
+def test_reused_index_with_new_id_is_a_new_call(raw):
+    # Gemini's OpenAI endpoint: parallel calls, each complete, all at index 0.
+    raw.payloads = [
+        chunk({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "bash", "arguments": '{"command":"ls"}'}}]}),
+        chunk({"tool_calls": [{"index": 0, "id": "b", "function": {"name": "read", "arguments": '{"path":"x"}'}}]}),
+        chunk(finish="tool_calls"),
+        "[DONE]",
+    ]
+    calls = [e for e in run(raw_provider(raw)) if isinstance(e, ToolCall)]
+    assert [(c.call_id, c.name, c.input) for c in calls] == [("a", "bash", {"command": "ls"}),
+                                                              ("b", "read", {"path": "x"})]
+
+
+def test_deepseek_cache_usage(raw):
+    usage = {"prompt_tokens": 500, "completion_tokens": 20, "total_tokens": 520,
+             "prompt_cache_hit_tokens": 300, "prompt_cache_miss_tokens": 200}
+    raw.payloads = [chunk({"content": "x"}), chunk(finish="stop"), chunk(usage=usage, choices=False), "[DONE]"]
+    t = run(raw_provider(raw))[-1].tokens
+    assert (t.input, t.cache_read, t.output, t.total) == (200, 300, 20, 520)
+
+
+def test_clean_close_without_finish_reason_is_interrupted(raw):
+    raw.payloads = [chunk({"content": "half an ans"})]  # no finish, no [DONE], then EOF
+    err = failure(raw_provider(raw))
+    assert err.retryable and err.message.startswith("stream interrupted:")
+
+
+def test_in_stream_context_overflow_event(raw):
+    raw.payloads = [{"type": "error", "error": {"type": "invalid_request_error", "code": "context_length_exceeded",
+                                                "message": "Your input exceeds the context window of this model."}}]
+    err = failure(raw_provider(raw))
+    assert isinstance(err, ContextOverflowError) and not err.retryable
+    assert isinstance(err.__cause__, openai.APIError)
+
+
+def test_in_stream_rate_limit_event(raw):
+    raw.payloads = [chunk({"content": "a"}),
+                    {"error": {"type": "rate_limit_error", "message": "Concurrency limit exceeded, retry later"}}]
+    err = failure(raw_provider(raw))
+    assert type(err) is ProviderError and err.retryable
+    assert retry.retry_message(err).endswith("Concurrency limit exceeded, retry later")
+
+
+def test_in_stream_quota_event_is_not_retryable(raw):
+    raw.payloads = [{"error": {"code": "insufficient_quota", "message": "You exceeded your current quota"}}]
+    err = failure(raw_provider(raw))
+    assert not err.retryable and "exceeded your current quota" in err.message
+
+
+# --------------------------------------------------------------------------
+# construction
+
+
+def test_client_is_created_once_without_sdk_retries(server, provider):
+    client = provider._client
+    assert client.max_retries == 0 and client.timeout == 5.0
+    server.enqueue(Reply(text="a"), Reply(text="b"))
+    run(provider)
+    run(provider)
+    assert provider._client is client
+
+
+def test_local_server_needs_no_key(server, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    p = OpenAIProvider(provider_id="local", base_url=server.base_url, api_key=None)
+    server.enqueue(Reply(text="ok"))
+    assert text_of(run(p)) == "ok"
+
+
+def test_official_api_without_key_is_an_auth_error(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(AuthError, match="OPENAI_API_KEY"):
+        OpenAIProvider(provider_id="openai", base_url=None, api_key=None)
+
+
+def test_official_api_uses_max_completion_tokens():
+    p = OpenAIProvider(provider_id="openai", base_url="https://api.openai.com/v1", api_key="k")
+    kwargs = p._kwargs(ChatRequest(model="gpt-5", messages=MESSAGES, max_tokens=10))
+    assert kwargs["max_completion_tokens"] == 10 and "max_tokens" not in kwargs
+
+
+def test_importing_provider_does_not_import_openai():
+    code = "import sys, jupyter_session_agent.provider; assert 'openai' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
