@@ -55,12 +55,22 @@ def new_session(directory: str) -> Session:
 
 
 def timed(fn, runs: int = 3) -> float:
+    """Median wall time of ``runs`` calls."""
     times = []
     for _ in range(runs):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def load_times(label: str, fn, runs: int = 5) -> None:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    print(f"messages(), {label}: median {statistics.median(times):.3f} s, min {min(times):.3f} s")
 
 
 def bench_flush(data_dir: Path) -> None:
@@ -99,16 +109,16 @@ def bench_load(data_dir: Path) -> None:
 
     history = writer.messages(big.id)
     assert len(history) == 10_000 and sum(len(m.parts) for m in history) == 30_000
-    print(f"messages(): 10,000 messages / 30,000 parts, writer's own store (values cached by put): "
-          f"{timed(lambda: writer.messages(big.id)):.3f} s")
-    print(f"messages(): fresh store, live JSONL journal (cold): {timed(lambda: Store(writer.data_dir).messages(big.id)):.3f} s")
+    print("session of 10,000 messages / 30,000 parts:")
+    load_times("the writer's own store (values cached by put)", lambda: writer.messages(big.id))
+    load_times("fresh store, live JSONL journal (cold)", lambda: Store(writer.data_dir).messages(big.id))
     reader = Store(writer.data_dir)
     reader.messages(big.id)
-    print(f"messages(): same reader again (decoded values cached): {timed(lambda: reader.messages(big.id)):.3f} s")
+    load_times("same reader again (decoded values cached)", lambda: reader.messages(big.id))
     group_by("live JSONL", reader)
 
     writer.close()  # compacts the journal into Parquet
-    print(f"messages(): fresh store, compacted Parquet (cold): {timed(lambda: Store(writer.data_dir).messages(big.id)):.3f} s")
+    load_times("fresh store, compacted Parquet (cold)", lambda: Store(writer.data_dir).messages(big.id))
     group_by("Parquet", Store(writer.data_dir))
 
 

@@ -135,7 +135,10 @@ def _assistant_messages(item: WithParts) -> list[Chat]:
             results.append({"role": "tool", "tool_call_id": part.call_id, "content": tool_result_text(part)})
     if not texts and not calls:
         return []  # e.g. only step-start / reasoning parts
-    message: Chat = {"role": "assistant", "content": "".join(texts) or None}
+    # No "content": null for a call-only message: llama.cpp's server rejects it (500).
+    message: Chat = {"role": "assistant"}
+    if texts:
+        message["content"] = "".join(texts)
     if calls:
         message["tool_calls"] = calls
     return [message, *results]

@@ -29,8 +29,10 @@ runs ``llama_cpp.server``'s own ``main()``. Why not plain ``-m llama_cpp.server`
   "Automatic streaming tool choice is not supported" as soon as the model picks
   a tool, after the 200 — the client sees an empty/truncated SSE stream; it
   drops ``role: "tool"`` messages from the prompt (the model never sees tool
-  results), and its text branch is grammar-constrained to nothing. The GGUF's
-  own template (the default) ignores ``tools`` altogether.
+  results), and (from its source) its message branch runs under a grammar that
+  admits only a function name or end of turn — in our trials it always picked
+  a tool, even for "Hello there!". The GGUF's own template (the default)
+  ignores ``tools`` altogether.
 * ``llama_cpp.server`` reads its settings from environment variables too
   (``API_KEY``, ``MODEL``, ``PORT``, ``CONFIG_FILE``, …): a stray ``API_KEY``
   in the user's environment would lock the kernel out. The wrapper drops them.
@@ -634,13 +636,12 @@ def stop_server(data_dir: str | os.PathLike, grace: float = STOP_GRACE) -> bool:
 _IM_END = "<|im_end|>"
 _DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 _TOOL_PROMPT = (
-    "\n\nYou have access to the following functions:\n{functions}\n"
-    "You can respond to the user either with a message or with one function call.\n"
-    "To respond with a message, begin with 'message:' and write the message on the next line:\n"
-    "message:\n<message>\n"
-    "To call a function, begin with 'functions.<function_name>:' and write its arguments as JSON on the next line:\n"
-    'functions.<function_name>:\n{{ "arg1": "value1", "arg2": "value2" }}\n'
-    "After a function call you receive its result and then respond."
+    "\n\nYou can call these functions:\n{functions}\n"
+    "Reply in one of two ways.\n"
+    "To answer in words, write 'message:' and then your answer on the next line.\n"
+    "To call a function, write 'functions.' and the function's name and ':', "
+    "then its arguments as one JSON object on the next line.\n"
+    "A function's result comes back as a user turn that begins with 'result of functions.'; use it to answer."
 )
 
 
@@ -674,13 +675,22 @@ def _tool_list(tools: Any, functions: Any) -> list[dict]:
     return out
 
 
+def _calls(msg: dict) -> list[dict]:
+    calls = [c for c in (msg.get("tool_calls") or []) if isinstance(c, dict)]
+    if isinstance(msg.get("function_call"), dict):
+        calls.append({"function": msg["function_call"]})
+    return calls
+
+
 def render_prompt(messages: list[dict], tools: list[dict] | None = None) -> str:
     """ChatML prompt for SmolLM2, with a tool section and tool results when ``tools``.
 
     Without tools this is exactly the GGUF's own template. With tools, the
     system message lists them (``functions.<name>:`` + description + JSON
     schema); assistant turns render as ``message:`` / ``functions.<name>:``
-    blocks, and ``role: "tool"`` results as ``tool`` turns naming the function.
+    blocks, and ``role: "tool"`` results as user turns headed ``result of
+    functions.<name>:`` (SmolLM2 ignores a ``tool`` role's content far more
+    often); results are rendered even without tools, so history stays visible.
     """
     msgs = list(messages)
     if not msgs or msgs[0].get("role") != "system":
@@ -699,9 +709,7 @@ def render_prompt(messages: list[dict], tools: list[dict] | None = None) -> str:
             content += _TOOL_PROMPT.format(functions="".join(lines))
         if role == "assistant":
             body = []
-            calls = msg.get("tool_calls") or []
-            if msg.get("function_call"):
-                calls = list(calls) + [{"function": msg["function_call"]}]
+            calls = _calls(msg)
             if content:
                 body.append(f"message:\n{content}" if tools else content)
             for call in calls:
@@ -710,15 +718,35 @@ def render_prompt(messages: list[dict], tools: list[dict] | None = None) -> str:
                 if call.get("id"):
                     names[str(call["id"])] = name
                 body.append(f"functions.{name}:\n{fn.get('arguments') or '{}'}")
-            out.append(f"<|im_start|>assistant\n" + "\n".join(body) + f"{_IM_END}\n")
+            out.append("<|im_start|>assistant\n" + "\n".join(body) + f"{_IM_END}\n")
         elif role in ("tool", "function"):
             name = names.get(str(msg.get("tool_call_id")), "") or str(msg.get("name") or "")
             head = f"result of functions.{name}:\n" if name else ""
-            out.append(f"<|im_start|>tool\n{head}{content}{_IM_END}\n")
+            # A "tool" role is not in SmolLM2's training; as a user turn it uses the result.
+            out.append(f"<|im_start|>user\n{head}{content}{_IM_END}\n")
         else:
             out.append(f"<|im_start|>{role}\n{content}{_IM_END}\n")
     out.append("<|im_start|>assistant\n")
     return "".join(out)
+
+
+def _same_args(a: str, b: str) -> bool:
+    try:
+        return json.loads(a) == json.loads(b)
+    except (TypeError, ValueError):
+        return " ".join(str(a).split()) == " ".join(str(b).split())
+
+
+def already_called(messages: list[dict], name: str, arguments: str) -> bool:
+    """Whether the conversation already holds this exact call (same name, same JSON arguments)."""
+    for msg in messages:
+        if msg.get("role") != "assistant":
+            continue
+        for call in _calls(msg):
+            fn = call.get("function") or {}
+            if fn.get("name") == name and _same_args(str(fn.get("arguments") or "{}"), arguments):
+                return True
+    return False
 
 
 def _chat_impl(
@@ -754,10 +782,18 @@ def _chat_impl(
 ) -> Any:
     """The ``jsa-chatml-tools`` chat completion handler (runs in the server).
 
-    Tools present and ``tool_choice`` not ``"none"``: a grammar-constrained
-    decision (``message:`` or ``functions.<name>:``, temperature 0), then
-    either the message (streamed as text) or the arguments under the tool's
-    JSON-schema grammar (streamed as ``tool_calls`` deltas). One call per turn.
+    With tools (``tool_choice`` unset means ``"auto"``; ``"none"`` hides them):
+
+    1. decide, grammar-constrained at temperature 0: ``message:`` or
+       ``functions.<name>:`` (``"required"`` drops ``message:``; a forced
+       tool skips this);
+    2. for a call, generate the arguments under the tool's JSON-schema grammar;
+       if the conversation already holds the identical call (a small model's
+       favourite loop) and the tool was not forced, answer with a message instead;
+    3. a message is generated (and streamed) as plain text.
+
+    One call per response; arguments arrive in one ``tool_calls`` delta after
+    the one naming the call. Usage ends every stream (``choices: []``).
     """
     import uuid
 
@@ -765,12 +801,9 @@ def _chat_impl(
 
     fns = _tool_list(tools, functions)
     choice = tool_choice if tool_choice is not None else function_call
-    if isinstance(choice, dict) and choice.get("function"):
-        forced: str | None = str(choice["function"].get("name"))
-    elif isinstance(choice, dict) and choice.get("name"):
-        forced = str(choice["name"])
-    else:
-        forced = None
+    forced: str | None = None
+    if isinstance(choice, dict):
+        forced = str((choice.get("function") or {}).get("name") or choice.get("name") or "") or None
     use_tools = bool(fns) and choice != "none"
     prompt = render_prompt(messages, fns if use_tools else None)
 
@@ -793,95 +826,104 @@ def _chat_impl(
     if prompt_tokens >= n_ctx:
         raise _Overflow(prompt_tokens, n_ctx, max_tokens)
 
-    # 1. decide: message or which function
-    target: str | None = None  # function name, None for a message
-    decision_tokens = 0
+    def complete(text: str, gram: Any, **kw: Any) -> tuple[str, str | None, int]:
+        out = llama.create_completion(prompt=text, stream=False, grammar=gram, **{**sampling, **kw})
+        ch = out["choices"][0]
+        return ch.get("text") or "", ch.get("finish_reason"), int((out.get("usage") or {}).get("completion_tokens", 0))
+
+    # 1. decide: message or which function; 2. the call's arguments
+    call: tuple[str, str, str | None] | None = None  # (name, arguments, finish)
+    spent = 0  # completion tokens generated before the streamed part
     if use_tools:
         known = [fn["name"] for fn in fns]
+        target: str | None = None
         if forced is not None:
             if forced not in known:
                 raise ValueError(f"tool_choice names {forced!r}, which is not in tools")
             target = forced
         else:
-            options = [f'"functions.{n}:"' for n in known]
-            if choice != "required":
-                options.append('"message:"')
-            gbnf = "root ::= " + " | ".join(options) + "\n"
-            decided = llama.create_completion(
-                prompt=prompt, max_tokens=48, stop=[":"], stream=False,
-                grammar=llama_grammar.LlamaGrammar.from_string(gbnf, verbose=False),
-                **{**sampling, "temperature": 0.0},
-            )  # fmt: skip
-            text = decided["choices"][0]["text"].strip()
-            decision_tokens = int(decided.get("usage", {}).get("completion_tokens", 0))
+            options = [f'"functions.{n}:"' for n in known] + ([] if choice == "required" else ['"message:"'])
+            gbnf = llama_grammar.LlamaGrammar.from_string("root ::= " + " | ".join(options) + "\n", verbose=False)
+            text, _fin, used = complete(prompt, gbnf, max_tokens=48, stop=[":"], temperature=0.0)
+            spent += used
+            text = text.strip()
             if text.startswith("functions."):
                 name = text[len("functions.") :].rstrip(":")
                 target = name if name in known else None
-
-    # 2. generate
-    if target is not None:
-        fn = next(f for f in fns if f["name"] == target)
-        gen_prompt = prompt + f"functions.{target}:\n"
-        try:
-            gram = llama_grammar.LlamaGrammar.from_json_schema(
-                json.dumps(fn.get("parameters") or {"type": "object"}), verbose=False
-            )
-        except Exception:
-            gram = llama_grammar.LlamaGrammar.from_string(llama_grammar.JSON_GBNF, verbose=False)
-    else:
-        gen_prompt = prompt + ("message:\n" if use_tools else "")
-        gram = grammar
-        if gram is None and isinstance(response_format, dict) and response_format.get("type") in ("json_object", "json_schema"):
-            schema = response_format.get("schema") or (response_format.get("json_schema") or {}).get("schema")
+        if target is not None:
+            fn = next(f for f in fns if f["name"] == target)
             try:
-                gram = llama_grammar.LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False) if schema else None
+                gram = llama_grammar.LlamaGrammar.from_json_schema(
+                    json.dumps(fn.get("parameters") or {"type": "object"}), verbose=False
+                )
             except Exception:
-                gram = None
-            if gram is None:
                 gram = llama_grammar.LlamaGrammar.from_string(llama_grammar.JSON_GBNF, verbose=False)
-    head_tokens = decision_tokens or (count("message:\n") if use_tools and target is None else 0)
-    pieces = llama.create_completion(
-        prompt=gen_prompt, max_tokens=max_tokens, stop=stops, stream=True, grammar=gram, **sampling
-    )
+            args, fin, used = complete(prompt + f"functions.{target}:\n", gram, max_tokens=max_tokens, stop=stops)
+            spent += used
+            args = args.strip()
+            if forced is None and choice != "required" and already_called(messages, target, args):
+                call = None  # the result is already in the context: answer instead
+            else:
+                call = (target, args, fin)
+
     call_id = "call_" + uuid.uuid4().hex[:24]
 
     def usage(text: str) -> dict:
-        completion = head_tokens + count(text)
+        completion = spent + count(text)
         return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
 
     def chunk(delta: dict, finish: str | None = None) -> dict:
         return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name_out,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}  # fmt: skip
 
-    def run() -> Iterator[tuple[str, str | None]]:
-        for piece in pieces:
-            ch = piece["choices"][0]
-            yield ch.get("text") or "", ch.get("finish_reason")
+    if call is not None:
+        name, args, fin = call
+        finish = "length" if fin == "length" else "tool_calls"
+        if stream:
+            return iter([
+                chunk({"role": "assistant", "content": None, "tool_calls": [
+                    {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}]}),
+                chunk({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}),
+                chunk({}, finish),
+                {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name_out,
+                 "choices": [], "usage": usage("")},
+            ])  # fmt: skip
+        message: dict = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}]}  # fmt: skip
+        return {"id": cid, "object": "chat.completion", "created": created, "model": name_out,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+                "usage": usage("")}  # fmt: skip
+
+    # 3. a message
+    gen_prompt = prompt + ("message:\n" if use_tools else "")
+    if use_tools and forced is None:
+        spent = max(spent, 1)  # "message" was generated by the model
+    gram = grammar
+    if gram is None and isinstance(response_format, dict) and response_format.get("type") in ("json_object", "json_schema"):
+        schema = response_format.get("schema") or (response_format.get("json_schema") or {}).get("schema")
+        try:
+            gram = llama_grammar.LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False) if schema else None
+        except Exception:
+            gram = None
+        if gram is None:
+            gram = llama_grammar.LlamaGrammar.from_string(llama_grammar.JSON_GBNF, verbose=False)
+    pieces = llama.create_completion(prompt=gen_prompt, max_tokens=max_tokens, stop=stops, stream=True, grammar=gram, **sampling)
 
     if stream:
 
         def events() -> Iterator[dict]:
             text, finish = "", None
+            yield chunk({"role": "assistant", "content": ""})
             try:
-                if target is None:
-                    yield chunk({"role": "assistant", "content": ""})
-                else:
-                    yield chunk({"role": "assistant", "content": None, "tool_calls": [
-                        {"index": 0, "id": call_id, "type": "function", "function": {"name": target, "arguments": ""}}]})  # fmt: skip
-                for piece, fin in run():
-                    finish = fin or finish
-                    if not piece:
-                        continue
-                    text += piece
-                    if target is None:
-                        yield chunk({"content": piece})
-                    else:
-                        yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+                for piece in pieces:
+                    ch = piece["choices"][0]
+                    finish = ch.get("finish_reason") or finish
+                    if ch.get("text"):
+                        text += ch["text"]
+                        yield chunk({"content": ch["text"]})
             except Exception as err:  # report in-band: the 200 is already sent
                 yield {"error": {"message": f"{type(err).__name__}: {err}", "type": "server_error", "param": None, "code": None}}
                 return
-            if target is not None:
-                finish = "length" if finish == "length" else "tool_calls"
             yield chunk({}, finish or "stop")
             yield {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name_out,
                    "choices": [], "usage": usage(text)}  # fmt: skip
@@ -889,24 +931,14 @@ def _chat_impl(
         return events()
 
     text, finish = "", None
-    for piece, fin in run():
-        text += piece
-        finish = fin or finish
-    if target is None:
-        message: dict = {"role": "assistant", "content": text}
-        finish = finish or "stop"
-    else:
-        message = {"role": "assistant", "content": None, "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": target, "arguments": text}}]}  # fmt: skip
-        finish = "length" if finish == "length" else "tool_calls"
-    return {
-        "id": cid,
-        "object": "chat.completion",
-        "created": created,
-        "model": name_out,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-        "usage": usage(text),
-    }
+    for piece in pieces:
+        ch = piece["choices"][0]
+        text += ch.get("text") or ""
+        finish = ch.get("finish_reason") or finish
+    return {"id": cid, "object": "chat.completion", "created": created, "model": name_out,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": finish or "stop", "logprobs": None}],
+            "usage": usage(text)}  # fmt: skip
 
 
 class _Overflow(ValueError):

@@ -237,17 +237,18 @@ def retry_delay(attempt: int, err: BaseException | None = None, *, now: float | 
     With response headers on ``err`` (``err.headers``, as on
     :class:`ProviderError`): ``retry-after-ms`` (float ms), else
     ``retry-after`` seconds (ceil to ms), else ``retry-after`` as an HTTP date
-    in the future; a server's hint is honoured however large. Headers present
-    but no usable hint → ``2 s * 2^(attempt-1)`` with no cap. No headers →
-    the same, capped at 30 s. Everything is capped at 2^31−1 ms.
+    in the future; a server's hint is honoured however large. No usable hint →
+    ``2 s * 2^(attempt-1)`` capped at 30 s. OpenCode v1.2.16 leaves that backoff
+    uncapped whenever the response had headers (every HTTP error has some),
+    which its users reported as endless waits; upstream later capped it too.
+    Everything is capped at 2^31−1 ms.
     ``now`` (epoch seconds) is for tests.
     """
     attempt = max(1, int(attempt))
     base = RETRY_INITIAL_DELAY * RETRY_BACKOFF_FACTOR ** (attempt - 1)
     headers = getattr(err, "headers", None) if err is not None else None
+    hinted = None
     if isinstance(headers, Mapping) and headers:
         hinted = _hinted_ms(headers, time.time() if now is None else now)
-        ms = hinted if hinted is not None else base
-    else:
-        ms = min(base, RETRY_MAX_DELAY_NO_HEADERS)
+    ms = hinted if hinted is not None else min(base, RETRY_MAX_DELAY_NO_HEADERS)
     return min(ms, RETRY_MAX_DELAY) / 1000

@@ -131,9 +131,12 @@ class AgentSession:
         from . import presets
 
         spec = spec or presets.default_model(os.environ)
-        if spec not in self._providers:
-            self._providers[spec] = _build_provider(spec, self.settings)
-        return self._providers[spec]
+        cached = self._providers.get(spec)
+        # The embedded server is shared and may have been stopped or killed since the
+        # last turn: ensure() is a 3 ms check when it runs, a restart when it does not.
+        if cached is None or (cached[2].provider_id == "local" and _local_url(self.settings) != cached[0].base_url):
+            self._providers[spec] = cached = _build_provider(spec, self.settings)
+        return cached
 
     def _setup(self, provider: Any, info: Any, spec: Any) -> TurnSetup:
         from .provider import ChatRequest
@@ -198,6 +201,12 @@ def _build_provider(spec: str, settings: Settings):
     provider = OpenAIProvider(provider_id=resolved.provider_id, base_url=base_url,
                               api_key=resolved.api_key, timeout=settings.request_timeout)
     return provider, info, resolved
+
+
+def _local_url(settings: Settings) -> str:
+    from . import local
+
+    return local.LocalServer(settings.data_dir, n_ctx=settings.local_context).ensure().rstrip("/")
 
 
 def _open_store(settings: Settings):

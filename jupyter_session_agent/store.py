@@ -19,8 +19,9 @@ This is the only module that imports duckdb (and pandas), always lazily.
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import fcntl
+import gc
 import json
 import os
 import re
@@ -179,7 +180,28 @@ def _converter(convert):
     return convert
 
 
+def _decode_row(id: str, session_id: str, message_id: str | None, values: dict):
+    """A message (``message_id`` None) or part from its stored ``data`` and its keys."""
+    values["id"], values["sessionID"] = id, session_id
+    if message_id is None:
+        return _decode("message", values)
+    values["messageID"] = message_id
+    return _decode("part", values)
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _decode(kind: str, data: dict):
+    """A value from OpenCode JSON: ``kind`` is "session", "message" or "part"."""
     if kind == "part":
         return _decoder(M.PART_TYPES[data["type"]])(data)
     if kind == "message":
@@ -208,6 +230,9 @@ class _Journal:
         with self.lock:
             if not self.buffer or os.getpid() != self.pid:
                 return
+            if self.fd is not None and os.fstat(self.fd).st_nlink == 0:  # someone deleted the history
+                os.close(self.fd)
+                self.fd = None
             if self.fd is None:
                 self.fd = _create_locked(self.path)
             data = (b"\n" if self.torn else b"") + b"".join(self.buffer.values())
@@ -266,8 +291,12 @@ def _compact(journal: Path, history: Path) -> None:
     try:
         con.execute("SET autoinstall_known_extensions=false")
         rows = con.execute(
-            f"COPY (SELECT {_NAMES} FROM {_read_json([journal])} WHERE id IS NOT NULL "
-            f"ORDER BY kind, session_id, id, rev) TO {_quote(tmp)} (FORMAT parquet)").fetchone()[0]
+            # Older revisions in one journal can never win, so only the newest per id is kept;
+            # sorting by session lets min/max statistics skip row groups of other sessions.
+            # Its writer is finished, so its unfinished tools were interrupted: settle them here too.
+            f"COPY (SELECT {_NAMES.replace(' data', f' {_SETTLED} AS data')} FROM {_read_json([journal])} "
+            f"WHERE id IS NOT NULL QUALIFY row_number() OVER (PARTITION BY id ORDER BY rev DESC) = 1 "
+            f"ORDER BY kind, session_id, id) TO {_quote(tmp)} (FORMAT parquet)", [now_ms()]).fetchone()[0]
     finally:
         con.close()
     if rows:
@@ -278,6 +307,16 @@ def _compact(journal: Path, history: Path) -> None:
     else:
         tmp.unlink(missing_ok=True)
     journal.unlink()
+
+
+# A pending/running tool part rewritten as the interrupted ToolError messages() would show ($1 = now).
+_SETTLED = """CASE WHEN kind = 'part' AND data->>'type' = 'tool' AND data->'state'->>'status' IN ('pending', 'running')
+    THEN json_merge_patch(json_merge_patch(data, '{"state": null}'), json_object('state', json_object(
+        'status', 'error', 'input', coalesce(data->'state'->'input', '{}'::JSON),
+        'error', 'Tool execution was interrupted',
+        'time', json_object('start', coalesce(TRY_CAST(data->'state'->'time'->>'start' AS BIGINT), $1), 'end', $1),
+        'metadata', json_merge_patch(coalesce(data->'state'->'metadata', '{}'::JSON), '{"interrupted": true}'))))
+    ELSE data END"""
 
 
 def _fsync_dir(path: Path) -> None:
@@ -348,9 +387,11 @@ def _one_line(err: Exception) -> str:
 class Store:
     """The history of every session, shared by all processes using ``data_dir``.
 
-    Writing (``put``/``delete``/``flush``) touches only this process's journal.
-    Reading sees every row any process has flushed, newest revision per id.
-    Thread-safe; cheap to construct (no I/O until used).
+    Writing (``put``/``delete``/``flush``) touches only this process's journal
+    and never opens DuckDB. Reading sees every row any process has flushed,
+    newest revision per id; a read first writes this process's buffer (without
+    fsync) so it sees its own puts. Thread-safe; cheap to construct (no I/O
+    until used).
     """
 
     CACHE_SESSIONS = 16  # sessions whose decoded values are kept between messages() calls
@@ -361,8 +402,8 @@ class Store:
         self._journal: _Journal | None = None
         self._finalizer: weakref.finalize | None = None
         self._write_lock = threading.Lock()
-        self._known: dict[str, tuple[str | None, str | None, int]] = {}  # id → (session, message, created)
-        self._cache: dict[str, dict[str, tuple[int, str, Any]]] = {}  # session → id → (rev, writer, value)
+        self._known: dict[str, tuple] = {}  # id → (session, message, time_created) of ids this process wrote
+        self._cache: dict[str, dict[str, tuple]] = {}  # session → id → (rev, time_created, value)
         self._read_lock = threading.RLock()
         self._con = None
         self._con_pid = 0
@@ -381,9 +422,9 @@ class Store:
             data.pop("id", None)
             session_id = value.id if kind == "session" else data.pop("sessionID", None)
             message_id = data.pop("messageID", None) if kind == "part" else None
-            rev, writer = self._buffer(kind, value.id, session_id, message_id, data, False, now)
+            rev, created = self._buffer(kind, value.id, session_id, message_id, data, False, now)
             if kind != "session":
-                self._session_cache(session_id)[value.id] = (rev, writer, value)
+                self._session_cache(session_id)[value.id] = (rev, created, value)
 
     def delete(self, kind: Kind, id: str) -> None:
         """Buffer a tombstone: the id disappears from every view and from messages()."""
@@ -392,24 +433,27 @@ class Store:
         known = self._known.get(id) or self._lookup(id)
         session_id, message_id = known[:2] if known else (id if kind == "session" else None, None)
         self._buffer(kind, id, session_id, message_id, {}, True, now_ms())
-        self._cache.get(session_id or "", {}).pop(id, None)
+        self._cache.get(session_id, {}).pop(id, None)
 
     def flush(self, *, sync: bool = True) -> None:
         """Append everything buffered in one write; fsync when ``sync``."""
         self._writer().append(sync)
 
-    def _buffer(self, kind, id, session_id, message_id, data, deleted, now) -> tuple[int, str]:
-        created = self._known[id][2] if id in self._known else now
-        self._known[id] = (session_id, message_id, created)
+    def _buffer(self, kind, id, session_id, message_id, data, deleted, now) -> tuple[int, int]:
+        known = self._known.get(id)
+        if known is None:  # first sight in this process: keep a creation time read from the history
+            hit = self._cache.get(session_id, {}).get(id)
+            known = (session_id, message_id, hit[1] if hit else now)
+            self._known[id] = known
         journal = self._writer()
         rev = _next_rev()
         row = {"kind": kind, "id": id, "session_id": session_id, "message_id": message_id, "rev": rev,
-               "writer": journal.writer, "deleted": deleted, "time_created": created,
+               "writer": journal.writer, "deleted": deleted, "time_created": known[2],
                "time_updated": now, "data": data}
         line = _encode(row)
         with journal.lock:
             journal.buffer[id] = line
-        return rev, journal.writer
+        return rev, known[2]
 
     def _writer(self) -> _Journal:
         """This process's journal; a new one after close() or in a forked child."""
@@ -447,9 +491,11 @@ class Store:
     def sessions(self, *, include_archived: bool = False) -> list[Session]:
         """All sessions, newest first (descending ids sort newest first)."""
         where = "" if include_archived else "WHERE time_archived IS NULL"
-        return [self._session(*row) for row in self._query(f"SELECT id, data::VARCHAR FROM session {where} ORDER BY id")]
+        rows = self._query(f"SELECT id, data::VARCHAR FROM session {where} ORDER BY id")
+        return [self._session(*row) for row in rows]
 
-    def _session(self, id: str, data: str) -> Session:
+    @staticmethod
+    def _session(id: str, data: str) -> Session:
         return _decode("session", {**json.loads(data), "id": id})
 
     def messages(self, session_id: str) -> list[WithParts]:
@@ -457,52 +503,55 @@ class Store:
 
         A pending/running tool whose writer has died comes back as an
         interrupted ``ToolError``, and that fix is written to the history.
+        Decoded values are cached by revision, so repeated calls parse only
+        what changed.
         """
+        # Few columns on purpose: fetching is most of DuckDB's share of the time.
         rows = self._query(
-            "SELECT kind, id, message_id, rev, writer, time_created, deleted, data::VARCHAR FROM events "
+            "SELECT id, message_id, rev, time_created, coalesce(data::VARCHAR, '{}') FROM (FROM events "
             "WHERE session_id = $1 AND kind IN ('message', 'part') QUALIFY row_number() OVER "
-            "(PARTITION BY id ORDER BY rev DESC, writer DESC) = 1 ORDER BY kind, id", [session_id])
+            "(PARTITION BY id ORDER BY rev DESC, writer DESC) = 1) WHERE deleted IS NOT TRUE "
+            "ORDER BY message_id IS NOT NULL, id", [session_id])
         cache = self._session_cache(session_id)
         infos: dict[str, Any] = {}
         parts: dict[str, list] = {}
-        unfinished: list[tuple[ToolPart, str]] = []
-        for kind, id, message_id, rev, writer, created, deleted, data in rows:
-            if deleted:
-                continue
-            self._known.setdefault(id, (session_id, message_id, created))
-            hit = cache.get(id)
-            if hit is not None and hit[0] == rev and hit[1] == writer:
-                value = hit[2]
-            else:
-                value = self._decode_row(kind, id, session_id, message_id, data)
-                cache[id] = (rev, writer, value)
-            if kind == "message":
-                infos[id] = value
-            elif message_id in infos:
-                parts.setdefault(message_id, []).append(value)
-                if type(value) is ToolPart and value.state.status in ("pending", "running"):
-                    unfinished.append((value, writer))
-        fixed = self._interrupt(unfinished)
-        return [WithParts(info, tuple(fixed.get(p.id, p) for p in parts.get(id, ()))) for id, info in infos.items()]
+        unfinished: list[ToolPart] = []
+        with _gc_paused():  # tens of thousands of acyclic objects: collection passes are pure cost
+            values = [hit[2] if (hit := cache.get(row[0])) is not None and hit[0] == row[2] else None
+                      for row in rows]
+            stale = [i for i, value in enumerate(values) if value is None]
+            if stale:  # one json.loads for all of them is ~30% cheaper than one per row
+                decoded = json.loads("[" + ",".join(rows[i][4] for i in stale) + "]")
+                for i, data in zip(stale, decoded):
+                    id, message_id, rev, created, _ = rows[i]
+                    values[i] = _decode_row(id, session_id, message_id, data)
+                    cache[id] = (rev, created, values[i])
+            for (id, message_id, *_), value in zip(rows, values):
+                if message_id is None:
+                    infos[id], parts[id] = value, []
+                elif (bucket := parts.get(message_id)) is not None:  # parts of deleted messages drop out
+                    bucket.append(value)
+                    if type(value) is ToolPart and value.state.status in ("pending", "running"):
+                        unfinished.append(value)
+        fixed = self._interrupt(session_id, unfinished)
+        if fixed:
+            parts = {m: [fixed.get(p.id, p) for p in ps] for m, ps in parts.items()}
+        return [WithParts(info, tuple(parts[id])) for id, info in infos.items()]
 
-    @staticmethod
-    def _decode_row(kind, id, session_id, message_id, data):
-        values = json.loads(data)
-        values["id"], values["sessionID"] = id, session_id
-        if kind == "part":
-            values["messageID"] = message_id
-        return _decode(kind, values)
-
-    def _interrupt(self, unfinished: list[tuple[ToolPart, str]]) -> dict[str, ToolPart]:
+    def _interrupt(self, session_id: str, unfinished: list[ToolPart]) -> dict[str, ToolPart]:
         """Fix (and persist) tool parts left pending/running by writers that are gone."""
         if not unfinished:
             return {}
+        writers = dict(self._query(
+            "SELECT id, arg_max(writer, rev) FROM events WHERE session_id = $1 AND list_contains($2, id) "
+            "GROUP BY id", [session_id, [p.id for p in unfinished]]))
         me = self._journal.writer if self._journal is not None else None
         alive: dict[str, bool] = {}
         fixed = {}
-        for part, writer in unfinished:
+        for part in unfinished:
+            writer = writers.get(part.id)
             if writer not in alive:
-                alive[writer] = writer == me or _alive(self._root / "live" / f"{writer}.jsonl")
+                alive[writer] = writer == me or writer is None or _alive(self._root / "live" / f"{writer}.jsonl")
             if not alive[writer]:
                 fixed[part.id] = _interrupted(part)
         if fixed:
@@ -544,19 +593,34 @@ class Store:
         return self._run(lambda con: con.execute(query, params or []).fetchall())
 
     def _run(self, fn):
-        """``fn(con)`` over the current files; retried when a file vanished under it (compaction)."""
+        """``fn(con)`` over the current files.
+
+        A compaction can remove a journal between listing and reading it; then
+        the listing has changed and the query is retried. An I/O error with an
+        unchanged listing is real and raised.
+        """
         import duckdb
 
+        journal = self._journal
+        if journal is not None and journal.buffer:
+            journal.append(sync=False)  # read your own writes
         with self._read_lock:
             con = self._connection()
-            for attempt in range(3):
-                self._refresh(con)
+            if time.monotonic() >= self._next_sweep:
+                self._next_sweep = time.monotonic() + 10.0
+                self._sweep()
+            for _ in range(100):  # each retry means another writer's journal was compacted
+                files = self._listing()
                 try:
+                    if files != self._files:
+                        self._files = None
+                        con.execute(f"CREATE OR REPLACE VIEW events AS {_events_sql(*files)}")  # opens them
+                        self._files = files
                     return fn(con)
                 except duckdb.IOException:
-                    if attempt == 2:
+                    if self._listing() == files:
                         raise
-                    self._files = None
+            raise UsageError("the history keeps changing under the query — try again")
 
     def _connection(self):
         """The private in-memory DuckDB (no file, so no lock), locked down to the history folder."""
@@ -580,15 +644,8 @@ class Store:
             self._con, self._con_pid, self._files = con, os.getpid(), ()
         return self._con
 
-    def _refresh(self, con) -> None:
-        """Point ``events`` at the files present now; compact dead writers' journals now and then."""
-        if time.monotonic() >= self._next_sweep:
-            self._next_sweep = time.monotonic() + 10.0
-            self._sweep()
-        files = (_listdir(self._root / "live", ".jsonl"), _listdir(self._root / "parquet", ".parquet"))
-        if files != self._files:
-            con.execute(f"CREATE OR REPLACE VIEW events AS {_events_sql(*files)}")
-            self._files = files
+    def _listing(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return _listdir(self._root / "live", ".jsonl"), _listdir(self._root / "parquet", ".parquet")
 
     def _sweep(self) -> None:
         me = self._journal.writer if self._journal is not None else None
@@ -618,7 +675,7 @@ def _events_sql(jsonl: tuple[str, ...], parquet: tuple[str, ...]) -> str:
         parts.append(f"SELECT {_NAMES} FROM {_read_json(jsonl)} WHERE id IS NOT NULL")
     if parquet:
         files = ", ".join(_quote(p) for p in parquet)
-        parts.append(f"SELECT {_NAMES.replace('data', 'data::JSON data')} FROM read_parquet([{files}], union_by_name=true)")
+        parts.append(f"SELECT {_NAMES}::JSON AS data FROM read_parquet([{files}], union_by_name=true)")
     return " UNION ALL ".join(parts) or _EMPTY
 
 

@@ -210,3 +210,13 @@ def test_bad_overrides(overrides, fragment):
     assert "\n" not in message
     if "unknown key" in fragment:
         assert all(k in message for k in catalog.OVERRIDE_KEYS)  # names the valid keys
+
+
+def test_apply_overrides_to_a_model_info_from_elsewhere():
+    local = budget.ModelInfo(provider_id="local", model_id="smollm2", context=8192, output=2048, source="local")
+    assert catalog.apply_overrides(local, None) is local
+    assert catalog.apply_overrides(local, {"other": {"context": 1}}) is local
+    patched = catalog.apply_overrides(local, {"local/smollm2": {"context": 4096}})
+    assert (patched.context, patched.output, patched.source) == (4096, 2048, "override")
+    with pytest.raises(ConfigError, match="valid keys"):
+        catalog.apply_overrides(local, {"smollm2": {"ctx": 1}})
