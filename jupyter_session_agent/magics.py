@@ -15,20 +15,6 @@ from traitlets import Bool, Dict, Float, Int, Unicode
 
 from .errors import AgentError, UsageError
 
-HELP = """\
-%%agent [-s SESSION] [-n/--new] [-m MODEL] [-o VAR]   run the cell body as a prompt
-%agent sessions            list sessions (newest first)
-%agent use ID              make ID the current session (a unique prefix is enough)
-%agent new                 start a new session
-%agent show [ID]           show a session's transcript (default: the current one)
-%agent sql QUERY           read-only SQL over the history (tables: session, message, part)
-%%agent_sql [VAR <<]       the same for a whole cell; VAR << stores the DataFrame
-%agent help                this list
-Coming with later releases: budget, compact, fork, revert, unrevert, permit, export.
-Settings: %config AgentMagics.model / data_dir / model_overrides / compaction / max_steps / max_retries"""
-
-NOT_YET = {"budget", "compact", "fork", "revert", "unrevert", "permit", "export"}
-
 
 class TurnInterrupted(AgentError):
     """The user interrupted a turn; what it produced is saved."""
@@ -124,14 +110,15 @@ class AgentMagics(Magics):
         """``%agent <subcommand>``; ``%%agent`` (cell form) runs a prompt."""
         if cell is not None:
             return self.agent_cell(line, cell)
+        from .commands import load_all
+
         words = shlex.split(line)
-        command, rest = (words[0], words[1:]) if words else ("help", [])
-        if command in NOT_YET:
-            raise UsageError(f"'%agent {command}' is not available yet in this version — %agent help")
-        handler = getattr(self, f"_cmd_{command}", None)
-        if handler is None:
-            raise UsageError(f"unknown subcommand '{command}' — %agent help lists them")
-        return handler(rest, line.split(None, 1)[1] if len(words) > 1 else "")
+        name, rest = (words[0], words[1:]) if words else ("help", [])
+        command = load_all().get(name)
+        if command is None:
+            raise UsageError(f"unknown or not yet available subcommand '{name}' — %agent help lists them")
+        raw = line.strip()[len(name):].strip()
+        return command.handler(self, rest, raw)
 
     @cell_magic
     def agent_sql(self, line: str, cell: str):
@@ -143,58 +130,6 @@ class AgentMagics(Magics):
         if target:
             self.shell.user_ns[target] = frame
         return frame
-
-    # -- subcommands -----------------------------------------------------------
-
-    def _cmd_help(self, args, raw):
-        print(HELP)
-
-    def _cmd_new(self, args, raw):
-        session = self.current(new=True)
-        print(f"new session {session.info.id}")
-
-    def _cmd_use(self, args, raw):
-        if len(args) != 1:
-            raise UsageError("usage: %agent use SESSION_ID — %agent sessions lists them")
-        session = self.current(session_id=args[0])
-        print(f"using {session.info.id} — {session.info.title}")
-
-    def _cmd_sessions(self, args, raw):
-        from .display import Markdown
-
-        rows = self.store().sessions()
-        if not rows:
-            return Markdown("*(no sessions yet — run a `%%agent` cell)*")
-        current = self.session.info.id if self.session else None
-        lines = ["| | id | title | updated |", "|---|---|---|---|"]
-        for s in rows:
-            mark = "▶" if s.id == current else ""
-            updated = _iso(s.time_updated)
-            lines.append(f"| {mark} | `{s.id}` | {s.title} | {updated} |")
-        return Markdown("\n".join(lines))
-
-    def _cmd_show(self, args, raw):
-        from .display import Markdown, transcript
-
-        store = self.store()
-        if args:
-            session_id = store.session(args[0]).id
-        elif self.session is not None:
-            session_id = self.session.info.id
-        else:
-            raise UsageError("no current session — %agent show ID, or run a %%agent cell first")
-        return Markdown(transcript(store.messages(session_id)))
-
-    def _cmd_sql(self, args, raw):
-        if not raw.strip():
-            raise UsageError("usage: %agent sql SELECT …")
-        return self.store().sql(raw)
-
-
-def _iso(ms: int) -> str:
-    import time
-
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ms / 1000))
 
 
 def _is_kernel(shell) -> bool:

@@ -11,8 +11,9 @@ is OpenCode's stored JSON (the value's ``to_data()`` minus its keys). Readers
 keep the newest ``rev`` per id and drop tombstones. A writer holds
 ``flock(LOCK_EX)`` on its journal for as long as it lives, so a journal that
 can be locked belongs to a dead process: its running tools were interrupted
-and the file may be compacted to Parquet. Nothing ever holds a DuckDB file
-lock: DuckDB only reads, from a private in-memory database.
+and the file is compacted to Parquet (by its owner at close(), otherwise by
+the next reader). Nothing ever holds a DuckDB file lock: DuckDB only reads,
+from a private in-memory database.
 
 This is the only module that imports duckdb (and pandas), always lazily.
 """
@@ -279,8 +280,10 @@ def _create_locked(path: Path) -> int:
 def _compact(journal: Path, history: Path) -> None:
     """Journal → ``parquet/<writer>.parquet`` (tmp + rename), then remove the journal.
 
-    The caller holds the journal's lock. Readers may list both files for a
-    moment; the duplicate rows carry the same ``rev`` so they collapse.
+    Only for a finished writer (the caller holds the journal's lock): keeps
+    the newest row per id and turns its pending/running tools into
+    interrupted errors. Readers may list both files for a moment; the
+    duplicate rows carry the same ``rev`` so they collapse.
     """
     import duckdb
 

@@ -205,8 +205,8 @@ def test_subcommands_and_sql(ip, server, store, magics):
         ip.run_line_magic("agent", "sql drop table part")
     with pytest.raises(SessionNotFoundError):
         ip.run_line_magic("agent", "use ses_nope")
-    with pytest.raises(AgentError, match="not available yet"):
-        ip.run_line_magic("agent", "fork")
+    with pytest.raises(AgentError, match="unknown or not yet available"):
+        ip.run_line_magic("agent", "no-such-command")
     with capture_output() as out:
         ip.run_line_magic("agent", "help")
     assert "%%agent" in out.stdout
