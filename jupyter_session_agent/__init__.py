@@ -22,9 +22,18 @@ def unload_ipython_extension(ipython) -> None:
     unload(ipython)
 
 
-def sql(query: str, data_dir: str | None = None):
-    """Run read-only SQL over the history; returns a pandas DataFrame."""
-    from .settings import resolve_data_dir
-    from .store import Store
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """Where the built JupyterLab renderer is (for ``jupyter labextension develop .``).
 
-    return Store(resolve_data_dir(data_dir)).sql(query)
+    A normal or editable ``pip install`` copies it to
+    ``<prefix>/share/jupyter/labextensions/jupyter-session-agent`` (wheel shared-data).
+    """
+    return [{"src": "labextension", "dest": "jupyter-session-agent"}]
+
+
+def sql(query: str, data_dir: str | None = None, params: list | dict | None = None):
+    """Run read-only SQL over the history; returns a pandas DataFrame (views: docs/analytics.md)."""
+    from .settings import resolve_data_dir
+    from .store import shared
+
+    return shared(resolve_data_dir(data_dir)).sql(query, params)

@@ -4,8 +4,15 @@ OpenCode's ``SessionPrompt.loop`` (spec §2.1) reduced to what a notebook turn
 needs: each iteration looks at the visible history (``filter_compacted``),
 exits once an assistant message newer than the last user message finished
 for a reason other than tool calls, and otherwise runs one step. The last
-allowed step gets OpenCode's max-steps instruction. Compaction hooks in where
-a step asks for it (``outcome == "compact"``).
+allowed step gets OpenCode's max-steps instruction.
+
+Compaction (``compaction.Compactor``, spec §3): before the first step, the
+proactive check (the newest finished step overflowed); after each step, a
+usage overflow (``count >= usable × threshold``) or a provider's context
+overflow error starts a summary compaction, then the loop continues from the
+compacted view; at the end of the loop, the prune. With ``compaction.auto``
+off, an overflow error is a one-line ``ContextLimitError`` (OpenCode #16882).
+A compaction that fails or frees no room is a ``ContextLimitError`` too.
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ class TurnSetup:
     auto_compact: bool = True
     reserved: int | None = None
     cwd: str = "."
+    permit: Callable[[str, dict, Any], None] | None = None  # permission.Gate: checked before each tool runs
+    snapshot: Any = None  # snapshot.Snapshot: file snapshots around each step, for revert
+    compactor: Any = None  # compaction.Compactor; None: an overflow is a ContextLimitError
 
 
 def run_turn(setup: TurnSetup, history: list[WithParts], observer: Observer | None = None) -> list[WithParts]:
@@ -56,6 +66,9 @@ def run_turn(setup: TurnSetup, history: list[WithParts], observer: Observer | No
     observer = observer or Observer()
     added: list[WithParts] = []
     step = 0
+    compactor = setup.compactor
+    if compactor is not None:
+        _proactive(compactor, history, added, observer)
     while True:
         visible = filter_compacted(history)
         last_user = next(m.info for m in reversed(visible) if isinstance(m.info, UserMessage))
@@ -89,6 +102,8 @@ def run_turn(setup: TurnSetup, history: list[WithParts], observer: Observer | No
             max_retries=setup.max_retries,
             auto_compact=setup.auto_compact,
             reserved=setup.reserved,
+            permit=setup.permit,
+            snapshot=setup.snapshot,
         )
         try:
             result = processor.run(message)
@@ -97,13 +112,52 @@ def run_turn(setup: TurnSetup, history: list[WithParts], observer: Observer | No
             item = WithParts(processor.message, tuple(processor.parts.values()))
             history.append(item)
             added.append(item)
-        if result.outcome == "compact":
-            raise ContextLimitError(_overflow_text(result.message, setup.model))
+        if compactor is None:
+            if result.outcome == "compact":
+                raise ContextLimitError(_overflow_text(result.message, setup.model))
+        elif not getattr(processor, "blocked", False):
+            compactor.observe(chat, None if result.message.error else result.message.tokens)
+            overflow_error = bool(result.message.error) and result.message.error.get("name") == "ContextOverflowError"
+            if overflow_error and not compactor.config.auto:
+                raise ContextLimitError(_overflow_text(result.message, setup.model))
+            if overflow_error or (not result.message.error and compactor.is_overflow(result.message.tokens)):
+                finished = not overflow_error and result.message.finish not in CONTINUE_REASONS
+                stop_after = last_step or (finished and compactor.config.skip_turn_end_continue)
+                compacted = compactor.compact(
+                    history, cause="overflow" if overflow_error else "auto", auto=True,
+                    continue_after=not stop_after, step_tokens=result.message.tokens.count or None,
+                    observer=observer,
+                )
+                added.extend(compacted.added)
+                if not compacted.ok:
+                    raise ContextLimitError(compacted.message)
+                if stop_after:
+                    break
+                continue
+            compactor.step_done(result.message.tokens)
         if result.outcome == "stop" or last_step:
             break
         if result.tool_calls == 0 and result.message.finish in CONTINUE_REASONS:
             break  # "unknown" with nothing to act on: another call would repeat itself
+    if compactor is not None:
+        compactor.prune(history)  # OpenCode prunes at the end of every loop
     return added
+
+
+def _proactive(compactor: Any, history: list[WithParts], added: list[WithParts], observer: Observer) -> None:
+    """§2.1 step 8: the newest finished step (not a summary) already overflowed: compact first."""
+    finished = [m.info for m in filter_compacted(history)
+                if isinstance(m.info, AssistantMessage) and m.info.finish and not m.info.error]
+    if not finished:
+        return
+    newest = max(finished, key=lambda info: info.id)
+    if newest.summary or not compactor.is_overflow(newest.tokens):
+        return
+    result = compactor.compact(history, cause="auto", auto=True, step_tokens=newest.tokens.count or None,
+                               observer=observer)
+    added.extend(result.added)
+    if not result.ok:
+        raise ContextLimitError(result.message)
 
 
 def _answered(assistant: AssistantMessage, user: UserMessage) -> bool:
@@ -116,9 +170,10 @@ def _overflow_text(message: AssistantMessage, model: Any) -> str:
     used = message.tokens.count
     return (
         f"the conversation needs {used:,} tokens and {model.model_id} allows {model.context:,}; "
-        "start a new session with `%%agent --new` (automatic compaction is not enabled in this version)"
+        "start a new session with `%%agent --new` or turn compaction on (compaction.auto)"
         if used
-        else f"the request exceeded {model.model_id}'s context window; start a new session with `%%agent --new`"
+        else f"the request exceeded {model.model_id}'s context window ({model.context:,} tokens); "
+        "start a new session with `%%agent --new`, or %agent compact (compaction.auto is off)"
     )
 
 

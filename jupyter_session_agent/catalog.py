@@ -40,7 +40,8 @@ from .errors import ConfigError
 
 __all__ = ["model_info", "apply_overrides", "OVERRIDE_KEYS", "PROVIDER_ALIASES", "LOCAL_PROVIDERS", "clear_cache"]
 
-OVERRIDE_KEYS = ("context", "output", "input", "price_input", "price_output", "price_cache_read", "price_cache_write")
+OVERRIDE_KEYS = ("context", "output", "input", "price_input", "price_output", "price_cache_read", "price_cache_write",
+                 "compaction_threshold")  # ratio of the usable window where auto compaction starts (→ extra)
 _LIMIT_KEYS = ("context", "output", "input")
 _PRICE_FIELDS = {
     "price_input": "input",
@@ -160,6 +161,9 @@ def _validate(name: Any, patch: Any) -> None:
         if k in _LIMIT_KEYS:
             ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
             what = "a whole number of tokens >= 0"
+        elif k == "compaction_threshold":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
+            what = "a ratio of the usable window, 0 < r <= 1"
         else:
             ok = isinstance(value, (int, float, Decimal)) and not isinstance(value, bool) and 0 <= value < float("inf")
             what = "USD per million tokens, a number >= 0"
@@ -180,6 +184,8 @@ def _apply(info: ModelInfo, patch: Mapping[str, Any]) -> ModelInfo:
     if price_changes:
         changes["prices"] = dataclasses.replace(info.prices, **price_changes)
         changes["prices_over_200k"] = None
+    if "compaction_threshold" in patch:
+        changes["extra"] = {**info.extra, "compaction_threshold": float(patch["compaction_threshold"])}
     return dataclasses.replace(info, **changes)
 
 

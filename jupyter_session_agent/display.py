@@ -1,26 +1,45 @@
-"""Showing a turn in the cell: a Markdown transcript, live-updated while it streams.
+"""Showing sessions in the cell: one MIME bundle, live-updated while a turn streams.
 
-``LiveView`` is the processor's observer: it keeps the parts of the running
-turn in order and re-renders them into one display (display-id updates),
-throttled so a fast stream does not flood the front end. ``transcript`` renders
-any stored history the same way, for ``%agent show``. Rich rendering (widgets,
-the JupyterLab MIME renderer) builds on these functions later.
+Every view is a bundle of three forms of the same transcript:
+
+* ``application/vnd.jupyter.session-agent+json`` (:data:`MIME_TYPE`): the session
+  info, its messages with their parts as OpenCode JSON (``WithParts.to_data()``),
+  the budget report and a schema version. The JupyterLab extension in
+  ``labextension/`` renders it (collapsible parts, tool status badges, the budget
+  gauge, compaction markers, pruned outputs); it is saved in the notebook, so a
+  transcript re-renders without a kernel.
+* ``text/markdown``: the same, readable in any front end (and on GitHub).
+* ``text/plain``: a short plain summary (what nbval compares).
+
+Outputs stay bounded: any string in a part longer than :data:`MAX_FIELD_CHARS`
+(text and reasoning: :data:`MAX_TEXT_CHARS`) is cut, and the part gets a
+``truncated`` object mapping the field's dotted path to its full length; a
+transcript keeps the newest :data:`MAX_MESSAGES` messages and counts the rest.
+
+:class:`LiveView` is the processor's observer: it keeps the running turn's
+messages and parts and re-renders the bundle into one display (display-id
+updates), throttled so a fast stream does not flood the front end.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Iterable
+from typing import Any, Iterable, Sequence
 
 from .messages import (
+    AgentPart,
     AssistantMessage,
     CompactionPart,
     FilePart,
     Part,
+    PatchPart,
     ReasoningPart,
     RetryPart,
+    SnapshotPart,
     StepFinishPart,
+    StepStartPart,
+    SubtaskPart,
     TextPart,
     ToolCompleted,
     ToolError,
@@ -31,9 +50,18 @@ from .messages import (
 )
 from .processor import Observer
 
+MIME_TYPE = "application/vnd.jupyter.session-agent+json"
+SCHEMA_VERSION = 1
+MAX_FIELD_CHARS = 20_000  # per string in a part (tool input/output/error, metadata, urls)
+MAX_TEXT_CHARS = 100_000  # per text / reasoning part
+MAX_MESSAGES = 500  # per transcript; older ones are counted, not sent
 MIN_INTERVAL = 0.1  # seconds between live re-renders of a streaming part
+SLOW_INTERVAL = 0.5  # … once the bundle is large
+LARGE_BUNDLE = 256_000  # characters
 OUTPUT_PREVIEW_LINES = 12
-_STATUS_ICON = {"pending": "⏳", "running": "⚙️", "completed": "✅", "error": "❌"}
+STATUS_ICON = {
+    "pending": "⏳", "running": "⚙️", "completed": "✅", "error": "❌", "interrupted": "⏹",
+}
 
 
 class Markdown:
@@ -49,27 +77,408 @@ class Markdown:
         return self.text
 
 
-class LiveView(Observer):
-    """Renders the running turn into one cell output, updating it in place."""
+# --------------------------------------------------------------------------
+# the JSON form
 
-    def __init__(self, live: bool = True):
+
+def tool_status(part: ToolPart) -> str:
+    """pending / running / completed / error / interrupted (a ToolError marked interrupted)."""
+    state = part.state
+    if isinstance(state, ToolError) and state.interrupted:
+        return "interrupted"
+    return state.status
+
+
+def part_data(part: Part) -> dict[str, Any]:
+    """``part.to_data()`` with long strings cut; ``truncated`` maps each cut field to its length."""
+    data = part.to_data()
+    truncated: dict[str, int] = {}
+    for key, value in list(data.items()):
+        limit = MAX_TEXT_CHARS if key == "text" else MAX_FIELD_CHARS
+        data[key] = _bound(value, limit, key, truncated)
+    if truncated:
+        data["truncated"] = truncated
+    return data
+
+
+def _bound(value: Any, limit: int, path: str, truncated: dict[str, int], depth: int = 0) -> Any:
+    if isinstance(value, str):
+        if len(value) > limit:
+            truncated[path] = len(value)
+            return value[:limit]
+        return value
+    if depth > 8:
+        return value
+    if isinstance(value, dict):
+        return {k: _bound(v, MAX_FIELD_CHARS, f"{path}.{k}", truncated, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_bound(v, MAX_FIELD_CHARS, f"{path}.{i}", truncated, depth + 1) for i, v in enumerate(value)]
+    return value
+
+
+def message_data(item: WithParts) -> dict[str, Any]:
+    return {"info": item.info.to_data(), "parts": [part_data(p) for p in item.parts]}
+
+
+def transcript_data(
+    history: Sequence[WithParts],
+    *,
+    session: Any = None,
+    report: Any = None,
+    live: bool = False,
+    view: str = "transcript",
+    max_messages: int = MAX_MESSAGES,
+    omitted: int = 0,
+) -> dict[str, Any]:
+    """The :data:`MIME_TYPE` payload (schema :data:`SCHEMA_VERSION`).
+
+    ``session`` is a ``messages.Session`` (or ``None``), ``report`` a
+    ``report.BudgetReport`` (or ``None``); ``omitted`` counts messages before
+    ``history`` that the caller left out (the live view shows one turn).
+    """
+    shown = list(history)
+    if max_messages and len(shown) > max_messages:
+        omitted += len(shown) - max_messages
+        shown = shown[-max_messages:]
+    return {
+        "version": SCHEMA_VERSION,
+        "view": view,
+        "live": live,
+        "session": session.to_data() if session is not None else None,
+        "messages": [message_data(m) for m in shown],
+        "omitted": omitted,
+        "budget": report.to_data() if report is not None else None,
+    }
+
+
+# --------------------------------------------------------------------------
+# the Markdown form
+
+
+def render_part(part: Part) -> str:
+    """One part as Markdown ("" for parts with nothing to show, e.g. step-start)."""
+    if isinstance(part, TextPart):
+        if part.ignored or not part.text:
+            return ""
+        return f"<sub>*(synthetic)*</sub> {part.text}" if part.synthetic else part.text
+    if isinstance(part, ReasoningPart):
+        if not part.text:
+            return ""
+        took = f" · {_duration(part.time_end - part.time_start)}" if part.time_end and part.time_start else ""
+        return f"<details><summary>💭 reasoning{took}</summary>\n\n{_clip(part.text, MAX_TEXT_CHARS)}\n\n</details>"
+    if isinstance(part, ToolPart):
+        return _render_tool(part)
+    if isinstance(part, StepFinishPart):
+        t = part.tokens
+        est = " (estimated)" if t.estimated else ""
+        cache = f" ({t.cache_read:,} cached)" if t.cache_read else ""
+        reasoning = f" / {t.reasoning:,} reasoning" if t.reasoning else ""
+        return (f"<sub>▪ step · {t.count:,} tokens{est}: {t.prompt:,} in{cache} / {t.output:,} out{reasoning}"
+                f" · ${part.cost:.4f} · {part.reason}</sub>")
+    if isinstance(part, RetryPart):
+        err = part.error.get("data", {}) if isinstance(part.error, dict) else {}
+        status = f" (HTTP {err['statusCode']})" if err.get("statusCode") else ""
+        return f"<sub>⟳ retry {part.attempt}{status}: {err.get('message', '')}</sub>"
+    if isinstance(part, CompactionPart):
+        kind = "automatic" if part.auto else "manual"
+        why = ", context overflow" if part.overflow else ""
+        return f"**🗜 compaction requested** ({kind}{why})"
+    if isinstance(part, FilePart):
+        return f"📎 {part.filename or _clip(part.url, 120)} `{part.mime}`"
+    if isinstance(part, SubtaskPart):
+        model = f" · {part.model}" if part.model else ""
+        return f"🧩 **subtask** `{part.agent}`{model}: {part.description}"
+    if isinstance(part, PatchPart):
+        files = ", ".join(f"`{f}`" for f in part.files[:20])
+        more = f" and {len(part.files) - 20} more" if len(part.files) > 20 else ""
+        return f"📝 files changed: {files}{more}" if part.files else ""
+    if isinstance(part, SnapshotPart):
+        return f"<sub>snapshot `{part.snapshot[:12]}`</sub>" if part.snapshot else ""
+    if isinstance(part, AgentPart):
+        return f"🤖 @{part.name}"
+    if isinstance(part, StepStartPart):
+        return ""
+    return ""
+
+
+def _render_tool(part: ToolPart) -> str:
+    state = part.state
+    status = tool_status(part)
+    icon = STATUS_ICON.get(status, "")
+    args = json.dumps(state.input, ensure_ascii=False)
+    title = getattr(state, "title", None)
+    head = f"{icon} **{part.tool or '?'}** `{status}`"
+    if title and title != part.tool:
+        head += f" {title}"
+    if isinstance(state, (ToolCompleted, ToolError)):
+        head += f" · {_duration(state.time_end - state.time_start)}"
+    lines = [head]
+    if args not in ("{}", ""):
+        lines.append(f"<sub>input</sub> `{_clip(args, 300).replace('`', 'ˋ')}`")
+    if isinstance(state, ToolCompleted):
+        if state.time_compacted:
+            lines.append(
+                f"✂️ *output pruned at {_clock(state.time_compacted)} — the model sees "
+                f"\"[Old tool result content cleared]\"*\n\n"
+                f"<details><summary>original output ({len(state.output):,} chars)</summary>\n\n"
+                f"{_code_block(state.output, preview=False)}\n\n</details>"
+            )
+        else:
+            lines.append(_code_block(state.output))
+    elif isinstance(state, ToolError):
+        lines.append(_code_block(state.error))
+    return "\n\n".join(lines)
+
+
+def _code_block(text: str, preview: bool = True) -> str:
+    total = text.count("\n") + 1
+    text = _clip(text, MAX_FIELD_CHARS)
+    lines = text.splitlines()
+    if preview and len(lines) > OUTPUT_PREVIEW_LINES:
+        head = _fence("\n".join(lines[:OUTPUT_PREVIEW_LINES]))
+        return (f"{head}\n\n<details><summary>all {total:,} lines</summary>\n\n"
+                f"{_fence(text)}\n\n</details>")
+    return _fence(text)
+
+
+def _fence(body: str) -> str:
+    return "```\n" + body.replace("```", "`\u200b``") + "\n```"
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit:,} more characters]"
+
+
+def _duration(ms: int | float) -> str:
+    seconds = max(0.0, ms / 1000)
+    if seconds < 60:
+        return f"{seconds:.2f} s"
+    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+def _clock(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ms / 1000))
+
+
+def message_header(info: Any, parts: Sequence[Part] = ()) -> str:
+    if isinstance(info, UserMessage):
+        if any(isinstance(p, CompactionPart) for p in parts):
+            return "#### 🗜 Compaction request"
+        return "#### You"
+    label = f"{info.provider_id}/{info.model_id}"
+    tokens = info.tokens
+    cost = f" · ${info.cost:.4f}" if info.cost else ""
+    if info.summary:
+        return f"#### 📋 Summary <sub>({label}{cost})</sub>"
+    used = f" · {tokens.count:,} tokens" if tokens.count else ""
+    return f"#### Agent <sub>({label}{used}{cost})</sub>"
+
+
+def markdown_transcript(history: Iterable[WithParts], report: Any = None, omitted: int = 0) -> str:
+    """A history as Markdown, message by message, with the budget at the end."""
+    out = []
+    if omitted:
+        out.append(f"*… {omitted:,} earlier messages not shown*")
+    for item in history:
+        info = item.info
+        body = "\n\n".join(t for t in (render_part(p) for p in item.parts) if t)
+        if isinstance(info, AssistantMessage) and info.error:
+            body += f"\n\n❗ **{info.error.get('name', 'Error')}**: {info.error.get('data', {}).get('message', '')}"
+        out.append(f"{message_header(info, item.parts)}\n\n{body}".rstrip())
+    text = "\n\n---\n\n".join(out) or "*(empty session)*"
+    if report is not None:
+        text += "\n\n---\n\n" + budget_markdown(report)
+    return text
+
+
+def transcript(history: Iterable[WithParts]) -> str:
+    """A stored history as Markdown (no budget)."""
+    return markdown_transcript(history)
+
+
+def _bar(fraction: float, width: int = 24) -> str:
+    filled = max(0, min(width, int(fraction * width + 0.5)))
+    return "█" * filled + "░" * (width - filled)
+
+
+def budget_lines(report: Any) -> list[str]:
+    """The budget as a few plain lines (the Markdown and text forms share them)."""
+    r = report
+    if r.usable:
+        ctx = (f"Context {r.used:,} / {r.usable:,} usable ({r.fraction:.0%}) [{_bar(r.fraction)}]"
+               f"{' (estimated)' if r.used_estimated else ''}")
+        window = f"window {r.context:,}" if r.context else "window unknown"
+        if r.input_limit:
+            window += f", input limit {r.input_limit:,}"
+        ctx += f" · reserved {r.reserved:,} · max output {r.max_output:,} · {window}"
+    else:
+        ctx = f"Context {r.used:,} tokens · window unknown for {r.model} (set model_overrides)"
+    if r.auto_compact and r.usable:
+        compaction = f"compaction at {r.compaction_at:,} ({max(0, r.headroom):,} left)"
+        if r.overflow:
+            compaction = f"compaction due now ({r.used:,} ≥ {r.compaction_at:,})"
+    else:
+        compaction = "automatic compaction off"
+    if r.prune:
+        prune = (f"prune above {r.prune_trigger:,} tool-output tokens (now {r.tool_output_tokens:,}"
+                 f"{f', {r.prunable_tokens:,} prunable' if r.prunable_tokens else ''})")
+        if r.prune_due:
+            prune += " — due"
+    else:
+        prune = "pruning off"
+    done = (f" · {r.pruned_parts} output{'' if r.pruned_parts == 1 else 's'} pruned ({r.pruned_tokens:,} tokens)"
+            if r.pruned_parts else "")
+    history = (f"{len(r.steps)} steps · {r.turns} turns · {r.compactions} compactions"
+               f" · cost ${r.cost:.4f} · model {r.model}")
+    lines = [ctx, f"{compaction} · {prune}{done}", history]
+    if r.steps:
+        lines.append(f"per step: {r.sparkline()}")
+    return lines
+
+
+def budget_markdown(report: Any) -> str:
+    ctx, triggers, history, *spark = budget_lines(report)
+    out = [f"**📊 {ctx}**", triggers, history]
+    if spark:
+        out.append(f"`{spark[0]}`")
+    return "  \n".join(out)
+
+
+def plain_transcript(history: Sequence[WithParts], report: Any = None, session: Any = None,
+                     omitted: int = 0, limit: int = 4_000) -> str:
+    """A short plain-text form: one line per message, then the budget."""
+    lines = []
+    if session is not None:
+        lines.append(f"Session: {session.title}")
+    if omitted:
+        lines.append(f"({omitted} earlier messages not shown)")
+    for item in history:
+        info = item.info
+        if isinstance(info, UserMessage):
+            role = "compaction request" if any(isinstance(p, CompactionPart) for p in item.parts) else "user"
+        else:
+            role = "summary" if info.summary else "agent"
+        bits = []
+        for p in item.parts:
+            if isinstance(p, TextPart) and p.text and not p.ignored:
+                bits.append(" ".join(p.text.split())[:200])
+            elif isinstance(p, ToolPart):
+                pruned = " (pruned)" if isinstance(p.state, ToolCompleted) and p.state.time_compacted else ""
+                bits.append(f"[{p.tool} {tool_status(p)}{pruned}]")
+            elif isinstance(p, RetryPart):
+                bits.append(f"[retry {p.attempt}]")
+            elif isinstance(p, CompactionPart):
+                bits.append("[compaction]")
+        lines.append(f"{role}: {' '.join(bits)}".rstrip())
+    if report is not None:
+        lines.extend(budget_lines(report))
+    text = "\n".join(lines) or "(empty session)"
+    return text if len(text) <= limit else text[:limit] + " …"
+
+
+# --------------------------------------------------------------------------
+# display objects
+
+
+class TranscriptView:
+    """A session (or a part of one) with its budget, as the three-form bundle."""
+
+    def __init__(self, history: Sequence[WithParts], *, session: Any = None, report: Any = None,
+                 live: bool = False, max_messages: int = MAX_MESSAGES, omitted: int = 0):
+        history = list(history)
+        if max_messages and len(history) > max_messages:
+            omitted += len(history) - max_messages
+            history = history[-max_messages:]
+        self.history, self.session, self.report = history, session, report
+        self.live, self.omitted = live, omitted
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return transcript_data(self.history, session=self.session, report=self.report,
+                               live=self.live, omitted=self.omitted, max_messages=0)
+
+    @property
+    def markdown(self) -> str:
+        return markdown_transcript(self.history, self.report, self.omitted)
+
+    @property
+    def text(self) -> str:
+        return plain_transcript(self.history, self.report, self.session, self.omitted)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
+        return {MIME_TYPE: self.data, "text/markdown": self.markdown, "text/plain": self.text}
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class BudgetView:
+    """The budget gauge alone (``%agent budget``)."""
+
+    def __init__(self, report: Any, session: Any = None):
+        self.report, self.session = report, session
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return transcript_data([], session=self.session, report=self.report, view="budget")
+
+    @property
+    def markdown(self) -> str:
+        return budget_markdown(self.report)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(budget_lines(self.report))
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
+        return {MIME_TYPE: self.data, "text/markdown": self.markdown, "text/plain": self.text}
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+# --------------------------------------------------------------------------
+# the live view
+
+
+class LiveView(Observer):
+    """Renders the running turn into one cell output, updating it in place.
+
+    With ``session`` (an ``AgentSession``) the view shows the whole turn — the
+    prompt, every step's message and parts, compaction messages — and the
+    session's budget, as the same bundle ``%agent show`` displays. The stored
+    history gives what is finished; the observer's events give the step in
+    flight (its text streaming, its tools changing state).
+    """
+
+    def __init__(self, live: bool = True, session: Any = None):
         self.live = live
-        self.parts: dict[str, Part] = {}
+        self.session = session
+        self.messages: dict[str, Any] = {}  # observed message infos by id
+        self.parts: dict[str, Part] = {}  # observed parts by id, in arrival order
         self.streams: dict[str, list[str]] = {}
-        self.notes: list[str] = []
+        self._base: int | None = None  # index of the turn's prompt in session.history
+        self._model = None
+        self._report = None
         self._handle = None
         self._last = 0.0
+        self._interval = MIN_INTERVAL
 
     # Observer ---------------------------------------------------------------
 
     def on_message(self, message: AssistantMessage) -> None:
+        self.messages[message.id] = message
+        self._report = None
         self._render(force=True)
 
     def on_part(self, part: Part) -> None:
         self.parts[part.id] = part
         if isinstance(part, (TextPart, ReasoningPart)) and part.time_end:
             self.streams.pop(part.id, None)  # the stored text is final now
-        self._render(force=not isinstance(part, (TextPart, ReasoningPart)))
+        streaming = isinstance(part, (TextPart, ReasoningPart))
+        if not streaming:
+            self._report = None
+        self._render(force=not streaming)
 
     def on_delta(self, part: Part, delta: str) -> None:
         self.parts.setdefault(part.id, part)
@@ -81,100 +490,90 @@ class LiveView(Observer):
         self.streams.pop(part_id, None)
 
     def on_retry(self, attempt: int, delay: float, reason: str) -> None:
-        self.notes.append(f"⟳ retry {attempt} in {delay:.1f} s — {reason}")
-        self._render(force=True)
+        self._render(force=True)  # the retry part is already in self.parts
 
-    # rendering --------------------------------------------------------------
+    # state ------------------------------------------------------------------
 
-    def markdown(self) -> str:
-        chunks = []
+    def turn(self) -> list[WithParts]:
+        """The running turn: stored messages from its prompt on, merged with what is streaming."""
+        history = list(self.session.history) if self.session is not None else []
+        if self._base is None and history:
+            self._base = _prompt_index(history)
+        items: dict[str, tuple[Any, dict[str, Part]]] = {}
+        for item in history[self._base or 0:] if history else ():
+            items[item.info.id] = (item.info, {p.id: p for p in item.parts})
+        for mid, info in self.messages.items():
+            stored = items.get(mid)
+            items[mid] = (info if stored is None or _newer(info, stored[0]) else stored[0],
+                          stored[1] if stored else {})
         for part in self.parts.values():
             if part.id in self.streams and isinstance(part, (TextPart, ReasoningPart)):
                 part = replace(part, text="".join(self.streams[part.id]))
-            chunks.append(render_part(part))
-        chunks.extend(self.notes)
-        return "\n\n".join(c for c in chunks if c) or "…"
+            entry = items.get(part.message_id)
+            if entry is None:
+                continue  # a part of a message not announced (cannot happen with the processor)
+            entry[1][part.id] = part
+        return [WithParts(info, tuple(sorted(ps.values(), key=lambda p: p.id)))
+                for _, (info, ps) in sorted(items.items())]
+
+    def report(self, turn: Sequence[WithParts]):
+        if self.session is None:
+            return None
+        if self._report is None:
+            from .report import budget_report
+
+            try:
+                if self._model is None:
+                    self._model = self.session.model_info(self.session.last_model() or None)
+                before = list(self.session.history[: self._base or 0])
+                self._report = budget_report(before + list(turn), self._model, self.session.settings.compaction)
+            except Exception:  # the budget is a view; never let it break a turn
+                return None
+        return self._report
+
+    def view(self, final: bool = False) -> TranscriptView:
+        turn = self.turn()
+        info = self.session.info if self.session is not None else None
+        return TranscriptView(turn, session=info, report=self.report(turn), live=not final,
+                              omitted=self._base or 0)
+
+    def markdown(self) -> str:
+        return self.view().markdown
 
     def finish(self) -> None:
         """Final render; shows the transcript once when live updates were off."""
+        self._report = None
         self._render(force=True, final=True)
 
     def _render(self, force: bool = False, final: bool = False) -> None:
         if not self.live and not final:
             return
         now = time.monotonic()
-        if not force and now - self._last < MIN_INTERVAL:
+        if not force and now - self._last < self._interval:
             return
         self._last = now
         from IPython.display import display
 
-        obj = Markdown(self.markdown())
+        view = self.view(final=final)
+        bundle = view._repr_mimebundle_()
+        size = len(bundle["text/markdown"])
+        self._interval = SLOW_INTERVAL if size > LARGE_BUNDLE else MIN_INTERVAL
         if self._handle is None:
-            self._handle = display(obj, display_id=True)
+            self._handle = display(bundle, raw=True, display_id=True)
         else:
-            self._handle.update(obj)
+            self._handle.update(bundle, raw=True)
 
 
-def render_part(part: Part) -> str:
-    """One part as Markdown."""
-    if isinstance(part, TextPart):
-        return "" if part.ignored else part.text
-    if isinstance(part, ReasoningPart):
-        return f"<details><summary>reasoning</summary>\n\n{part.text}\n\n</details>" if part.text else ""
-    if isinstance(part, ToolPart):
-        return _render_tool(part)
-    if isinstance(part, StepFinishPart):
-        t = part.tokens
-        est = " (estimated)" if t.estimated else ""
-        return (
-            f"<sub>step · {t.prompt:,} in / {t.output:,} out{est}"
-            f"{f' / {t.reasoning:,} reasoning' if t.reasoning else ''} · ${part.cost:.4f} · {part.reason}</sub>"
-        )
-    if isinstance(part, RetryPart):
-        return f"<sub>⟳ retry {part.attempt}: {part.error.get('data', {}).get('message', '')}</sub>"
-    if isinstance(part, CompactionPart):
-        return f"**— compaction requested ({'auto' if part.auto else 'manual'}) —**"
-    if isinstance(part, FilePart):
-        return f"📎 {part.filename or part.url} ({part.mime})"
-    return ""
+def _prompt_index(history: Sequence[WithParts]) -> int:
+    """Index of the newest prompt typed by the user (not a compaction request, not synthetic)."""
+    for i in range(len(history) - 1, -1, -1):
+        item = history[i]
+        if isinstance(item.info, UserMessage) and not any(isinstance(p, CompactionPart) for p in item.parts) \
+                and any(isinstance(p, TextPart) and not p.synthetic for p in item.parts):
+            return i
+    return 0
 
 
-def _render_tool(part: ToolPart) -> str:
-    state = part.state
-    icon = _STATUS_ICON.get(state.status, "")
-    status = "interrupted" if isinstance(state, ToolError) and state.interrupted else state.status
-    args = json.dumps(state.input, ensure_ascii=False)
-    head = f"{icon} **{part.tool}** `{status}` `{args[:200]}`"
-    if isinstance(state, ToolCompleted):
-        head += f" · {(state.time_end - state.time_start) / 1000:.2f} s"
-        if state.time_compacted:
-            return head + "\n\n*(output pruned)*"
-        return head + "\n\n" + _code_block(state.output)
-    if isinstance(state, ToolError):
-        return head + "\n\n" + _code_block(state.error)
-    return head
-
-
-def _code_block(text: str) -> str:
-    lines = text.splitlines()
-    if len(lines) > OUTPUT_PREVIEW_LINES:
-        hidden = len(lines) - OUTPUT_PREVIEW_LINES
-        lines = lines[:OUTPUT_PREVIEW_LINES] + [f"… {hidden} more lines"]
-    body = "\n".join(lines).replace("```", "`\u200b``")
-    return f"```\n{body}\n```"
-
-
-def transcript(history: Iterable[WithParts]) -> str:
-    """A stored history as Markdown, message by message."""
-    out = []
-    for item in history:
-        info = item.info
-        if isinstance(info, UserMessage):
-            texts = [render_part(p) for p in item.parts]
-            out.append("**You:** " + "\n\n".join(t for t in texts if t))
-        else:
-            label = "summary" if info.summary else f"{info.provider_id}/{info.model_id}"
-            body = "\n\n".join(t for t in (render_part(p) for p in item.parts) if t)
-            err = f"\n\n❗ {info.error['name']}: {info.error.get('data', {}).get('message', '')}" if info.error else ""
-            out.append(f"**Agent** <sub>({label})</sub>\n\n{body}{err}")
-    return "\n\n---\n\n".join(out) or "*(empty session)*"
+def _newer(a: Any, b: Any) -> bool:
+    """The observed copy of a message wins unless the stored one is completed and it is not."""
+    return not (getattr(b, "time_completed", None) and not getattr(a, "time_completed", None))

@@ -46,10 +46,17 @@ def filter_compacted(history: Sequence[WithParts]) -> list[WithParts]:
     Walk newest→oldest; a finished, error-free summary marks its parent request
     as completed; stop (inclusive) at a completed request that carries a
     compaction part. A failed summary leaves the old history visible.
+
+    With a ``tail_start_id`` on that compaction part (spec §8.4), the walk goes
+    on past the request down to that message, leaving out earlier compaction
+    requests and summaries, and the result is ordered
+    ``[request, summary, tail…, newer…]``.
     """
     completed: set[str] = set()
     kept: list[WithParts] = []
-    for item in reversed(history):
+    items = list(history)
+    for index in range(len(items) - 1, -1, -1):
+        item = items[index]
         kept.append(item)
         info = item.info
         if isinstance(info, AssistantMessage) and info.summary and info.finish and not info.error:
@@ -59,9 +66,32 @@ def filter_compacted(history: Sequence[WithParts]) -> list[WithParts]:
             and info.id in completed
             and any(isinstance(p, CompactionPart) for p in item.parts)
         ):
-            break
+            kept.reverse()
+            tail_start = next((p.tail_start_id for p in item.parts
+                               if isinstance(p, CompactionPart) and p.tail_start_id), None)
+            return _with_tail(items[:index], kept, tail_start) if tail_start else kept
     kept.reverse()
     return kept
+
+
+def _with_tail(older: Sequence[WithParts], kept: list[WithParts], tail_start: str) -> list[WithParts]:
+    """``[request, summary, tail…, newer…]`` where the tail is ``older`` from ``tail_start`` on."""
+    tail = []
+    for item in reversed(older):
+        if item.info.id < tail_start:  # ids sort by creation; a deleted start message ends it too
+            break
+        if isinstance(item.info, AssistantMessage) and item.info.summary:
+            continue
+        if isinstance(item.info, UserMessage) and any(isinstance(p, CompactionPart) for p in item.parts):
+            continue
+        tail.append(item)
+    tail.reverse()
+    request, rest = kept[0], kept[1:]
+    summary = next((m for m in reversed(rest) if isinstance(m.info, AssistantMessage) and m.info.summary
+                    and m.info.finish and not m.info.error and m.info.parent_id == request.info.id), None)
+    if summary is None:
+        return [request, *tail, *rest]
+    return [request, summary, *tail, *(m for m in rest if m is not summary)]
 
 
 def to_chat_messages(history: Iterable[WithParts], *, strip_media: bool = False) -> list[Chat]:
@@ -148,7 +178,11 @@ def tool_result_text(part: ToolPart) -> str:
     """The text the model gets for a tool part, whatever its state."""
     state = part.state
     if isinstance(state, ToolCompleted):
-        return PRUNED_OUTPUT if state.time_compacted else state.output
+        if state.time_compacted:
+            # ours: a pruned output stays recoverable; the exact OpenCode text comes first
+            path = (state.metadata or {}).get("outputPath")
+            return f"{PRUNED_OUTPUT} — full output: {path}" if path else PRUNED_OUTPUT
+        return state.output
     if isinstance(state, ToolError):
         return state.error
     return INTERRUPTED_OUTPUT

@@ -23,6 +23,7 @@ PREFIXES = {
     "pty": "pty",
     "tool": "tool",
     "workspace": "wrk",
+    "event": "evt",  # history events (compaction)
 }
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _MASK48 = (1 << 48) - 1

@@ -11,7 +11,7 @@ import shlex
 
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from traitlets import Bool, Dict, Float, Int, Unicode
+from traitlets import Bool, Dict, Float, Int, Unicode, Union
 
 from .errors import AgentError, UsageError
 
@@ -33,6 +33,19 @@ class AgentMagics(Magics):
     request_timeout = Float(300.0, help="seconds to wait for the model server").tag(config=True)
     local_context = Int(8192, help="context size of the embedded local model").tag(config=True)
     live = Bool(True, help="update the cell while the agent works").tag(config=True)
+    permission = Union(
+        [Dict(), Unicode()],
+        help='permission rules after the defaults: {"bash": "allow", "edit": {"*.py": "allow"}}; '
+             "actions allow, ask, deny; last match wins (docs/permissions.md)",
+    ).tag(config=True)
+    # lifecycle (docs/lifecycle.md)
+    titles = Bool(True, help="generate a session title from the first prompt (its cost is recorded)").tag(config=True)
+    title_model = Unicode("", help="provider/model for titles; empty: the session's model").tag(config=True)
+    subagents = Bool(False, help="offer the task tool: the model can start subagent (child) sessions").tag(config=True)
+    subagent_model = Unicode("", help="provider/model for subagents; empty: the caller's model").tag(config=True)
+    snapshot = Dict(help="file snapshots for revert: enabled, max_file_size, max_files, exclude").tag(config=True)
+    memory = Dict(help="cross-session memory (docs/memory.md): enabled, inject, max_tokens, auto_remember, "
+                       "extractor, top_k, threshold, scope, history, embeddings").tag(config=True)
 
     def __init__(self, shell=None, **kwargs):
         super().__init__(shell=shell, **kwargs)
@@ -49,14 +62,17 @@ class AgentMagics(Magics):
             model_overrides=dict(self.model_overrides), compaction=dict(self.compaction),
             max_steps=self.max_steps, max_retries=self.max_retries,
             request_timeout=self.request_timeout, local_context=self.local_context,
+            permission=self.permission if isinstance(self.permission, str) else dict(self.permission),
+            titles=self.titles, title_model=self.title_model, subagents=self.subagents,
+            subagent_model=self.subagent_model, snapshot=dict(self.snapshot), memory=dict(self.memory),
         )
 
     def store(self):
-        from .store import Store
+        from .store import shared
 
         data_dir = self.settings().data_dir
-        if self._store is None or self._store.data_dir != data_dir:
-            self._store = Store(data_dir)
+        if self._store is None or self._store.data_dir != data_dir.expanduser().absolute():
+            self._store = shared(data_dir)  # the process's one Store (and SQL catalog) for this history
         return self._store
 
     def current(self, *, new: bool = False, session_id: str | None = None):
@@ -79,6 +95,8 @@ class AgentMagics(Magics):
     @argument("-m", "--model", help="provider/model for this turn")
     @argument("--fork", action="store_true", help="fork the current session first")
     @argument("-o", "--output", metavar="VAR", help="store the final text in VAR")
+    @argument("-p", "--permit", action="append", default=[], metavar="RULE",
+              help='a permission rule for this cell: "bash=allow", "edit:*.py=allow" (repeatable)')
     @no_var_expand
     @cell_magic
     def agent_cell(self, line: str, cell: str):
@@ -87,16 +105,21 @@ class AgentMagics(Magics):
             args = parse_argstring(self.agent_cell, line)
         except Exception as err:
             raise UsageError(f"{err} — %agent help lists the options") from None
-        if args.fork:
-            raise UsageError("--fork is not available yet in this version")
+        if args.fork and (args.new or (self.session is None and not args.session)):
+            raise UsageError("--fork copies an existing session — run a %%agent cell first, or add -s ID (not --new)")
         if not cell.strip():
             raise UsageError("the cell is empty — write the prompt below %%agent")
+        from .permission import parse_rule
+
+        rules = [parse_rule(text) for text in args.permit]
         from .display import LiveView
 
         session = self.current(new=args.new, session_id=args.session)
-        view = LiveView(live=self.live and _is_kernel(self.shell))
+        if args.fork:
+            session = self.session = session.fork()
+        view = LiveView(live=self.live and _is_kernel(self.shell), session=session)
         try:
-            result = session.prompt(cell.strip(), model=args.model, observer=view)
+            result = session.prompt(cell.strip(), model=args.model, observer=view, permission=rules)
         except KeyboardInterrupt:
             raise TurnInterrupted("interrupted — the partial answer is saved; run %%agent again to continue") from None
         finally:
@@ -147,6 +170,8 @@ def load(ipython) -> None:
 def unload(ipython) -> None:
     registry = ipython.magics_manager.registry
     magics = registry.pop("AgentMagics", None)
+    if magics is not None and magics.session is not None:
+        magics.session.wait_title(5.0)  # a background title call writes to the store
     if magics is not None and magics._store is not None:
         magics._store.close()
     for kind, name in (("line", "agent"), ("cell", "agent"), ("cell", "agent_sql")):

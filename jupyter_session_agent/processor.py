@@ -23,6 +23,7 @@ from .events import Finish, ReasoningDelta, StreamEvent, TextDelta, ToolCall, To
 from .messages import (
     AssistantMessage,
     Part,
+    PatchPart,
     ReasoningPart,
     RetryPart,
     StepFinishPart,
@@ -38,6 +39,7 @@ from .messages import (
     now_ms,
     replace,
 )
+from .permission import RejectedError
 
 ABORTED_TOOL_ERROR = "Tool execution aborted"
 
@@ -77,6 +79,12 @@ class StepProcessor:
     auto_compact: bool = True
     reserved: int | None = None
     sleep: Callable[[float], None] = time.sleep
+    # Called just before a tool runs: (tool name, args, call); raises a ToolFailure to refuse
+    # (permission.Gate). A RejectedError also stops the turn after this step (OpenCode's "blocked").
+    permit: Callable[[str, dict, ToolCall], None] | None = None
+    # snapshot.Snapshot of the session's directory: tree hashes on step-start/step-finish and a
+    # `patch` part when files changed (§4.2); None: no snapshots. Failures never fail the step.
+    snapshot: Any = None
 
     def run(self, message: AssistantMessage) -> StepResult:
         self.message = message
@@ -85,13 +93,18 @@ class StepProcessor:
         self._chunks: list[str] = []
         self._written: set[str] = set()
         self._calls: list[ToolCall] = []
+        self.blocked = False
         outcome = "continue"
         self._save_message()
-        self._add(StepStartPart(ids.ascending("part"), message.session_id, message.id), write=True)
+        self._before, self._patched = self._track(), False
+        self._add(StepStartPart(ids.ascending("part"), message.session_id, message.id, snapshot=self._before),
+                  write=True)
         try:
             finish = self._stream_with_retries()
             self._run_tools()
             self._finish_step(finish)
+            if self.blocked:
+                outcome = "stop"
             if not message.summary and budget.is_overflow(
                 finish.tokens, self.model, auto=self.auto_compact, reserved=self.reserved
             ):
@@ -201,13 +214,16 @@ class StepProcessor:
                 continue
             self.store.flush(sync=False)  # a crash while the tool runs shows it as interrupted
             try:
+                if self.permit is not None:
+                    self.permit(name, call.input, call)
                 result = self.run_tool(self.tools[name], call.input, call)
                 state = ToolCompleted(
                     input=call.input, output=result.output, title=result.title or name,
                     metadata=dict(result.metadata), time_start=start, time_end=now_ms(),
                 )
             except ToolFailure as err:
-                state = ToolError(call.input, str(err), start, now_ms())
+                state = ToolError(call.input, str(err), start, now_ms(), getattr(err, "metadata", None))
+                self.blocked = self.blocked or isinstance(err, RejectedError)
             except Exception as err:  # a tool's bug is the model's tool error, never a crashed turn
                 state = ToolError(call.input, f"{type(err).__name__}: {err}", start, now_ms())
             self._add(replace(running, state=state), write=True)
@@ -232,10 +248,16 @@ class StepProcessor:
         reason = finish.reason
         if reason == "unknown" and self._calls:
             reason = "tool-calls"
+        # a step that ran no tool changed nothing of the agent's: no second snapshot (whatever
+        # else changed meanwhile is the next step's starting point, not this step's patch)
+        after = self._track() if self._calls else self._before
+        # the patch goes before step-finish (OpenCode writes it after) so that step-finish
+        # stays the last part of a step
+        self._patch(after)
         self._add(
             StepFinishPart(
                 ids.ascending("part"), self.message.session_id, self.message.id,
-                reason=reason, cost=step_cost, tokens=finish.tokens,
+                reason=reason, cost=step_cost, tokens=finish.tokens, snapshot=after,
                 metadata={
                     "firstTokenMs": finish.first_token_ms,
                     "latencyMs": finish.latency_ms,
@@ -248,9 +270,33 @@ class StepProcessor:
             self.message, finish=reason, cost=self.message.cost + step_cost, tokens=finish.tokens
         )
 
+    def _track(self) -> str | None:
+        if self.snapshot is None:
+            return None
+        try:
+            return self.snapshot.track()
+        except Exception:
+            return None  # no snapshot for this step: revert cannot restore what it changes
+
+    def _patch(self, after: str | None) -> None:
+        """A `patch` part (the step-start tree, the files changed since) when files changed."""
+        self._patched = True
+        if not self._before or not after or after == self._before:
+            return
+        try:
+            files = self.snapshot.changed(self._before, after)
+        except Exception:
+            return
+        if files:
+            part = PatchPart(ids.ascending("part"), self.message.session_id, self.message.id,
+                             hash=self._before, files=tuple(files))
+            self._add(part, write=True)
+
     def _finalise(self) -> None:
         """Always runs: keep partial text, mark unfinished tools, complete and fsync."""
         self._end_open()
+        if not self._patched and self._calls:  # the step did not finish (error, interrupt): its tools' changes
+            self._patch(self._track())
         for part in list(self.parts.values()):
             if isinstance(part, ToolPart) and isinstance(part.state, (ToolPending, ToolRunning)):
                 start = getattr(part.state, "time_start", now_ms())

@@ -399,6 +399,22 @@ class OpenAIProvider:
         content = getattr(message, "content", None)
         return content if isinstance(content, str) else ""
 
+    def embed(self, texts: list[str], *, model: str) -> list[list[float]]:
+        """Embeddings of ``texts`` from the server's ``/v1/embeddings`` (cross-session memory search).
+
+        Raises ``ProviderError`` like the chat calls (a server without the endpoint answers 404).
+        """
+        import openai
+
+        try:
+            response = self._client.embeddings.create(model=model, input=list(texts))
+        except openai.OpenAIError as err:
+            raise self._request_error(err) from err
+        except ValueError as err:
+            raise ProviderError(f"malformed response from {self.base_url}: {_one_line(err)}") from err
+        rows = sorted(response.data, key=lambda d: d.index)
+        return [list(d.embedding) for d in rows]
+
     # -- error mapping -----------------------------------------------------------
 
     def _request_error(self, err: Exception) -> ProviderError:

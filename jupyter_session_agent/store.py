@@ -23,23 +23,25 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gc
+import glob
 import json
 import os
 import re
 import secrets
+import shutil
 import socket
 import threading
 import time
 import weakref
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
 from . import messages as M
 from .errors import ReadOnlyError, SessionNotFoundError, UsageError
 from .messages import Session, ToolError, ToolPart, WithParts, now_ms
+from .redact import redact as _redact
 
-Kind = Literal["session", "message", "part"]
+Kind = Literal["session", "message", "part", "event"]  # event: e.g. compaction.CompactionEvent
 
 COLUMNS = (
     "{kind: 'VARCHAR', id: 'VARCHAR', session_id: 'VARCHAR', message_id: 'VARCHAR', rev: 'BIGINT', "
@@ -53,10 +55,99 @@ _EMPTY = (  # the typed relation a history with no files yet reads as
 )
 
 
+# --------------------------------------------------------------------------
+# the catalog's tables (_store.<kind>) and the public views over them
+
+KINDS = ("session", "message", "part", "event")  # journal kinds; the catalog keeps one table for each
+_BASE = ("id", "session_id", "message_id", "rev", "writer", "time_created", "time_updated", "data")
+_RAW_SPEC = json.dumps({"kind": "VARCHAR", "id": "VARCHAR", "session_id": "VARCHAR", "message_id": "VARCHAR",
+                        "rev": "BIGINT", "writer": "VARCHAR", "deleted": "BOOLEAN", "time_created": "BIGINT",
+                        "time_updated": "BIGINT", "data": "JSON"})
+
+_I, _S, _F, _B = "BIGINT", "VARCHAR", "DOUBLE", "BOOLEAN"
+_TOKENS = {"input": _I, "output": _I, "reasoning": _I, "cache": {"read": _I, "write": _I}, "total": _I,
+           "estimated": _B}
+_TOKEN_COLUMNS = (("input_tokens", "j.tokens.input"), ("output_tokens", "j.tokens.output"),
+                  ("reasoning_tokens", "j.tokens.reasoning"), ("cache_read_tokens", "j.tokens.cache.read"),
+                  ("cache_write_tokens", "j.tokens.cache.write"), ("total_tokens", "j.tokens.total"),
+                  ("tokens_estimated", "j.tokens.estimated"))
+
+# Typed columns of each kind, computed once per row when the catalog ingests it:
+# ``from_json(data, spec)`` parses the JSON once into ``j`` (a value of the wrong type reads
+# as NULL), and each column is an expression over ``j`` and the row. A typed column may
+# replace a base column of the same name (a session's times come from its data).
+_TYPED: dict[str, tuple[dict, tuple[tuple[str, str], ...]]] = {
+    "session": (
+        {"projectID": _S, "workspaceID": _S, "parentID": _S, "slug": _S, "directory": _S, "title": _S,
+         "version": _S, "time": {"created": _I, "updated": _I, "archived": _I},
+         "titleUsage": {"model": _S, "cost": _F, "time": _I, "tokens": _TOKENS}},
+        (("project_id", "j.projectID"), ("workspace_id", "j.workspaceID"), ("parent_id", "j.parentID"),
+         ("slug", "j.slug"), ("directory", "j.directory"), ("title", "j.title"), ("version", "j.version"),
+         ("time_created", "j.time.created"), ("time_updated", "j.time.updated"),
+         ("time_archived", "j.time.archived"), ("title_model", "j.titleUsage.model"),
+         ("title_cost", "j.titleUsage.cost"), ("title_time", "j.titleUsage.time"),
+         *((f"title_{name}", f"j.titleUsage.{path[2:]}") for name, path in _TOKEN_COLUMNS))),
+    "message": (
+        {"role": _S, "parentID": _S, "agent": _S, "mode": _S, "providerID": _S, "modelID": _S,
+         "model": {"providerID": _S, "modelID": _S}, "cost": _F, "finish": _S, "summary": "JSON",
+         "error": {"name": _S, "data": {"message": _S}}, "time": {"completed": _I}, "tokens": _TOKENS},
+        (("role", "j.role"), ("parent_id", "j.parentID"), ("agent", "j.agent"), ("mode", "j.mode"),
+         ("provider_id", "coalesce(j.providerID, j.model.providerID)"),
+         ("model_id", "coalesce(j.modelID, j.model.modelID)"), ("cost", "j.cost"), ("finish", "j.finish"),
+         ("summary", "CASE WHEN json_type(j.summary) = 'BOOLEAN' THEN j.summary::BOOLEAN END"),
+         ("error_name", "j.error.name"), ("error_message", "j.error.data.message"),
+         ("time_completed", "j.time.completed"), *_TOKEN_COLUMNS)),
+    "part": (
+        {"type": _S, "tool": _S, "callID": _S, "text": _S, "synthetic": _B, "reason": _S, "cost": _F, "auto": _B,
+         "overflow": _B,
+         "attempt": _I, "time": {"start": _I, "end": _I}, "tokens": _TOKENS,
+         "metadata": {"latencyMs": _F, "firstTokenMs": _F, "attempts": _I},
+         "state": {"status": _S, "title": _S, "output": _S, "error": _S,
+                   "time": {"start": _I, "end": _I, "compacted": _I}, "metadata": {"interrupted": _B}}},
+        (("type", "j.type"), ("tool", "j.tool"), ("call_id", "j.callID"), ("status", "j.state.status"),
+         ("title", "j.state.title"), ("text_length", "length(j.text)"),
+         ("output_length", "length(j.state.output)"), ("time_start", "coalesce(j.state.time.start, j.time.start)"),
+         ("time_end", "coalesce(j.state.time.\"end\", j.time.\"end\")"), ("compacted_at", "j.state.time.compacted"),
+         ("reason", "j.reason"), ("cost", "j.cost"), *_TOKEN_COLUMNS,
+         ("latency_ms", "round(j.metadata.latencyMs)::BIGINT"),
+         ("first_token_ms", "round(j.metadata.firstTokenMs)::BIGINT"), ("attempts", "j.metadata.attempts"),
+         ("error", "j.state.error"), ("interrupted", "coalesce(j.state.metadata.interrupted, false)"),
+         ("auto", "j.auto"), ("overflow", "j.overflow"), ("attempt", "j.attempt"), ("synthetic", "j.synthetic"))),
+}
+
+
+# Tables derived from parts, kept with them (the rows of ids a batch touched are rebuilt): one
+# row per LLM call and per tool call, with the model of their message copied in, so the `step`
+# and `tool_call` views are plain table scans. (part type, SELECT over part p and message m).
+_PART_AND_MESSAGE = "FROM _store.part p LEFT JOIN _store.message m ON m.id = p.message_id"
+_DERIVED: dict[str, tuple[str, str]] = {
+    "step": ("step-finish", f"""SELECT p.session_id, p.message_id, p.id, m.provider_id AS provider,
+        m.model_id AS model, m.agent, coalesce(m.summary, false) AS summary, p.input_tokens, p.output_tokens,
+        p.reasoning_tokens, p.cache_read_tokens, p.cache_write_tokens,
+        p.input_tokens + p.cache_read_tokens + p.cache_write_tokens AS prompt_tokens,
+        coalesce(p.total_tokens, p.input_tokens + p.output_tokens + p.cache_read_tokens + p.cache_write_tokens)
+            AS context_tokens,
+        p.cost, coalesce(p.tokens_estimated, false) AS estimated, p.latency_ms, p.first_token_ms, p.attempts,
+        p.reason AS finish_reason, make_timestamp(p.time_created * 1000) AS time {_PART_AND_MESSAGE}"""),
+    "tool_call": ("tool", f"""SELECT p.session_id, p.message_id, p.id, p.call_id, p.tool,
+        CASE WHEN p.interrupted THEN 'interrupted' ELSE p.status END AS status, p.error,
+        p.time_end - p.time_start AS duration_ms, p.output_length, p.compacted_at IS NOT NULL AS pruned,
+        make_timestamp(p.compacted_at * 1000) AS pruned_at, m.provider_id AS provider, m.model_id AS model,
+        make_timestamp(coalesce(p.time_start, p.time_created) * 1000) AS time {_PART_AND_MESSAGE}"""),
+}
+
+
+def _table_columns(kind: str) -> list[str]:
+    typed = [name for name, _ in _TYPED.get(kind, ({}, ()))[1]]
+    return [c for c in _BASE if c not in typed] + typed
+
+
 def _latest(kind: str) -> str:
-    """Newest revision per id of one kind, tombstones removed."""
-    return (f"(SELECT * FROM events WHERE kind = '{kind}' QUALIFY row_number() OVER "
-            f"(PARTITION BY id ORDER BY rev DESC, writer DESC) = 1) WHERE deleted IS NOT TRUE")
+    """Newest revision per id of one kind, tombstones removed: the catalog's table.
+
+    Ends in a WHERE clause so a view can go on with ``AND …``.
+    """
+    return f"(SELECT *, false AS deleted FROM _store.{kind}) WHERE deleted IS NOT TRUE"
 
 
 def _num(path: str, typ: str = "BIGINT") -> str:
@@ -64,37 +155,100 @@ def _num(path: str, typ: str = "BIGINT") -> str:
 
 
 _VIEWS = {
-    "session": f"""SELECT id, data->>'projectID' project_id, data->>'workspaceID' workspace_id,
-        data->>'parentID' parent_id, data->>'slug' slug, data->>'directory' directory, data->>'title' title,
-        data->>'version' version, {_num("->'time'->>'created'")} time_created,
-        {_num("->'time'->>'updated'")} time_updated, {_num("->'time'->>'archived'")} time_archived, data
-        FROM {_latest('session')}""",
-    "message": f"""SELECT id, session_id, time_created, time_updated, data, data->>'role' role,
-        data->>'parentID' parent_id, data->>'agent' agent,
-        coalesce(data->>'providerID', data->'model'->>'providerID') provider_id,
-        coalesce(data->>'modelID', data->'model'->>'modelID') model_id, {_num("->>'cost'", "DOUBLE")} cost,
-        data->>'finish' finish,
-        CASE WHEN json_type(data, '$.summary') = 'BOOLEAN' THEN {_num("->>'summary'", "BOOLEAN")} END summary,
-        data->'error'->>'name' error_name, {_num("->'time'->>'completed'")} time_completed,
-        {_num("->'tokens'->>'input'")} input_tokens, {_num("->'tokens'->>'output'")} output_tokens,
-        {_num("->'tokens'->>'reasoning'")} reasoning_tokens,
-        {_num("->'tokens'->'cache'->>'read'")} cache_read_tokens,
-        {_num("->'tokens'->'cache'->>'write'")} cache_write_tokens, {_num("->'tokens'->>'total'")} total_tokens,
-        {_num("->'tokens'->>'estimated'", "BOOLEAN")} tokens_estimated
-        FROM {_latest('message')}""",
-    "part": f"""SELECT id, message_id, session_id, time_created, time_updated, data, data->>'type' type,
-        data->>'tool' tool, data->>'callID' call_id, data->'state'->>'status' status,
-        data->'state'->>'title' title, length(data->>'text') text_length,
-        length(data->'state'->>'output') output_length,
-        coalesce({_num("->'state'->'time'->>'start'")}, {_num("->'time'->>'start'")}) time_start,
-        coalesce({_num("->'state'->'time'->>'end'")}, {_num("->'time'->>'end'")}) time_end,
-        {_num("->'state'->'time'->>'compacted'")} compacted_at, data->>'reason' reason,
-        {_num("->>'cost'", "DOUBLE")} cost, {_num("->'tokens'->>'input'")} input_tokens,
-        {_num("->'tokens'->>'output'")} output_tokens, {_num("->'tokens'->>'reasoning'")} reasoning_tokens,
-        {_num("->'tokens'->'cache'->>'read'")} cache_read_tokens,
-        {_num("->'tokens'->'cache'->>'write'")} cache_write_tokens
-        FROM {_latest('part')}""",
+    "session": """SELECT id, project_id, workspace_id, parent_id, slug, directory, title, version, time_created,
+        time_updated, time_archived, data FROM _store.session""",
+    "message": """SELECT id, session_id, time_created, time_updated, data, role, parent_id, agent, provider_id,
+        model_id, cost, finish, summary, error_name, time_completed, input_tokens, output_tokens, reasoning_tokens,
+        cache_read_tokens, cache_write_tokens, total_tokens, tokens_estimated, mode, error_message
+        FROM _store.message""",
+    "part": """SELECT id, message_id, session_id, time_created, time_updated, data, type, tool, call_id, status,
+        title, text_length, output_length, time_start, time_end, compacted_at, reason, cost, input_tokens,
+        output_tokens, reasoning_tokens, cache_read_tokens, cache_write_tokens, total_tokens, tokens_estimated,
+        latency_ms, first_token_ms, attempts, error, interrupted, auto, overflow, attempt, synthetic
+        FROM _store.part""",
+    # Cost rollup per session (lifecycle.md): its assistant messages, its title call
+    # (data.titleUsage.cost) and, recursively, its subagent sessions (parent_id). UNION, not
+    # UNION ALL, so an imported parent cycle cannot recurse forever.
+    "session_cost": """WITH RECURSIVE tree(root, id) AS (
+            SELECT id, id FROM session
+            UNION SELECT tree.root, s.id FROM tree JOIN session s ON s.parent_id = tree.id),
+        msg AS (SELECT session_id, sum(cost) cost, count(*) n FROM message WHERE role = 'assistant'
+                GROUP BY session_id),
+        own AS (SELECT s.id, s.parent_id, coalesce(msg.cost, 0) messages_cost, coalesce(msg.n, 0) llm_messages,
+                coalesce(TRY_CAST(s.data->'titleUsage'->>'cost' AS DOUBLE), 0) title_cost
+                FROM session s LEFT JOIN msg ON msg.session_id = s.id)
+        SELECT o.id session_id, any_value(o.parent_id) parent_id, any_value(o.messages_cost) messages_cost,
+            any_value(o.title_cost) title_cost, any_value(o.messages_cost + o.title_cost) own_cost,
+            sum(d.messages_cost + d.title_cost) - any_value(o.messages_cost + o.title_cost) children_cost,
+            sum(d.messages_cost + d.title_cost) total_cost, count(*) - 1 descendants
+        FROM own o JOIN tree t ON t.root = o.id JOIN own d ON d.id = t.id GROUP BY o.id""",
 }
+
+# Compaction events (compaction.CompactionEvent, journal kind "event"): one row per prune or summary.
+_VIEWS["compaction_event"] = f"""SELECT id, session_id, time_created, data->>'kind' kind,
+    data->>'cause' cause, data->>'outcome' outcome, {_num("->>'tokensBefore'")} tokens_before,
+    {_num("->>'tokensAfter'")} tokens_after,
+    {_num("->>'tokensBefore'")} - {_num("->>'tokensAfter'")} tokens_freed,
+    {_num("->>'usable'")} usable, {_num("->>'trigger'")} trigger, {_num("->>'stepTokens'")} step_tokens,
+    {_num("->>'partsPruned'")} parts_pruned, {_num("->>'tokensPruned'")} tokens_pruned,
+    {_num("->>'headMessages'")} head_messages, {_num("->>'headTokens'")} head_tokens,
+    {_num("->>'tailMessages'")} tail_messages, {_num("->>'tailTokens'")} tail_tokens,
+    {_num("->>'summaryTokens'")} summary_tokens, {_num("->>'summaryInputTokens'")} summary_input_tokens,
+    {_num("->>'summaryOutputTokens'")} summary_output_tokens, {_num("->>'llmCalls'")} llm_calls,
+    {_num("->>'durationMs'")} duration_ms, {_num("->>'cost'", "DOUBLE")} cost,
+    data->>'summaryInput' summary_input, data->>'model' model, data->>'requestId' request_id,
+    data->>'summaryId' summary_id, data->>'tailStartId' tail_start_id, data->>'error' error, data
+    FROM {_latest('event')} AND data->>'type' = 'compaction'"""
+
+# Analytics views (docs/analytics.md): one row per LLM call, tool call, session, and day × model.
+# Plain SQL over the views above; times are UTC TIMESTAMPs; costs in USD.
+_UTC = "make_timestamp({} * 1000)"  # epoch milliseconds → TIMESTAMP (UTC)
+_VIEWS["step"] = "SELECT * FROM _store.step"  # rows kept by the catalog (_DERIVED)
+_VIEWS["tool_call"] = "SELECT * FROM _store.tool_call"
+_VIEWS["session_summary"] = f"""WITH
+    steps AS (SELECT session_id, count(*) steps, arg_max(model, id) model, arg_max(provider, id) provider,
+        sum(input_tokens)::BIGINT input_tokens, sum(output_tokens)::BIGINT output_tokens, sum(reasoning_tokens)::BIGINT reasoning_tokens,
+        sum(cache_read_tokens)::BIGINT cache_read_tokens, sum(cache_write_tokens)::BIGINT cache_write_tokens,
+        max(context_tokens) max_context_tokens, sum(cost) FILTER (WHERE summary) summary_cost
+        FROM step GROUP BY session_id),
+    msgs AS (SELECT session_id, count(*) FILTER (WHERE error_name IS NOT NULL) errors,
+        max(time_created) last_message FROM message GROUP BY session_id),
+    turns AS (SELECT m.session_id, count(DISTINCT m.id) turns FROM message m JOIN part p ON p.message_id = m.id
+        WHERE m.role = 'user' AND p.type = 'text' AND NOT coalesce(p.synthetic, false) GROUP BY m.session_id),
+    tools AS (SELECT session_id, count(*) tool_calls,
+        count(*) FILTER (WHERE status IN ('error', 'interrupted')) tool_errors FROM tool_call GROUP BY session_id),
+    compactions AS (SELECT session_id, count(*) FILTER (WHERE kind = 'summary' AND outcome = 'ok') compactions,
+        count(*) FILTER (WHERE kind = 'prune') prunes FROM compaction_event GROUP BY session_id)
+    SELECT s.id AS session_id, s.title, s.parent_id, s.directory, st.model, st.provider,
+        coalesce(turns.turns, 0) AS turns, coalesce(st.steps, 0) AS steps,
+        coalesce(tools.tool_calls, 0) AS tool_calls, coalesce(tools.tool_errors, 0) AS tool_errors,
+        coalesce(msgs.errors, 0) AS errors, coalesce(c.compactions, 0) AS compactions,
+        coalesce(c.prunes, 0) AS prunes, coalesce(st.input_tokens, 0) AS input_tokens,
+        coalesce(st.output_tokens, 0) AS output_tokens, coalesce(st.reasoning_tokens, 0) AS reasoning_tokens,
+        coalesce(st.cache_read_tokens, 0) AS cache_read_tokens,
+        coalesce(st.cache_write_tokens, 0) AS cache_write_tokens, st.max_context_tokens,
+        sc.messages_cost - coalesce(st.summary_cost, 0) AS cost, coalesce(st.summary_cost, 0) AS summary_cost,
+        sc.title_cost, sc.children_cost AS subagent_cost, sc.total_cost, sc.descendants AS subagents,
+        {_UTC.format('s.time_created')} AS time_created,
+        {_UTC.format('greatest(s.time_updated, msgs.last_message)')} AS time_updated
+    FROM session s JOIN session_cost sc ON sc.session_id = s.id
+    LEFT JOIN steps st ON st.session_id = s.id LEFT JOIN msgs ON msgs.session_id = s.id
+    LEFT JOIN turns ON turns.session_id = s.id LEFT JOIN tools ON tools.session_id = s.id
+    LEFT JOIN compactions c ON c.session_id = s.id"""
+_VIEWS["daily_cost"] = f"""WITH calls AS (
+        SELECT CAST(time AS DATE) AS day, provider, model, 'step' AS kind, session_id, input_tokens, output_tokens,
+            reasoning_tokens, cache_read_tokens, cache_write_tokens, cost FROM step
+        UNION ALL
+        SELECT CAST({_UTC.format('coalesce(title_time, time_created)')} AS DATE), split_part(title_model, '/', 1),
+            substr(title_model, length(split_part(title_model, '/', 1)) + 2), 'title', id, title_input_tokens,
+            title_output_tokens, title_reasoning_tokens, title_cache_read_tokens, title_cache_write_tokens, title_cost
+        FROM _store.session WHERE title_model IS NOT NULL OR title_cost IS NOT NULL)
+    SELECT day, provider, model, count(*) AS calls, count(*) FILTER (WHERE kind = 'title') AS title_calls,
+        count(DISTINCT session_id) AS sessions, sum(input_tokens)::BIGINT AS input_tokens,
+        sum(output_tokens)::BIGINT AS output_tokens, sum(reasoning_tokens)::BIGINT AS reasoning_tokens,
+        sum(cache_read_tokens)::BIGINT AS cache_read_tokens, sum(cache_write_tokens)::BIGINT AS cache_write_tokens,
+        sum(cost) AS cost
+    FROM calls GROUP BY day, provider, model"""
 
 # Table functions that change state or write files although they run inside a SELECT.
 _UNSAFE_FUNCTIONS = re.compile(
@@ -122,12 +276,15 @@ def _kind(value: Any) -> Kind:
         return "message"
     if type(value) in M.PART_TYPES.values():
         return "part"
-    raise UsageError(f"cannot store a {type(value).__name__} — put() takes a Session, message or part")
+    if getattr(type(value), "JOURNAL_KIND", None) == "event":  # immutable records, e.g. compaction events
+        return "event"
+    raise UsageError(f"cannot store a {type(value).__name__} — put() takes a Session, message, part or event")
 
 
 def _encode(row: dict) -> bytes:
-    """One journal line. A lone surrogate would make DuckDB drop the whole line, so replace it."""
-    text = json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n"
+    """One journal line. A lone surrogate would make DuckDB drop the whole line, so replace it.
+    Secrets are redacted (``redact.py``): nothing written to a journal may hold an API key."""
+    text = _redact(json.dumps(row, ensure_ascii=False, separators=(",", ":"))) + "\n"
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
@@ -135,50 +292,7 @@ def _encode(row: dict) -> bytes:
 
 
 # --------------------------------------------------------------------------
-# decoding: messages.from_data without its per-call reflection (about 5x faster)
-
-_DECODERS: dict[type, Any] = {}
-
-
-def _decoder(cls: type):
-    """``cls.from_data`` with the field → path plan computed once per class.
-
-    Only classes that inherit ``_Value.from_data`` unchanged are compiled;
-    anything else keeps its own ``from_data``.
-    """
-    if cls in _DECODERS:
-        return _DECODERS[cls]
-    if getattr(cls.from_data, "__func__", None) is not M._Value.from_data.__func__:
-        _DECODERS[cls] = cls.from_data
-        return cls.from_data
-    plan = []
-    for f in fields(cls):
-        head, *rest = M._key(f.name, cls._KEYS).split(".")
-        plan.append((f.name, head, tuple(rest), _converter(cls._CONVERT.get(f.name))))
-    freeze = M._freeze
-
-    def decode(data):
-        kwargs = {}
-        for name, head, rest, convert in plan:
-            raw = data.get(head)
-            for key in rest:
-                raw = raw.get(key) if isinstance(raw, dict) else None
-            if raw is not None:
-                kwargs[name] = convert(raw) if convert else (freeze(raw) if type(raw) is list else raw)
-        return cls(**kwargs)
-
-    _DECODERS[cls] = decode
-    return decode
-
-
-def _converter(convert):
-    owner = getattr(convert, "__self__", None)
-    if isinstance(owner, type) and issubclass(owner, M._Value) and convert.__name__ == "from_data":
-        return _decoder(owner)
-    if convert is M.tool_state_from_data:
-        states = {status: _decoder(cls) for status, cls in M._STATES.items()}
-        return lambda raw: states[raw["status"]](raw)
-    return convert
+# decoding: messages.decoder() is from_data compiled once per class
 
 
 def _decode_row(id: str, session_id: str, message_id: str | None, values: dict):
@@ -192,22 +306,33 @@ def _decode_row(id: str, session_id: str, message_id: str | None, values: dict):
 
 @contextlib.contextmanager
 def _gc_paused():
+    """No collection while decoding; afterwards the new (long-lived, cached) objects go
+    straight to the oldest generation.
+
+    Otherwise the first allocation after ``gc.enable()`` traverses every object just
+    made (60-100 ms for a 10,000-message session), and later young collections do it
+    again. ``freeze()`` + ``unfreeze()`` moves all tracked objects to the oldest
+    generation and resets the young count, without a traversal; cyclic garbage made
+    before the call is then found by the next full collection instead of a young one.
+    """
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()
 
 
 def _decode(kind: str, data: dict):
     """A value from OpenCode JSON: ``kind`` is "session", "message" or "part"."""
     if kind == "part":
-        return _decoder(M.PART_TYPES[data["type"]])(data)
+        return M.decoder(M.PART_TYPES[data["type"]])(data)
     if kind == "message":
-        return _decoder(M.UserMessage if data.get("role") == "user" else M.AssistantMessage)(data)
-    return _decoder(Session)(data)
+        return M.decoder(M.UserMessage if data.get("role") == "user" else M.AssistantMessage)(data)
+    return M.decoder(Session)(data)
 
 
 # --------------------------------------------------------------------------
@@ -293,6 +418,7 @@ def _compact(journal: Path, history: Path) -> None:
     con = duckdb.connect()
     try:
         con.execute("SET autoinstall_known_extensions=false")
+        con.execute("SET enable_progress_bar=false")
         rows = con.execute(
             # Older revisions in one journal can never win, so only the newest per id is kept;
             # sorting by session lets min/max statistics skip row groups of other sessions.
@@ -384,6 +510,198 @@ def _one_line(err: Exception) -> str:
 
 
 # --------------------------------------------------------------------------
+# the catalog: every file's rows, newest revision per id, typed, in DuckDB tables
+
+
+def _newer(a: str, b: str, *, strict: bool = False) -> str:
+    """SQL: row ``a`` is a newer revision than row ``b`` (rev, then writer, as the events order)."""
+    return f"({a}.rev > {b}.rev OR ({a}.rev = {b}.rev AND {a}.writer {'>' if strict else '>='} {b}.writer))"
+
+
+class _Catalog:
+    """The deduplicated, typed rows of the history as ``_store.<kind>`` tables in one DuckDB.
+
+    ``refresh()`` brings them up to date incrementally, so the public views are plain table
+    scans: a Parquet file is read once (they are written whole and never change); a journal
+    is read from the byte offset reached last time up to its last newline (a torn or
+    half-written tail waits for the rest of its line). Each batch is deduplicated (newest
+    ``rev``, then ``writer``), then replaces older revisions of the same ids. Tombstones are
+    kept in ``_store.tombstone`` so that an older revision arriving later (another writer's
+    late flush, a journal compacted to Parquet) cannot bring a deleted id back. A file that
+    vanishes without a Parquet successor means the history was deleted or rewritten: the
+    next refresh rebuilds everything.
+    """
+
+    WHOLE_FILE = 1 << 20  # a journal first seen this large is parsed by read_json, not line by line
+
+    def __init__(self, con) -> None:
+        self.parquet: dict[str, tuple] = {}  # path → (inode, size, mtime) ingested
+        self.journals: dict[str, tuple[int, int]] = {}  # path → (inode, byte offset ingested)
+        self.loaded = False  # refreshed at least once (until then the tables are empty)
+        self._create(con)
+
+    def _create(self, con) -> None:
+        """Empty tables (the views bind to them), and no file read yet."""
+        con.execute("CREATE SCHEMA IF NOT EXISTS _store")
+        for scratch in ("batch", "hit", "touched"):
+            con.execute(f"DROP TABLE IF EXISTS _store.{scratch}")
+        for kind in KINDS:
+            con.execute(f"CREATE OR REPLACE TABLE _store.{kind} AS {_empty_table(kind)}")
+        con.execute("CREATE OR REPLACE TABLE _store.tombstone (id VARCHAR, rev BIGINT, writer VARCHAR)")
+        for name, (_, select) in _DERIVED.items():
+            con.execute(f"CREATE OR REPLACE TABLE _store.{name} AS {select} WHERE false")
+        self.parquet, self.journals, self.loaded, self.empty = {}, {}, False, True
+
+    def refresh(self, con, live: tuple[str, ...], parquet: tuple[str, ...]) -> bool:
+        """Ingest what changed since the last refresh; True if anything was read."""
+        stems = {Path(p).stem for p in parquet}
+        if any(p not in parquet for p in self.parquet) or any(
+                p not in live and Path(p).stem not in stems for p in self.journals):
+            self._create(con)  # files vanished without a successor: start again
+        self.loaded = True
+        new_parquet: dict[str, tuple] = {}
+        for path in parquet:
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue  # rewritten meanwhile; the caller lists again
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if self.parquet.get(path) != key:
+                new_parquet[path] = key
+        whole, chunks, offsets = [], [], {}
+        for path in live:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # compacted meanwhile: its Parquet file is in the next listing
+            try:
+                st = os.fstat(fd)
+                inode, offset = self.journals.get(path, (st.st_ino, 0))
+                if inode != st.st_ino:
+                    offset = 0
+                if st.st_size <= offset:
+                    offsets[path] = (st.st_ino, offset)
+                elif offset == 0 and st.st_size >= self.WHOLE_FILE:
+                    whole.append(path)  # read_json may see more lines; they are read again later, harmlessly
+                    offsets[path] = (st.st_ino, _last_line_end(fd, st.st_size))
+                else:
+                    data = os.pread(fd, st.st_size - offset, offset)
+                    end = data.rfind(b"\n") + 1
+                    if end:
+                        chunks.append(data[:end])
+                    offsets[path] = (st.st_ino, offset + end)
+            finally:
+                os.close(fd)
+        if not (new_parquet or whole or chunks):
+            self.journals.update(offsets)
+            return False
+        sources, params = [], []
+        if new_parquet:
+            files = ", ".join(_quote(p) for p in new_parquet)
+            sources.append(f"SELECT {_NAMES}::JSON AS data FROM read_parquet([{files}], union_by_name=true)")
+        if whole:
+            sources.append(f"SELECT {_NAMES} FROM {_read_json(whole)}")
+        if chunks:
+            params.append(b"".join(chunks).decode("utf-8", "replace"))
+            sources.append(f"SELECT unnest(TRY(from_json(line, {_quote(_RAW_SPEC)}))) "
+                           "FROM unnest(string_split($1, chr(10))) t(line) WHERE line <> ''")
+        con.execute("BEGIN")
+        try:
+            con.execute(f"CREATE TABLE _store.batch AS SELECT * FROM ({' UNION ALL '.join(sources)}) "
+                        "WHERE id IS NOT NULL", params)
+            rows, ids = con.execute("SELECT count(*), count(DISTINCT id) FROM _store.batch").fetchone()
+            if rows != ids:  # several revisions of an id: keep the newest (most batches have none)
+                con.execute("CREATE OR REPLACE TABLE _store.batch AS SELECT * FROM _store.batch QUALIFY "
+                            "row_number() OVER (PARTITION BY id ORDER BY rev DESC, writer DESC) = 1")
+            self._apply(con, first=self.empty)
+            con.execute("DROP TABLE _store.batch")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        self.parquet.update(new_parquet)
+        self.journals.update(offsets)
+        self.empty = False
+        return True
+
+    @staticmethod
+    def _apply(con, first: bool) -> None:
+        """Merge ``_store.batch`` (one newest row per id) into the tables.
+
+        Joins go from the small batch to the big tables (hash tables are built on the
+        batch side); the first load, into empty tables, skips them.
+        """
+        kinds = {kind for (kind,) in con.execute("SELECT DISTINCT kind FROM _store.batch").fetchall()}
+        if con.execute("SELECT count(*) FROM _store.batch WHERE deleted").fetchone()[0]:
+            con.execute(f"DELETE FROM _store.tombstone t USING _store.batch b "
+                        f"WHERE b.deleted AND t.id = b.id AND {_newer('b', 't')}")
+            con.execute("INSERT INTO _store.tombstone SELECT id, rev, writer FROM _store.batch b WHERE b.deleted "
+                        "AND NOT EXISTS (SELECT 1 FROM _store.tombstone t WHERE t.id = b.id)")
+        buried = "false"
+        if con.execute("SELECT count(*) FROM _store.tombstone").fetchone()[0]:
+            buried = f"EXISTS (SELECT 1 FROM _store.tombstone t WHERE t.id = b.id AND {_newer('t', 'b', strict=True)})"
+        for kind in KINDS:
+            if kind not in kinds:
+                continue
+            table = f"_store.{kind}"
+            spec = _TYPED.get(kind, ({}, ()))[0]
+            parsed = f", from_json(b.data, {_quote(json.dumps(spec))}) j" if spec else ""
+            rows = f"SELECT b.*{parsed} FROM _store.batch b WHERE b.kind = '{kind}' AND b.deleted IS NOT TRUE"
+            if first:
+                con.execute(f"INSERT INTO {table} SELECT {_ingest_columns(kind)} FROM ({rows} AND NOT {buried}) b")
+                continue
+            # ids the table has already: replace the older revisions, keep the newer ones
+            con.execute(f"CREATE OR REPLACE TABLE _store.hit AS SELECT t.id, {_newer('b', 't')} AS newer "
+                        f"FROM _store.batch b JOIN {table} t ON t.id = b.id WHERE b.kind = '{kind}'")
+            con.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM _store.hit WHERE newer)")
+            con.execute(f"INSERT INTO {table} SELECT {_ingest_columns(kind)} FROM ({rows} AND NOT {buried} "
+                        "AND b.id NOT IN (SELECT id FROM _store.hit WHERE NOT newer)) b")
+        if not kinds & {"part", "message"}:
+            return
+        types = ", ".join(f"'{t}'" for t, _ in _DERIVED.values())
+        if first:
+            con.execute("CREATE OR REPLACE TABLE _store.touched AS SELECT id FROM _store.part "
+                        f"WHERE type IN ({types})")
+        else:  # the batch's parts, and the parts of its messages (their model is copied)
+            con.execute("CREATE OR REPLACE TABLE _store.touched AS SELECT id FROM _store.batch WHERE kind = 'part' "
+                        "UNION SELECT p.id FROM _store.part p WHERE p.message_id IN "
+                        f"(SELECT id FROM _store.batch WHERE kind = 'message') AND p.type IN ({types})")
+        for name, (part_type, select) in _DERIVED.items():
+            if not first:
+                con.execute(f"DELETE FROM _store.{name} WHERE id IN (SELECT id FROM _store.touched)")
+            con.execute(f"INSERT INTO _store.{name} {select} WHERE p.type = '{part_type}' "
+                        "AND p.id IN (SELECT id FROM _store.touched)")
+        con.execute("DROP TABLE IF EXISTS _store.hit")
+        con.execute("DROP TABLE _store.touched")
+
+
+def _empty_table(kind: str) -> str:
+    """A query for no rows, with the columns (and types) of ``_store.<kind>``."""
+    spec = _TYPED.get(kind, ({}, ()))[0]
+    probe = f"SELECT *, from_json(data, {_quote(json.dumps(spec))}) j FROM ({_EMPTY})" if spec else _EMPTY
+    return f"SELECT {_ingest_columns(kind)} FROM ({probe}) b"
+
+
+def _ingest_columns(kind: str) -> str:
+    """The SELECT list that turns batch rows ``b`` (with ``j`` parsed) into a table's columns."""
+    typed = dict(_TYPED.get(kind, ({}, ()))[1])
+    return ", ".join(f"{typed[c]} AS {c}" if c in typed else f"b.{c}" for c in _table_columns(kind))
+
+
+def _last_line_end(fd: int, size: int) -> int:
+    """The offset just after the last newline before ``size`` (0 if none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - 65536)
+        block = os.pread(fd, end - start, start)
+        at = block.rfind(b"\n")
+        if at >= 0:
+            return start + at + 1
+        end = start
+    return 0
+
+
+# --------------------------------------------------------------------------
 # the store
 
 
@@ -412,12 +730,17 @@ class Store:
         self._con_pid = 0
         self._root = self._history  # resolved when DuckDB first reads
         self._files: tuple | None = None
+        self._catalog: _Catalog | None = None  # created with the connection
         self._next_sweep = 0.0
 
     # ---- writing -----------------------------------------------------------
 
-    def put(self, *values: Any) -> None:
-        """Buffer a snapshot of each value; the last put of an id before flush() wins."""
+    def put(self, *values: Any, time_created: int | None = None) -> None:
+        """Buffer a snapshot of each value; the last put of an id before flush() wins.
+
+        ``time_created`` (ms) is the rows' creation time for ids this process has not
+        written before (imports keep their source's times); default: now.
+        """
         now = now_ms()
         for value in values:
             kind = _kind(value)
@@ -425,8 +748,8 @@ class Store:
             data.pop("id", None)
             session_id = value.id if kind == "session" else data.pop("sessionID", None)
             message_id = data.pop("messageID", None) if kind == "part" else None
-            rev, created = self._buffer(kind, value.id, session_id, message_id, data, False, now)
-            if kind != "session":
+            rev, created = self._buffer(kind, value.id, session_id, message_id, data, False, now, time_created)
+            if kind in ("message", "part"):
                 self._session_cache(session_id)[value.id] = (rev, created, value)
 
     def delete(self, kind: Kind, id: str) -> None:
@@ -442,11 +765,11 @@ class Store:
         """Append everything buffered in one write; fsync when ``sync``."""
         self._writer().append(sync)
 
-    def _buffer(self, kind, id, session_id, message_id, data, deleted, now) -> tuple[int, int]:
+    def _buffer(self, kind, id, session_id, message_id, data, deleted, now, created=None) -> tuple[int, int]:
         known = self._known.get(id)
         if known is None:  # first sight in this process: keep a creation time read from the history
             hit = self._cache.get(session_id, {}).get(id)
-            known = (session_id, message_id, hit[1] if hit else now)
+            known = (session_id, message_id, created or (hit[1] if hit else now))
             self._known[id] = known
         journal = self._writer()
         rev = _next_rev()
@@ -477,14 +800,21 @@ class Store:
         with self._read_lock:
             if self._con is not None and self._con_pid == os.getpid():
                 self._con.close()
-            self._con, self._files = None, None
+            self._con, self._files, self._catalog = None, None, None
 
     # ---- reading -----------------------------------------------------------
+    #
+    # Two sources answer the same questions. The catalog (``_store.*`` tables, kept current
+    # by ``_Catalog.refresh``) is loaded by the first sql() query; until then, reads go
+    # straight to the files through the ``events`` view, filtered to what they need, so a
+    # fresh store opens one session without first loading the whole history.
 
     def session(self, session_id: str) -> Session:
         """The session with this id, or with this unique id prefix."""
-        rows = self._query("SELECT id, data::VARCHAR FROM session WHERE starts_with(id, $1) "
-                           "ORDER BY id = $1 DESC, id LIMIT 2", [session_id]) if session_id else []
+        rows = self._read(
+            "SELECT id, data::VARCHAR FROM session WHERE starts_with(id, $1) ORDER BY id = $1 DESC, id LIMIT 2",
+            _from_files("session", "starts_with(id, $1)") + " ORDER BY id = $1 DESC, id LIMIT 2",
+            [session_id]) if session_id else []
         if not rows:
             raise SessionNotFoundError(f"no session {session_id!r} — `%agent sessions` lists them")
         if len(rows) > 1 and rows[0][0] != session_id:
@@ -493,8 +823,10 @@ class Store:
 
     def sessions(self, *, include_archived: bool = False) -> list[Session]:
         """All sessions, newest first (descending ids sort newest first)."""
-        where = "" if include_archived else "WHERE time_archived IS NULL"
-        rows = self._query(f"SELECT id, data::VARCHAR FROM session {where} ORDER BY id")
+        where = "true" if include_archived else "time_archived IS NULL"
+        files_where = "true" if include_archived else "TRY_CAST(data->'time'->>'archived' AS BIGINT) IS NULL"
+        rows = self._read(f"SELECT id, data::VARCHAR FROM session WHERE {where} ORDER BY id",
+                          f"{_from_files('session', 'true')} AND {files_where} ORDER BY id")
         return [self._session(*row) for row in rows]
 
     @staticmethod
@@ -509,13 +841,18 @@ class Store:
         Decoded values are cached by revision, so repeated calls parse only
         what changed.
         """
-        # Few columns on purpose: fetching is most of DuckDB's share of the time.
-        rows = self._query(
-            "SELECT id, message_id, rev, time_created, coalesce(data::VARCHAR, '{}') FROM (FROM events "
-            "WHERE session_id = $1 AND kind IN ('message', 'part') QUALIFY row_number() OVER "
-            "(PARTITION BY id ORDER BY rev DESC, writer DESC) = 1) WHERE deleted IS NOT TRUE "
-            "ORDER BY message_id IS NOT NULL, id", [session_id])
+        # Few columns and no ORDER BY on purpose: fetching is most of DuckDB's share of the time,
+        # and Python sorts the ids faster than DuckDB sorts and hands over the rows.
         cache = self._session_cache(session_id)
+        if not cache:  # cold: everything in one query
+            rows = self._read(*_message_rows(data=True), [session_id])
+        else:  # warm: the keys, then the data of what is not cached at that revision
+            rows = self._read(*_message_rows(data=False), [session_id])
+            stale = {row[0] for row in rows if (hit := cache.get(row[0])) is None or hit[0] != row[2]}
+            fresh = {row[0]: row for row in self._read(*_message_rows(data=True, ids=True),
+                                                       [session_id, list(stale)])} if stale else {}
+            rows = [fresh.get(row[0], row) for row in rows if row[0] in fresh or row[0] not in stale]
+        rows.sort()
         infos: dict[str, Any] = {}
         parts: dict[str, list] = {}
         unfinished: list[ToolPart] = []
@@ -524,30 +861,31 @@ class Store:
                       for row in rows]
             stale = [i for i, value in enumerate(values) if value is None]
             if stale:  # one json.loads for all of them is ~30% cheaper than one per row
-                decoded = json.loads("[" + ",".join(rows[i][4] for i in stale) + "]")
+                decoded = json.loads("[" + ",".join(rows[i][5] for i in stale) + "]")
                 for i, data in zip(stale, decoded):
-                    id, message_id, rev, created, _ = rows[i]
+                    id, message_id, rev, created, *_ = rows[i]
                     values[i] = _decode_row(id, session_id, message_id, data)
                     cache[id] = (rev, created, values[i])
+                del decoded  # freed now, before the collector sees it
             for (id, message_id, *_), value in zip(rows, values):
                 if message_id is None:
                     infos[id], parts[id] = value, []
-                elif (bucket := parts.get(message_id)) is not None:  # parts of deleted messages drop out
+            for (id, message_id, *_), value in zip(rows, values):
+                if message_id is not None and (bucket := parts.get(message_id)) is not None:  # orphans drop out
                     bucket.append(value)
                     if type(value) is ToolPart and value.state.status in ("pending", "running"):
                         unfinished.append(value)
-        fixed = self._interrupt(session_id, unfinished)
+            wanted = {p.id for p in unfinished}
+            writers = {row[0]: row[4] for row in rows if row[0] in wanted} if wanted else {}
+            del rows, values
+            history = [WithParts(info, tuple(parts[id])) for id, info in infos.items()]
+        fixed = self._interrupt(unfinished, writers) if unfinished else None
         if fixed:
-            parts = {m: [fixed.get(p.id, p) for p in ps] for m, ps in parts.items()}
-        return [WithParts(info, tuple(parts[id])) for id, info in infos.items()]
+            history = [WithParts(m.info, tuple(fixed.get(p.id, p) for p in m.parts)) for m in history]
+        return history
 
-    def _interrupt(self, session_id: str, unfinished: list[ToolPart]) -> dict[str, ToolPart]:
+    def _interrupt(self, unfinished: list[ToolPart], writers: dict[str, str]) -> dict[str, ToolPart]:
         """Fix (and persist) tool parts left pending/running by writers that are gone."""
-        if not unfinished:
-            return {}
-        writers = dict(self._query(
-            "SELECT id, arg_max(writer, rev) FROM events WHERE session_id = $1 AND list_contains($2, id) "
-            "GROUP BY id", [session_id, [p.id for p in unfinished]]))
         me = self._journal.writer if self._journal is not None else None
         alive: dict[str, bool] = {}
         fixed = {}
@@ -570,60 +908,154 @@ class Store:
         return cache
 
     def _lookup(self, id: str):
-        rows = self._query("SELECT session_id, message_id, time_created FROM events WHERE id = $1 "
-                           "ORDER BY rev DESC LIMIT 1", [id])
+        """(session_id, message_id, time_created) of the newest revision of ``id``, tombstones included."""
+        with self._read_lock:
+            rows = self._over_files(self._prepare(), lambda con: con.execute(
+                "SELECT session_id, message_id, time_created FROM events WHERE id = $1 ORDER BY rev DESC LIMIT 1",
+                [id]).fetchall())
         return rows[0] if rows else None
 
     # ---- SQL -----------------------------------------------------------------
 
-    def sql(self, query: str):
-        """Run read-only SQL over the views ``session``, ``message``, ``part`` and ``events``.
+    def sql(self, query: str, params: list | dict | None = None):
+        """Run read-only SQL over the history's views (``docs/analytics.md`` lists them).
 
-        Returns a pandas DataFrame of the last statement. Anything but SELECT
-        (and EXPLAIN SELECT, DESCRIBE, SHOW, SUMMARIZE) raises ReadOnlyError;
-        DuckDB errors become a one-line UsageError.
+        Returns a pandas DataFrame of the last statement; ``params`` fill ``$1``/``$name``
+        placeholders. Anything but SELECT (and EXPLAIN SELECT, DESCRIBE, SHOW,
+        SUMMARIZE) raises ReadOnlyError; DuckDB errors become a one-line UsageError.
+        The first query loads the catalog (every file, once); later ones read only
+        what was appended since.
         """
         import duckdb
 
         with self._read_lock:
             _check_read_only(self._connection(), query)
+            con = self._prepare()
+            run = (lambda c: c.execute(query, params).df()) if params else (lambda c: c.execute(query).df())
             try:
-                return self._run(lambda con: con.execute(query).df())
+                self._refresh(con)
+                if _EVENTS.search(query):  # the raw revisions: read from the files themselves
+                    return self._over_files(con, run)
+                return run(con)
             except duckdb.Error as err:
                 raise UsageError(_one_line(err)) from None
 
-    def _query(self, query: str, params: list | None = None) -> list[tuple]:
-        return self._run(lambda con: con.execute(query, params or []).fetchall())
+    def export_parquet(self, directory: str | os.PathLike, *, user: str | None = None) -> dict[str, int]:
+        """Write the history as Parquet, Hive-partitioned by day, for DuckDB, Spark or Trino.
 
-    def _run(self, fn):
-        """``fn(con)`` over the current files.
-
-        A compaction can remove a journal between listing and reading it; then
-        the listing has changed and the query is retried. An I/O error with an
-        unchanged listing is real and raised.
+        Layout (``docs/analytics.md``): ``<directory>/<kind>/date=YYYY-MM-DD/<user>-<host>-<n>.parquet``
+        for kind session, message, part and event; the rows are the catalog's (newest revision,
+        typed columns, ``data`` as JSON text) plus ``user`` (default: this login) and ``host``
+        (of the writing process), so many users' exports can share one directory. A new export
+        by the same user and machine replaces its earlier files. ``views.sql`` recreates every
+        view over the directory. Returns the rows written per kind.
         """
         import duckdb
 
-        journal = self._journal
-        if journal is not None and journal.buffer:
-            journal.append(sync=False)  # read your own writes
-        with self._read_lock:
-            con = self._connection()
-            if time.monotonic() >= self._next_sweep:
-                self._next_sweep = time.monotonic() + 10.0
-                self._sweep()
-            for _ in range(100):  # each retry means another writer's journal was compacted
+        out = Path(directory).expanduser().absolute()
+        user = user or _login()
+        prefix = re.sub(r"[^A-Za-z0-9_.@-]+", "_", f"{user}-{socket.gethostname()}")
+        self._prepare()
+        tmp = out / f".export-{secrets.token_hex(4)}"
+        tmp.mkdir(parents=True)
+        con = duckdb.connect()
+        try:
+            con.execute("SET autoinstall_known_extensions=false")
+            con.execute("SET autoload_known_extensions=false")
+            con.execute("SET enable_progress_bar=false")
+            catalog = _Catalog(con)
+            for _ in range(10):  # as in _refresh: a journal compacted meanwhile means list again
                 files = self._listing()
                 try:
-                    if files != self._files:
-                        self._files = None
-                        con.execute(f"CREATE OR REPLACE VIEW events AS {_events_sql(*files)}")  # opens them
-                        self._files = files
-                    return fn(con)
+                    catalog.refresh(con, *files)
                 except duckdb.IOException:
                     if self._listing() == files:
                         raise
-            raise UsageError("the history keeps changing under the query — try again")
+                    continue
+                break
+            counts = {}
+            for kind in KINDS:
+                columns = ", ".join(f"{c}::VARCHAR AS {c}" if c == "data" else c for c in _table_columns(kind))
+                counts[kind] = con.execute(f"SELECT count(*) FROM _store.{kind}").fetchone()[0]
+                if not counts[kind]:
+                    continue
+                con.execute(
+                    f"COPY (SELECT {columns}, $1 AS user, regexp_extract(writer, '^(.*)-[0-9]+-[0-9a-f]+$', 1) AS host, "
+                    f"CAST(make_timestamp(time_created * 1000) AS DATE) AS date FROM _store.{kind}) "
+                    f"TO {_quote(tmp / kind)} (FORMAT parquet, PARTITION_BY (date), "
+                    f"FILENAME_PATTERN {_quote(prefix + '-{i}')})", [user])
+        finally:
+            con.close()
+        for kind in KINDS:  # replace this user's earlier files, partition by partition
+            for old in (out / kind).glob(f"date=*/{glob.escape(prefix)}-*.parquet"):
+                old.unlink()
+            for new in (tmp / kind).glob("date=*/*.parquet"):
+                target = out / kind / new.parent.name / new.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(new, target)
+        shutil.rmtree(tmp, ignore_errors=True)
+        (out / "views.sql").write_text(export_views_sql(out))
+        return counts
+
+    def _read(self, tables_sql: str, files_sql: str, params: list | None = None) -> list[tuple]:
+        """Rows of ``tables_sql`` over the catalog once it is loaded, else of ``files_sql`` over the files."""
+        with self._read_lock:
+            con = self._prepare()
+            if self._catalog.loaded:
+                self._refresh(con)
+                return con.execute(tables_sql, params or []).fetchall()
+            return self._over_files(con, lambda c: c.execute(files_sql, params or []).fetchall())
+
+    def _prepare(self):
+        """The connection, after writing this process's buffer (read your own writes) and,
+        every 10 s, compacting the journals of writers that have finished."""
+        journal = self._journal
+        if journal is not None and journal.buffer:
+            journal.append(sync=False)
+        con = self._connection()
+        if time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + 10.0
+            self._sweep()
+        return con
+
+    def _refresh(self, con) -> None:
+        """Bring the catalog up to date with the files.
+
+        A compaction can remove a journal between listing and reading it; then
+        the listing has changed and the refresh goes again, so it also reads the
+        Parquet file that replaced the journal. An I/O error with an unchanged
+        listing is real and raised.
+        """
+        import duckdb
+
+        for _ in range(100):
+            files = self._listing()
+            try:
+                self._catalog.refresh(con, *files)
+            except duckdb.IOException:
+                if self._listing() == files:
+                    raise
+                continue
+            if self._listing() == files:
+                return
+        raise UsageError("the history keeps changing under the query — try again")
+
+    def _over_files(self, con, fn):
+        """``fn(con)`` with the ``events`` view over the current files (retried as in _refresh)."""
+        import duckdb
+
+        for _ in range(100):  # each retry means another writer's journal was compacted
+            files = self._listing()
+            try:
+                if files != self._files:
+                    self._files = None
+                    con.execute(f"CREATE OR REPLACE VIEW events AS {_events_sql(*files)}")  # opens them
+                    self._files = files
+                return fn(con)
+            except duckdb.IOException:
+                if self._listing() == files:
+                    raise
+        raise UsageError("the history keeps changing under the query — try again")
 
     def _connection(self):
         """The private in-memory DuckDB (no file, so no lock), locked down to the history folder."""
@@ -636,12 +1068,14 @@ class Store:
                 "SET autoinstall_known_extensions=false",  # offline: fail in 0 s, not 4 s
                 "SET autoload_known_extensions=false",
                 "SET enable_external_file_cache=false",  # journals grow in place; never serve stale blocks
+                "SET enable_progress_bar=false",  # long first loads must not print into the cell
                 f"SET allowed_directories=[{_quote(str(self._root) + os.sep)}]",
                 "SET enable_external_access=false",
                 "SET lock_configuration=true",
             ):
                 con.execute(setting)
             con.execute(f"CREATE VIEW events AS {_EMPTY}")
+            self._catalog = _Catalog(con)
             for name, body in _VIEWS.items():
                 con.execute(f"CREATE VIEW {name} AS {body}")
             self._con, self._con_pid, self._files = con, os.getpid(), ()
@@ -663,6 +1097,76 @@ class Store:
                     pass  # stays a journal; still readable
                 finally:
                     os.close(fd)
+
+
+_EVENTS = re.compile(r"\bevents\b", re.IGNORECASE)
+_LATEST_IN_FILES = ("(FROM events WHERE kind = '{kind}' AND {where} QUALIFY row_number() OVER "
+                    "(PARTITION BY id ORDER BY rev DESC, writer DESC) = 1) WHERE deleted IS NOT TRUE")
+
+
+def export_views_sql(directory: str | os.PathLike) -> str:
+    """SQL that recreates the history's views over an ``export_parquet`` directory."""
+    root = Path(directory).absolute()
+    lines = [f"-- jupyter-session-agent views over {root} (written by export_parquet)",
+             "CREATE SCHEMA IF NOT EXISTS _store;"]
+    for kind in KINDS:
+        files = _quote(f"{root / kind}/*/*.parquet")
+        source = (f"SELECT * REPLACE (data::JSON AS data) FROM read_parquet({files}, hive_partitioning=true, "
+                  "union_by_name=true)") if any((root / kind).glob("*/*.parquet")) else _empty_table(kind)
+        lines.append(f"CREATE OR REPLACE VIEW _store.{kind} AS {source};")
+    lines += [f"CREATE OR REPLACE VIEW _store.{name} AS {select} WHERE p.type = '{part_type}';"
+              for name, (part_type, select) in _DERIVED.items()]
+    lines += [f"CREATE OR REPLACE VIEW {name} AS {body};" for name, body in _VIEWS.items()]
+    return "\n".join(lines) + "\n"
+
+
+def open_export(directory: str | os.PathLike):
+    """A DuckDB connection (yours: writable) with every view over an ``export_parquet`` directory."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(export_views_sql(directory))
+    return con
+
+
+def _login() -> str:
+    try:
+        import getpass
+
+        return getpass.getuser()
+    except Exception:
+        return "unknown"
+
+
+_shared: dict[Path, "Store"] = {}
+_shared_lock = threading.Lock()
+
+
+def shared(data_dir: str | os.PathLike) -> "Store":
+    """The process-wide Store for ``data_dir``: one journal and one catalog per history
+    (the magics and ``jupyter_session_agent.sql()`` use it, so the catalog loads once)."""
+    key = Path(data_dir).expanduser().absolute()
+    with _shared_lock:
+        store = _shared.get(key)
+        if store is None:
+            store = _shared[key] = Store(key)
+        return store
+
+
+def _from_files(kind: str, where: str, columns: str = "id, data::VARCHAR") -> str:
+    """SELECT ``columns`` of the newest revision per id of ``kind`` rows matching ``where``, from the files."""
+    return f"SELECT {columns} FROM {_LATEST_IN_FILES.format(kind=kind, where=where)}"
+
+
+def _message_rows(data: bool, ids: bool = False) -> tuple[str, str]:
+    """(catalog SQL, files SQL) for a session's messages and parts ($1): ``id, message_id,
+    rev, time_created, writer`` [``, data``], only the ids in list $2 when ``ids``."""
+    columns = "id, message_id, rev, time_created, writer" + (", coalesce(data::VARCHAR, '{}')" if data else "")
+    where = "session_id = $1" + (" AND list_contains($2, id)" if ids else "")
+    tables = f"SELECT {columns} FROM _store.message WHERE {where} UNION ALL SELECT {columns} FROM _store.part WHERE {where}"
+    files = (f"SELECT {columns} FROM (FROM events WHERE {where} AND kind IN ('message', 'part') QUALIFY "
+             "row_number() OVER (PARTITION BY id ORDER BY rev DESC, writer DESC) = 1) WHERE deleted IS NOT TRUE")
+    return tables, files
 
 
 def _listdir(folder: Path, suffix: str) -> tuple[str, ...]:

@@ -49,6 +49,12 @@ def ip(_shell, server, data_dir, tmp_path, monkeypatch):
     magics.max_retries = 2
     magics.request_timeout = 5.0
     magics.live = True
+    # The defaults ask before python/bash/write/edit run, and these shells have no stdin:
+    # end-to-end tests allow everything; tests of the permission model set their own rules.
+    magics.permission = {"*": "allow"}
+    # A title call after a session's first turn would take the next scripted reply:
+    # off here; tests of titles turn it on (tests/test_lifecycle.py).
+    magics.titles = False
     yield _shell
     _shell.run_line_magic("unload_ext", "jupyter_session_agent")
     for name in ("x", "answer", "df"):

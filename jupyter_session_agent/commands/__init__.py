@@ -16,7 +16,7 @@ from typing import Any, Callable
 Handler = Callable[[Any, list[str], str], Any]
 
 # Feature modules under this package; each registers its subcommands on import.
-MODULES = ("core",)
+MODULES = ("core", "display", "permissions", "lifecycle", "compaction", "memory", "analytics")
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,10 @@ def load_all() -> dict[str, Subcommand]:
 def help_text() -> str:
     commands = load_all()
     width = max(len(c.usage) for c in commands.values()) + 2
-    lines = ["%%agent [-s SESSION] [-n/--new] [-m MODEL] [-o VAR]   run the cell body as a prompt"]
+    lines = ["%%agent [-s SESSION] [-n/--new] [--fork] [-m MODEL] [-o VAR] [-p RULE]   run the cell body as a prompt"]
     lines += [f"%agent {c.usage:<{width}} {c.help}" for c in sorted(commands.values(), key=lambda c: c.name)]
     lines.append("%%agent_sql [VAR <<]   read-only SQL for a whole cell; VAR << stores the DataFrame")
     lines.append("Settings: %config AgentMagics.<name> — model, data_dir, model_overrides, compaction, "
-                 "max_steps, max_retries, local_context")
+                 "max_steps, max_retries, local_context, permission, titles, title_model, subagents, "
+                 "subagent_model, snapshot, memory")
     return "\n".join(lines)

@@ -8,7 +8,8 @@
 2. ``tool.run(args, ctx)``; every exception propagates unchanged (the processor
    turns it into the part's ``error`` state; ``KeyboardInterrupt`` stops the
    loop);
-3. truncate ``output`` (OpenCode §4.8, :mod:`.truncation`) unless the tool set
+3. redact API keys from ``output``, ``title`` and ``metadata`` (``redact.py``);
+4. truncate ``output`` (OpenCode §4.8, :mod:`.truncation`) unless the tool set
    ``metadata["truncated"]`` itself; metadata then gains ``truncated`` and,
    when cut, ``outputPath``.
 """
@@ -52,7 +53,7 @@ def builtin_tools() -> dict[str, Tool]:
 def run_tool(tool: Tool, args: dict, ctx: ToolContext) -> ToolResult:
     """Validate, run, truncate. See the module docstring for the contract."""
     checked = validate_args(tool.name, tool.parameters, args)
-    result = tool.run(checked, ctx)
+    result = redact_result(tool.run(checked, ctx))
     metadata = dict(result.metadata)
     if "truncated" in metadata:
         return result
@@ -61,6 +62,15 @@ def run_tool(tool: Tool, args: dict, ctx: ToolContext) -> ToolResult:
     if cut.truncated:
         metadata["outputPath"] = cut.output_path
     return ToolResult(output=cut.content, title=result.title, metadata=metadata)
+
+
+def redact_result(result: ToolResult) -> ToolResult:
+    """The result with API keys replaced by ``[REDACTED:<kind>]`` (``redact.py``), before
+    anything is saved (full outputs of truncated calls included) or sent to the model."""
+    from ..redact import redact, redact_value
+
+    return ToolResult(output=redact(result.output, refresh=True), title=redact(result.title),
+                      metadata=redact_value(dict(result.metadata)))
 
 
 def openai_schema(tool: Tool) -> dict:

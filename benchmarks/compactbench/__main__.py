@@ -1,0 +1,152 @@
+"""CompactBench: ``python3 -m benchmarks.compactbench [options]`` from the repository root.
+
+Runs every scenario under every policy (no management, OpenCode v1.2.16, ours)
+against the scripted server (offline, deterministic) and prints the table that
+``docs/compaction.md`` reproduces. ``--base-url URL --model NAME`` sends the
+summary calls to a real OpenAI-compatible server instead (``OPENAI_API_KEY``
+is used if set); the scenarios and the scripted agent stay the same.
+
+Options: ``--scenarios a,b``, ``--extra`` (also OpenCode with its reserved bug
+and ours with raw-messages summary input), ``--json FILE`` (every run, every
+event), ``--check`` (exit 1 unless ours keeps the latest request and the
+constraints everywhere and frees at least as much per event as OpenCode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+
+from .harness import CLASSES, EXTRA_POLICIES, POLICIES, run_scenario, summarise_pairs, summarise_runs
+
+PAIR = ("opencode-1.2.16", "ours")
+from .scenarios import default_scenarios
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.0%}" if value <= 1.0 and value >= 0 and not value.is_integer() or value in (0.0, 1.0) else f"{value:,.0f}"
+    return str(value)
+
+
+def table(rows: dict[str, dict], keys: list[str], fmt: dict | None = None) -> str:
+    fmt = fmt or {}
+    policies = list(rows)
+    head = "| metric | " + " | ".join(policies) + " |"
+    lines = [head, "|---|" + "---:|" * len(policies)]
+    for key in keys:
+        cells = []
+        for p in policies:
+            v = rows[p].get(key)
+            cells.append(fmt[key](v) if key in fmt and v is not None else _fmt(v))
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m benchmarks.compactbench")
+    parser.add_argument("--scenarios", help="comma-separated scenario names (default: all)")
+    parser.add_argument("--policies", help="comma-separated policy names (default: none, opencode-1.2.16, ours)")
+    parser.add_argument("--extra", action="store_true", help="add OpenCode with the reserved bug and ours with raw messages")
+    parser.add_argument("--base-url", help="a real OpenAI-compatible server for the summary calls")
+    parser.add_argument("--model", help="the model name on --base-url")
+    parser.add_argument("--json", help="write every run (events, checkpoints) to this file")
+    parser.add_argument("--check", action="store_true", help="exit 1 unless ours passes the gates")
+    args = parser.parse_args(argv)
+
+    scenarios = default_scenarios()
+    if args.scenarios:
+        wanted = args.scenarios.split(",")
+        scenarios = [s for s in scenarios if s.name in wanted]
+    policies = dict(POLICIES)
+    if args.extra:
+        policies.update(EXTRA_POLICIES)
+    if args.policies:
+        policies = {k: v for k, v in {**POLICIES, **EXTRA_POLICIES}.items() if k in args.policies.split(",")}
+
+    runs = {p: [] for p in policies}
+    for scn in scenarios:
+        for name, config in policies.items():
+            shadows = {p: policies[p] for p in PAIR if p != name and name in PAIR and p in policies}
+            result = run_scenario(scn, name, config, base_url=args.base_url, model=args.model, shadows=shadows)
+            runs[name].append(result)
+            ev = [e for e in result.events if e["kind"] == "summary"]
+            print(f"  {scn.name:<13} {name:<26} turns {result.completed}/{result.turns}  summaries {len(ev)}  "
+                  f"prunes {sum(1 for e in result.events if e['kind'] == 'prune')}  "
+                  f"{'died: ' + result.died[:90] if result.died else ''}", file=sys.stderr)
+    rows = {p: summarise_runs(r) for p, r in runs.items()}
+    pct = lambda v: f"{v:.0%}"  # noqa: E731
+    num = lambda v: f"{v:,.0f}"  # noqa: E731
+    keys = ["turns", "died", "LLM calls", "summaries", "prunes", "failed", "no-progress", "freed/event", "freed median", "TSR median",
+            "headroom median", "LLM calls/event", "summary input/event", "ms/event", "overflow errors",
+            "duplicates", "lost request", "latest kept", "constraints kept",
+            *[f"final {c}" for c in CLASSES], "tool reachable", "cost $"]
+    fmt = {k: pct for k in ["TSR median", "headroom median", "latest kept", "constraints kept", "tool reachable",
+                            *[f"final {c}" for c in CLASSES]]}
+    fmt.update({k: num for k in ["freed/event", "freed median", "summary input/event", "ms/event"]})
+    fmt["LLM calls/event"] = lambda v: f"{v:.2f}"
+    fmt["cost $"] = lambda v: f"{v:.3f}"
+    print(f"\nCompactBench — {len(scenarios)} scenarios: {', '.join(s.name for s in scenarios)}"
+          + (f"; summaries by {args.model} at {args.base_url}" if args.base_url else "; offline (scripted)"))
+    print(table(rows, keys, fmt))
+    ks = sorted({k for r in rows.values() for k in r["retention@k"]})
+    if ks:
+        print("\nNeedles planted before the k-th summary still in context or one read away, end of that turn:")
+        print(table({p: {f"k={k}": r["retention@k"].get(k) for k in ks} for p, r in rows.items()},
+                    [f"k={k}" for k in ks], {f"k={k}": pct for k in ks}))
+    if all(p in runs for p in PAIR):
+        pairs = summarise_pairs(runs, *PAIR)
+        pkeys = list(next(iter(pairs.values())))
+        pfmt = {k: pct for k in ("ok", "latest visible", "constraints visible", "needles in context",
+                                 "needles reachable")}
+        pfmt.update({k: num for k in ("freed/event", "after median", "summary input/event")})
+        pfmt["LLM calls/event"] = lambda v: f"{v:.2f}"
+        print("\nPaired: both compactors on the same history, at every compaction point of either run:")
+        print(table(pairs, pkeys, pfmt))
+    print("\nPer scenario:")
+    for scn in scenarios:
+        parts = []
+        for p in policies:
+            r = next(x for x in runs[p] if x.scenario == scn.name)
+            ev = [e for e in r.events if e["kind"] == "summary" and e["outcome"] == "ok"]
+            freed = sum(e["tokens_before"] - e["tokens_after"] for e in ev) / len(ev) if ev else 0
+            latest = f"{r.latest_ok}/{r.latest_checks}"
+            cons = f"{r.constraint_ok}/{r.constraint_checks}"
+            parts.append(f"{p}: turns {r.completed}/{r.turns}, {len(ev)} summaries, {freed:,.0f} freed/event, "
+                         f"latest {latest}, constraints {cons}")
+        print(f"- {scn.name}: " + "; ".join(parts))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({p: [asdict(r) for r in rs] for p, rs in runs.items()}, fh, indent=1, default=str)
+    if args.check and "ours" in runs:
+        return 0 if check(runs) else 1
+    return 0
+
+
+def check(runs: dict) -> bool:
+    """Ours keeps the latest request and the constraints in every scenario, never dies, and frees
+    at least as many tokens per summary event as OpenCode v1.2.16 (over all scenarios)."""
+    ok = True
+    for r in runs["ours"]:
+        if r.died or r.latest_ok != r.latest_checks or r.constraint_ok != r.constraint_checks or r.lost_requests:
+            print(f"FAIL ours/{r.scenario}: died={r.died} latest {r.latest_ok}/{r.latest_checks} constraints "
+                  f"{r.constraint_ok}/{r.constraint_checks} lost {r.lost_requests}", file=sys.stderr)
+            ok = False
+        if not all(v for k, v in r.final.items() if r.needles[k] == "constraint"):
+            print(f"FAIL ours/{r.scenario}: a constraint is missing at the end", file=sys.stderr)
+            ok = False
+    if "opencode-1.2.16" in runs:
+        pairs = summarise_pairs(runs, *PAIR)
+        if pairs["ours"]["freed/event"] < pairs["opencode-1.2.16"]["freed/event"]:
+            print(f"FAIL paired freed/event: ours {pairs['ours']['freed/event']:,.0f} < opencode "
+                  f"{pairs['opencode-1.2.16']['freed/event']:,.0f}", file=sys.stderr)
+            ok = False
+    return ok
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""The offline "models" of CompactBench, served over real HTTP by the scripted server.
+
+* :class:`RuleAgent` plays the agent. It acts only on what the request shows it:
+  it knows the turn it is in only if that turn's request (its ``[Tnn]`` marker)
+  is visible; it treats a step as done only if the step's path is visible (a
+  tool call, a result, or a summary line); otherwise it calls the tool again
+  (counted as a duplicate). So a policy that loses the latest request or the
+  record of finished work changes what the agent does next.
+* :func:`extractive_summary` plays the summariser (compaction.md §5.2 mode 1):
+  it copies salient lines of what it was *sent* (user lines; lines with numbers,
+  ``key=value``, paths, DONE/PENDING, never/always/must/because) under headings,
+  newest first within a token cap, and carries a previous summary's lines
+  forward (oldest dropped first). The cap follows what it reads, as an LLM's
+  "detailed summary" does: an eighth of the input (300–4,000 tokens), or less
+  when the request asks for less ("under about N tokens", ``max_tokens``). Its output depends only on the request body, so policies that send
+  different things get different summaries.
+* :class:`BenchServer` is the package's :class:`ScriptedServer` with a
+  responder function instead of a queue, and a hard context limit: a request
+  whose estimated prompt plus ``max_tokens`` exceeds the window gets OpenAI's
+  400 ``context_length_exceeded``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from jupyter_session_agent.compaction import SUMMARY_SYSTEM
+from jupyter_session_agent.scripted_server import Reply, ScriptedServer
+
+CAP_SHARE, CAP_MIN, CAP_MAX = 8, 300, 4_000  # summary ≈ 1/8 of what it reads, 300–4,000 tokens
+SALIENT = re.compile(
+    r"(\b\d{2,}\b|\b\w+=\S+|\b(?:DONE|PENDING|BLOCKED)\b|\bbecause\b|\bnever\b|\balways\b|\bmust\b|"
+    r"\binstead of\b|\brenamed\b|\b[\w.-]+/[\w./-]+\.\w+)",
+    re.IGNORECASE,
+)
+PATH = re.compile(r"\b(?:logs|src)/[\w./-]+\.\w+")
+PREFIXES = {"[User]: ": "user", "[Assistant]: ": "assistant", "[Assistant reasoning]: ": "assistant",
+            "[Assistant tool call]: ": "call", "[Tool result]: ": "tool"}
+HEADINGS = {"## Goal": "goal", "## Instructions": "user", "## Discoveries": "fact",
+            "## Accomplished": "status", "## Relevant files / directories": "file"}
+
+
+def tokens(text: str) -> int:
+    return math.ceil(len(text) / 4)
+
+
+def is_summary_request(body: dict) -> bool:
+    msgs = body.get("messages") or []
+    return bool(msgs) and msgs[0].get("role") == "system" and msgs[0].get("content") == SUMMARY_SYSTEM
+
+
+def _content(message: dict) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") if p.get("type") == "text" else "[image]" for p in content)
+    return content or ""
+
+
+def _segments(body: dict) -> tuple[list[tuple[str, str]], str]:
+    """(role, line) pairs of what was sent, oldest first, and the prompt text."""
+    msgs = body["messages"]
+    out: list[tuple[str, str]] = []
+    last = _content(msgs[-1])
+    if len(msgs) == 2 and "<transcript>" in last:  # §8.4 transcript
+        prev = re.search(r"<previous-summary>\n(.*?)\n</previous-summary>", last, re.S)
+        if prev:
+            heading = "fact"
+            for line in prev.group(1).splitlines():
+                heading = HEADINGS.get(line.strip(), heading)
+                if line.strip() and line.strip() not in HEADINGS:
+                    out.append(("summary:" + heading, line.strip().removeprefix("- ")))
+        body_text = re.search(r"<transcript>\n(.*?)\n</transcript>", last, re.S)
+        role = "assistant"
+        for line in (body_text.group(1) if body_text else "").splitlines():
+            for prefix, kind in PREFIXES.items():
+                if line.startswith(prefix):
+                    role, line = kind, line[len(prefix):]
+                    break
+            if line.strip():
+                out.append((role, line.strip()))
+        return out, last
+    for m in msgs[1:-1]:  # raw messages (v1.2.16)
+        role = m.get("role")
+        text = _content(m)
+        if role == "assistant" and text.startswith("## Goal"):  # an earlier summary, as sent back
+            heading = "fact"
+            for line in text.splitlines():
+                heading = HEADINGS.get(line.strip(), heading)
+                if line.strip() and line.strip() not in HEADINGS:
+                    out.append(("summary:" + heading, line.strip().removeprefix("- ")))
+            continue
+        for line in text.splitlines():
+            if line.strip():
+                out.append((role, line.strip()))
+        for call in m.get("tool_calls") or ():
+            out.append(("call", f"{call['function']['name']}({call['function']['arguments']})"))
+    return out, last
+
+
+def extractive_summary(body: dict) -> str:
+    segments, prompt = _segments(body)
+    sent = tokens(json.dumps(body.get("messages") or []))
+    cap = min(CAP_MAX, max(CAP_MIN, sent // CAP_SHARE))
+    asked = re.search(r"under about (\d+) tokens", prompt)
+    if asked:
+        cap = min(cap, int(asked.group(1)))
+    if body.get("max_tokens"):
+        cap = min(cap, int(body["max_tokens"]))
+    skip_user = "do not copy those messages out" in prompt
+    picked: list[tuple[str, str]] = []  # (class, line), oldest first
+    goal = None
+    for role, line in segments:
+        if role.startswith("summary:"):
+            cls = role.split(":", 1)[1]
+            if cls == "goal":
+                goal = goal or line
+                continue
+            picked.append((cls, line))
+        elif role == "user":
+            if line == "What did we do so far?" or line.startswith("The conversation above was compacted"):
+                continue
+            goal = line[:300]
+            if not skip_user:
+                picked.append(("user", line[:300]))
+        elif role == "call":
+            for path in PATH.findall(line):
+                picked.append(("file", path))
+        elif SALIENT.search(line) and len(line) <= 300:
+            cls = "status" if re.search(r"\b(DONE|PENDING|BLOCKED)\b", line) else "fact"
+            picked.append((cls, line))
+    seen: dict[tuple[str, str], int] = {}
+    for i, item in enumerate(picked):  # dedupe, keeping the newest position
+        seen[item] = i
+    ordered = sorted(seen, key=seen.get)
+    budget = cap - tokens(goal or "") - 40
+    kept: list[tuple[str, str]] = []
+    for item in reversed(ordered):  # newest first within the cap
+        cost = tokens(item[1]) + 1
+        if budget - cost < 0:
+            continue
+        budget -= cost
+        kept.append(item)
+    kept.reverse()
+    sections = []
+    for heading, cls in HEADINGS.items():
+        lines = [goal] if cls == "goal" and goal else [f"- {line}" for c, line in kept if c == cls]
+        sections.append(heading + "\n" + ("\n".join(lines) if lines else "(none)"))
+    return "\n\n".join(sections)
+
+
+@dataclass
+class RuleAgent:
+    """The agent side: knows the turn in progress through the harness, acts on what it sees."""
+
+    turn: object = None  # scenarios.Turn in progress
+    executed: dict = field(default_factory=dict)  # step id → times called
+    lost: int = 0  # requests in which the current request was not visible
+    duplicates: int = 0
+
+    def reply(self, body: dict) -> Reply:
+        msgs = body.get("messages") or []
+        said = "\n".join(_content(m) for m in msgs if m.get("role") in ("user", "assistant"))
+        seen = "\n".join([_content(m) for m in msgs] + [c["function"]["arguments"] for m in msgs
+                                                          for c in (m.get("tool_calls") or ())])
+        turn = self.turn
+        if turn is None or turn.marker not in said:
+            self.lost += 1
+            return Reply(text="I am not sure what you would like me to do next; could you restate the task?")
+        for step in turn.steps:
+            path = step.args.get("filePath") or step.args.get("command", "").split()[-1]
+            if path in seen:
+                continue
+            count = self.executed.get(step.id, 0)
+            if count:
+                self.duplicates += 1
+            self.executed[step.id] = count + 1
+            return Reply(tool_calls=({"name": step.tool, "arguments": step.args, "id": f"call_{step.id}_{count}"},))
+        return Reply(text=turn.final)
+
+
+class BenchServer(ScriptedServer):
+    """Scripted server with a responder instead of a queue and a hard context limit."""
+
+    def __init__(self, responder: Callable[[dict], Reply], context: int, **kw) -> None:
+        super().__init__(**kw)
+        self.responder = responder
+        self.context = context
+        self.overflows = 0
+        self.keep_requests = True
+
+    def _take(self, body: dict) -> tuple[int, Reply]:
+        with self._lock:
+            self._count += 1
+            if self.keep_requests:
+                self._requests.append(body)
+            n = self._count
+        prompt = math.ceil(len(json.dumps([*(body.get("messages") or []), *(body.get("tools") or [])])) / 4)
+        if prompt + int(body.get("max_tokens") or 0) > self.context:
+            self.overflows += 1
+            return n, Reply(status=400, error_body={"error": {
+                "message": f"This model's maximum context length is {self.context} tokens. However, you requested "
+                           f"{prompt + int(body.get('max_tokens') or 0)} tokens. Please reduce the length of the messages.",
+                "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
+        return n, self.responder(body)

@@ -1,0 +1,363 @@
+"""Cross-session memory: what past sessions learned, recalled in new ones.
+
+OpenCode keeps each session isolated; here a project (a working directory)
+accumulates a memory:
+
+- **Extraction** (:func:`remember`): a session becomes four bullet lists —
+  decisions, preferences and constraints, facts learned, open tasks — written
+  as Markdown under ``<data_dir>/memory/<project>/sessions/<id>.md`` (the
+  observation log) and consolidated into ``MEMORY.md`` (newest first,
+  superseded notes set apart, a ``## Pinned`` section of the user's own). The
+  model writes the lists when one is available (:mod:`.extract`'s prompt);
+  deterministic rules do otherwise, or when asked (``extractor="rules"``).
+- **Search** (:func:`recall`): BM25 in DuckDB SQL over the memory notes and
+  the whole history (text parts and tool calls), cosine similarity of
+  embeddings added when ``memory.embeddings`` names an embedding model.
+  Newer statements supersede older ones on the same subject.
+- **Use**: the ``recall`` tool for the agent (offered only when memory is on),
+  ``%agent recall`` / ``%agent remember`` / ``%agent memory`` for the user, and
+  optional injection of the most relevant notes into the first message of a
+  new session, as a visible synthetic text part that is sent (and so counted)
+  like any other.
+
+Settings: ``%config AgentMagics.memory = {...}`` with the keys of
+:data:`~jupyter_session_agent.settings.MEMORY_DEFAULTS`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .. import ids
+from ..budget import estimate
+from ..messages import ModelRef, TextPart, WithParts, now_ms
+from ..settings import MEMORY_DEFAULTS
+from .extract import KINDS, TITLES, Extraction, extract_llm, extract_rules, render_sections
+from .files import consolidate, pinned_items, project_dir, project_key, write_session
+from .search import Hit, MemoryIndex
+
+__all__ = [
+    "Remembered", "remember", "remember_project", "recall", "injection", "injection_part", "index_for",
+    "options", "tool_enabled", "inject_enabled", "RecallTool", "after_turn", "Hit", "MemoryIndex",
+    "project_key", "project_dir", "KINDS", "TITLES",
+]
+
+DEFAULTS = MEMORY_DEFAULTS
+EXTRACTORS = ("auto", "llm", "rules")
+
+
+def options(settings: Any) -> dict[str, Any]:
+    """The memory settings with defaults filled in."""
+    return {**DEFAULTS, **dict(getattr(settings, "memory", None) or {})}
+
+
+def tool_enabled(settings: Any) -> bool:
+    opts = options(settings)
+    return bool(opts["enabled"] if opts["tool"] is None else opts["tool"])
+
+
+def inject_enabled(settings: Any) -> bool:
+    opts = options(settings)
+    return bool(opts["enabled"] if opts["inject"] is None else opts["inject"])
+
+
+# --------------------------------------------------------------------------
+# extraction
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """What :func:`remember` did for one session."""
+
+    session_id: str
+    path: Path
+    status: str  # written | kept-edited | empty
+    extractor: str  # rules | llm:<provider/model>
+    counts: dict[str, int] = field(default_factory=dict)
+    memory_path: Path | None = None
+    markdown: str = ""
+    fallback: str = ""  # why the model's extraction was not used, when it was asked for
+
+    def summary(self) -> str:
+        counts = ", ".join(f"{n} {kind}" for kind, n in self.counts.items() if n) or "nothing worth remembering"
+        note = {"written": "", "kept-edited": " — kept your edited file (use --force to replace it)",
+                "empty": " — no file written"}[self.status]
+        fallback = f" (model extraction not used: {self.fallback})" if self.fallback else ""
+        return f"{self.session_id}: {counts} [{self.extractor}]{fallback}{note}"
+
+
+def llm_complete(settings: Any, model: str | None = None, *, explicit: bool = False) -> tuple[Callable | None, str]:
+    """(complete(messages) -> str, "provider/model") for extraction, or (None, why not)."""
+    from .. import presets
+    from ..provider import ChatRequest
+    from ..session import _build_provider
+
+    spec = model or getattr(settings, "model", "") or presets.default_model(os.environ)
+    if ModelRef.parse(spec).provider_id == "local" and not explicit:
+        return None, "the embedded local model is too small to extract reliably"
+    provider, info, resolved = _build_provider(spec, settings)
+    max_tokens = min(1500, info.max_output_tokens) if getattr(info, "output", 0) else 1500
+
+    def complete(messages: list[dict]) -> str:
+        return provider.complete(ChatRequest(model=resolved.model_id, messages=messages, max_tokens=max_tokens,
+                                             temperature=0))
+
+    return complete, f"{resolved.provider_id}/{resolved.model_id}"
+
+
+def remember(store: Any, session_id: str, settings: Any, *, extractor: str | None = None, force: bool = False,
+             complete: Callable[[list[dict]], str] | None = None, model: str | None = None,
+             history: Sequence[WithParts] | None = None, info: Any = None,
+             regenerate: bool = True) -> Remembered:
+    """Extract a session's memory, write its file, regenerate MEMORY.md.
+
+    ``extractor``: "auto" (the model unless it is the embedded local one),
+    "llm" (the model; its errors are raised) or "rules". ``complete`` replaces
+    the model call (tests, benchmarks). When the model's answer cannot be
+    parsed, or (in "auto") the call fails, the rules are used and
+    ``fallback`` says why. ``regenerate=False`` leaves MEMORY.md for the
+    caller to :func:`~.files.consolidate` once after many sessions.
+    """
+    mode = extractor or options(settings)["extractor"]
+    if mode not in EXTRACTORS:
+        from ..errors import UsageError
+
+        raise UsageError(f"unknown extractor {mode!r} — use one of {', '.join(EXTRACTORS)}")
+    info = info or store.session(session_id)
+    history = list(history) if history is not None else store.messages(info.id)
+    extraction: Extraction | None = None
+    used, fallback = "rules", ""
+    if mode != "rules":
+        try:
+            label = "llm"
+            if complete is None:
+                from ..report import history_model
+
+                spec = model or getattr(settings, "model", "") or history_model(history)
+                complete, label = llm_complete(settings, spec, explicit=mode == "llm")
+            if complete is None:
+                fallback = label
+            else:
+                extraction = extract_llm(history, complete)
+                if extraction is None:
+                    fallback = "the model's answer had none of the four sections"
+                else:
+                    used = label if label.startswith("llm") else f"llm:{label}"
+        except Exception as err:  # no key, server down, …: "auto" falls back to the rules
+            if mode == "llm":
+                raise
+            fallback = f"{type(err).__name__}: {err}"
+    if extraction is None:
+        extraction = extract_rules(history)
+    folder = project_dir(settings.data_dir, info.directory)
+    updated = max([info.time_updated, *(m.info.time_created for m in history)])
+    path, status = write_session(folder, extraction, session_id=info.id, title=info.title,
+                                 directory=info.directory, updated=updated, extractor=used, force=force)
+    memory_path = consolidate(folder, info.directory) if regenerate else folder / "MEMORY.md"
+    return Remembered(info.id, path, status, used, {k: len(extraction[k]) for k in KINDS}, memory_path,
+                      render_sections(extraction, ids=False), fallback)
+
+
+def remember_project(store: Any, settings: Any, directory: str | os.PathLike | None = None, **kwargs: Any
+                     ) -> list[Remembered]:
+    """:func:`remember` every session of a project (``directory``; None: every session)."""
+    wanted = str(Path(directory).resolve()) if directory else None
+    out = []
+    folders: dict[Path, str] = {}
+    for info in reversed(store.sessions()):  # oldest first
+        if wanted is None or str(Path(info.directory).resolve()) == wanted:
+            out.append(remember(store, info.id, settings, info=info, regenerate=False, **kwargs))
+            folders[project_dir(settings.data_dir, info.directory)] = info.directory
+    for folder, where in folders.items():  # MEMORY.md once per project, not once per session
+        consolidate(folder, where)
+    return out
+
+
+def after_turn(session: Any) -> Remembered | None:
+    """The end-of-turn hook: remember the session when ``auto_remember`` is on. Never raises."""
+    opts = options(session.settings)
+    if not opts["auto_remember"]:
+        return None
+    try:
+        mode = "llm" if opts["extractor"] == "llm" else "rules"  # "auto" costs no model call per turn
+        complete = _session_complete(session) if mode == "llm" else None
+        return remember(session.store, session.info.id, session.settings, extractor=mode, complete=complete,
+                        history=session.history, info=session.info)
+    except Exception as err:  # memory must never break a turn
+        warnings.warn(f"memory: could not remember {session.info.id}: {type(err).__name__}: {err}", stacklevel=2)
+        return None
+
+
+def _session_complete(session: Any) -> Callable[[list[dict]], str]:
+    """Extraction calls through the session's own (cached) provider."""
+    from ..provider import ChatRequest
+
+    provider, _, spec = session._provider(session.settings.model or session.last_model())
+
+    def complete(messages: list[dict]) -> str:
+        return provider.complete(ChatRequest(model=spec.model_id, messages=messages, temperature=0,
+                                             max_tokens=1500))
+
+    return complete
+
+
+# --------------------------------------------------------------------------
+# search
+
+_INDEXES: "weakref.WeakKeyDictionary[Any, dict[str, MemoryIndex]]" = weakref.WeakKeyDictionary()
+_INDEX_LOCK = threading.Lock()
+
+
+def index_for(store: Any, data_dir: str | os.PathLike) -> MemoryIndex:
+    """The (cached) search index of ``store`` and the memory under ``data_dir``."""
+    with _INDEX_LOCK:
+        try:
+            per_store = _INDEXES.setdefault(store, {})
+        except TypeError:  # a store that cannot be weakly referenced: no caching
+            return MemoryIndex(store, data_dir)
+        key = str(Path(data_dir).resolve())
+        index = per_store.get(key)
+        if index is None:
+            index = per_store[key] = MemoryIndex(store, data_dir)
+        return index
+
+
+_EMBEDDERS: dict[tuple, tuple] = {}  # (model, data_dir, base URL) → (provider, info, resolved)
+
+
+def embedder(settings: Any, model: str | None = None) -> tuple[Callable | None, str]:
+    """(embed(texts) -> vectors, model name) when ``memory.embeddings`` is set, else (None, "")."""
+    name = options(settings)["embeddings"]
+    if not name:
+        return None, ""
+    from .. import presets
+    from ..session import _build_provider
+
+    spec = model or getattr(settings, "model", "") or presets.default_model(os.environ)
+    key = (spec, str(settings.data_dir), os.environ.get("OPENAI_BASE_URL"))
+    cached = _EMBEDDERS.get(key)
+    if cached is None:
+        cached = _EMBEDDERS[key] = _build_provider(spec, settings)
+    provider, _, resolved = cached
+    return (lambda texts: provider.embed(texts, model=name)), f"{resolved.provider_id}/{name}"
+
+
+def recall(store: Any, settings: Any, query: str, *, directory: str | os.PathLike | None = None,
+           scope: str | None = None, k: int | None = None, threshold: float | None = None,
+           exclude_session: str | None = None, sources: Sequence[str] | None = None,
+           embed: Callable | None = None, embed_model: str = "", include_superseded: bool = False,
+           supersede: bool = True) -> list[Hit]:
+    """The best notes and history passages for ``query`` (see :mod:`.search`).
+
+    ``scope`` "project" (default) searches the project of ``directory`` (default
+    the working directory); "all" searches every project. ``sources`` defaults to
+    memory and, unless ``memory.history`` is off, the history.
+    """
+    opts = options(settings)
+    scope = scope or opts["scope"]
+    project = None if scope == "all" else project_key(directory or os.getcwd())
+    if sources is None:
+        sources = ("memory", "history") if opts["history"] else ("memory",)
+    if embed is None and opts["embeddings"]:
+        try:
+            embed, embed_model = embedder(settings)
+        except Exception as err:
+            warnings.warn(f"memory: embeddings unavailable ({type(err).__name__}: {err}); using BM25 only",
+                          stacklevel=2)
+    index = index_for(store, settings.data_dir)
+    try:
+        return index.search(query, project=project, k=int(k or opts["top_k"]),
+                            threshold=float(opts["threshold"] if threshold is None else threshold),
+                            exclude_session=exclude_session, sources=sources, embed=embed,
+                            embed_model=embed_model, include_superseded=include_superseded,
+                            supersede=supersede)
+    except Exception as err:
+        if embed is None:
+            raise
+        warnings.warn(f"memory: embedding search failed ({type(err).__name__}: {err}); using BM25 only",
+                      stacklevel=2)
+        return index.search(query, project=project, k=int(k or opts["top_k"]),
+                            threshold=float(opts["threshold"] if threshold is None else threshold),
+                            exclude_session=exclude_session, sources=sources,
+                            include_superseded=include_superseded, supersede=supersede)
+
+
+# --------------------------------------------------------------------------
+# injection
+
+INJECTION_HEAD = ("Notes recalled from earlier sessions in this project (newer statements replace older ones; "
+                  "they may be out of date, so check before relying on them):")
+_LABELS = {"decisions": "decision", "preferences": "preference", "facts": "fact", "tasks": "open task",
+           "pinned": "pinned", "user": "user said", "assistant": "assistant said", "tool": "tool result"}
+
+
+def format_injection(pinned: Sequence[Any], hits: Sequence[Hit], max_tokens: int) -> tuple[str, list[Hit], int]:
+    """The ``<memory>`` block within ``max_tokens``: pinned notes first, then hits by score."""
+    lines: list[str] = []
+    used: list[Hit] = []
+    pinned_count = 0
+
+    def fits(extra: str) -> bool:
+        return estimate(_block(lines + [extra])) <= max_tokens
+
+    for item in pinned:
+        line = f"- [pinned] {item.text}"
+        if fits(line):
+            lines.append(line)
+            pinned_count += 1
+    for hit in hits:
+        where = hit.session_id or "memory"
+        line = f"- [{hit.date} · {_LABELS.get(hit.kind, hit.kind)} · {where}] {hit.text}"
+        if fits(line):
+            lines.append(line)
+            used.append(hit)
+    if not lines:
+        return "", [], 0
+    return _block(lines), used, pinned_count
+
+
+def _block(lines: Sequence[str]) -> str:
+    return "<memory>\n" + INJECTION_HEAD + "\n" + "\n".join(lines) + "\n</memory>"
+
+
+def injection(store: Any, settings: Any, prompt: str, *, directory: str, session_id: str | None = None
+              ) -> tuple[str, dict] | None:
+    """(text, metadata) to add to a new session's first message, or None when nothing is relevant."""
+    opts = options(settings)
+    folder = project_dir(settings.data_dir, directory)
+    pinned = pinned_items(folder)
+    hits = recall(store, settings, prompt, directory=directory, exclude_session=session_id)
+    text, used, n_pinned = format_injection(pinned, hits, int(opts["max_tokens"]))
+    if not text:
+        return None
+    meta = {"memory": {"tokens": estimate(text), "pinned": n_pinned, "hits": [h.to_data() for h in used],
+                       "project": folder.name}}
+    return text, meta
+
+
+def injection_part(store: Any, settings: Any, prompt: str, *, directory: str, session_id: str,
+                   message_id: str) -> TextPart | None:
+    """The synthetic text part carrying the injection (metadata ``memory``), or None. Never raises."""
+    try:
+        found = injection(store, settings, prompt, directory=directory, session_id=session_id)
+    except Exception as err:
+        warnings.warn(f"memory: injection skipped ({type(err).__name__}: {err})", stacklevel=2)
+        return None
+    if found is None:
+        return None
+    text, meta = found
+    now = now_ms()
+    return TextPart(ids.ascending("part"), session_id, message_id, text=text, synthetic=True,
+                    time_start=now, time_end=now, metadata=meta)
+
+
+# --------------------------------------------------------------------------
+# the agent's tool
+
+from .tool import RecallTool  # noqa: E402  (the tool module imports this package lazily)

@@ -1,0 +1,613 @@
+/**
+ * A JupyterLab MIME renderer for jupyter-session-agent transcripts.
+ *
+ * It renders `application/vnd.jupyter.session-agent+json` (schema version 1):
+ * `{version, view, live, session, messages: [{info, parts}], omitted, budget}`
+ * where `info` and `parts` are OpenCode JSON (`WithParts.to_data()`), and
+ * `budget` is the session's budget report. Everything is built with DOM calls
+ * and `textContent`; only text parts go through Markdown, and then through
+ * JupyterLab's sanitizer, so the renderer is safe for untrusted notebooks.
+ */
+
+import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
+import { Widget } from '@lumino/widgets';
+
+export const MIME_TYPE = 'application/vnd.jupyter.session-agent+json';
+export const SCHEMA_VERSION = 1;
+
+type Json = { [key: string]: any };
+
+const PREVIEW_LINES = 12;
+const STATUS_ICON: { [status: string]: string } = {
+  pending: '…',
+  running: '⚙',
+  completed: '✓',
+  error: '✕',
+  interrupted: '■'
+};
+
+/** `el('div', 'a b', 'text')` → `<div class="a b">text</div>`. */
+function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  className?: string,
+  text?: string
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  if (className) {
+    node.className = className;
+  }
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  return node;
+}
+
+function num(value: any): number {
+  return typeof value === 'number' && isFinite(value) ? value : 0;
+}
+
+function fmt(value: any): string {
+  return Math.round(num(value)).toLocaleString('en-US');
+}
+
+function short(value: any): string {
+  const n = num(value);
+  if (n >= 1_000_000) {
+    return `${(n / 1_000_000).toFixed(n >= 10_000_000 ? 0 : 1)}M`;
+  }
+  if (n >= 1_000) {
+    return `${(n / 1_000).toFixed(n >= 10_000 ? 0 : 1)}k`;
+  }
+  return `${Math.round(n)}`;
+}
+
+function usd(value: any): string {
+  return `$${num(value).toFixed(4)}`;
+}
+
+function duration(ms: any): string {
+  const s = Math.max(0, num(ms) / 1000);
+  return s < 60 ? `${s.toFixed(2)} s` : `${Math.floor(s / 60)} min ${Math.floor(s % 60)} s`;
+}
+
+function clock(ms: any): string {
+  const d = new Date(num(ms));
+  return isNaN(d.getTime()) ? '' : d.toISOString().replace('T', ' ').slice(0, 16) + ' UTC';
+}
+
+function tokenCount(tokens: Json | undefined): number {
+  if (!tokens) {
+    return 0;
+  }
+  const cache = tokens.cache || {};
+  return (
+    num(tokens.total) ||
+    num(tokens.input) + num(tokens.output) + num(cache.read) + num(cache.write)
+  );
+}
+
+/** pending / running / completed / error / interrupted (an error marked interrupted). */
+export function toolStatus(part: Json): string {
+  const state = part.state || {};
+  if (state.status === 'error' && state.metadata && state.metadata.interrupted) {
+    return 'interrupted';
+  }
+  return state.status || 'pending';
+}
+
+function badge(text: string, kind: string): HTMLElement {
+  return el('span', `jsa-badge jsa-badge-${kind}`, text);
+}
+
+/** A small part: a kind badge and a line of text. */
+function labelled(kind: string, text: string): HTMLElement {
+  const node = el('div', 'jsa-small');
+  node.appendChild(badge(kind, 'kind'));
+  node.appendChild(el('span', '', ` ${text}`));
+  return node;
+}
+
+export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
+  constructor(options: IRenderMime.IRendererOptions) {
+    super();
+    this._mimeType = options.mimeType;
+    this._sanitizer = options.sanitizer;
+    this._markdown = options.markdownParser || null;
+    this.addClass('jsa-transcript');
+  }
+
+  async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
+    const data = model.data[this._mimeType] as Json;
+    this._remember();
+    this.node.textContent = '';
+    if (!data || typeof data !== 'object') {
+      this.node.appendChild(el('div', 'jsa-error', 'No session-agent data in this output.'));
+      return;
+    }
+    if (num(data.version) > SCHEMA_VERSION) {
+      this.node.appendChild(
+        el('div', 'jsa-note', `Written by a newer jupyter-session-agent (schema ${data.version}); showing what this version understands.`)
+      );
+    }
+    this.node.classList.toggle('jsa-live', !!data.live);
+    this.node.appendChild(this._header(data));
+    if (data.view !== 'budget') {
+      if (num(data.omitted) > 0) {
+        this.node.appendChild(el('div', 'jsa-note jsa-omitted', `… ${fmt(data.omitted)} earlier messages not shown`));
+      }
+      const pending: Promise<void>[] = [];
+      for (const message of data.messages || []) {
+        this.node.appendChild(this._message(message, pending));
+      }
+      if (!(data.messages || []).length) {
+        this.node.appendChild(el('div', 'jsa-note', data.live ? 'Waiting for the model…' : '(empty session)'));
+      }
+      await Promise.all(pending);
+    }
+    if (data.budget) {
+      this.node.appendChild(renderBudget(data.budget));
+    }
+    this._restore();
+  }
+
+  // -- remember which <details> were opened/closed across live updates -----------
+
+  private _remember(): void {
+    this.node.querySelectorAll('details[data-key]').forEach(node => {
+      const details = node as HTMLDetailsElement;
+      this._open.set(details.dataset.key as string, details.open);
+    });
+  }
+
+  private _restore(): void {
+    this.node.querySelectorAll('details[data-key]').forEach(node => {
+      const details = node as HTMLDetailsElement;
+      const open = this._open.get(details.dataset.key as string);
+      if (open !== undefined) {
+        details.open = open;
+      }
+    });
+  }
+
+  // -- pieces ---------------------------------------------------------------------
+
+  private _header(data: Json): HTMLElement {
+    const head = el('div', 'jsa-header');
+    const session = data.session || {};
+    head.appendChild(el('span', 'jsa-title', session.title || (data.view === 'budget' ? 'Token budget' : 'Agent session')));
+    if (data.budget && data.budget.model) {
+      head.appendChild(badge(data.budget.model, 'model'));
+    }
+    if (data.live) {
+      head.appendChild(badge('running', 'live'));
+    }
+    if (session.id) {
+      head.appendChild(el('span', 'jsa-id', session.id));
+    }
+    return head;
+  }
+
+  private _message(message: Json, pending: Promise<void>[]): HTMLElement {
+    const info = message.info || {};
+    const parts: Json[] = message.parts || [];
+    const node = el('div', `jsa-message jsa-${info.role === 'user' ? 'user' : 'assistant'}`);
+    node.dataset.id = info.id || '';
+    const head = el('div', 'jsa-message-head');
+    const isRequest = parts.some(p => p.type === 'compaction');
+    if (info.role === 'user') {
+      const synthetic = parts.length > 0 && parts.every(p => p.type !== 'text' || p.synthetic);
+      if (isRequest) {
+        node.classList.add('jsa-compaction-request');
+        head.appendChild(el('span', 'jsa-role', 'Compaction request'));
+      } else {
+        head.appendChild(el('span', 'jsa-role', synthetic ? 'Continue (synthetic)' : 'You'));
+      }
+    } else {
+      if (info.summary) {
+        node.classList.add('jsa-summary');
+        head.appendChild(el('span', 'jsa-role', 'Summary'));
+        head.appendChild(badge('compaction summary', 'summary'));
+      } else {
+        head.appendChild(el('span', 'jsa-role', 'Agent'));
+      }
+      const bits = [`${info.providerID || ''}/${info.modelID || ''}`];
+      const count = tokenCount(info.tokens);
+      if (count) {
+        bits.push(`${fmt(count)} tokens`);
+      }
+      if (num(info.cost)) {
+        bits.push(usd(info.cost));
+      }
+      head.appendChild(el('span', 'jsa-meta', bits.join(' · ')));
+    }
+    node.appendChild(head);
+    for (const part of parts) {
+      const rendered = this._part(part, pending);
+      if (rendered) {
+        rendered.classList.add('jsa-part', `jsa-part-${part.type}`);
+        rendered.dataset.type = part.type;
+        rendered.dataset.id = part.id || '';
+        node.appendChild(rendered);
+      }
+    }
+    if (info.error) {
+      const err = info.error;
+      node.appendChild(
+        el('div', 'jsa-error', `${err.name || 'Error'}: ${(err.data && err.data.message) || ''}`)
+      );
+    }
+    return node;
+  }
+
+  private _part(part: Json, pending: Promise<void>[]): HTMLElement | null {
+    switch (part.type) {
+      case 'text':
+        return this._text(part, pending);
+      case 'reasoning': {
+        const details = this._details(`r:${part.id}`, false);
+        const took = part.time && part.time.end ? ` · ${duration(part.time.end - part.time.start)}` : '';
+        details.appendChild(el('summary', '', `reasoning${took}`));
+        details.appendChild(el('div', 'jsa-reasoning-text', part.text || ''));
+        details.appendChild(truncatedNote(part, 'text'));
+        return details;
+      }
+      case 'tool':
+        return this._tool(part);
+      case 'step-start':
+        return el('div', '', part.snapshot ? `step · snapshot ${String(part.snapshot).slice(0, 10)}` : 'step');
+      case 'step-finish': {
+        const t = part.tokens || {};
+        const cache = t.cache || {};
+        const bits = [`${fmt(tokenCount(t))} tokens`, `${fmt(num(t.input) + num(cache.read) + num(cache.write))} in`];
+        if (num(cache.read)) {
+          bits.push(`${fmt(cache.read)} cached`);
+        }
+        bits.push(`${fmt(t.output)} out`);
+        if (num(t.reasoning)) {
+          bits.push(`${fmt(t.reasoning)} reasoning`);
+        }
+        const node = el('div', '');
+        node.appendChild(el('span', 'jsa-step-label', 'step finished'));
+        node.appendChild(el('span', 'jsa-step-tokens', bits.join(' · ')));
+        node.appendChild(el('span', 'jsa-step-cost', usd(part.cost)));
+        node.appendChild(badge(part.reason || '', 'reason'));
+        if (t.estimated) {
+          node.appendChild(badge('estimated', 'estimated'));
+        }
+        return node;
+      }
+      case 'retry': {
+        const data = (part.error && part.error.data) || {};
+        const status = data.statusCode ? ` (HTTP ${data.statusCode})` : '';
+        return el('div', '', `⟳ retry ${part.attempt}${status}: ${data.message || ''}`);
+      }
+      case 'compaction': {
+        const node = el('div', 'jsa-compaction-marker');
+        node.appendChild(el('span', '', 'compaction requested'));
+        node.appendChild(badge(part.auto ? 'automatic' : 'manual', 'compaction'));
+        if (part.overflow) {
+          node.appendChild(badge('overflow', 'error'));
+        }
+        return node;
+      }
+      case 'file':
+        return labelled('file', `${part.filename || String(part.url || '').slice(0, 120)} (${part.mime || ''})`);
+      case 'agent':
+        return labelled('agent', `@${part.name || ''}`);
+      case 'subtask': {
+        const model = part.model ? ` · ${part.model.providerID}/${part.model.modelID}` : '';
+        return labelled('subtask', `${part.agent || ''}${model}: ${part.description || ''}`);
+      }
+      case 'patch': {
+        const files: string[] = part.files || [];
+        return labelled('patch', `files changed: ${files.slice(0, 20).join(', ')}${files.length > 20 ? ` and ${files.length - 20} more` : ''}`);
+      }
+      case 'snapshot':
+        return labelled('snapshot', String(part.snapshot || '').slice(0, 12));
+      default:
+        return el('div', 'jsa-unknown', `${part.type} part`);
+    }
+  }
+
+  private _text(part: Json, pending: Promise<void>[]): HTMLElement | null {
+    if (part.ignored || !part.text) {
+      return null;
+    }
+    const node = el('div', part.synthetic ? 'jsa-synthetic' : '');
+    const body = el('div', 'jsa-markdown');
+    body.textContent = part.text;
+    node.appendChild(body);
+    node.appendChild(truncatedNote(part, 'text'));
+    if (this._markdown) {
+      const parser = this._markdown;
+      pending.push(
+        parser
+          .render(part.text)
+          .then(html => {
+            body.innerHTML = this._sanitizer.sanitize(html);
+          })
+          .catch(() => undefined)
+      );
+    } else {
+      body.classList.add('jsa-pre');
+    }
+    return node;
+  }
+
+  private _tool(part: Json): HTMLElement {
+    const state = part.state || {};
+    const status = toolStatus(part);
+    const pruned = status === 'completed' && state.time && state.time.compacted;
+    const details = this._details(`t:${part.id}`, status === 'running' || status === 'error' || status === 'interrupted');
+    details.dataset.status = status;
+    details.classList.add(`jsa-status-${status}`);
+    const summary = el('summary', 'jsa-tool-head');
+    summary.appendChild(badge(`${STATUS_ICON[status] || ''} ${status}`, `status-${status}`));
+    summary.appendChild(el('span', 'jsa-tool-name', part.tool || '?'));
+    if (state.title && state.title !== part.tool) {
+      summary.appendChild(el('span', 'jsa-tool-title', state.title));
+    }
+    if (state.time && state.time.end) {
+      summary.appendChild(el('span', 'jsa-tool-time', duration(state.time.end - state.time.start)));
+    }
+    if (pruned) {
+      summary.appendChild(badge('✂ pruned', 'pruned'));
+    }
+    details.appendChild(summary);
+
+    const input = state.input && Object.keys(state.input).length ? JSON.stringify(state.input, null, 2) : '';
+    if (input) {
+      details.appendChild(el('div', 'jsa-label', 'input'));
+      details.appendChild(el('pre', 'jsa-tool-input', input));
+    }
+    if (status === 'completed') {
+      if (pruned) {
+        const box = el('div', 'jsa-pruned');
+        box.appendChild(
+          el('div', 'jsa-pruned-note', `Output pruned at ${clock(state.time.compacted)}: the model now sees “[Old tool result content cleared]”.`)
+        );
+        const original = this._details(`p:${part.id}`, false);
+        original.appendChild(el('summary', '', `original output (${fmt((state.output || '').length)} characters)`));
+        original.appendChild(el('pre', 'jsa-tool-output', state.output || ''));
+        original.appendChild(truncatedNote(part, 'state.output'));
+        box.appendChild(original);
+        details.appendChild(box);
+      } else {
+        details.appendChild(el('div', 'jsa-label', 'output'));
+        details.appendChild(this._output(`o:${part.id}`, state.output || '', part, 'state.output'));
+      }
+    } else if (status === 'error' || status === 'interrupted') {
+      details.appendChild(el('div', 'jsa-label', status === 'interrupted' ? 'interrupted' : 'error'));
+      details.appendChild(this._output(`o:${part.id}`, state.error || '', part, 'state.error'));
+    }
+    return details;
+  }
+
+  /** A tool output: short ones whole; long ones as a preview plus a collapsed full view. */
+  private _output(key: string, text: string, part: Json, field: string): HTMLElement {
+    const box = el('div', 'jsa-output');
+    const lines = text.split('\n');
+    if (lines.length <= PREVIEW_LINES) {
+      box.appendChild(el('pre', 'jsa-tool-output', text));
+    } else {
+      box.appendChild(el('pre', 'jsa-tool-output jsa-preview', lines.slice(0, PREVIEW_LINES).join('\n')));
+      const more = this._details(key, false);
+      more.classList.add('jsa-long-output');
+      const full = part.truncated && part.truncated[field];
+      more.appendChild(
+        el('summary', '', full ? `show the ${fmt(lines.length)} lines kept (of ${fmt(full)} characters)` : `show all ${fmt(lines.length)} lines`)
+      );
+      more.appendChild(el('pre', 'jsa-tool-output', text));
+      box.appendChild(more);
+    }
+    box.appendChild(truncatedNote(part, field));
+    return box;
+  }
+
+  private _details(key: string, open: boolean): HTMLDetailsElement {
+    const details = el('details');
+    details.dataset.key = key;
+    details.open = open;
+    return details;
+  }
+
+  private _mimeType: string;
+  private _sanitizer: IRenderMime.ISanitizer;
+  private _markdown: IRenderMime.IMarkdownParser | null;
+  private _open = new Map<string, boolean>();
+}
+
+function truncatedNote(part: Json, field: string): HTMLElement {
+  const full = part.truncated && part.truncated[field];
+  if (!full) {
+    return el('span', 'jsa-hidden');
+  }
+  return el('div', 'jsa-note jsa-truncated', `truncated in the notebook output: ${fmt(full)} characters in the history (see %agent sql)`);
+}
+
+// -- the budget gauge ---------------------------------------------------------------
+
+function segment(cls: string, from: number, to: number, total: number, title: string): HTMLElement {
+  const node = el('div', `jsa-seg ${cls}`);
+  node.style.left = `${(100 * from) / total}%`;
+  node.style.width = `${Math.max(0, (100 * (to - from)) / total)}%`;
+  node.title = title;
+  return node;
+}
+
+function marker(cls: string, at: number, total: number, label: string): HTMLElement {
+  const node = el('div', `jsa-marker ${cls}`);
+  node.style.left = `${Math.min(100, (100 * at) / total)}%`;
+  node.appendChild(el('span', 'jsa-marker-label', label));
+  node.title = label;
+  return node;
+}
+
+export function renderBudget(b: Json): HTMLElement {
+  const box = el('div', 'jsa-budget');
+  const used = num(b.used);
+  const usable = num(b.usable);
+  const reserved = num(b.reserved);
+  const window = num(b.input_limit) || num(b.context);
+  const fraction = usable ? used / usable : 0;
+  const level = b.overflow || fraction >= 0.85 ? 'danger' : fraction >= 0.5 ? 'warning' : 'ok';
+
+  const title = el('div', 'jsa-budget-title');
+  title.appendChild(el('span', 'jsa-budget-label', 'Context'));
+  title.appendChild(
+    el('span', `jsa-budget-used jsa-level-${level}`, usable ? `${fmt(used)} / ${fmt(usable)} usable (${Math.round(fraction * 100)}%)` : `${fmt(used)} tokens · window unknown`)
+  );
+  if (b.used_estimated) {
+    title.appendChild(badge('estimated', 'estimated'));
+  }
+  if (b.overflow) {
+    title.appendChild(badge('compaction due', 'error'));
+  }
+  box.appendChild(title);
+
+  if (window && usable) {
+    const total = Math.max(window, used);
+    const gauge = el('div', 'jsa-gauge');
+    gauge.appendChild(segment(`jsa-seg-used jsa-level-${level}`, 0, Math.min(used, total), total, `used by the last step: ${fmt(used)}`));
+    gauge.appendChild(segment('jsa-seg-reserved', usable, Math.min(usable + reserved, total), total, `reserved: ${fmt(reserved)}`));
+    if (!num(b.input_limit)) {
+      gauge.appendChild(segment('jsa-seg-output', usable + reserved, total, total, `max output: ${fmt(b.max_output)}`));
+    }
+    const at = num(b.compaction_at) || usable;
+    gauge.appendChild(marker('jsa-marker-usable', b.auto_compact ? at : usable, total, b.auto_compact ? `compact ${short(at)}` : `usable ${short(usable)}`));
+    box.appendChild(gauge);
+    const legend = el('div', 'jsa-legend');
+    legend.appendChild(el('span', 'jsa-key jsa-key-used', `used ${fmt(used)}`));
+    legend.appendChild(el('span', 'jsa-key jsa-key-free', `free ${fmt(Math.max(0, usable - used))}`));
+    legend.appendChild(el('span', 'jsa-key jsa-key-reserved', `reserved ${fmt(reserved)}`));
+    if (!num(b.input_limit)) {
+      legend.appendChild(el('span', 'jsa-key jsa-key-output', `max output ${fmt(b.max_output)}`));
+    }
+    legend.appendChild(el('span', 'jsa-key', num(b.input_limit) ? `input limit ${fmt(b.input_limit)}` : `window ${fmt(b.context)}`));
+    box.appendChild(legend);
+  }
+
+  const triggers = el('div', 'jsa-triggers');
+  triggers.appendChild(
+    el('div', 'jsa-trigger-compaction', b.auto_compact ? (usable ? `Compaction at ${fmt(num(b.compaction_at) || usable)} tokens (${fmt(Math.max(0, (num(b.compaction_at) || usable) - used))} left)` : 'Compaction: window unknown') : 'Automatic compaction off')
+  );
+  if (b.prune) {
+    const trigger = num(b.prune_trigger);
+    const walked = num(b.tool_output_tokens);
+    const total = Math.max(trigger * 1.15, walked, 1);
+    const prune = el('div', 'jsa-prune');
+    prune.appendChild(
+      el('div', 'jsa-prune-text', `Prune above ${fmt(trigger)} tool-output tokens (keeps the newest ${fmt(b.prune_protect)}): now ${fmt(walked)}${num(b.prunable_tokens) ? `, ${fmt(b.prunable_tokens)} prunable` : ''}${b.prune_due ? ' — due' : ''}`)
+    );
+    const bar = el('div', 'jsa-gauge jsa-gauge-small');
+    bar.appendChild(segment(`jsa-seg-used jsa-level-${b.prune_due ? 'danger' : 'ok'}`, 0, walked, total, `tool output: ${fmt(walked)}`));
+    bar.appendChild(marker('jsa-marker-protect', num(b.prune_protect), total, `protect ${short(b.prune_protect)}`));
+    bar.appendChild(marker('jsa-marker-prune', trigger, total, `prune ${short(trigger)}`));
+    prune.appendChild(bar);
+    triggers.appendChild(prune);
+  } else {
+    triggers.appendChild(el('div', 'jsa-prune-text', 'Pruning off'));
+  }
+  if (num(b.pruned_parts)) {
+    triggers.appendChild(el('div', 'jsa-pruned-count', `✂ ${fmt(b.pruned_parts)} tool output${num(b.pruned_parts) === 1 ? '' : 's'} pruned (${fmt(b.pruned_tokens)} tokens)`));
+  }
+  box.appendChild(triggers);
+
+  const steps: Json[] = b.steps || [];
+  if (steps.length) {
+    box.appendChild(sparkline(steps, usable));
+  }
+  const stats = el('div', 'jsa-stats');
+  const pairs: [string, string][] = [
+    ['cost', usd(b.cost)],
+    ['steps', fmt(steps.length + num(b.steps_omitted))],
+    ['turns', fmt(b.turns)],
+    ['compactions', fmt(b.compactions)],
+    ['in', fmt(b.input_tokens)],
+    ['out', fmt(b.output_tokens)]
+  ];
+  for (const [label, value] of pairs) {
+    const stat = el('span', `jsa-stat jsa-stat-${label}`);
+    stat.appendChild(el('b', '', value));
+    stat.appendChild(document.createTextNode(` ${label}`));
+    stats.appendChild(stat);
+  }
+  box.appendChild(stats);
+  return box;
+}
+
+const SVG = 'http://www.w3.org/2000/svg';
+
+function svg(tag: string, attrs: { [key: string]: string | number }): SVGElement {
+  const node = document.createElementNS(SVG, tag);
+  for (const key of Object.keys(attrs)) {
+    node.setAttribute(key, String(attrs[key]));
+  }
+  return node;
+}
+
+/** One bar per step (context tokens), a dashed line at `usable`, a mark at each compaction. */
+function sparkline(steps: Json[], usable: number): HTMLElement {
+  const box = el('div', 'jsa-sparkline');
+  box.appendChild(el('span', 'jsa-label', 'context per step'));
+  const width = Math.max(160, Math.min(360, steps.length * 14));
+  const height = 56;
+  const top = Math.max(usable, ...steps.map(s => num(s.tokens)), 1);
+  const step = width / Math.max(steps.length, 1);
+  const bar = Math.max(1, step * 0.75);
+  const chart = svg('svg', { width, height, viewBox: `0 0 ${width} ${height}`, class: 'jsa-spark' });
+  steps.forEach((s, i) => {
+    const h = Math.max(2, (num(s.tokens) / top) * (height - 4));
+    const x = i * step;
+    if (s.after_compaction) {
+      const mark = svg('line', { x1: x - 0.5, x2: x - 0.5, y1: 0, y2: height, class: 'jsa-spark-compaction' });
+      mark.appendChild(svgTitle('compaction'));
+      chart.appendChild(mark);
+    }
+    const rect = svg('rect', {
+      x: x + (step - bar) / 2,
+      y: height - h,
+      width: bar,
+      height: h,
+      class: s.summary ? 'jsa-spark-bar jsa-spark-summary' : 'jsa-spark-bar'
+    });
+    rect.appendChild(svgTitle(`step ${i + 1}: ${fmt(s.tokens)} tokens, ${usd(s.cost)}${s.summary ? ' (summary)' : ''}`));
+    chart.appendChild(rect);
+  });
+  if (usable) {
+    const y = height - (usable / top) * (height - 4);
+    chart.appendChild(svg('line', { x1: 0, x2: width, y1: y, y2: y, class: 'jsa-spark-usable' }));
+  }
+  box.appendChild(chart);
+  const legend = el('span', 'jsa-legend jsa-spark-legend');
+  legend.appendChild(el('span', 'jsa-key jsa-key-step', 'step'));
+  legend.appendChild(el('span', 'jsa-key jsa-key-summary', 'summary'));
+  legend.appendChild(el('span', 'jsa-key jsa-key-compaction', 'compaction'));
+  if (usable) {
+    legend.appendChild(el('span', 'jsa-key jsa-key-usable', 'usable'));
+  }
+  box.appendChild(legend);
+  return box;
+}
+
+function svgTitle(text: string): SVGElement {
+  const title = document.createElementNS(SVG, 'title');
+  title.textContent = text;
+  return title;
+}
+
+export const rendererFactory: IRenderMime.IRendererFactory = {
+  safe: true,
+  mimeTypes: [MIME_TYPE],
+  defaultRank: 0,
+  createRenderer: options => new TranscriptWidget(options)
+};
+
+const extension: IRenderMime.IExtension = {
+  id: 'jupyter-session-agent:transcript',
+  rendererFactory,
+  rank: 0,
+  dataType: 'json'
+};
+
+export default extension;
