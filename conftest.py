@@ -17,10 +17,12 @@ import urllib.request
 from pathlib import Path
 
 _server: subprocess.Popen | None = None
+_base_url: str | None = None
+_notebook: Path | None = None  # the notebook whose cells run now
 
 
 def pytest_collection_modifyitems(session, config, items):
-    global _server
+    global _server, _base_url
     notebooks = sorted({Path(str(item.fspath)) for item in items if str(item.fspath).endswith(".ipynb")})
     if not notebooks or _server is not None:
         return
@@ -28,7 +30,7 @@ def pytest_collection_modifyitems(session, config, items):
         [sys.executable, "-m", "jupyter_session_agent.scripted_server", "--port", "0"],
         stdout=subprocess.PIPE, text=True,
     )
-    base_url = _server.stdout.readline().strip()
+    base_url = _base_url = _server.stdout.readline().strip()
     replies = []
     for notebook in notebooks:
         script = notebook.with_suffix(".replies.json")
@@ -42,6 +44,23 @@ def pytest_collection_modifyitems(session, config, items):
     os.environ["OPENAI_BASE_URL"] = base_url
     os.environ["OPENAI_API_KEY"] = "sk-scripted-notebook-test"
     os.environ["JUPYTER_SESSION_AGENT_DIR"] = tempfile.mkdtemp(prefix="jsa-nbval-")
+
+
+def pytest_runtest_setup(item):
+    """Each notebook starts from its own script (reset, then load), so a notebook that used
+    more or fewer replies than scripted cannot shift the next notebook's replies."""
+    global _notebook
+    path = Path(str(item.fspath))
+    if _base_url is None or path.suffix != ".ipynb" or path == _notebook:
+        return
+    _notebook = path
+    script = path.with_suffix(".replies.json")
+    for route, body in (("/_reset", {}), ("/_script", json.loads(script.read_text()) if script.exists() else [])):
+        request = urllib.request.Request(
+            _base_url.rsplit("/v1", 1)[0] + route, data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"}, method="POST",
+        )
+        urllib.request.urlopen(request, timeout=10).read()
 
 
 def pytest_unconfigure(config):

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from . import ids
 from .errors import AgentError
-from .history import MAX_STEPS_TEXT, filter_compacted, to_chat_messages
+from .history import MAX_STEPS_TEXT, filter_compacted, to_chat_messages, without_failed_compactions
 from .messages import AssistantMessage, UserMessage, WithParts, now_ms
 from .processor import Observer, StepProcessor
 
@@ -70,7 +70,7 @@ def run_turn(setup: TurnSetup, history: list[WithParts], observer: Observer | No
     if compactor is not None:
         _proactive(compactor, history, added, observer)
     while True:
-        visible = filter_compacted(history)
+        visible = without_failed_compactions(filter_compacted(history))
         last_user = next(m.info for m in reversed(visible) if isinstance(m.info, UserMessage))
         last = visible[-1].info
         if isinstance(last, AssistantMessage) and _answered(last, last_user):
@@ -118,8 +118,8 @@ def run_turn(setup: TurnSetup, history: list[WithParts], observer: Observer | No
         elif not getattr(processor, "blocked", False):
             compactor.observe(chat, None if result.message.error else result.message.tokens)
             overflow_error = bool(result.message.error) and result.message.error.get("name") == "ContextOverflowError"
-            if overflow_error and not compactor.config.auto:
-                raise ContextLimitError(_overflow_text(result.message, setup.model))
+            if overflow_error and (not compactor.config.auto or compactor.disabled):
+                raise ContextLimitError(_overflow_text(result.message, setup.model, auto=compactor.config.auto))
             if overflow_error or (not result.message.error and compactor.is_overflow(result.message.tokens)):
                 finished = not overflow_error and result.message.finish not in CONTINUE_REASONS
                 stop_after = last_step or (finished and compactor.config.skip_turn_end_continue)
@@ -130,11 +130,18 @@ def run_turn(setup: TurnSetup, history: list[WithParts], observer: Observer | No
                 )
                 added.extend(compacted.added)
                 if not compacted.ok:
-                    raise ContextLimitError(compacted.message)
-                if stop_after:
+                    # No more auto compaction this turn (it would not make room: never loop); the
+                    # turn goes on while the model accepts the requests. A request that no longer
+                    # fits and was not compacted is the end of the road: one line naming the limit.
+                    compactor.disabled = True
+                    if overflow_error and compacted.event.outcome != "no-gain":
+                        raise ContextLimitError(compacted.message)
+                elif stop_after:
                     break
-                continue
-            compactor.step_done(result.message.tokens)
+                if compacted.ok or compacted.event.outcome == "no-gain":
+                    continue
+            else:
+                compactor.step_done(result.message.tokens)
         if result.outcome == "stop" or last_step:
             break
         if result.tool_calls == 0 and result.message.finish in CONTINUE_REASONS:
@@ -157,7 +164,7 @@ def _proactive(compactor: Any, history: list[WithParts], added: list[WithParts],
                                observer=observer)
     added.extend(result.added)
     if not result.ok:
-        raise ContextLimitError(result.message)
+        compactor.disabled = True  # the turn still runs; compaction would not make room
 
 
 def _answered(assistant: AssistantMessage, user: UserMessage) -> bool:
@@ -166,15 +173,13 @@ def _answered(assistant: AssistantMessage, user: UserMessage) -> bool:
     return bool(assistant.finish) and assistant.finish not in CONTINUE_REASONS and user.id < assistant.id
 
 
-def _overflow_text(message: AssistantMessage, model: Any) -> str:
+def _overflow_text(message: AssistantMessage, model: Any, auto: bool = False) -> str:
     used = message.tokens.count
-    return (
-        f"the conversation needs {used:,} tokens and {model.model_id} allows {model.context:,}; "
-        "start a new session with `%%agent --new` or turn compaction on (compaction.auto)"
-        if used
-        else f"the request exceeded {model.model_id}'s context window ({model.context:,} tokens); "
-        "start a new session with `%%agent --new`, or %agent compact (compaction.auto is off)"
-    )
+    fix = ("compaction could not make room — start a new session with `%%agent --new`" if auto else
+           "compaction.auto is off — `%agent compact`, or start a new session with `%%agent --new`")
+    if used:
+        return f"the conversation needs {used:,} tokens and {model.model_id} allows {model.context:,}; {fix}"
+    return f"the request exceeded {model.model_id}'s context window ({model.context:,} tokens); {fix}"
 
 
 def system_prompt(cwd: str, tools: list[str]) -> str:

@@ -15,19 +15,28 @@ OpenCode's ``SessionCompaction`` (spec §3, §8.4) plus what its users asked for
   (``usable // 4`` and ``usable // 8``) so pruning still works on small models.
 * **summary compaction** (§3.3, §8.4): a request (user message with a
   ``compaction`` part), a summary (assistant, ``summary: true``, agent
-  ``compaction``) of the *head*, the *tail* turns kept verbatim
-  (``tail_start_id``), then a synthetic continue message (auto only) or the
-  replayed request after an overflow error. *Ours, on top:* the head is sent
-  as a text transcript (tool outputs cut at 2,000 characters with a pointer
-  to the full text); a pinned, deterministic section on the summary keeps the
-  user's own earlier messages verbatim and points at the saved outputs; the
-  continue message restates the latest request when it was summarised;
-  outputs in the kept tail older than the current turn are pruned (recoverable).
+  ``compaction``) of the *head*, the *tail* kept verbatim (``tail_start_id``;
+  default: the current turn), then a synthetic continue message (auto only)
+  or the replayed request after an overflow error. *Ours, on top:* the head
+  is sent as a text transcript (tool outputs cut at 2,000 characters; 3× fewer
+  tokens than the raw history in CompactBench); the summary is asked to stay
+  near a tenth of what it summarises (at most 3% of the window); a pinned,
+  deterministic section on the summary keeps the user's rules verbatim (the
+  sentences of their messages that state one), the files the agent changed,
+  and the session's archive of every output that left the view
+  (``tool-output/<session>.outputs``); at a compaction every output but the
+  newest few is cleared recoverably; the continue message restates the latest
+  request when it was summarised; no continue call when the turn had ended.
 * **fallbacks and guards**: a summary request that does not fit is shrunk
   (shorter tool outputs, then the oldest head turns dropped) before giving up;
-  a summary larger than what it replaces is rejected; a compaction that leaves
-  the context above the trigger is "no-gain" and stops auto-compaction, and
-  two compactions in a row without a step in between stop it too.
+  a summary larger than what it replaces is rejected; a context that cannot
+  fit (system prompt and tools alone) is refused without an LLM call; a
+  compaction that leaves the context above the trigger is "no-gain"; a third
+  auto compaction in a turn without a step in between is refused. After any
+  of these the loop stops auto-compacting for the rest of the turn (never a
+  loop) and a request the provider then rejects is a one-line error.
+  Failed attempts stay stored but are hidden from the model
+  (``history.without_failed_compactions``).
 
 Every prune and compaction is a :class:`CompactionEvent` written to the
 history (journal kind ``event``, SQL view ``compaction_event``).
@@ -48,20 +57,20 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from . import budget as B
 from . import ids
-from .errors import ConfigError, ProviderError
+from .errors import ConfigError
 from .history import (
     COMPACTION_QUESTION,
     PRUNED_OUTPUT,
     attached_placeholder,
     filter_compacted,
     to_chat_messages,
+    without_failed_compactions,
 )
 from .messages import (
     AssistantMessage,
     CompactionPart,
     FilePart,
     ReasoningPart,
-    StepStartPart,
     TextPart,
     Tokens,
     ToolCompleted,
@@ -83,6 +92,7 @@ TAIL_MIN, TAIL_MAX = 2_000, 15_000  # preserve_recent_tokens = clamp(usable × 0
 OUTPUT_DIR = "tool-output"
 SUMMARY_AGENT = "compaction"
 MAX_CONSECUTIVE = 2  # auto compactions in a row with no step in between
+SUMMARY_MIN = 300  # tokens: the smallest summary ours asks for
 CHANGE_TOOLS = ("edit", "write")  # their filePath goes into the pinned "files changed" list
 
 SUMMARY_SYSTEM = (
@@ -156,14 +166,15 @@ class CompactionConfig:
     scale_prune: bool = True  # cap protect/minimum by the window
     pin: bool = True  # pinned user messages + saved-output pointers on the summary
     prune_tail: bool = True  # at a summary, clear (recoverably) all outputs but the newest few
-    tail_output_share: float = 0.02  # ours: the newest outputs kept verbatim ≈ usable × share (≤ 4000)
+    tail_output_share: float = 0.01  # ours: the newest outputs kept verbatim ≈ usable × share (≤ 4000)
     restate: bool = True  # the continue message restates a summarised latest request
     fallbacks: bool = True  # shrink the summary request instead of giving up
     guard: bool = True  # no-gain / consecutive / inflation guards
     smart_replay: bool = True  # replay the request only if the overflow hit the turn's first step
     skip_turn_end_continue: bool = True  # no continue message when the turn already finished
     legacy_reserved: bool = False  # v1.2.16's isOverflow: reserved not subtracted without an input limit
-    summary_share: float = 0.03  # ours: summary target ≈ usable × share (clamped 400..4000)
+    pin_requests: int = 0  # ours: earlier requests (first sentence) pinned beside the rules
+    summary_share: float = 0.03  # ours: summary target ≈ usable × share (clamped 300..4000)
 
     USER_KEYS: ClassVar[tuple[str, ...]] = (
         "auto", "prune", "reserved", "threshold", "prune_protect", "prune_minimum",
@@ -250,7 +261,7 @@ class CompactionConfig:
         return min(TAIL_MAX, max(TAIL_MIN, self.budget(model).usable // 4))
 
     def summary_target(self, model: B.ModelInfo) -> int:
-        return min(4_000, max(400, int(self.budget(model).usable * self.summary_share)))
+        return min(4_000, max(SUMMARY_MIN, int(self.budget(model).usable * self.summary_share)))
 
     def tail_output_budget(self, model: B.ModelInfo) -> int:
         return min(4_000, int(self.budget(model).usable * self.tail_output_share))
@@ -530,6 +541,7 @@ class Compactor:
     sleep: Callable[[float], None] = time.sleep
     state: dict = field(default_factory=dict)  # kept by the session between turns: the calibration ratio
     consecutive: int = 0  # auto compactions since the last step that stayed under the trigger
+    disabled: bool = False  # set by the loop after an auto compaction that did not make room
 
     @property
     def ratio(self) -> float:
@@ -553,7 +565,9 @@ class Compactor:
         return B.estimate(json.dumps(chat, ensure_ascii=False)) + self.tools_tokens
 
     def chat(self, history: Sequence[WithParts]) -> list[dict]:
-        return [{"role": "system", "content": self.system_prompt}, *to_chat_messages(filter_compacted(history))]
+        """What the main model would be sent next (the loop builds the same list)."""
+        visible = without_failed_compactions(filter_compacted(history))
+        return [{"role": "system", "content": self.system_prompt}, *to_chat_messages(visible)]
 
     def context_tokens(self, history: Sequence[WithParts]) -> int:
         """The next main request's size, estimated and calibrated."""
@@ -568,7 +582,8 @@ class Compactor:
             self.ratio = min(2.0, max(0.5, tokens.prompt / est))
 
     def is_overflow(self, tokens: Tokens) -> bool:
-        return self.config.is_overflow(tokens, self.model)
+        """Auto compaction is due (and not switched off for this turn by a compaction that failed)."""
+        return not self.disabled and self.config.is_overflow(tokens, self.model)
 
     def step_done(self, tokens: Tokens) -> None:
         """A normal step finished under the trigger: compaction made progress."""
@@ -656,25 +671,20 @@ class Compactor:
         if auto and cfg.guard:
             self.consecutive += 1
         common = dict(tokens_before=before, step_tokens=step_tokens)
+        fixed = self.raw_tokens([{"role": "system", "content": self.system_prompt}])
+        if auto and cfg.guard and self.trigger and int(fixed * self.ratio) >= self.trigger:
+            return self._finish(history, added, start, cause, "no-gain", common, message=self._limit_text(
+                int(fixed * self.ratio), "the system prompt and tool definitions alone fill the window"))
         if auto and cfg.guard and self.consecutive > MAX_CONSECUTIVE:
             return self._finish(history, added, start, cause, "no-gain", common,
                                 message=self._limit_text(before, "compaction already ran twice in this turn "
                                                                  "without making room"))
-
         last_user = next((m for m in reversed(history) if isinstance(m.info, UserMessage)), None)
         if last_user is None:
             return self._finish(history, added, start, cause, "failed", common, message="nothing to compact yet")
 
-        # 1. the request
-        request = self._request(last_user.info, auto=auto, overflow=cause == "overflow")
-        history.append(request)
-        added.append(request)
-        common["request_id"] = request.info.id
-        for part in request.parts:
-            observer.on_part(part)
-
-        # 2. what is visible now, split into previous summary / head / tail / replay
-        visible = [m for m in filter_compacted(history) if m.info.id != request.info.id]
+        # 1. what is visible now: previous summary / head / tail / replay
+        visible = without_failed_compactions(filter_compacted(history))
         previous = next((m for m in visible if is_summary(m)), None)
         items = [m for m in visible if not is_request(m) and not is_summary(m)]
         replay = None
@@ -713,7 +723,6 @@ class Compactor:
         common.update(parts_pruned=pruned_parts, tokens_pruned=pruned_tokens)
 
         tail_turns = 0 if replay is not None else cfg.tail_turns
-        fixed = self.raw_tokens([{"role": "system", "content": self.system_prompt}])
         target = cfg.summary_target(self.model) if cfg.pin else 0
         tail_budget = cfg.tail_budget(self.model)
         if cfg.guard and self.trigger:  # the tail must leave room for the summary and some work
@@ -726,12 +735,25 @@ class Compactor:
         if not head:
             return self._finish(history, added, start, cause, "failed", common,
                                 message="nothing to compact: no messages since the last summary")
+
+        # 2. the request (created now, so that it is newer than every tail message)
+        request = self._request(last_user.info, auto=auto, overflow=cause == "overflow")
+        history.append(request)
+        added.append(request)
+        common["request_id"] = request.info.id
+        for part in request.parts:
+            observer.on_part(part)
         pair = [m for m in visible if is_request(m) or is_summary(m)]
         common.update(head_messages=len(head), head_tokens=self._size(head), tail_messages=len(tail),
                       tail_tokens=self._size(tail), tail_start_id=tail[0].info.id if tail else None,
                       summary_input=cfg.summary_input)
 
-        # 3. the summary, with fallbacks when its request does not fit
+        # 3. the summary, with fallbacks when its request does not fit. Ours asks for about a tenth
+        # of what it summarises, at most the window's share: the tail and the pinned rules are kept
+        # verbatim beside it, so the summary need not restate them.
+        if cfg.pin:
+            content = B.estimate(transcript(head)) + (self._size([previous]) if previous is not None else 0)
+            target = min(target, max(SUMMARY_MIN, content // 10))
         summary_item, attempts, error = self._summarise(history, added, request, previous, pair, head,
                                                         replay, instructions, target, observer)
         calls = [a for a in attempts if a.get("sent")]
@@ -743,7 +765,8 @@ class Compactor:
         if summary_item is None:
             limit = self._summary_model()
             return self._finish(history, added, start, cause, "failed", common, message=error or (
-                f"the conversation is too large to compact: even a shortened summary request does not fit "
+                f"the conversation is too large to compact: "
+                f"{'even a shortened' if cfg.fallbacks else 'the'} summary request does not fit "
                 f"{limit.provider_id}/{limit.model_id}'s {limit.context:,}-token context — start a new "
                 "session with %%agent --new"))
         common["summary_id"] = summary_item.info.id
@@ -990,7 +1013,7 @@ class Compactor:
                          + ", ".join(shown_files))
             used += size
         shown = []
-        for text in reversed(requests[-3:]):
+        for text in reversed(requests[-self.config.pin_requests:] if self.config.pin_requests else []):
             if used + len(text) > budget_chars:
                 break
             shown.append(f"- {text}")

@@ -94,6 +94,24 @@ def _with_tail(older: Sequence[WithParts], kept: list[WithParts], tail_start: st
     return [request, summary, *tail, *(m for m in rest if m is not summary)]
 
 
+def without_failed_compactions(history: Sequence[WithParts]) -> list[WithParts]:
+    """``history`` without failed compaction attempts: summaries with an error, and the
+    requests none of whose summaries completed. OpenCode leaves them visible (the model then
+    sees an unanswered "What did we do so far?"); the stored messages are unchanged."""
+    completed: set[str] = set()
+    failed: set[str] = set()
+    for item in history:
+        info = item.info
+        if isinstance(info, AssistantMessage) and info.summary:
+            (failed if info.error else completed if info.finish else set()).add(info.parent_id)
+    drop = failed - completed
+    return [
+        item for item in history
+        if not (isinstance(item.info, AssistantMessage) and item.info.summary and item.info.error)
+        and not (item.info.id in drop and any(isinstance(p, CompactionPart) for p in item.parts))
+    ]
+
+
 def to_chat_messages(history: Iterable[WithParts], *, strip_media: bool = False) -> list[Chat]:
     """OpenAI chat messages for ``history`` (system prompt not included)."""
     out: list[Chat] = []

@@ -12,6 +12,7 @@ This module is pure: no I/O, no clocks except :func:`now_ms` for callers.
 
 from __future__ import annotations
 
+import collections.abc as _abc
 import dataclasses
 import re
 import time
@@ -93,9 +94,13 @@ class _Value:
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]):
-        return decoder(cls)(data)
+        plan = _PLANS.get(cls)
+        if plan is None:
+            plan = _PLANS[cls] = _compile_decoder(cls)
+        return plan(data)
 
 
+_PLANS: dict[type, Any] = {}  # class → its compiled field plan (what _Value.from_data runs)
 _DECODERS: dict[type, Any] = {}
 
 
@@ -113,29 +118,33 @@ def decoder(cls: type) -> Any:
     """
     found = _DECODERS.get(cls)
     if found is None:
-        own = getattr(cls.from_data, "__func__", None)
-        found = cls.from_data if own is not _Value.from_data.__func__ else _compile_decoder(cls)
+        if getattr(cls.from_data, "__func__", None) is _Value.from_data.__func__:
+            found = _PLANS.get(cls) or _PLANS.setdefault(cls, _compile_decoder(cls))
+        else:
+            found = cls.from_data
         _DECODERS[cls] = found
     return found
 
 
 def _nested(value: Any, key: str) -> Any:
-    return value.get(key) if isinstance(value, Mapping) else None
+    return value.get(key) if isinstance(value, _abc.Mapping) else None
 
 
 def _compile_decoder(cls: type) -> Any:
     ns: dict[str, Any] = {"cls": cls, "new": object.__new__, "freeze": _freeze, "nested": _nested,
                           "dict": dict, "list": list}
     flds = fields(cls)
-    direct = ("__slots__" in cls.__dict__ and not hasattr(cls, "__post_init__")
-              and all(f.init and type(cls.__dict__.get(f.name)).__name__ == "member_descriptor" for f in flds))
+    slots = {f.name: next((c.__dict__[f.name] for c in cls.__mro__ if f.name in c.__dict__), None) for f in flds}
+    direct = (not hasattr(cls, "__post_init__")
+              and all(f.init and type(slots[f.name]).__name__ == "member_descriptor" for f in flds))
     body = ["def decode(d):", "    get = d.get"]
     for i, f in enumerate(flds):
         v = f"v{i}"
         head, *rest = _key(f.name, cls._KEYS).split(".")
         body.append(f"    {v} = get({head!r})")
         for key in rest:
-            body.append(f"    {v} = {v}.get({key!r}) if {v}.__class__ is dict else nested({v}, {key!r})")
+            body.append(f"    if {v} is not None: "
+                        f"{v} = {v}.get({key!r}) if {v}.__class__ is dict else nested({v}, {key!r})")
         convert = cls._CONVERT.get(f.name)
         owner = getattr(convert, "__self__", None)
         if isinstance(owner, type) and issubclass(owner, _Value) and getattr(convert, "__name__", "") == "from_data":
@@ -165,7 +174,7 @@ def _compile_decoder(cls: type) -> Any:
     if direct:  # a frozen slotted dataclass without __post_init__: set the slots, skip __init__
         body.append("    o = new(cls)")
         for i, f in enumerate(flds):
-            ns[f"s{i}"] = cls.__dict__[f.name].__set__
+            ns[f"s{i}"] = slots[f.name].__set__
             body.append(f"    s{i}(o, v{i})")
         body.append("    return o")
     else:

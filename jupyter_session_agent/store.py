@@ -15,6 +15,12 @@ and the file is compacted to Parquet (by its owner at close(), otherwise by
 the next reader). Nothing ever holds a DuckDB file lock: DuckDB only reads,
 from a private in-memory database.
 
+SQL goes through the catalog (:class:`_Catalog`): the rows of every file,
+newest revision per id and typed, as tables ``_store.<kind>`` of that
+in-memory database, brought up to date incrementally before each query
+(Parquet files once, journals from the byte offset already read), so the
+views (``_VIEWS``, docs/analytics.md) are plain table scans.
+
 This is the only module that imports duckdb (and pandas), always lazily.
 """
 
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import gc
 import glob
 import json
@@ -207,7 +214,8 @@ _VIEWS["step"] = "SELECT * FROM _store.step"  # rows kept by the catalog (_DERIV
 _VIEWS["tool_call"] = "SELECT * FROM _store.tool_call"
 _VIEWS["session_summary"] = f"""WITH
     steps AS (SELECT session_id, count(*) steps, arg_max(model, id) model, arg_max(provider, id) provider,
-        sum(input_tokens)::BIGINT input_tokens, sum(output_tokens)::BIGINT output_tokens, sum(reasoning_tokens)::BIGINT reasoning_tokens,
+        sum(input_tokens)::BIGINT input_tokens, sum(output_tokens)::BIGINT output_tokens,
+        sum(reasoning_tokens)::BIGINT reasoning_tokens,
         sum(cache_read_tokens)::BIGINT cache_read_tokens, sum(cache_write_tokens)::BIGINT cache_write_tokens,
         max(context_tokens) max_context_tokens, sum(cost) FILTER (WHERE summary) summary_cost
         FROM step GROUP BY session_id),
@@ -295,13 +303,11 @@ def _encode(row: dict) -> bytes:
 # decoding: messages.decoder() is from_data compiled once per class
 
 
-def _decode_row(id: str, session_id: str, message_id: str | None, values: dict):
-    """A message (``message_id`` None) or part from its stored ``data`` and its keys."""
-    values["id"], values["sessionID"] = id, session_id
-    if message_id is None:
-        return _decode("message", values)
-    values["messageID"] = message_id
-    return _decode("part", values)
+@functools.cache
+def _decoders():
+    """(UserMessage decoder, AssistantMessage decoder, part type → decoder)."""
+    return (M.decoder(M.UserMessage), M.decoder(M.AssistantMessage),
+            {name: M.decoder(cls) for name, cls in M.PART_TYPES.items()})
 
 
 @contextlib.contextmanager
@@ -543,7 +549,8 @@ class _Catalog:
     def _create(self, con) -> None:
         """Empty tables (the views bind to them), and no file read yet."""
         con.execute("CREATE SCHEMA IF NOT EXISTS _store")
-        for scratch in ("batch", "hit", "touched"):
+        con.execute("DROP VIEW IF EXISTS _store.batch")
+        for scratch in ("rows", "loser", "hit", "touched"):
             con.execute(f"DROP TABLE IF EXISTS _store.{scratch}")
         for kind in KINDS:
             con.execute(f"CREATE OR REPLACE TABLE _store.{kind} AS {_empty_table(kind)}")
@@ -554,9 +561,9 @@ class _Catalog:
 
     def refresh(self, con, live: tuple[str, ...], parquet: tuple[str, ...]) -> bool:
         """Ingest what changed since the last refresh; True if anything was read."""
-        stems = {Path(p).stem for p in parquet}
-        if any(p not in parquet for p in self.parquet) or any(
-                p not in live and Path(p).stem not in stems for p in self.journals):
+        stems, listed = {Path(p).stem for p in parquet}, {*live, *parquet}
+        if any(p not in listed for p in self.parquet) or any(
+                p not in listed and Path(p).stem not in stems for p in self.journals):
             self._create(con)  # files vanished without a successor: start again
         self.loaded = True
         new_parquet: dict[str, tuple] = {}
@@ -598,23 +605,28 @@ class _Catalog:
         sources, params = [], []
         if new_parquet:
             files = ", ".join(_quote(p) for p in new_parquet)
-            sources.append(f"SELECT {_NAMES}::JSON AS data FROM read_parquet([{files}], union_by_name=true)")
+            sources.append(f"SELECT {_NAMES}::JSON AS data, 1 AS src FROM read_parquet([{files}], union_by_name=true)")
         if whole:
-            sources.append(f"SELECT {_NAMES} FROM {_read_json(whole)}")
+            sources.append(f"SELECT {_NAMES}, 0 AS src FROM {_read_json(whole)}")
         if chunks:
             params.append(b"".join(chunks).decode("utf-8", "replace"))
-            sources.append(f"SELECT unnest(TRY(from_json(line, {_quote(_RAW_SPEC)}))) "
+            sources.append(f"SELECT unnest(TRY(from_json(line, {_quote(_RAW_SPEC)}))), 0 AS src "
                            "FROM unnest(string_split($1, chr(10))) t(line) WHERE line <> ''")
         con.execute("BEGIN")
         try:
-            con.execute(f"CREATE TABLE _store.batch AS SELECT * FROM ({' UNION ALL '.join(sources)}) "
+            con.execute(f"CREATE TABLE _store.rows AS SELECT * FROM ({' UNION ALL '.join(sources)}) "
                         "WHERE id IS NOT NULL", params)
-            rows, ids = con.execute("SELECT count(*), count(DISTINCT id) FROM _store.batch").fetchone()
-            if rows != ids:  # several revisions of an id: keep the newest (most batches have none)
-                con.execute("CREATE OR REPLACE TABLE _store.batch AS SELECT * FROM _store.batch QUALIFY "
-                            "row_number() OVER (PARTITION BY id ORDER BY rev DESC, writer DESC) = 1")
+            # several rows of an id in one batch (most batches have none): all but the newest lose; a
+            # Parquet file beats the journal it was compacted from (its unfinished tools are settled)
+            con.execute("CREATE TABLE _store.loser AS SELECT rowid AS row FROM _store.rows WHERE id IN "
+                        "(SELECT id FROM _store.rows GROUP BY id HAVING count(*) > 1) QUALIFY row_number() OVER "
+                        "(PARTITION BY id ORDER BY rev DESC, writer DESC, src DESC) > 1")
+            lost = con.execute("SELECT count(*) FROM _store.loser").fetchone()[0]
+            con.execute("CREATE VIEW _store.batch AS SELECT * FROM _store.rows"
+                        + (" WHERE rowid NOT IN (SELECT row FROM _store.loser)" if lost else ""))
             self._apply(con, first=self.empty)
-            con.execute("DROP TABLE _store.batch")
+            for scratch in ("VIEW _store.batch", "TABLE _store.rows", "TABLE _store.loser"):
+                con.execute(f"DROP {scratch}")
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -656,23 +668,20 @@ class _Catalog:
             con.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM _store.hit WHERE newer)")
             con.execute(f"INSERT INTO {table} SELECT {_ingest_columns(kind)} FROM ({rows} AND NOT {buried} "
                         "AND b.id NOT IN (SELECT id FROM _store.hit WHERE NOT newer)) b")
-        if not kinds & {"part", "message"}:
-            return
-        types = ", ".join(f"'{t}'" for t, _ in _DERIVED.values())
+        con.execute("DROP TABLE IF EXISTS _store.hit")
         if first:
-            con.execute("CREATE OR REPLACE TABLE _store.touched AS SELECT id FROM _store.part "
-                        f"WHERE type IN ({types})")
-        else:  # the batch's parts, and the parts of its messages (their model is copied)
-            con.execute("CREATE OR REPLACE TABLE _store.touched AS SELECT id FROM _store.batch WHERE kind = 'part' "
+            for name, (part_type, select) in _DERIVED.items():
+                con.execute(f"INSERT INTO _store.{name} {select} WHERE p.type = '{part_type}'")
+        elif kinds & {"part", "message"}:  # rebuild the rows of the batch's parts and its messages' parts
+            types = ", ".join(f"'{t}'" for t, _ in _DERIVED.values())
+            con.execute("CREATE TABLE _store.touched AS SELECT id FROM _store.batch WHERE kind = 'part' "
                         "UNION SELECT p.id FROM _store.part p WHERE p.message_id IN "
                         f"(SELECT id FROM _store.batch WHERE kind = 'message') AND p.type IN ({types})")
-        for name, (part_type, select) in _DERIVED.items():
-            if not first:
+            for name, (part_type, select) in _DERIVED.items():
                 con.execute(f"DELETE FROM _store.{name} WHERE id IN (SELECT id FROM _store.touched)")
-            con.execute(f"INSERT INTO _store.{name} {select} WHERE p.type = '{part_type}' "
-                        "AND p.id IN (SELECT id FROM _store.touched)")
-        con.execute("DROP TABLE IF EXISTS _store.hit")
-        con.execute("DROP TABLE _store.touched")
+                con.execute(f"INSERT INTO _store.{name} {select} WHERE p.type = '{part_type}' "
+                            "AND p.id IN (SELECT id FROM _store.touched)")
+            con.execute("DROP TABLE _store.touched")
 
 
 def _empty_table(kind: str) -> str:
@@ -730,7 +739,7 @@ class Store:
         self._con_pid = 0
         self._root = self._history  # resolved when DuckDB first reads
         self._files: tuple | None = None
-        self._catalog: _Catalog | None = None  # created with the connection
+        self._catalog: _Catalog | None = None  # created by the first sql() query
         self._next_sweep = 0.0
 
     # ---- writing -----------------------------------------------------------
@@ -806,8 +815,9 @@ class Store:
     #
     # Two sources answer the same questions. The catalog (``_store.*`` tables, kept current
     # by ``_Catalog.refresh``) is loaded by the first sql() query; until then, reads go
-    # straight to the files through the ``events`` view, filtered to what they need, so a
-    # fresh store opens one session without first loading the whole history.
+    # straight to the files (``_events_sql``), filtered to what they need (Parquet row
+    # groups of other sessions are skipped), so a fresh store opens one session without
+    # first loading the whole history.
 
     def session(self, session_id: str) -> Session:
         """The session with this id, or with this unique id prefix."""
@@ -857,28 +867,44 @@ class Store:
         parts: dict[str, list] = {}
         unfinished: list[ToolPart] = []
         with _gc_paused():  # tens of thousands of acyclic objects: collection passes are pure cost
-            values = [hit[2] if (hit := cache.get(row[0])) is not None and hit[0] == row[2] else None
-                      for row in rows]
-            stale = [i for i, value in enumerate(values) if value is None]
+            if cache:
+                values = [hit[2] if (hit := cache.get(row[0])) is not None and hit[0] == row[2] else None
+                          for row in rows]
+                stale = [i for i, value in enumerate(values) if value is None]
+            else:
+                values, stale = [None] * len(rows), range(len(rows))
             if stale:  # one json.loads for all of them is ~30% cheaper than one per row
-                decoded = json.loads("[" + ",".join(rows[i][5] for i in stale) + "]")
+                decoded = json.loads("[" + ",".join([rows[i][5] for i in stale]) + "]")
+                user, assistant, part = _decoders()
                 for i, data in zip(stale, decoded):
-                    id, message_id, rev, created, *_ = rows[i]
-                    values[i] = _decode_row(id, session_id, message_id, data)
-                    cache[id] = (rev, created, values[i])
+                    row = rows[i]
+                    data["id"] = id = row[0]
+                    data["sessionID"] = session_id
+                    if row[1] is None:
+                        value = (user if data.get("role") == "user" else assistant)(data)
+                    else:
+                        data["messageID"] = row[1]
+                        value = part[data["type"]](data)
+                    values[i] = value
+                    cache[id] = (row[2], row[3], value)
                 del decoded  # freed now, before the collector sees it
-            for (id, message_id, *_), value in zip(rows, values):
-                if message_id is None:
-                    infos[id], parts[id] = value, []
-            for (id, message_id, *_), value in zip(rows, values):
-                if message_id is not None and (bucket := parts.get(message_id)) is not None:  # orphans drop out
-                    bucket.append(value)
+            writers = {}
+            for row, value in zip(rows, values):
+                if row[1] is None:
+                    infos[row[0]] = value
+                else:
+                    bucket = parts.get(row[1])
+                    if bucket is None:
+                        parts[row[1]] = [value]
+                    else:
+                        bucket.append(value)
                     if type(value) is ToolPart and value.state.status in ("pending", "running"):
                         unfinished.append(value)
-            wanted = {p.id for p in unfinished}
-            writers = {row[0]: row[4] for row in rows if row[0] in wanted} if wanted else {}
+                        writers[row[0]] = row[4]
             del rows, values
-            history = [WithParts(info, tuple(parts[id])) for id, info in infos.items()]
+            unfinished = [p for p in unfinished if p.message_id in infos]  # orphans drop out
+            empty = ()
+            history = [WithParts(info, tuple(parts.get(id, empty))) for id, info in infos.items()]
         fixed = self._interrupt(unfinished, writers) if unfinished else None
         if fixed:
             history = [WithParts(m.info, tuple(fixed.get(p.id, p) for p in m.parts)) for m in history]
@@ -910,8 +936,8 @@ class Store:
     def _lookup(self, id: str):
         """(session_id, message_id, time_created) of the newest revision of ``id``, tombstones included."""
         with self._read_lock:
-            rows = self._over_files(self._prepare(), lambda con: con.execute(
-                "SELECT session_id, message_id, time_created FROM events WHERE id = $1 ORDER BY rev DESC LIMIT 1",
+            rows = self._over_files(self._prepare(), lambda con, events: con.execute(
+                f"SELECT session_id, message_id, time_created FROM {events} WHERE id = $1 ORDER BY rev DESC LIMIT 1",
                 [id]).fetchall())
         return rows[0] if rows else None
 
@@ -931,11 +957,11 @@ class Store:
         with self._read_lock:
             _check_read_only(self._connection(), query)
             con = self._prepare()
-            run = (lambda c: c.execute(query, params).df()) if params else (lambda c: c.execute(query).df())
+            run = (lambda c, *_: c.execute(query, params).df()) if params else (lambda c, *_: c.execute(query).df())
             try:
                 self._refresh(con)
                 if _EVENTS.search(query):  # the raw revisions: read from the files themselves
-                    return self._over_files(con, run)
+                    return self._over_files(con, run, view=True)
                 return run(con)
             except duckdb.Error as err:
                 raise UsageError(_one_line(err)) from None
@@ -980,7 +1006,8 @@ class Store:
                 if not counts[kind]:
                     continue
                 con.execute(
-                    f"COPY (SELECT {columns}, $1 AS user, regexp_extract(writer, '^(.*)-[0-9]+-[0-9a-f]+$', 1) AS host, "
+                    f"COPY (SELECT {columns}, $1 AS user, "
+                    "regexp_extract(writer, '^(.*)-[0-9]+-[0-9a-f]+$', 1) AS host, "
                     f"CAST(make_timestamp(time_created * 1000) AS DATE) AS date FROM _store.{kind}) "
                     f"TO {_quote(tmp / kind)} (FORMAT parquet, PARTITION_BY (date), "
                     f"FILENAME_PATTERN {_quote(prefix + '-{i}')})", [user])
@@ -1001,10 +1028,11 @@ class Store:
         """Rows of ``tables_sql`` over the catalog once it is loaded, else of ``files_sql`` over the files."""
         with self._read_lock:
             con = self._prepare()
-            if self._catalog.loaded:
+            if self._catalog is not None and self._catalog.loaded:
                 self._refresh(con)
                 return con.execute(tables_sql, params or []).fetchall()
-            return self._over_files(con, lambda c: c.execute(files_sql, params or []).fetchall())
+            return self._over_files(con, lambda c, events: c.execute(
+                files_sql.replace("__events__", events), params or []).fetchall())
 
     def _prepare(self):
         """The connection, after writing this process's buffer (read your own writes) and,
@@ -1028,6 +1056,10 @@ class Store:
         """
         import duckdb
 
+        if self._catalog is None:  # the first query: the tables, then the views over them
+            self._catalog = _Catalog(con)
+            for name, body in _VIEWS.items():
+                con.execute(f"CREATE OR REPLACE VIEW {name} AS {body}")
         for _ in range(100):
             files = self._listing()
             try:
@@ -1040,18 +1072,22 @@ class Store:
                 return
         raise UsageError("the history keeps changing under the query — try again")
 
-    def _over_files(self, con, fn):
-        """``fn(con)`` with the ``events`` view over the current files (retried as in _refresh)."""
+    def _over_files(self, con, fn, *, view: bool = False):
+        """``fn(con, events)``: ``events`` is a relation over the current files, the ``events``
+        view when ``view`` (for users' SQL), else a subquery (one bind instead of two).
+        Retried as in _refresh."""
         import duckdb
 
         for _ in range(100):  # each retry means another writer's journal was compacted
             files = self._listing()
             try:
+                if not view:
+                    return fn(con, f"({_events_sql(*files)})")
                 if files != self._files:
                     self._files = None
                     con.execute(f"CREATE OR REPLACE VIEW events AS {_events_sql(*files)}")  # opens them
                     self._files = files
-                return fn(con)
+                return fn(con, "events")
             except duckdb.IOException:
                 if self._listing() == files:
                     raise
@@ -1075,10 +1111,7 @@ class Store:
             ):
                 con.execute(setting)
             con.execute(f"CREATE VIEW events AS {_EMPTY}")
-            self._catalog = _Catalog(con)
-            for name, body in _VIEWS.items():
-                con.execute(f"CREATE VIEW {name} AS {body}")
-            self._con, self._con_pid, self._files = con, os.getpid(), ()
+            self._con, self._con_pid, self._files, self._catalog = con, os.getpid(), (), None
         return self._con
 
     def _listing(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -1100,7 +1133,7 @@ class Store:
 
 
 _EVENTS = re.compile(r"\bevents\b", re.IGNORECASE)
-_LATEST_IN_FILES = ("(FROM events WHERE kind = '{kind}' AND {where} QUALIFY row_number() OVER "
+_LATEST_IN_FILES = ("(FROM __events__ WHERE kind = '{kind}' AND {where} QUALIFY row_number() OVER "
                     "(PARTITION BY id ORDER BY rev DESC, writer DESC) = 1) WHERE deleted IS NOT TRUE")
 
 
@@ -1163,8 +1196,9 @@ def _message_rows(data: bool, ids: bool = False) -> tuple[str, str]:
     rev, time_created, writer`` [``, data``], only the ids in list $2 when ``ids``."""
     columns = "id, message_id, rev, time_created, writer" + (", coalesce(data::VARCHAR, '{}')" if data else "")
     where = "session_id = $1" + (" AND list_contains($2, id)" if ids else "")
-    tables = f"SELECT {columns} FROM _store.message WHERE {where} UNION ALL SELECT {columns} FROM _store.part WHERE {where}"
-    files = (f"SELECT {columns} FROM (FROM events WHERE {where} AND kind IN ('message', 'part') QUALIFY "
+    tables = (f"SELECT {columns} FROM _store.message WHERE {where} "
+              f"UNION ALL SELECT {columns} FROM _store.part WHERE {where}")
+    files = (f"SELECT {columns} FROM (FROM __events__ WHERE {where} AND kind IN ('message', 'part') QUALIFY "
              "row_number() OVER (PARTITION BY id ORDER BY rev DESC, writer DESC) = 1) WHERE deleted IS NOT TRUE")
     return tables, files
 

@@ -230,7 +230,11 @@ def test_write_attempts_are_refused_and_change_nothing(history, tmp_path):
     store = history.store
     files = {p: p.stat().st_size for p in store.data_dir.rglob("*") if p.is_file()}
     views = ("step", "tool_call", "daily_cost", "session_summary", "part", "compaction_event")
-    before = {view: store.sql(f"SELECT * FROM {view} ORDER BY ALL").to_json(orient="records", date_format="iso") for view in views}
+    def snapshot():
+        return {view: store.sql(f"SELECT * FROM {view} ORDER BY ALL").to_json(orient="records", date_format="iso")
+                for view in views}
+
+    before = snapshot()
     os.chdir(tmp_path)
     for query in WRITES:
         with pytest.raises(ReadOnlyError) as err:
@@ -240,7 +244,7 @@ def test_write_attempts_are_refused_and_change_nothing(history, tmp_path):
         package_sql("DROP TABLE _store.part", data_dir=str(store.data_dir))
     with pytest.raises(UsageError):  # reading outside the history is an error too, not a write
         store.sql("SELECT * FROM read_text('/etc/hostname')")
-    assert {view: store.sql(f"SELECT * FROM {view} ORDER BY ALL").to_json(orient="records", date_format="iso") for view in views} == before
+    assert snapshot() == before
     assert {p: p.stat().st_size for p in store.data_dir.rglob("*") if p.is_file()} == files
     assert not {"other.duckdb", "steps.csv", "dump"} & {p.name for p in tmp_path.iterdir()}
 
@@ -438,3 +442,32 @@ def test_export_parquet_layout_and_round_trip(history, tmp_path, capsys):
     bob.close()
     assert (out / "views.sql").read_text().count("CREATE OR REPLACE VIEW") >= 9
     assert not list(out.glob(".export-*"))  # no temporary directory left behind
+
+
+def test_catalog_prefers_the_parquet_file_of_a_journal_read_in_the_same_batch(tmp_path):
+    """Between a compaction's rename and its unlink both files hold the same rows (same rev, same
+    writer): the Parquet file's settled tool wins, and nothing is counted twice."""
+    from jupyter_session_agent.store import _compact
+
+    live = tmp_path / "history" / "live"
+    live.mkdir(parents=True)
+    journal = live / "host-7-dead.jsonl"
+    s = Session(id=ids.descending("session"), directory="/w", title="s", time_created=DAY1, time_updated=DAY1)
+    u = UserMessage(ids.ascending("message"), s.id, DAY1, ModelRef("openai", "m"))
+    tool = {"type": "tool", "callID": "c", "tool": "bash", "state": {"status": "running", "input": {},
+                                                                     "time": {"start": 1}}}
+    keys = dict(writer=journal.stem, deleted=False, time_created=DAY1, time_updated=DAY1)
+    rows = [dict(kind="session", id=s.id, session_id=s.id, message_id=None, rev=1, data={"title": "s"}, **keys),
+            dict(kind="message", id=u.id, session_id=s.id, message_id=None, rev=2,
+                 data={k: v for k, v in u.to_data().items() if k not in ("id", "sessionID")}, **keys),
+            dict(kind="part", id=ids.ascending("part"), session_id=s.id, message_id=u.id, rev=3, data=tool, **keys)]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    journal.write_text(text)
+    _compact(journal, tmp_path / "history")  # host-7-dead.parquet, its tool settled; the journal removed …
+    journal.write_text(text)  # … as if the unlink had not happened yet
+    with open(journal) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # "alive", so no reader compacts it again
+        reader = Store(tmp_path)
+        assert reader.sql("SELECT count(*) FROM part").iloc[0, 0] == 1
+        assert reader.sql("SELECT status FROM tool_call").status.tolist() == ["interrupted"]
+        assert reader.messages(s.id)[0].parts[0].state.interrupted

@@ -310,7 +310,6 @@ def summarise_runs(runs: list[RunResult]) -> dict[str, Any]:
     ok_events = [e for e in summary_events if e["outcome"] == "ok"]
     prune_events = [e for r in runs for e in r.events if e["kind"] == "prune"]
     freed = [e["tokens_before"] - e["tokens_after"] for e in ok_events]
-    usable = {r.scenario: r.usable for r in runs}
     headroom = [1 - e["tokens_after"] / e["usable"] for e in ok_events if e["usable"]]
     tsr = [1 - e["tokens_after"] / e["tokens_before"] for e in ok_events if e["tokens_before"]]
     row: dict[str, Any] = {
@@ -360,20 +359,26 @@ def _ratio(a: int, b: int) -> float | None:
 
 
 def summarise_pairs(runs_by_policy: dict[str, list[RunResult]], a: str, b: str) -> dict[str, dict]:
-    """Compaction points where both ``a`` and ``b`` compacted the same history (either trajectory)."""
+    """Compaction points where both ``a`` and ``b`` compacted the same history (either trajectory).
+
+    Success rates count every such point; sizes and retention count the points where both
+    succeeded (a refused futile compaction frees nothing by design, a failed one nothing by accident).
+    """
     pairs = [rec["results"] for runs in runs_by_policy.values() for r in runs for rec in r.paired
              if a in rec["results"] and b in rec["results"]]
+    both = [p for p in pairs if p[a]["ok"] and p[b]["ok"]]
     out = {}
     for name in (a, b):
-        rows = [p[name] for p in pairs]
-        ok = [x for x in rows if x["ok"]]
+        every = [p[name] for p in pairs]
+        rows = [p[name] for p in both]
         out[name] = {
-            "paired events": len(rows),
-            "ok": _ratio(len(ok), len(rows)),
-            "freed/event": statistics.mean(x["freed"] for x in rows) if rows else 0,
+            "compaction points": len(every),
+            "succeeded": _ratio(sum(x["ok"] for x in every), len(every)),
+            "LLM calls/point": _mean([x["calls"] for x in every]) or 0,
+            "both succeeded": len(rows),
+            "freed/event": _mean([x["freed"] for x in rows]) or 0,
             "after median": statistics.median(x["after"] for x in rows) if rows else 0,
-            "summary input/event": statistics.mean(x["summary_input"] for x in rows) if rows else 0,
-            "LLM calls/event": statistics.mean(x["calls"] for x in rows) if rows else 0,
+            "summary input/event": _mean([x["summary_input"] for x in rows]) or 0,
             "latest visible": _ratio(sum(x["latest"] for x in rows), len(rows)),
             "constraints visible": _ratio(sum(x["constraints"] for x in rows), len(rows)),
             "needles in context": _mean([x["in_context"] for x in rows if x["in_context"] is not None]),

@@ -10,18 +10,19 @@ from ..errors import UsageError
 from . import subcommand
 
 PLOTS = ("context", "cost", "cache", "tools")
-PLOT_USAGE = "plot context [ID] | cost [DAYS] | cache [model|day|session] | tools"
+PLOT_USAGE = "plot context|cost|cache|tools [ARG]"
 
 
-@subcommand("plot", PLOT_USAGE, "plot context per step, cost per day, cache hit ratio or tool failures")
+@subcommand("plot", PLOT_USAGE, "context per step [ID], cost per day [DAYS], cache hit ratio "
+                                "[model|day|session], tool failure rates")
 def plot(magics, args, raw):
     from .. import analytics
 
     if not args or args[0] not in PLOTS:
-        raise UsageError(f"usage: %agent {PLOT_USAGE}")
+        raise UsageError(f"usage: %agent {PLOT_USAGE} — e.g. %agent plot cost, %agent plot context SESSION_ID")
     what, rest = args[0], args[1:]
     if len(rest) > 1:
-        raise UsageError(f"usage: %agent {PLOT_USAGE}")
+        raise UsageError(f"usage: %agent {PLOT_USAGE} — one argument at most")
     store = magics.store()
     if what == "context":
         current = magics.session.info.id if magics.session is not None else None

@@ -57,7 +57,8 @@ def show(magics, args, raw):
     return Markdown(transcript(store.messages(session_id)))
 
 
-@subcommand("sql", "sql QUERY", "read-only SQL over the history (session, message, part, …)")
+@subcommand("sql", "sql QUERY", "read-only SQL over the history: step, tool_call, session_summary, daily_cost, "
+                               "… (docs/analytics.md)")
 def sql(magics, args, raw):
     if not raw.strip():
         raise UsageError("usage: %agent sql SELECT …")
