@@ -1175,6 +1175,17 @@ _shared: dict[Path, "Store"] = {}
 _shared_lock = threading.Lock()
 
 
+def scratch_connection():
+    """A private in-memory DuckDB for derived indexes (memory search): no file, no lock,
+    offline settings. It lives here so that this module stays the only one importing duckdb."""
+    import duckdb
+
+    con = duckdb.connect()
+    for setting in ("autoinstall_known_extensions", "autoload_known_extensions", "enable_progress_bar"):
+        con.execute(f"SET {setting}=false")
+    return con
+
+
 def shared(data_dir: str | os.PathLike) -> "Store":
     """The process-wide Store for ``data_dir``: one journal and one catalog per history
     (the magics and ``jupyter_session_agent.sql()`` use it, so the catalog loads once)."""

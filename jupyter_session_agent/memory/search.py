@@ -174,8 +174,9 @@ class MemoryIndex:
             self._signature = current
 
     def _build(self) -> None:
-        import duckdb
         import pandas as pd
+
+        from ..store import scratch_connection
 
         rows: list[dict] = []
         for folder in project_folders(self.data_dir):
@@ -212,9 +213,7 @@ class MemoryIndex:
             self._rows[i] = row
             docs.append(row)
             term_lists.append(terms)
-        con = duckdb.connect()
-        con.execute("SET autoinstall_known_extensions=false")
-        con.execute("SET autoload_known_extensions=false")
+        con = scratch_connection()
         columns = ["doc", "source", "kind", "session_id", "message_id", "time", "project", "len"]
         meta = pd.DataFrame({c: [d[c] for d in docs] for c in columns}) if docs else pd.DataFrame(
             {c: pd.Series(dtype="int64" if c in ("doc", "time", "len") else "object") for c in columns})
