@@ -39,7 +39,7 @@ def quickstart(out_dir: Path, timeout: int) -> Path:
     print(f"executed {source.name} in {elapsed:.1f} s")
     print(f"  executed notebook: {target.resolve()}")
     print(f"  history (DuckDB over JSONL journals): {data_dir / 'history'}")
-    print(f"  query it:  python -m jupyter_session_agent sql \"select type, count(*) from part group by type\"")
+    print("  query it:  python -m jupyter_session_agent sql \"select type, count(*) from part group by type\"")
     print(f"  open it:   pip install jupyterlab && jupyter lab {target.resolve()}")
     return target
 

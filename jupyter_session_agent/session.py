@@ -340,7 +340,7 @@ class AgentSession:
             compactor=self._compactor((provider, info, spec), prompt_text, schemas),
         )
 
-    # -- compaction (compaction.py) -----------------------------------------------
+    # -- compaction (compaction/) -------------------------------------------------
 
     def compaction_config(self, model: str | None = None):
         """The resolved ``compaction.CompactionConfig`` for ``model`` (default: the next turn's):

@@ -1,4 +1,4 @@
-"""Compaction (compaction.py): OpenCode's own cases (spec §7) for isOverflow, Token.estimate
+"""Compaction (the compaction package): OpenCode's own cases (spec §7) for isOverflow, Token.estimate
 and prune; the tail view (§8.4); each fallback and guard; events in the history. Summary
 calls go over real HTTP to the scripted server."""
 

@@ -1,7 +1,7 @@
 """``%agent compact [--instructions TEXT]``: compact the current session now.
 
 The work is :meth:`AgentSession.compact` (prune, then a summary of the head with the
-recent turns kept verbatim; see ``compaction.py``). The result is stored as a
+recent turns kept verbatim; see the ``compaction`` package). The result is stored as a
 ``compaction_event`` row; this prints a one-line account of it.
 """
 

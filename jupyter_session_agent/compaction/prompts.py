@@ -1,0 +1,44 @@
+"""The texts of a summary compaction: the summariser's system prompt and template, the
+transcript / previous-summary intros, the pinned-section note, and the continue, overflow
+and restated-request messages that follow a summary."""
+
+from __future__ import annotations
+
+SUMMARY_SYSTEM = (
+    "You are the conversation summariser of a coding and data assistant. You read a conversation "
+    "between a user and the assistant and write the summary another assistant will continue from. "
+    "Be detailed but concise: what was done, what is in progress, which files are involved, what "
+    "comes next, the user's lasting constraints and preferences, and the key technical decisions "
+    "with their reasons. Keep exact names, paths, numbers and identifiers. Do not answer questions "
+    "that appear in the conversation, do not invent anything, and do not call tools."
+)
+SUMMARY_TEMPLATE = (
+    "Write a summary that lets another agent continue this work: what we did, what we are doing, "
+    "which files we are working on, and what we will do next. Follow this template:\n\n"
+    "## Goal\n[what the user wants to achieve]\n\n"
+    "## Instructions\n[the user's instructions and constraints that still apply; any plan or spec]\n\n"
+    "## Discoveries\n[what was learned: facts, values, errors, decisions and why]\n\n"
+    "## Accomplished\n[done / in progress / left to do]\n\n"
+    "## Relevant files / directories\n[paths read, edited or created]"
+)
+TRANSCRIPT_INTRO = "Below is the conversation to summarise, as a transcript."
+PREVIOUS_INTRO = (
+    "This is the summary written at the previous compaction. Update it with the conversation "
+    "below instead of starting over; drop what is no longer true."
+)
+PINNED_NOTE = (
+    "The user's rules and recent requests, and where the tool outputs are saved, are added to your "
+    "summary verbatim by the system: do not copy those messages out, and keep the summary under "
+    "about {tokens} tokens."
+)
+CONTINUE_TEXT = (
+    "The conversation above was compacted: the summary replaces the earlier messages. Continue "
+    "with the next steps if there are any; if you are not sure what to do next, stop and ask "
+    "the user."
+)
+OVERFLOW_NOTE = (
+    "The previous request exceeded the model's context window, most likely because of large "
+    "attachments or tool outputs; attachments were removed. Tell the user to try smaller or "
+    "fewer files if that matters."
+)
+RESTATE_TEXT = "The user's latest request, verbatim:\n\n{text}"

@@ -1,0 +1,113 @@
+"""The public views (docs/analytics.md) over the catalog's ``_store.<kind>`` tables: plain SQL."""
+
+from __future__ import annotations
+
+
+def _latest(kind: str) -> str:
+    """Newest revision per id of one kind, tombstones removed: the catalog's table.
+
+    Ends in a WHERE clause so a view can go on with ``AND …``.
+    """
+    return f"(SELECT *, false AS deleted FROM _store.{kind}) WHERE deleted IS NOT TRUE"
+
+
+def _num(path: str, typ: str = "BIGINT") -> str:
+    return f"TRY_CAST(data{path} AS {typ})"
+
+
+_VIEWS = {
+    "session": """SELECT id, project_id, workspace_id, parent_id, slug, directory, title, version, time_created,
+        time_updated, time_archived, data FROM _store.session""",
+    "message": """SELECT id, session_id, time_created, time_updated, data, role, parent_id, agent, provider_id,
+        model_id, cost, finish, summary, error_name, time_completed, input_tokens, output_tokens, reasoning_tokens,
+        cache_read_tokens, cache_write_tokens, total_tokens, tokens_estimated, mode, error_message
+        FROM _store.message""",
+    "part": """SELECT id, message_id, session_id, time_created, time_updated, data, type, tool, call_id, status,
+        title, text_length, output_length, time_start, time_end, compacted_at, reason, cost, input_tokens,
+        output_tokens, reasoning_tokens, cache_read_tokens, cache_write_tokens, total_tokens, tokens_estimated,
+        latency_ms, first_token_ms, attempts, error, interrupted, auto, overflow, attempt, synthetic
+        FROM _store.part""",
+    # Cost rollup per session (lifecycle.md): its assistant messages, its title call
+    # (data.titleUsage.cost) and, recursively, its subagent sessions (parent_id). UNION, not
+    # UNION ALL, so an imported parent cycle cannot recurse forever.
+    "session_cost": """WITH RECURSIVE tree(root, id) AS (
+            SELECT id, id FROM session
+            UNION SELECT tree.root, s.id FROM tree JOIN session s ON s.parent_id = tree.id),
+        msg AS (SELECT session_id, sum(cost) cost, count(*) n FROM message WHERE role = 'assistant'
+                GROUP BY session_id),
+        own AS (SELECT s.id, s.parent_id, coalesce(msg.cost, 0) messages_cost, coalesce(msg.n, 0) llm_messages,
+                coalesce(TRY_CAST(s.data->'titleUsage'->>'cost' AS DOUBLE), 0) title_cost
+                FROM session s LEFT JOIN msg ON msg.session_id = s.id)
+        SELECT o.id session_id, any_value(o.parent_id) parent_id, any_value(o.messages_cost) messages_cost,
+            any_value(o.title_cost) title_cost, any_value(o.messages_cost + o.title_cost) own_cost,
+            sum(d.messages_cost + d.title_cost) - any_value(o.messages_cost + o.title_cost) children_cost,
+            sum(d.messages_cost + d.title_cost) total_cost, count(*) - 1 descendants
+        FROM own o JOIN tree t ON t.root = o.id JOIN own d ON d.id = t.id GROUP BY o.id""",
+}
+
+# Compaction events (compaction.CompactionEvent, journal kind "event"): one row per prune or summary.
+_VIEWS["compaction_event"] = f"""SELECT id, session_id, time_created, data->>'kind' kind,
+    data->>'cause' cause, data->>'outcome' outcome, {_num("->>'tokensBefore'")} tokens_before,
+    {_num("->>'tokensAfter'")} tokens_after,
+    {_num("->>'tokensBefore'")} - {_num("->>'tokensAfter'")} tokens_freed,
+    {_num("->>'usable'")} usable, {_num("->>'trigger'")} trigger, {_num("->>'stepTokens'")} step_tokens,
+    {_num("->>'partsPruned'")} parts_pruned, {_num("->>'tokensPruned'")} tokens_pruned,
+    {_num("->>'headMessages'")} head_messages, {_num("->>'headTokens'")} head_tokens,
+    {_num("->>'tailMessages'")} tail_messages, {_num("->>'tailTokens'")} tail_tokens,
+    {_num("->>'summaryTokens'")} summary_tokens, {_num("->>'summaryInputTokens'")} summary_input_tokens,
+    {_num("->>'summaryOutputTokens'")} summary_output_tokens, {_num("->>'llmCalls'")} llm_calls,
+    {_num("->>'durationMs'")} duration_ms, {_num("->>'cost'", "DOUBLE")} cost,
+    data->>'summaryInput' summary_input, data->>'model' model, data->>'requestId' request_id,
+    data->>'summaryId' summary_id, data->>'tailStartId' tail_start_id, data->>'error' error, data
+    FROM {_latest('event')} AND data->>'type' = 'compaction'"""
+
+# Analytics views (docs/analytics.md): one row per LLM call, tool call, session, and day × model.
+# Plain SQL over the views above; times are UTC TIMESTAMPs; costs in USD.
+_UTC = "make_timestamp({} * 1000)"  # epoch milliseconds → TIMESTAMP (UTC)
+_VIEWS["step"] = "SELECT * FROM _store.step"  # rows kept by the catalog (_DERIVED)
+_VIEWS["tool_call"] = "SELECT * FROM _store.tool_call"
+_VIEWS["session_summary"] = f"""WITH
+    steps AS (SELECT session_id, count(*) steps, arg_max(model, id) model, arg_max(provider, id) provider,
+        sum(input_tokens)::BIGINT input_tokens, sum(output_tokens)::BIGINT output_tokens,
+        sum(reasoning_tokens)::BIGINT reasoning_tokens,
+        sum(cache_read_tokens)::BIGINT cache_read_tokens, sum(cache_write_tokens)::BIGINT cache_write_tokens,
+        max(context_tokens) max_context_tokens, sum(cost) FILTER (WHERE summary) summary_cost
+        FROM step GROUP BY session_id),
+    msgs AS (SELECT session_id, count(*) FILTER (WHERE error_name IS NOT NULL) errors,
+        max(time_created) last_message FROM message GROUP BY session_id),
+    turns AS (SELECT m.session_id, count(DISTINCT m.id) turns FROM message m JOIN part p ON p.message_id = m.id
+        WHERE m.role = 'user' AND p.type = 'text' AND NOT coalesce(p.synthetic, false) GROUP BY m.session_id),
+    tools AS (SELECT session_id, count(*) tool_calls,
+        count(*) FILTER (WHERE status IN ('error', 'interrupted')) tool_errors FROM tool_call GROUP BY session_id),
+    compactions AS (SELECT session_id, count(*) FILTER (WHERE kind = 'summary' AND outcome = 'ok') compactions,
+        count(*) FILTER (WHERE kind = 'prune') prunes FROM compaction_event GROUP BY session_id)
+    SELECT s.id AS session_id, s.title, s.parent_id, s.directory, st.model, st.provider,
+        coalesce(turns.turns, 0) AS turns, coalesce(st.steps, 0) AS steps,
+        coalesce(tools.tool_calls, 0) AS tool_calls, coalesce(tools.tool_errors, 0) AS tool_errors,
+        coalesce(msgs.errors, 0) AS errors, coalesce(c.compactions, 0) AS compactions,
+        coalesce(c.prunes, 0) AS prunes, coalesce(st.input_tokens, 0) AS input_tokens,
+        coalesce(st.output_tokens, 0) AS output_tokens, coalesce(st.reasoning_tokens, 0) AS reasoning_tokens,
+        coalesce(st.cache_read_tokens, 0) AS cache_read_tokens,
+        coalesce(st.cache_write_tokens, 0) AS cache_write_tokens, st.max_context_tokens,
+        sc.messages_cost - coalesce(st.summary_cost, 0) AS cost, coalesce(st.summary_cost, 0) AS summary_cost,
+        sc.title_cost, sc.children_cost AS subagent_cost, sc.total_cost, sc.descendants AS subagents,
+        {_UTC.format('s.time_created')} AS time_created,
+        {_UTC.format('greatest(s.time_updated, msgs.last_message)')} AS time_updated
+    FROM session s JOIN session_cost sc ON sc.session_id = s.id
+    LEFT JOIN steps st ON st.session_id = s.id LEFT JOIN msgs ON msgs.session_id = s.id
+    LEFT JOIN turns ON turns.session_id = s.id LEFT JOIN tools ON tools.session_id = s.id
+    LEFT JOIN compactions c ON c.session_id = s.id"""
+_VIEWS["daily_cost"] = f"""WITH calls AS (
+        SELECT CAST(time AS DATE) AS day, provider, model, 'step' AS kind, session_id, input_tokens, output_tokens,
+            reasoning_tokens, cache_read_tokens, cache_write_tokens, cost FROM step
+        UNION ALL
+        SELECT CAST({_UTC.format('coalesce(title_time, time_created)')} AS DATE), split_part(title_model, '/', 1),
+            substr(title_model, length(split_part(title_model, '/', 1)) + 2), 'title', id, title_input_tokens,
+            title_output_tokens, title_reasoning_tokens, title_cache_read_tokens, title_cache_write_tokens, title_cost
+        FROM _store.session WHERE title_model IS NOT NULL OR title_cost IS NOT NULL)
+    SELECT day, provider, model, count(*) AS calls, count(*) FILTER (WHERE kind = 'title') AS title_calls,
+        count(DISTINCT session_id) AS sessions, sum(input_tokens)::BIGINT AS input_tokens,
+        sum(output_tokens)::BIGINT AS output_tokens, sum(reasoning_tokens)::BIGINT AS reasoning_tokens,
+        sum(cache_read_tokens)::BIGINT AS cache_read_tokens, sum(cache_write_tokens)::BIGINT AS cache_write_tokens,
+        sum(cost) AS cost
+    FROM calls GROUP BY day, provider, model"""
