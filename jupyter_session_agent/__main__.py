@@ -39,8 +39,14 @@ def quickstart(out_dir: Path, timeout: int) -> Path:
     print(f"executed {source.name} in {elapsed:.1f} s")
     print(f"  executed notebook: {target.resolve()}")
     print(f"  history (DuckDB over JSONL journals): {data_dir / 'history'}")
-    print("  query it:  python -m jupyter_session_agent sql \"select type, count(*) from part group by type\"")
-    print(f"  open it:   pip install jupyterlab && jupyter lab {target.resolve()}")
+    python = sys.executable
+    print(f"  query it:  {python} -m jupyter_session_agent sql \"select type, count(*) from part group by type\"")
+    print(f"  open it:   {python} -m pip install jupyterlab && {python} -m jupyterlab {target.resolve()}")
+    from .local import LocalServer
+
+    if LocalServer(data_dir).status() is not None:
+        print(f"  the local model server keeps running for your other kernels; stop it with: "
+              f"{python} -m jupyter_session_agent stop-local")
     return target
 
 
@@ -65,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             from .local import stop_server
             from .settings import resolve_data_dir
 
-            stop_server(resolve_data_dir())
+            stopped = stop_server(resolve_data_dir())
+            print("stopped the local model server" if stopped else "no local model server was running")
     except AgentError as err:
         print(f"{type(err).__name__}: {err}", file=sys.stderr)
         return 1
