@@ -26,7 +26,7 @@ from . import ids
 from .errors import AgentError
 from .history import MAX_STEPS_TEXT, filter_compacted, to_chat_messages, without_failed_compactions
 from .messages import AssistantMessage, UserMessage, WithParts, now_ms
-from .processor import Observer, StepProcessor
+from .processor import Observer, StepProcessor, run_step
 
 CONTINUE_REASONS = ("tool-calls", "unknown")
 
@@ -105,13 +105,7 @@ def run_turn(setup: TurnSetup, history: list[WithParts], observer: Observer | No
             permit=setup.permit,
             snapshot=setup.snapshot,
         )
-        try:
-            result = processor.run(message)
-        finally:
-            # Even an interrupted or failed step is part of the history.
-            item = WithParts(processor.message, tuple(processor.parts.values()))
-            history.append(item)
-            added.append(item)
+        result = run_step(processor, message, history, added)
         if compactor is None:
             if result.outcome == "compact":
                 raise ContextLimitError(_overflow_text(result.message, setup.model))

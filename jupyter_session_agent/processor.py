@@ -35,6 +35,7 @@ from .messages import (
     ToolPending,
     ToolRunning,
     Tokens,
+    WithParts,
     error_data,
     now_ms,
     replace,
@@ -328,6 +329,17 @@ class StepProcessor:
         self.observer.on_message(self.message)
 
 
+def run_step(processor: StepProcessor, message: AssistantMessage, history: list, added: list) -> StepResult:
+    """Run one step and append it to ``history`` and ``added`` even when it raises:
+    an interrupted or failed step is part of the history too."""
+    try:
+        return processor.run(message)
+    finally:
+        item = WithParts(processor.message, tuple(processor.parts.values()))
+        history.append(item)
+        added.append(item)
+
+
 def _api_error(err: ProviderError) -> dict:
     return error_data(
         "APIError", err.message, statusCode=err.status, isRetryable=err.retryable,
@@ -335,4 +347,4 @@ def _api_error(err: ProviderError) -> dict:
     )
 
 
-__all__ = ["StepProcessor", "StepResult", "Observer", "Tokens"]
+__all__ = ["StepProcessor", "StepResult", "Observer", "Tokens", "run_step"]

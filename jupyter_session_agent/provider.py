@@ -85,6 +85,12 @@ def _int(value: Any) -> int:
         return 0
 
 
+def _connection_reason(err: Any) -> str:
+    """The transport's own words for a connection error (the SDK's message is generic)."""
+    cause = err.__cause__ or err.__context__
+    return _one_line(cause) if cause is not None and str(cause) else _one_line(err.message)
+
+
 def _as_dict(obj: Any) -> dict:
     """An SDK model or mapping → plain dict of what the server sent."""
     if obj is None:
@@ -428,9 +434,7 @@ class OpenAIProvider:
                 f"request timed out after {self.timeout:g}s waiting for {self.base_url}", retryable=True
             )
         if isinstance(err, openai.APIConnectionError):
-            cause = err.__cause__ or err.__context__
-            why = _one_line(cause) if cause is not None and str(cause) else _one_line(err.message)
-            return ProviderError(f"cannot reach {self.base_url}: {why}", retryable=True)
+            return ProviderError(f"cannot reach {self.base_url}: {_connection_reason(err)}", retryable=True)
         if isinstance(err, openai.APIError):
             return self._event_error(err)
         return ProviderError(f"{type(err).__name__} from {self.base_url}: {_one_line(err)}")
@@ -444,9 +448,7 @@ class OpenAIProvider:
                 f"stream interrupted: no data from {self.base_url} for {self.timeout:g}s", retryable=True
             )
         if isinstance(err, openai.APIConnectionError):
-            cause = err.__cause__ or err.__context__
-            why = _one_line(cause) if cause is not None and str(cause) else _one_line(err.message)
-            return ProviderError(f"stream interrupted: {why}", retryable=True)
+            return ProviderError(f"stream interrupted: {_connection_reason(err)}", retryable=True)
         if isinstance(err, ValueError):
             return ProviderError(
                 f"stream interrupted: malformed chunk from {self.base_url} ({_one_line(err)})", retryable=True

@@ -25,7 +25,7 @@ from ..messages import (
     now_ms,
     replace,
 )
-from ..processor import StepProcessor
+from ..processor import StepProcessor, run_step
 from .config import SUMMARY_AGENT, TOOL_OUTPUT_MAX_CHARS
 from .items import _put_back, is_real_user, user_text
 from .prompts import (
@@ -150,12 +150,8 @@ class _SummaryMixin:
             tools={}, run_tool=_no_tool, observer=observer, max_retries=self.max_retries,
             auto_compact=False, sleep=self.sleep,
         )
-        try:
-            result = processor.run(info)
-        finally:
-            item = WithParts(processor.message, tuple(processor.parts.values()))
-            history.append(item)
-            added.append(item)
+        result = run_step(processor, info, history, added)
+        item = history[-1]
         if result.outcome == "compact":
             return item, "overflow"
         message = result.message

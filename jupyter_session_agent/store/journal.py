@@ -1,21 +1,9 @@
 """The journals: one JSONL file per writing process, locked for life, compacted to Parquet.
 
-Layout (storage.md §4, scheme (c))::
-
-    <data_dir>/history/live/<writer>.jsonl      # one per writing process, O_APPEND
-    <data_dir>/history/parquet/<writer>.parquet # a finished journal, compacted
-
-Every line is one snapshot ``{"kind", "id", "session_id", "message_id", "rev",
-"writer", "deleted", "time_created", "time_updated", "data"}`` where ``data``
-is OpenCode's stored JSON (the value's ``to_data()`` minus its keys). Readers
-keep the newest ``rev`` per id and drop tombstones. A writer holds
-``flock(LOCK_EX)`` on its journal for as long as it lives, so a journal that
-can be locked belongs to a dead process: its running tools were interrupted
-and the file is compacted to Parquet (by its owner at close(), otherwise by
-the next reader).
-
-Also the SQL that reads the files as they are (``_read_json``, ``_events_sql``).
-duckdb is imported lazily, only to compact.
+Row format, layout and the liveness rule are described in the package
+docstring (``store/__init__.py``); this module owns writing them, the
+``flock`` that tells live writers from dead ones, and compaction of a dead
+writer's journal to Parquet.
 """
 
 from __future__ import annotations
