@@ -1,4 +1,5 @@
-"""Store benchmark: load a 10,000-message session, flush cost per step, view vs table.
+"""Store benchmark: load a 10,000-message session, flush cost per step, view vs table (live
+journal, compacted file, merged file).
 
 Run: ``python3 benchmarks/bench_store.py`` (about 30 s on 2 cores). Prints
 medians of a few runs; nothing is asserted.
@@ -19,7 +20,7 @@ from jupyter_session_agent.messages import (  # noqa: E402
     AssistantMessage, ModelRef, ReasoningPart, Session, StepFinishPart, StepStartPart, TextPart,
     Tokens, ToolCompleted, ToolPart, UserMessage, now_ms,
 )
-from jupyter_session_agent.store import Store  # noqa: E402
+from jupyter_session_agent.store import Store, merge  # noqa: E402
 
 GROUP_BY = ("SELECT session_id, count(*) parts, sum(cost) cost, sum(output_tokens) output, "
             "count(*) FILTER (WHERE type = 'tool') tools FROM part GROUP BY session_id ORDER BY cost DESC")
@@ -120,9 +121,12 @@ def bench_load(data_dir: Path) -> None:
     load_times("same reader again (decoded values cached)", lambda: reader.messages(big.id))
     group_by("live JSONL", reader)
 
-    writer.close()  # compacts the journal into Parquet
+    writer.close()  # compacts the journal into Parquet (a small file: read into the tail)
     load_times("fresh store, compacted Parquet (cold)", lambda: Store(writer.data_dir).messages(big.id))
-    group_by("Parquet", Store(writer.data_dir))
+    group_by("compacted Parquet (the tail)", Store(writer.data_dir))
+    merge(writer.data_dir / "history", force=True)  # merged: the views scan the file
+    load_times("fresh store, merged Parquet (cold)", lambda: Store(writer.data_dir).messages(big.id))
+    group_by("merged Parquet (scanned)", Store(writer.data_dir))
 
 
 def group_by(label: str, store: Store) -> None:

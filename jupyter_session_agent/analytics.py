@@ -19,7 +19,7 @@ from typing import Any
 
 __all__ = [
     "steps", "context_per_step", "compactions", "cost_per_day", "cache_hit_ratio", "tool_failure_rates",
-    "plot_context", "plot_cost", "plot_cache", "plot_tools", "export_parquet", "open_export",
+    "plot_context", "plot_cost", "plot_cache", "plot_tools", "export_parquet", "export_duckdb", "open_export",
 ]
 
 
@@ -122,13 +122,15 @@ def cache_hit_ratio(store: Any = None, by: str = "model"):
 
 
 def tool_failure_rates(store: Any = None):
-    """Per tool: calls, completed, errors, interrupted, ``failure_rate`` (errors and
-    interruptions over finished calls), duration percentiles and pruned outputs; worst first."""
+    """Per tool: calls, completed, errors, interrupted, raised (completed, but the code raised),
+    ``failure_rate`` (errors, interruptions and raised over finished calls), duration
+    percentiles and pruned outputs; worst first."""
     return _store(store).sql("""
         SELECT tool, count(*) AS calls, count(*) FILTER (WHERE status = 'completed') AS completed,
             count(*) FILTER (WHERE status = 'error') AS errors,
             count(*) FILTER (WHERE status = 'interrupted') AS interrupted,
-            count(*) FILTER (WHERE status IN ('error', 'interrupted'))
+            count(*) FILTER (WHERE error_class IS NOT NULL) AS raised,
+            count(*) FILTER (WHERE failed)
                 / nullif(count(*) FILTER (WHERE status IN ('completed', 'error', 'interrupted')), 0) AS failure_rate,
             quantile_cont(duration_ms, 0.5) AS p50_ms, quantile_cont(duration_ms, 0.95) AS p95_ms,
             count(*) FILTER (WHERE pruned) AS pruned
@@ -241,7 +243,7 @@ def plot_cache(store: Any = None, by: str = "model"):
 
 
 def plot_tools(store: Any = None):
-    """Failure rate per tool (errors and interruptions), with call counts."""
+    """Failure rate per tool (errors, interruptions, code that raised), with call counts."""
     frame = tool_failure_rates(store)
     fig = _figure(height=max(2.0, 0.45 * len(frame) + 1.2))
     ax = fig.add_subplot()
@@ -251,6 +253,8 @@ def plot_tools(store: Any = None):
     ax.barh(frame.tool, frame.errors / finished, color="tab:red", label="error")
     ax.barh(frame.tool, frame.interrupted / finished, left=frame.errors / finished, color="tab:orange",
             label="interrupted")
+    ax.barh(frame.tool, frame.raised / finished, left=(frame.errors + frame.interrupted) / finished,
+            color="tab:purple", label="code raised")
     for y, (rate, calls) in enumerate(zip(frame.failure_rate.fillna(0), frame.calls)):
         ax.text(rate + 0.01, y, f"{rate:.0%} of {calls} calls", va="center", fontsize=8)
     ax.set_xlim(0, 1.2)
@@ -280,6 +284,11 @@ def _percent():
 def export_parquet(directory: str | os.PathLike, store: Any = None, *, user: str | None = None) -> dict[str, int]:
     """Write the history as Hive-partitioned Parquet (see :meth:`Store.export_parquet`)."""
     return _store(store).export_parquet(directory, user=user)
+
+
+def export_duckdb(path: str | os.PathLike, store: Any = None) -> dict[str, int]:
+    """Write the history and its views into a DuckDB database file (see :meth:`Store.export_duckdb`)."""
+    return _store(store).export_duckdb(path)
 
 
 def open_export(directory: str | os.PathLike):

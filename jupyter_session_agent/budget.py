@@ -19,10 +19,38 @@ COMPACTION_BUFFER = 20_000
 TIER_THRESHOLD = 200_000
 
 
+IMAGE_TOKENS = 1_500  # an image content part, as OpenCode estimates media (not its data URL)
+
+
 def estimate(text: str) -> int:
     """OpenCode's ``Token.estimate``: ``max(0, round(len / 4))``."""
     # JS Math.round rounds .5 up; Python's round() is banker's rounding.
     return max(0, int(len(text) / CHARS_PER_TOKEN + 0.5))
+
+
+def estimate_chat(value: Any) -> int:
+    """``estimate`` of a chat list (or any JSON value) serialised, each image content part
+    counted as :data:`IMAGE_TOKENS` rather than by the length of its base64 data URL."""
+    import json
+
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    if '"image_url"' not in text:
+        return estimate(text)
+    images = 0
+
+    def strip(item: Any) -> Any:
+        nonlocal images
+        if isinstance(item, dict):
+            if item.get("type") == "image_url":
+                images += 1
+                return {"type": "image_url"}
+            return {k: strip(v) for k, v in item.items()}
+        if isinstance(item, (list, tuple)):
+            return [strip(v) for v in item]
+        return item
+
+    stripped = strip(value)
+    return estimate(json.dumps(stripped, ensure_ascii=False, default=str)) + images * IMAGE_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +76,8 @@ class ModelInfo:
     prices_over_200k: Prices | None = None
     source: str = "default"  # where the numbers came from: catalogue, override, server, default
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # accepts image content parts (attached images are sent as images; else as placeholders)
+    images: bool = False
 
     @property
     def max_output_tokens(self) -> int:

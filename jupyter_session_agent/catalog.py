@@ -31,6 +31,7 @@ overriding any price drops the over-200k tier.
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 from decimal import Decimal
 from typing import Any, Mapping
@@ -38,10 +39,11 @@ from typing import Any, Mapping
 from .budget import ModelInfo, Prices
 from .errors import ConfigError
 
-__all__ = ["model_info", "apply_overrides", "OVERRIDE_KEYS", "PROVIDER_ALIASES", "LOCAL_PROVIDERS", "clear_cache"]
+__all__ = ["model_info", "apply_overrides", "accepts_images", "OVERRIDE_KEYS", "PROVIDER_ALIASES", "LOCAL_PROVIDERS", "clear_cache"]
 
 OVERRIDE_KEYS = ("context", "output", "input", "price_input", "price_output", "price_cache_read", "price_cache_write",
-                 "compaction_threshold")  # ratio of the usable window where auto compaction starts (→ extra)
+                 "compaction_threshold",  # ratio of the usable window where auto compaction starts (→ extra)
+                 "images")  # True/False: the model accepts image content (attached images)
 _LIMIT_KEYS = ("context", "output", "input")
 _PRICE_FIELDS = {
     "price_input": "input",
@@ -95,6 +97,20 @@ LOCAL_PROVIDERS = frozenset(
 )
 
 _TIER_200K = (199_999, 200_000)  # x-ai states its tier as "above 199,999"
+
+# Models that accept image content, by name (genai-prices does not say; an override's
+# "images" decides for any other). Matched anywhere in "provider/model", case-insensitive.
+_IMAGE_MODELS = re.compile(
+    r"gpt-4o|gpt-4\.1|gpt-4\.5|gpt-4-turbo|gpt-4-vision|gpt-5|chatgpt-4o|(?:^|/)o1(?!-mini)|"
+    r"(?:^|/)o3(?!-mini)|(?:^|/)o4|claude-3|claude-(?:opus|sonnet|haiku)-4|claude-4|gemini|"
+    r"gemma-?3|grok-(?:2-)?vision|grok-4|pixtral|mistral-(?:small|medium)-(?:3|25)|"
+    r"llama-?3\.2-?(?:\d+b-)?vision|llama-?4|llava|moondream|minicpm-v|qwen[\d.]*-?vl|qvq|"
+    r"internvl|glm-4\.?\d*v|-vl\b|vision", re.I)
+
+
+def accepts_images(provider_id: str, model_id: str) -> bool:
+    """Whether the model takes image content parts, by its name (see ``_IMAGE_MODELS``)."""
+    return _IMAGE_MODELS.search(f"{provider_id}/{model_id}") is not None
 
 _cache: dict[tuple[str, str], ModelInfo] = {}
 _lock = threading.Lock()
@@ -161,6 +177,8 @@ def _validate(name: Any, patch: Any) -> None:
         if k in _LIMIT_KEYS:
             ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
             what = "a whole number of tokens >= 0"
+        elif k == "images":
+            ok, what = isinstance(value, bool), "True or False"
         elif k == "compaction_threshold":
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
             what = "a ratio of the usable window, 0 < r <= 1"
@@ -184,6 +202,8 @@ def _apply(info: ModelInfo, patch: Mapping[str, Any]) -> ModelInfo:
     if price_changes:
         changes["prices"] = dataclasses.replace(info.prices, **price_changes)
         changes["prices_over_200k"] = None
+    if "images" in patch:
+        changes["images"] = bool(patch["images"])
     if "compaction_threshold" in patch:
         changes["extra"] = {**info.extra, "compaction_threshold": float(patch["compaction_threshold"])}
     return dataclasses.replace(info, **changes)
@@ -194,7 +214,8 @@ def _apply(info: ModelInfo, patch: Mapping[str, Any]) -> ModelInfo:
 
 
 def _unknown(provider_id: str, model_id: str, why: str) -> ModelInfo:
-    return ModelInfo(provider_id=provider_id, model_id=model_id, source="unknown", extra={"why": why})
+    return ModelInfo(provider_id=provider_id, model_id=model_id, source="unknown", extra={"why": why},
+                     images=accepts_images(provider_id, model_id))
 
 
 def _candidates(provider_id: str, model_id: str) -> list[str]:
@@ -274,4 +295,5 @@ def _from_genai(provider_id: str, model_id: str, provider: Any, model: Any) -> M
         prices_over_200k=over_200k,
         source="catalogue",
         extra=extra,
+        images=accepts_images(provider_id, model_id),
     )

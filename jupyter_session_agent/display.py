@@ -44,11 +44,14 @@ from .messages import (
     ToolCompleted,
     ToolError,
     ToolPart,
+    UnknownPart,
     UserMessage,
     WithParts,
+    now_ms,
     replace,
 )
 from .processor import Observer
+from .redact import clean, clean_value
 
 MIME_TYPE = "application/vnd.jupyter.session-agent+json"
 SCHEMA_VERSION = 1
@@ -58,17 +61,15 @@ MAX_MESSAGES = 500  # per transcript; older ones are counted, not sent
 MIN_INTERVAL = 0.1  # seconds between live re-renders of a streaming part
 SLOW_INTERVAL = 0.5  # … once the bundle is large
 LARGE_BUNDLE = 256_000  # characters
+TITLE_WAIT = 120.0  # seconds a finished cell waits, in the background, for its session's title
 OUTPUT_PREVIEW_LINES = 12
-STATUS_ICON = {
-    "pending": "⏳", "running": "⚙️", "completed": "✅", "error": "❌", "interrupted": "⏹",
-}
 
 
 class Markdown:
     """A display object with Markdown and plain-text forms (nbval compares text)."""
 
     def __init__(self, text: str):
-        self.text = text
+        self.text = clean(text)  # shown in the cell: redacted and encodable
 
     def _repr_markdown_(self) -> str:
         return self.text
@@ -82,11 +83,34 @@ class Markdown:
 
 
 def tool_status(part: ToolPart) -> str:
-    """pending / running / completed / error / interrupted (a ToolError marked interrupted)."""
+    """pending / running / completed / error / interrupted (a ToolError marked interrupted) /
+    failed (completed, but the code it ran raised: see :func:`tool_error_class`)."""
     state = part.state
     if isinstance(state, ToolError) and state.interrupted:
         return "interrupted"
+    if tool_error_class(part):
+        return "failed"
     return state.status
+
+
+def tool_error_class(part: ToolPart) -> str | None:
+    """The exception class a completed call's code raised, else ``None``.
+
+    The python tool completes a call whose code raised (its prints matter) and records the
+    class in ``state.metadata["error"]``: every view shows such a call as failed, with the
+    class as its badge (``SyntaxError``), and ``tool_call.failed`` counts it.
+    """
+    state = part.state
+    if isinstance(state, ToolCompleted):
+        error = (state.metadata or {}).get("error")
+        if isinstance(error, str) and error:
+            return error
+    return None
+
+
+def tool_label(part: ToolPart) -> str:
+    """The badge text: the status, or the exception class of a failed call."""
+    return tool_error_class(part) or tool_status(part)
 
 
 def part_data(part: Part) -> dict[str, Any]:
@@ -116,8 +140,21 @@ def _bound(value: Any, limit: int, path: str, truncated: dict[str, int], depth: 
     return value
 
 
-def message_data(item: WithParts) -> dict[str, Any]:
-    return {"info": item.info.to_data(), "parts": [part_data(p) for p in item.parts]}
+# What a message whose latest state could not be written shows (store.unsaved(): disk full).
+NOT_SAVED = "not saved yet"
+NOT_SAVED_WHY = ("the history could not be written — kept in memory, saved by the next "
+                 "successful write")
+
+
+def _unsaved(item: WithParts, unsaved: frozenset) -> bool:
+    return bool(unsaved) and (item.info.id in unsaved or any(p.id in unsaved for p in item.parts))
+
+
+def message_data(item: WithParts, unsaved: frozenset = frozenset()) -> dict[str, Any]:
+    data = {"info": item.info.to_data(), "parts": [part_data(p) for p in item.parts]}
+    if _unsaved(item, unsaved) and not data["info"].get("error"):  # shown, never stored
+        data["info"]["error"] = {"name": NOT_SAVED, "data": {"message": NOT_SAVED_WHY}}
+    return data
 
 
 def transcript_data(
@@ -129,6 +166,7 @@ def transcript_data(
     view: str = "transcript",
     max_messages: int = MAX_MESSAGES,
     omitted: int = 0,
+    unsaved: frozenset = frozenset(),
 ) -> dict[str, Any]:
     """The :data:`MIME_TYPE` payload (schema :data:`SCHEMA_VERSION`).
 
@@ -145,7 +183,7 @@ def transcript_data(
         "view": view,
         "live": live,
         "session": session.to_data() if session is not None else None,
-        "messages": [message_data(m) for m in shown],
+        "messages": [message_data(m, unsaved) for m in shown],
         "omitted": omitted,
         "budget": report.to_data() if report is not None else None,
     }
@@ -155,12 +193,32 @@ def transcript_data(
 # the Markdown form
 
 
+def retry_label(part: RetryPart, now: int | None = None) -> str:
+    """``retry 1 in 12 s…`` while the wait runs (the live view re-renders every second),
+    ``retry 1 after 12 s`` once it is over, ``retry 1`` for parts that did not record it."""
+    if not part.time_next:
+        return f"retry {part.attempt}"
+    left = part.time_next - (now_ms() if now is None else now)
+    if left > 0:
+        return f"retry {part.attempt} in {max(1, -(-left // 1000))} s…"
+    waited = f"{max(0, part.time_next - part.time_created) / 1000:.2f}".rstrip("0").rstrip(".")
+    return f"retry {part.attempt} after {waited} s"
+
+
 def render_part(part: Part) -> str:
     """One part as Markdown ("" for parts with nothing to show, e.g. step-start)."""
     if isinstance(part, TextPart):
         if part.ignored or not part.text:
             return ""
-        return f"<sub>*(synthetic)*</sub> {part.text}" if part.synthetic else part.text
+        if attachment_of(part):  # what the model reads for the file part just before it
+            return (f"<details><summary>sent to the model ({len(part.text):,} characters)</summary>"
+                    f"\n\n{_code_block(part.text, preview=False)}\n\n</details>")
+        text = f"<sub>*(synthetic)*</sub> {part.text}" if part.synthetic else part.text
+        fields = (part.metadata or {}).get("interpolated") if part.metadata else None
+        if fields:  # the history keeps the template too (metadata.template)
+            text += "\n\n<sub>interpolated: " + ", ".join(
+                f"`{str(f).replace('`', 'ˋ')}`" for f in list(fields)[:10]) + "</sub>"
+        return text
     if isinstance(part, ReasoningPart):
         if not part.text:
             return ""
@@ -178,13 +236,13 @@ def render_part(part: Part) -> str:
     if isinstance(part, RetryPart):
         err = part.error.get("data", {}) if isinstance(part.error, dict) else {}
         status = f" (HTTP {err['statusCode']})" if err.get("statusCode") else ""
-        return f"<sub>⟳ retry {part.attempt}{status}: {err.get('message', '')}</sub>"
+        return f"<sub>⟳ {retry_label(part)}{status}: {err.get('message', '')}</sub>"
     if isinstance(part, CompactionPart):
         kind = "automatic" if part.auto else "manual"
         why = ", context overflow" if part.overflow else ""
         return f"**🗜 compaction requested** ({kind}{why})"
     if isinstance(part, FilePart):
-        return f"📎 {part.filename or _clip(part.url, 120)} `{part.mime}`"
+        return "📎 " + attachment_chip(part)
     if isinstance(part, SubtaskPart):
         model = f" · {part.model}" if part.model else ""
         return f"🧩 **subtask** `{part.agent}`{model}: {part.description}"
@@ -198,16 +256,43 @@ def render_part(part: Part) -> str:
         return f"🤖 @{part.name}"
     if isinstance(part, StepStartPart):
         return ""
+    if isinstance(part, UnknownPart):
+        return (f"<sub>❔ `{part.stored_type}` part: unknown to this version — kept unchanged, "
+                "not sent to the model</sub>")
     return ""
+
+
+def attachment_of(part: Part) -> str | None:
+    """The id of the file part a synthetic text part carries the content of (an attachment's
+    text: a file inlined, a PDF's text, a notebook value), else ``None``."""
+    if isinstance(part, TextPart) and part.synthetic and isinstance(part.metadata, dict):
+        found = part.metadata.get("attachment")
+        return found if isinstance(found, str) else None
+    return None
+
+
+def attachment_chip(part: FilePart) -> str:
+    """A file part in one line: ``name`` · mime · size · where it came from."""
+    source = part.source if isinstance(part.source, dict) else {}
+    name = (part.filename or _clip(part.url, 80)).replace("`", "ˋ")
+    bits = [part.mime]
+    size = source.get("size")
+    if isinstance(size, int) and not isinstance(size, bool):
+        from .context.kernel import human
+
+        bits.append(human(size))
+    if source.get("type") == "variable":
+        bits.append(f"notebook value ({source.get('kind', '?')})")
+    elif isinstance(source.get("text"), dict) and source["text"].get("value"):
+        bits.append(f"mentioned as {source['text']['value']}")
+    return f"`{name}` <sub>{' · '.join(str(b) for b in bits)}</sub>"
 
 
 def _render_tool(part: ToolPart) -> str:
     state = part.state
-    status = tool_status(part)
-    icon = STATUS_ICON.get(status, "")
     args = json.dumps(state.input, ensure_ascii=False)
     title = getattr(state, "title", None)
-    head = f"{icon} **{part.tool or '?'}** `{status}`"
+    head = f"**{part.tool or '?'}** `{tool_label(part)}`"  # the status in words: no emoji font needed
     if title and title != part.tool:
         head += f" {title}"
     if isinstance(state, (ToolCompleted, ToolError)):
@@ -218,7 +303,7 @@ def _render_tool(part: ToolPart) -> str:
     if isinstance(state, ToolCompleted):
         if state.time_compacted:
             lines.append(
-                f"✂️ *output pruned at {_clock(state.time_compacted)} — the model sees "
+                f"*output pruned at {_clock(state.time_compacted)} — the model sees "
                 f"\"[Old tool result content cleared]\"*\n\n"
                 f"<details><summary>original output ({len(state.output):,} chars)</summary>\n\n"
                 f"{_code_block(state.output, preview=False)}\n\n</details>"
@@ -274,7 +359,8 @@ def message_header(info: Any, parts: Sequence[Part] = ()) -> str:
     return f"#### Agent <sub>({label}{used}{cost})</sub>"
 
 
-def markdown_transcript(history: Iterable[WithParts], report: Any = None, omitted: int = 0) -> str:
+def markdown_transcript(history: Iterable[WithParts], report: Any = None, omitted: int = 0,
+                        unsaved: frozenset = frozenset()) -> str:
     """A history as Markdown, message by message, with the budget at the end."""
     out = []
     if omitted:
@@ -284,6 +370,8 @@ def markdown_transcript(history: Iterable[WithParts], report: Any = None, omitte
         body = "\n\n".join(t for t in (render_part(p) for p in item.parts) if t)
         if isinstance(info, AssistantMessage) and info.error:
             body += f"\n\n❗ **{info.error.get('name', 'Error')}**: {info.error.get('data', {}).get('message', '')}"
+        if _unsaved(item, unsaved):
+            body += f"\n\n⚠️ **{NOT_SAVED}**: {NOT_SAVED_WHY}"
         out.append(f"{message_header(info, item.parts)}\n\n{body}".rstrip())
     text = "\n\n---\n\n".join(out) or "*(empty session)*"
     if report is not None:
@@ -345,7 +433,7 @@ def budget_markdown(report: Any) -> str:
 
 
 def plain_transcript(history: Sequence[WithParts], report: Any = None, session: Any = None,
-                     omitted: int = 0, limit: int = 4_000) -> str:
+                     omitted: int = 0, limit: int = 4_000, unsaved: frozenset = frozenset()) -> str:
     """A short plain-text form: one line per message, then the budget."""
     lines = []
     if session is not None:
@@ -360,15 +448,24 @@ def plain_transcript(history: Sequence[WithParts], report: Any = None, session: 
             role = "summary" if info.summary else "agent"
         bits = []
         for p in item.parts:
-            if isinstance(p, TextPart) and p.text and not p.ignored:
+            if isinstance(p, FilePart):
+                bits.append(f"[file {p.filename or p.mime}]")
+            elif attachment_of(p):
+                continue  # the file's text: the [file …] chip stands for it
+            elif isinstance(p, TextPart) and p.text and not p.ignored:
                 bits.append(" ".join(p.text.split())[:200])
             elif isinstance(p, ToolPart):
                 pruned = " (pruned)" if isinstance(p.state, ToolCompleted) and p.state.time_compacted else ""
-                bits.append(f"[{p.tool} {tool_status(p)}{pruned}]")
+                failed = f" {tool_error_class(p)}" if tool_error_class(p) else ""
+                bits.append(f"[{p.tool} {tool_status(p)}{failed}{pruned}]")
             elif isinstance(p, RetryPart):
-                bits.append(f"[retry {p.attempt}]")
+                bits.append(f"[{retry_label(p)}]")
             elif isinstance(p, CompactionPart):
                 bits.append("[compaction]")
+            elif isinstance(p, UnknownPart):
+                bits.append(f"[unknown {p.stored_type} part]")
+        if _unsaved(item, unsaved):
+            role += " (not saved)"
         lines.append(f"{role}: {' '.join(bits)}".rstrip())
     if report is not None:
         lines.extend(budget_lines(report))
@@ -384,7 +481,9 @@ class TranscriptView:
     """A session (or a part of one) with its budget, as the three-form bundle."""
 
     def __init__(self, history: Sequence[WithParts], *, session: Any = None, report: Any = None,
-                 live: bool = False, max_messages: int = MAX_MESSAGES, omitted: int = 0):
+                 live: bool = False, max_messages: int = MAX_MESSAGES, omitted: int = 0,
+                 unsaved: frozenset = frozenset()):
+        self.unsaved = unsaved  # ids whose latest state is not saved yet (store.unsaved())
         history = list(history)
         if max_messages and len(history) > max_messages:
             omitted += len(history) - max_messages
@@ -395,21 +494,25 @@ class TranscriptView:
     @property
     def data(self) -> dict[str, Any]:
         return transcript_data(self.history, session=self.session, report=self.report,
-                               live=self.live, omitted=self.omitted, max_messages=0)
+                               live=self.live, omitted=self.omitted, max_messages=0,
+                               unsaved=self.unsaved)
 
     @property
     def markdown(self) -> str:
-        return markdown_transcript(self.history, self.report, self.omitted)
+        return markdown_transcript(self.history, self.report, self.omitted, self.unsaved)
 
     @property
     def text(self) -> str:
-        return plain_transcript(self.history, self.report, self.session, self.omitted)
+        return plain_transcript(self.history, self.report, self.session, self.omitted,
+                                unsaved=self.unsaved)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
-        return {MIME_TYPE: self.data, "text/markdown": self.markdown, "text/plain": self.text}
+        # every form, live or not: redacted and encodable, whatever the history in memory holds
+        return clean_value({MIME_TYPE: self.data, "text/markdown": self.markdown,
+                            "text/plain": self.text})
 
     def __repr__(self) -> str:
-        return self.text
+        return clean(self.text)
 
 
 class BudgetView:
@@ -431,10 +534,12 @@ class BudgetView:
         return "\n".join(budget_lines(self.report))
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
-        return {MIME_TYPE: self.data, "text/markdown": self.markdown, "text/plain": self.text}
+        # every form, live or not: redacted and encodable, whatever the history in memory holds
+        return clean_value({MIME_TYPE: self.data, "text/markdown": self.markdown,
+                            "text/plain": self.text})
 
     def __repr__(self) -> str:
-        return self.text
+        return clean(self.text)
 
 
 # --------------------------------------------------------------------------
@@ -463,6 +568,7 @@ class LiveView(Observer):
         self._handle = None
         self._last = 0.0
         self._interval = MIN_INTERVAL
+        self._final: TranscriptView | None = None  # the last final render (see _follow_title)
 
     # Observer ---------------------------------------------------------------
 
@@ -508,7 +614,7 @@ class LiveView(Observer):
                           stored[1] if stored else {})
         for part in self.parts.values():
             if part.id in self.streams and isinstance(part, (TextPart, ReasoningPart)):
-                part = replace(part, text="".join(self.streams[part.id]))
+                part = replace(part, text=_settled("".join(self.streams[part.id])))
             entry = items.get(part.message_id)
             if entry is None:
                 continue  # a part of a message not announced (cannot happen with the processor)
@@ -534,16 +640,43 @@ class LiveView(Observer):
     def view(self, final: bool = False) -> TranscriptView:
         turn = self.turn()
         info = self.session.info if self.session is not None else None
+        unsaved = getattr(getattr(self.session, "store", None), "unsaved", frozenset)()
         return TranscriptView(turn, session=info, report=self.report(turn), live=not final,
-                              omitted=self._base or 0)
+                              omitted=self._base or 0, unsaved=unsaved)
 
     def markdown(self) -> str:
         return self.view().markdown
 
     def finish(self) -> None:
-        """Final render; shows the transcript once when live updates were off."""
+        """Final render; shows the transcript once when live updates were off. The first turn's
+        title is generated in the background after the turn (``title.py``): when it lands, this
+        output is rendered again with it, so its header does not keep the default title."""
         self._report = None
         self._render(force=True, final=True)
+        self._follow_title()
+
+    def _follow_title(self) -> None:
+        session, handle, shown = self.session, self._handle, self._final
+        if not self.live or session is None or handle is None or shown is None:
+            return
+        if shown.session is None or not getattr(shown.session, "has_default_title", False):
+            return
+        wait = getattr(session, "wait_title", None)
+        if wait is None:
+            return
+        import contextvars
+        import threading
+
+        def follow() -> None:
+            wait(TITLE_WAIT)
+            info = session.info
+            if info.title != shown.session.title:
+                shown.session = info  # only the header changes: the turn shown stays this one
+                handle.update(shown._repr_mimebundle_(), raw=True)
+
+        # the copied context carries the kernel's parent header: the update goes to this cell
+        threading.Thread(target=contextvars.copy_context().run, args=(follow,), daemon=True,
+                         name="jsa-title-follow").start()
 
     def _render(self, force: bool = False, final: bool = False) -> None:
         if not self.live and not final:
@@ -555,6 +688,8 @@ class LiveView(Observer):
         from IPython.display import display
 
         view = self.view(final=final)
+        if final:
+            self._final = view
         bundle = view._repr_mimebundle_()
         size = len(bundle["text/markdown"])
         self._interval = SLOW_INTERVAL if size > LARGE_BUNDLE else MIN_INTERVAL
@@ -562,6 +697,13 @@ class LiveView(Observer):
             self._handle = display(bundle, raw=True, display_id=True)
         else:
             self._handle.update(bundle, raw=True)
+
+
+def _settled(text: str) -> str:
+    """Streaming text without its unfinished last word: a key arriving in pieces is never shown
+    as a prefix too short to be recognised (a secret has no whitespace in it)."""
+    end = max(text.rfind(" "), text.rfind("\n"), text.rfind("\t"))
+    return text[: end + 1]
 
 
 def _prompt_index(history: Sequence[WithParts]) -> int:

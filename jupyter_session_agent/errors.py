@@ -8,9 +8,15 @@ nothing else; tests still get the full exception object.
 
 from __future__ import annotations
 
+from .redact import clean, clean_value
+
 
 class AgentError(Exception):
-    """Base class; ``str(err)`` is the one line shown to the user."""
+    """Base class; ``str(err)`` is the one line shown to the user, redacted and encodable
+    (``redact.clean``: a server's error body quoting the request's key shows no key)."""
+
+    def __str__(self) -> str:
+        return clean(super().__str__())
 
     def _render_traceback_(self) -> list[str]:
         return [f"{type(self).__name__}: {self}"]
@@ -52,11 +58,12 @@ class ProviderError(AgentError):
         headers: dict[str, str] | None = None,
         body: str | None = None,
     ) -> None:
+        message, body = clean(message), clean(body)  # what is stored and shown holds no key
         super().__init__(message)
         self.message = message
         self.status = status
         self.retryable = retryable
-        self.headers = dict(headers or {})
+        self.headers = clean_value(dict(headers or {}))
         self.body = body
 
 

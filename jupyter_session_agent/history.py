@@ -136,7 +136,7 @@ def _user_message(item: WithParts, strip_media: bool) -> Chat | None:
             content.append({"type": "text", "text": COMPACTION_QUESTION})
         elif isinstance(part, SubtaskPart):
             content.append({"type": "text", "text": SUBTASK_TEXT})
-        elif isinstance(part, FilePart) and part.mime not in ("text/plain", "application/x-directory"):
+        elif isinstance(part, FilePart) and sends_content(part):
             content.append(_file_content(part, strip_media))
     if not content:
         return None
@@ -145,7 +145,16 @@ def _user_message(item: WithParts, strip_media: bool) -> Chat | None:
     return {"role": "user", "content": content}
 
 
+def sends_content(part: FilePart) -> bool:
+    """Whether a user message's file part is sent itself. Text files and directories were
+    expanded into (synthetic) text parts when attached, as OpenCode does; so was any file
+    part that points at a file (``file:`` URL: a PDF's text) rather than carrying its data."""
+    return part.mime not in ("text/plain", "application/x-directory") and not part.url.startswith("file:")
+
+
 def _file_content(part: FilePart, strip_media: bool) -> Chat:
+    """An image as image content (a placeholder under ``strip_media``: after a context
+    overflow, and for a model that takes no images); any other file as its placeholder."""
     if strip_media or not part.mime.startswith("image/"):
         return {"type": "text", "text": attached_placeholder(part)}
     return {"type": "image_url", "image_url": {"url": part.url}}

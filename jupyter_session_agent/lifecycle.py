@@ -8,6 +8,8 @@ are re-exported here.
 
 Message references (``MSG`` in the magics): a message id or a unique prefix
 of one, or a turn number — ``3`` is the third user message, ``-1`` the last.
+Every id these functions take from outside (a session id, ``MSG``, a part id,
+a model's ``task_id``) is checked against the id grammar first (``ids.check``).
 """
 
 from __future__ import annotations
@@ -40,12 +42,13 @@ KERNEL_NOTE = "kernel variables are not reverted"
 def resolve_message(history: Sequence[WithParts], ref: Any) -> str:
     """The id of the message ``ref`` names in ``history``: an id, a unique id prefix, or a turn number."""
     text = str(ref).strip()
-    if re.fullmatch(r"[+-]?\d+", text):
+    if re.fullmatch(r"[+-]?[0-9]{1,9}", text):
         users = [m.info.id for m in history if isinstance(m.info, UserMessage)]
         n = int(text)
         if n == 0 or abs(n) > len(users):
             raise UsageError(f"no turn {n} — this session has {len(users)} turn(s); `%agent turns` lists them")
         return users[n - 1] if n > 0 else users[n]
+    ids.check_ref(text, "message")
     matches = [m.info.id for m in history if m.info.id.startswith(text)] if text else []
     if text in matches:
         return text
@@ -185,6 +188,8 @@ def _short(paths: Sequence[str], limit: int = 5) -> list[str]:
 def _point(history: Sequence[WithParts], message_id: str, part_id: str | None) -> tuple[str, str | None]:
     """OpenCode's revert target: the last user message at or before ``message_id``, or that
     message from ``part_id`` on when earlier text/tool parts of it stay."""
+    if part_id is not None:
+        ids.check(part_id, "part")
     last_user = None
     for item in history:
         if isinstance(item.info, UserMessage):
@@ -225,11 +230,19 @@ def _restore_patches(snap, patches: Sequence[PatchPart], result: RevertResult) -
     by_tree: dict[str, list[str]] = {}
     for path, tree in first.items():
         by_tree.setdefault(tree, []).append(path)
+    foreign = 0
     for tree, files in by_tree.items():
+        if not snap.took(tree):  # an imported session's patch names a tree made elsewhere
+            result.skipped += files
+            foreign += len(files)
+            continue
         done = snap.restore(tree, files)
         result.restored += done.restored
         result.deleted += done.deleted
         result.skipped += done.skipped
+    if foreign:
+        result.note = (f"{foreign} file(s) left as they are: their snapshots were not taken here "
+                       "for this session (an imported session's changes cannot be reverted)")
 
 
 def _snapshot_note(snap) -> str:
@@ -268,7 +281,7 @@ def revert(session, message: Any, part_id: str | None = None) -> RevertResult:
     result.note = _snapshot_note(snap) if patches else ""
     if snap is not None and not snap.disabled_reason:
         try:
-            saved = saved or snap.track()
+            saved = saved if saved and snap.took(saved) else snap.track()
             _restore_patches(snap, patches, result)
             now = snap.track()
             diff = snap.diff(saved, now) if saved and now else ""
@@ -299,11 +312,16 @@ def unrevert(session) -> RevertResult:
     files = sorted({f for p in _patches(history, state["messageID"], state.get("partID")) for f in p.files})
     snap = session.snapshot()
     if files and state.get("snapshot") and snap is not None and not snap.disabled_reason:
-        try:
-            done = snap.restore(state["snapshot"], files)
-            result.restored, result.deleted, result.skipped = done.restored, done.deleted, done.skipped
-        except SnapshotError as err:
-            result.note = f"files could not be restored: {err}"
+        if not snap.took(state["snapshot"]):  # a revert state that came with an imported session
+            result.skipped = files
+            result.note = "files left as they are: the saved state was not taken here"
+        else:
+            try:
+                done = snap.restore(state["snapshot"], files)
+                result.restored, result.deleted = done.restored, done.deleted
+                result.skipped = done.skipped
+            except SnapshotError as err:
+                result.note = f"files could not be restored: {err}"
     elif files:
         result.note = _snapshot_note(snap) or "no snapshot was saved"
     _set_info(session, revert=None)
@@ -377,6 +395,9 @@ def subagent_runner(parent):
     def run_child(description: str, prompt: str, model: str | None, task_id: str | None):
         settings = replace(parent.settings, subagents=False, titles=False)  # one level deep
         if task_id:
+            if not ids.valid(task_id, "session"):
+                raise ToolFailure(f"task: {ids.shown(task_id)} is not a task id — omit task_id "
+                                  "to start one")
             try:
                 child = AgentSession.open(task_id, settings, store=parent.store, shell=parent.shell)
             except AgentError:
@@ -394,6 +415,13 @@ def subagent_runner(parent):
         parent._has_children = True
         child._providers = parent._providers
         child.approver = getattr(parent, "approver", None)
+        # The child starts from the parent's effective rules (defaults, config, session, cell,
+        # answers so far) and stays within them and the parent's own bounds: its own rules can
+        # only narrow them, never widen.
+        gate = getattr(parent, "gate", None)
+        bounds = gate.child_bounds() if gate is not None else (lambda: parent.ruleset(),)
+        child.inherited_rules = bounds[0]
+        child.permission_bounds = bounds
         spec = model or parent.settings.subagent_model or parent.last_model() or parent.settings.model
         try:
             result = child.prompt(prompt, model=spec or None)
@@ -439,7 +467,7 @@ def archive(target, *, store=None, undo: bool = False):
     if hasattr(target, "info"):
         _set_info(target, time_archived=None if undo else now_ms())
         return target.info
-    info = store.session(target)
+    info = store.session(ids.check_ref(target, "session"))
     info = replace(info, time_archived=None if undo else now_ms(), time_updated=now_ms())
     store.put(info)
     store.flush(sync=True)
@@ -454,7 +482,7 @@ def delete(store, session_id: str, *, data_dir=None) -> list[str]:
     """
     from . import snapshot
 
-    root = store.session(session_id).id
+    root = store.session(ids.check_ref(session_id, "session")).id
     tree = list(store.sql(
         f"WITH RECURSIVE tree(id) AS (SELECT {_sql_str(root)} UNION "
         f"SELECT s.id FROM session s JOIN tree t ON s.parent_id = t.id) SELECT id FROM tree")["id"])

@@ -9,15 +9,20 @@ nothing is downloaded at run time.
 Kernel side (this module, imported in the kernel; no ``openai``, no
 ``llama_cpp`` import)::
 
-    server = LocalServer(data_dir, n_ctx=8192)
+    server = LocalServer(n_ctx=8192)  # the user's server for the default model
     base_url = server.ensure()        # "http://127.0.0.1:PORT/v1", starts or reuses
     server.stop()                     # SIGTERM, SIGKILL after a grace period
 
-``<data_dir>/local-server/`` holds ``state.json`` ({pid, port, model, n_ctx,
-chat_format, started}), ``lock`` (an ``fcntl.flock`` taken around every
-check-and-start, so two kernels starting at once start ONE server) and
-``server.log`` (the server's stdout and stderr). The server runs in its own
-session (``start_new_session``) and outlives the kernel that started it.
+One server per user and model file, whatever the data directory: its state lives in
+``<run_dir>/local-server/<model>-<hash>/`` (``run_dir``: ``$JUPYTER_SESSION_AGENT_RUN_DIR``,
+else ``$XDG_RUNTIME_DIR/jupyter-session-agent``, else ``~/.cache/jupyter-session-agent``):
+``state.json`` ({pid, port, model, n_ctx, chat_format, started}), ``lock`` (an
+``fcntl.flock`` taken around every check-and-start, so two kernels starting at once start
+ONE server), ``server.log`` (the server's stdout and stderr) and ``clients/<pid>`` (one file
+per kernel that used it, touched by every ``ensure()``). The server runs in its own session
+(``start_new_session``), outlives the kernel that started it, and stops itself when it has
+served nothing for ``idle_timeout`` seconds (default 10 minutes) or when no kernel that used
+it is alive any more (after ``client_grace`` seconds); the next ``ensure()`` starts it again.
 
 Server side (:mod:`jupyter_session_agent.local_server`): the child is ``python -m jupyter_session_agent.local_server <llama_cpp.server
 args>``, which registers the ``jsa-chatml-tools`` chat handler (below) and then
@@ -99,6 +104,9 @@ START_TIMEOUT = 120.0
 STOP_GRACE = 5.0
 HEALTH_TIMEOUT = 2.0
 LOG_ROTATE_BYTES = 5 * 1024 * 1024
+RUN_DIR_ENV = "JUPYTER_SESSION_AGENT_RUN_DIR"
+DEFAULT_IDLE_TIMEOUT = 600.0  # seconds without a request before the server stops itself
+CLIENT_GRACE = 30.0  # seconds the server waits once no kernel that used it is alive
 INSTALL_HINT = "pip install 'jupyter-session-agent[local]'"
 
 # Modules ``python -m llama_cpp.server`` needs (checked with find_spec: no import).
@@ -169,6 +177,16 @@ def model_info(n_ctx: int = DEFAULT_N_CTX) -> ModelInfo:
     )
 
 
+def _check_seconds(name: str, value: Any) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number of seconds, not {value!r}") from None
+    if seconds < 0:
+        raise ConfigError(f"{name} must be 0 (never) or more seconds, not {seconds}")
+    return seconds
+
+
 def _check_n_ctx(n_ctx: Any) -> int:
     try:
         value = int(n_ctx)
@@ -177,6 +195,94 @@ def _check_n_ctx(n_ctx: Any) -> int:
     if value < MIN_N_CTX:
         raise ConfigError(f"local n_ctx {value} is too small — use at least {MIN_N_CTX}")
     return value
+
+
+# ---------------------------------------------------------------------------
+# where the servers live, and who uses them
+
+
+def resolve_run_dir(explicit: str | os.PathLike | None = None) -> Path:
+    """``explicit``, else ``$JUPYTER_SESSION_AGENT_RUN_DIR``, else ``$XDG_RUNTIME_DIR/
+    jupyter-session-agent``, else ``$XDG_CACHE_HOME`` (``~/.cache``)``/jupyter-session-agent``."""
+    if explicit:
+        return Path(os.path.expanduser(str(explicit)))
+    if os.environ.get(RUN_DIR_ENV):
+        return Path(os.path.expanduser(os.environ[RUN_DIR_ENV]))
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK):
+        return Path(runtime) / "jupyter-session-agent"
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "jupyter-session-agent"
+
+
+def server_dir(run_dir: Path, gguf: Path) -> Path:
+    """The state directory of the server for the model file ``gguf``."""
+    import hashlib
+
+    digest = hashlib.sha256(str(gguf).encode("utf-8", "surrogateescape")).hexdigest()[:10]
+    return Path(run_dir) / "local-server" / f"{gguf.stem}-{digest}"
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time (``/proc/<pid>/stat`` field 22), "" where unknown: a file
+    naming a pid is only believed while that same process lives (pids are reused)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    fields = stat.rpartition(")")[2].split()
+    return fields[19] if len(fields) > 19 else ""
+
+
+def live_clients(state_dir: Path) -> list[float]:
+    """Modification times of ``clients/<pid>`` files whose process still runs; removes the rest."""
+    out = []
+    folder = Path(state_dir) / "clients"
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return out
+    for entry in entries:
+        try:
+            pid = int(entry.name)
+            recorded = entry.read_text().strip()
+            mtime = entry.stat().st_mtime
+        except (OSError, ValueError):
+            continue
+        if _pid_alive(pid) and (not recorded or recorded == _start_time(pid)):
+            out.append(mtime)
+        else:
+            try:
+                entry.unlink()
+            except OSError:
+                pass
+    return out
+
+
+_registered: set[Path] = set()  # client files this process created (removed at exit)
+
+
+def _register_client(state_dir: Path) -> None:
+    """Record (and touch) this process as a user of the server in ``state_dir``."""
+    folder = state_dir / "clients"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / str(os.getpid())
+    path.write_text(_start_time(os.getpid()))
+    if path not in _registered:
+        if not _registered:
+            import atexit
+
+            atexit.register(_unregister_all)
+        _registered.add(path)
+
+
+def _unregister_all() -> None:
+    for path in list(_registered):
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        _registered.discard(path)
 
 
 # ---------------------------------------------------------------------------
@@ -333,13 +439,13 @@ class ServerState:
             return None
 
 
-class _FileLock:
+class FileLock:
     """An exclusive ``fcntl.flock`` on ``path``, waited for at most ``timeout`` seconds."""
 
     def __init__(self, path: Path, timeout: float) -> None:
         self.path, self.timeout, self.fd = path, timeout, -1
 
-    def __enter__(self) -> "_FileLock":
+    def __enter__(self) -> "FileLock":
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -371,24 +477,30 @@ class _FileLock:
 
 
 class LocalServer:
-    """The embedded llama.cpp server for ``data_dir``, shared by all of the user's kernels.
+    """The user's embedded llama.cpp server for one model file, shared by all kernels.
 
     ``model_path`` — a .gguf to serve instead of SmolLM2; ``n_ctx`` — context
-    size (small values make compaction easy to watch); ``chat_format`` — the
-    server's chat handler (default ``jsa-chatml-tools``; ``chatml-function-calling``
-    or ``None`` for the GGUF template select the stock behaviour described in the
-    module docstring); ``n_threads`` — CPU threads (default: llama.cpp's);
-    ``extra_args`` — more ``llama_cpp.server`` flags.
+    size (small values make compaction easy to watch); ``run_dir`` — where the
+    servers' state lives (:func:`resolve_run_dir`); ``idle_timeout`` — seconds
+    without a request after which the server stops itself (0: never);
+    ``client_grace`` — seconds it waits once no kernel that used it is alive;
+    ``chat_format`` — the server's chat handler (default ``jsa-chatml-tools``;
+    ``chatml-function-calling`` or ``None`` for the GGUF template select the stock
+    behaviour described in the module docstring); ``n_threads`` — CPU threads
+    (default: llama.cpp's); ``extra_args`` — more ``llama_cpp.server`` flags.
 
-    Constructing one is free; ``ensure()`` does the work.
+    Constructing one is free; ``ensure()`` does the work. A server started with other
+    ``idle_timeout``/``client_grace`` values is reused as it is.
     """
 
     def __init__(
         self,
-        data_dir: str | os.PathLike,
         model_path: str | os.PathLike | None = None,
         n_ctx: int = DEFAULT_N_CTX,
         *,
+        run_dir: str | os.PathLike | None = None,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        client_grace: float = CLIENT_GRACE,
         chat_format: str | None = CHAT_FORMAT,
         n_threads: int | None = None,
         start_timeout: float = START_TIMEOUT,
@@ -396,9 +508,11 @@ class LocalServer:
         python: str | None = None,
         extra_args: Sequence[str] = (),
     ) -> None:
-        self.data_dir = Path(os.path.expanduser(str(data_dir)))
         self.model_path = model_path
         self.n_ctx = _check_n_ctx(n_ctx)
+        self.run_dir = resolve_run_dir(run_dir)
+        self.idle_timeout = _check_seconds("local_idle_timeout", idle_timeout)
+        self.client_grace = _check_seconds("client_grace", client_grace)
         self.chat_format = chat_format or ""
         self.n_threads = n_threads
         self.start_timeout = float(start_timeout)
@@ -406,12 +520,20 @@ class LocalServer:
         self.python = python or sys.executable
         self.extra_args = tuple(str(a) for a in extra_args)
         self._state: ServerState | None = None
+        self._gguf: Path | None = None
 
     # paths -----------------------------------------------------------------
 
     @property
+    def gguf(self) -> Path:
+        """The model file (raises ``NoModelError`` when there is none)."""
+        if self._gguf is None:
+            self._gguf = find_gguf(self.model_path)
+        return self._gguf
+
+    @property
     def dir(self) -> Path:
-        return self.data_dir / "local-server"
+        return server_dir(self.run_dir, self.gguf)
 
     @property
     def state_path(self) -> Path:
@@ -438,15 +560,18 @@ class LocalServer:
     def ensure(self) -> str:
         """Start the server or reuse the running one; returns ``http://127.0.0.1:PORT/v1``.
 
-        Reuses the recorded server if its pid is alive and ``/v1/models`` answers
-        with our model (or is busy generating for another kernel); restarts it if
-        it serves another model / ``n_ctx`` / chat format; starts a new one if it
-        died. Raises ``NoModelError`` when the [local] extra is missing and
-        ``AgentError`` (last log lines + log path) when the server fails to start.
+        Registers this process as a user of the server (so it keeps running while this
+        kernel lives and has used it within ``idle_timeout``). Reuses the recorded server
+        if its pid is alive and ``/v1/models`` answers with our model (or is busy
+        generating for another kernel); restarts it if it serves another ``n_ctx`` / chat
+        format; starts a new one if it died or stopped itself. Raises ``NoModelError`` when
+        the [local] extra is missing and ``AgentError`` (last log lines + log path) when
+        the server fails to start.
         """
-        gguf = find_gguf(self.model_path)
+        gguf = self.gguf
         _check_runtime()
-        with _FileLock(self.lock_path, self.start_timeout + 30.0):
+        with FileLock(self.lock_path, self.start_timeout + 30.0):
+            _register_client(self.dir)
             state = self._read_state()
             if state is not None:
                 health = self._health(state)
@@ -463,7 +588,10 @@ class LocalServer:
 
     def status(self) -> ServerState | None:
         """The recorded server if its process is alive (no HTTP probe, no lock)."""
-        state = self._read_state()
+        try:
+            state = self._read_state()
+        except NoModelError:
+            return None
         if state is None or not _pid_alive(state.pid) or not _is_our_server(state.pid):
             return None
         return state
@@ -474,7 +602,13 @@ class LocalServer:
         Returns whether a running server was stopped. Other kernels' next
         ``ensure()`` starts a new one.
         """
-        with _FileLock(self.lock_path, self.start_timeout + 30.0):
+        try:
+            self.gguf
+        except NoModelError:
+            return False
+        if not self.dir.exists():
+            return False
+        with FileLock(self.lock_path, self.start_timeout + 30.0):
             state = self._read_state()
             stopped = False
             if state is not None and _pid_alive(state.pid) and _is_our_server(state.pid):
@@ -539,6 +673,9 @@ class LocalServer:
             "--n_ctx", str(self.n_ctx),
             "--interrupt_requests", "False",
             "--verbose", "False",
+            "--jsa_state_dir", str(self.dir),
+            "--jsa_idle_timeout", str(self.idle_timeout),
+            "--jsa_client_grace", str(self.client_grace),
         ]  # fmt: skip
         if self.chat_format:
             cmd += ["--chat_format", self.chat_format]
@@ -623,6 +760,34 @@ class LocalServer:
         )
 
 
-def stop_server(data_dir: str | os.PathLike, grace: float = STOP_GRACE) -> bool:
-    """Stop the shared local server of ``data_dir`` if one runs; returns whether one did."""
-    return LocalServer(data_dir).stop(grace)
+def running_servers(run_dir: str | os.PathLike | None = None) -> list[tuple[Path, ServerState]]:
+    """(state directory, state) of every live server of this user under ``run_dir``."""
+    out = []
+    root = resolve_run_dir(run_dir) / "local-server"
+    for folder in sorted(root.glob("*/")) if root.is_dir() else ():
+        try:
+            state = ServerState.from_data(json.loads((folder / "state.json").read_text()))
+        except (OSError, ValueError):
+            continue
+        if state is not None and _pid_alive(state.pid) and _is_our_server(state.pid):
+            out.append((folder, state))
+    return out
+
+
+def stop_server(run_dir: str | os.PathLike | None = None, grace: float = STOP_GRACE) -> bool:
+    """Stop every local model server of this user (all models); returns whether one ran."""
+    stopped = False
+    for folder, state in running_servers(run_dir):
+        with FileLock(folder / "lock", START_TIMEOUT + 30.0):
+            try:
+                current = ServerState.from_data(json.loads((folder / "state.json").read_text()))
+            except (OSError, ValueError):
+                current = None
+            if current is not None and current.pid == state.pid and _pid_alive(state.pid):
+                _terminate(state.pid, grace)
+                stopped = True
+            try:
+                (folder / "state.json").unlink()
+            except FileNotFoundError:
+                pass
+    return stopped

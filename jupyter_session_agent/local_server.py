@@ -10,12 +10,14 @@ docstring lists the server quirks this handler works around).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
 import time
 from typing import Any, Iterator
 
+from . import codeaction
 from .local import CHAT_FORMAT, MODEL_ALIAS
 
 _IM_END = "<|im_end|>"
@@ -186,6 +188,17 @@ def _chat_impl(
 
     fns = _tool_list(tools, functions)
     choice = tool_choice if tool_choice is not None else function_call
+    if str(model or "").endswith(codeaction.CODE_SUFFIX):
+        sampling = dict(
+            temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
+            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+            repeat_penalty=CODE_REPEAT_PENALTY, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
+            mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, logits_processor=logits_processor,
+            seed=seed, logit_bias=logit_bias,
+        )
+        offered = choice != "none" and codeaction.offers_python(tools, messages)
+        return _code_chat(llama, messages, offered=offered, stream=stream, max_tokens=max_tokens,
+                          stop=stop, sampling=sampling, model=str(model)[: -len(codeaction.CODE_SUFFIX)])
     forced: str | None = None
     if isinstance(choice, dict):
         forced = str((choice.get("function") or {}).get("name") or choice.get("name") or "") or None
@@ -326,6 +339,192 @@ def _chat_impl(
             "usage": usage(text)}  # fmt: skip
 
 
+# -- code actions (codeaction.py) ------------------------------------------------
+
+CODE_STEP_TOKENS = 320  # a step's reply: a short answer or one block of code
+CODE_ANSWER_TOKENS = 96  # the one-line answer after a run
+CODE_RETRIES = 1  # failed runs in a row after which the model must answer instead
+CODE_REPEAT_PENALTY = 1.0
+CODE_RETRY_TEMPERATURE = 0.7  # a retry at temperature 0 repeats the failed code word for word
+CODE_RETRY_SEED = 7
+CODE_RESAMPLES = 2  # more candidates for a block that cannot run (syntax error, undefined name)
+CODE_RESAMPLE_TEMPERATURE = 0.7
+_ONE_LINE = r"root ::= [^\n`]+"  # the answer after a run: one line, no code
+_NO_CODE = r"root ::= [^`]+"  # without the python tool: text, no fences
+
+
+def _code_chat(llama: Any, messages: list[dict], *, offered: bool, stream: bool, max_tokens: int | None,
+               stop: Any, sampling: dict, model: str) -> Any:
+    """One step of the code-action protocol (see :mod:`.codeaction`) for the embedded model.
+
+    The history is rendered as text (:func:`codeaction.code_messages`); the reply streams as
+    text until a python block opens, then as a ``python`` tool call: its header at once, its
+    ``code`` when the block is over and checked (a block that cannot run is written again,
+    see ``steps``); generation stops when the block closes. After a successful
+    run, or after more than ``CODE_RETRIES`` failed runs in a row, the reply is one line of
+    text (a grammar without newlines and backticks); after a failed run the reply starts
+    inside a new block (the model retries with the error in view, sampled at
+    ``CODE_RETRY_TEMPERATURE``: at 0 it writes the failed code again). Without the python
+    tool (the max-steps step; python denied) it is text without backticks: nothing runs.
+    """
+    import uuid
+
+    from llama_cpp import llama_grammar
+
+    errors, after_result = codeaction.trailing_errors(messages)
+    answer = offered and after_result and (errors == 0 or errors > CODE_RETRIES)
+    retry = offered and after_result and not answer
+    prompt = render_prompt(codeaction.code_messages(messages))
+    prefill = "```python\n" if retry else ""
+    limit = CODE_ANSWER_TOKENS if answer else CODE_STEP_TOKENS
+    limit = min(limit, max_tokens) if max_tokens else limit
+    n_ctx = llama.n_ctx()
+
+    def count(text: str) -> int:
+        return len(llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)) if text else 0
+
+    prompt_tokens = count(prompt + prefill)
+    if prompt_tokens >= n_ctx:
+        raise _Overflow(prompt_tokens, n_ctx, max_tokens)
+    rule = _ONE_LINE if answer else None if offered else _NO_CODE
+    grammar = llama_grammar.LlamaGrammar.from_string(rule, verbose=False) if rule else None
+    if retry:
+        sampling = {**sampling, "temperature": max(float(sampling.get("temperature") or 0.0), CODE_RETRY_TEMPERATURE),
+                    "seed": CODE_RETRY_SEED}
+    stops = [_IM_END] + ([stop] if isinstance(stop, str) else list(stop or []))
+    cid, created, call_id = "chatcmpl-" + uuid.uuid4().hex, int(time.time()), "call_" + uuid.uuid4().hex[:24]
+
+    known = codeaction.known_names(messages)
+
+    def generate(text: str, temperature: float | None = None, seed: int | None = None) -> Iterator[Any]:
+        kw = dict(sampling)
+        if temperature is not None:
+            kw.update(temperature=temperature, seed=seed)
+        return llama.create_completion(prompt=text, max_tokens=limit, stop=stops, stream=True, grammar=grammar, **kw)
+
+    def block(pieces: Iterator[Any], parser: Any, spent: list[str]) -> Iterator[tuple[str, str]]:
+        """Parser events of one generation (stopped once a block is over), then ("end", finish)."""
+        finish, done = None, False
+        try:
+            for piece in pieces:
+                ch = piece["choices"][0]
+                finish = ch.get("finish_reason") or finish
+                text = ch.get("text") or ""
+                spent.append(text)
+                for event in (parser.feed(text) if offered else [("text", text)] if text else []):
+                    if not done:  # nothing after the block is sent
+                        yield event
+                    done = done or event[0] in ("close", "cut")
+                if done:
+                    break
+            if not done and offered:
+                yield from parser.end(cut=finish == "length")
+        finally:
+            close = getattr(pieces, "close", None)
+            if close is not None:
+                close()  # a block closed: stop generating
+        yield "end", finish or "stop"
+
+    def steps() -> Iterator[tuple[str, str]]:
+        """("text", s) | ("open", "") | ("args", s) | ("finish", reason) | ("usage", completion text).
+
+        Text streams as it comes; a block's code is held until the block is over, and when it
+        cannot run (a syntax error, a name nothing defines: ``codeaction.problem``; or cut off)
+        it is written again from the fence, sampled, up to ``CODE_RESAMPLES`` times; the first
+        candidate that can run is sent, else the first one."""
+        spent: list[str] = []
+        parser = codeaction.BlockParser()
+        events = block(generate(prompt + prefill), parser, spent)
+        if prefill:
+            events = itertools.chain(parser.feed(prefill), events)
+        before = ""  # the text streamed before the block
+        candidates: list[tuple[str, str]] = []  # (kind: close | cut, code)
+        finish = "stop"
+        for kind, text in events:
+            if kind == "text":
+                before += text
+                yield "text", text
+            elif kind == "open":
+                yield "open", ""
+            elif kind in ("close", "cut"):
+                candidates.append((kind, text))
+            elif kind == "end":
+                finish = text
+        for attempt in range(1, CODE_RESAMPLES + 1):
+            if not candidates or (candidates[-1][0] == "close" and not codeaction.problem(candidates[-1][1], known)):
+                break
+            again = codeaction.BlockParser()
+            fence = "```python\n"
+            for kind, text in itertools.chain(again.feed(fence), block(
+                    generate(prompt + before + fence,
+                             CODE_RESAMPLE_TEMPERATURE, CODE_RETRY_SEED + attempt), again, spent)):
+                if kind in ("close", "cut"):
+                    candidates.append((kind, text))
+        if candidates:
+            good = [c for c in candidates if c[0] == "close" and not codeaction.problem(c[1], known)]
+            kind, code = (good or [c for c in candidates if c[0] == "close"] or candidates)[0]
+            yield "args", '{"code": ' + json.dumps(code, ensure_ascii=False)[:-1]
+            if kind == "close":
+                yield "args", '"}'
+            yield "finish", "tool_calls" if kind == "close" else "length"
+        else:
+            yield "finish", finish
+        yield "usage", "".join(spent)
+
+    def usage(text: str) -> dict:
+        completion = count(text)
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+                "total_tokens": prompt_tokens + completion}
+
+    def chunk(delta: dict, finish: str | None = None) -> dict:
+        return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+
+    if stream:
+
+        def events() -> Iterator[dict]:
+            yield chunk({"role": "assistant", "content": ""})
+            try:
+                for kind, text in steps():
+                    if kind == "text":
+                        yield chunk({"content": text})
+                    elif kind == "open":
+                        yield chunk({"tool_calls": [{"index": 0, "id": call_id, "type": "function",
+                                                     "function": {"name": codeaction.TOOL, "arguments": ""}}]})
+                    elif kind == "args":
+                        yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": text}}]})
+                    elif kind == "finish":
+                        yield chunk({}, text)
+                    else:
+                        yield {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                               "choices": [], "usage": usage(text)}
+            except Exception as err:  # report in-band: the 200 is already sent
+                yield {"error": {"message": f"{type(err).__name__}: {err}", "type": "server_error",
+                                 "param": None, "code": None}}
+
+        return events()
+
+    content, args, opened, finish, generated = "", "", False, "stop", ""
+    for kind, text in steps():
+        if kind == "text":
+            content += text
+        elif kind == "open":
+            opened = True
+        elif kind == "args":
+            args += text
+        elif kind == "finish":
+            finish = text
+        else:
+            generated = text
+    message: dict = {"role": "assistant", "content": content or None}
+    if opened:
+        message["tool_calls"] = [{"id": call_id, "type": "function",
+                                  "function": {"name": codeaction.TOOL, "arguments": args}}]
+    return {"id": cid, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+            "usage": usage(generated)}
+
+
 class _Overflow(ValueError):
     """The prompt does not fit; ``str()`` is llama.cpp's wording, which the server maps to 400."""
 
@@ -360,11 +559,137 @@ def _chat_handler(**kwargs: Any) -> Any:
     return iter([{"error": error}])
 
 
+class _Activity:
+    """Requests in progress and the time the last one ended (for the idle watchdog)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+        self.busy = 0
+        self.last = time.time()
+
+    def begin(self) -> None:
+        with self.lock:
+            self.busy += 1
+            self.last = time.time()
+
+    def end(self) -> None:
+        with self.lock:
+            self.busy = max(0, self.busy - 1)
+            self.last = time.time()
+
+    def track(self, result: Any) -> Any:
+        """``result`` (a response, or a stream ending the request when it is exhausted or closed)."""
+        if isinstance(result, dict):
+            self.end()
+            return result
+
+        def stream() -> Iterator[Any]:
+            try:
+                yield from result
+            finally:
+                self.end()
+
+        return stream()
+
+
+_ACTIVITY = _Activity()
+
+
+def _tracked_handler(**kwargs: Any) -> Any:
+    _ACTIVITY.begin()
+    try:
+        result = _chat_handler(**kwargs)
+    except BaseException:
+        _ACTIVITY.end()
+        raise
+    return _ACTIVITY.track(result)
+
+
+def watch(state_dir: str, idle_timeout: float, client_grace: float, *, activity: _Activity = _ACTIVITY,
+          stop: Any = None) -> str:
+    """Wait until the server should stop; clear its ``state.json`` and return the reason.
+
+    Stops when no request has been served for ``idle_timeout`` seconds (0: never), or when
+    no kernel that used the server (``clients/<pid>``, see ``local.live_clients``) is alive
+    and ``client_grace`` seconds have passed since the last request. A kernel's
+    ``ensure()`` touches its client file under the same lock, so a server it has just
+    been handed does not stop under it.
+    """
+    from pathlib import Path
+
+    from .local import ServerState, FileLock, live_clients
+
+    folder = Path(state_dir)
+    limits = [t for t in (idle_timeout, client_grace) if t > 0]
+    period = max(0.2, min(30.0, min(limits) / 4)) if limits else 30.0
+    while True:
+        if stop is not None and stop.wait(period):
+            return ""
+        if stop is None:
+            time.sleep(period)
+        try:
+            with FileLock(folder / "lock", timeout=1.0):
+                with activity.lock:
+                    busy, last = activity.busy, activity.last
+                if busy:
+                    continue
+                now = time.time()
+                clients = live_clients(folder)
+                newest = max([last, *clients])
+                reason = ""
+                if idle_timeout > 0 and now - newest >= idle_timeout:
+                    reason = f"idle for {now - newest:.0f} s"
+                elif not clients and now - last >= client_grace:
+                    reason = "no kernel uses it"
+                if not reason:
+                    continue
+                try:
+                    state = ServerState.from_data(json.loads((folder / "state.json").read_text()))
+                except (OSError, ValueError):
+                    state = None
+                if state is not None and state.pid == os.getpid():
+                    (folder / "state.json").unlink()
+                return reason
+        except Exception:  # noqa: BLE001 - a lock held by a starting kernel: look again later
+            continue
+
+
+def _watchdog(state_dir: str, idle_timeout: float, client_grace: float) -> None:
+    """Run :func:`watch` in a thread; then stop this server (SIGTERM: uvicorn shuts down)."""
+    import signal
+    import threading
+
+    def run() -> None:
+        reason = watch(state_dir, idle_timeout, client_grace)
+        print(f"--- jupyter-session-agent: stopping ({reason}) at {time.strftime('%Y-%m-%d %H:%M:%S')}",
+              flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10.0)
+        os._exit(0)  # uvicorn did not stop in time
+
+    threading.Thread(target=run, name="jsa-idle-watchdog", daemon=True).start()
+
+
+def _own_args(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Split ``--jsa_<name> value`` pairs (ours) from llama_cpp.server's arguments."""
+    rest, ours = [], {}
+    items = iter(argv)
+    for item in items:
+        if item.startswith("--jsa_"):
+            ours[item[len("--jsa_"):]] = next(items, "")
+        else:
+            rest.append(item)
+    return rest, ours
+
+
 def _serve(argv: list[str]) -> None:
     """Run ``llama_cpp.server`` with our chat handler, ignoring its env-var settings."""
     from llama_cpp import llama_chat_format
     from llama_cpp.server import settings as server_settings
 
+    argv, ours = _own_args(argv)
     fields: set[str] = set()
     for cls in (server_settings.Settings, server_settings.ServerSettings, server_settings.ModelSettings):
         fields.update(name.lower() for name in getattr(cls, "model_fields", {}))
@@ -373,8 +698,10 @@ def _serve(argv: list[str]) -> None:
         if key.lower() in fields:
             del os.environ[key]
     llama_chat_format.LlamaChatCompletionHandlerRegistry().register_chat_completion_handler(
-        CHAT_FORMAT, _chat_handler, overwrite=True
+        CHAT_FORMAT, _tracked_handler, overwrite=True
     )
+    if ours.get("state_dir"):
+        _watchdog(ours["state_dir"], float(ours.get("idle_timeout") or 0), float(ours.get("client_grace") or 0))
     from llama_cpp.server.__main__ import main
 
     sys.argv = ["llama_cpp.server", *argv]

@@ -259,6 +259,15 @@ class Session(_Value):
     # title call used, {"model", "tokens", "cost", "time"} (rolled up by the session_cost view)
     forked_from: Json | None = None
     title_usage: Json | None = None
+    # what OpenCode 1.18 keeps on its session row, kept by an import (ours adds up the messages
+    # instead): cost and token totals {input, output, reasoning, cache: {read, write}}, agent,
+    # model {id, providerID, variant}, path (relative to the project) and metadata
+    cost: float | None = None
+    tokens: Json | None = None
+    agent: str | None = None
+    model: Json | None = None
+    path: str | None = None
+    metadata: Json | None = None
 
     _KEYS: ClassVar[dict[str, str]] = {
         "time_created": "time.created",
@@ -559,8 +568,9 @@ class RetryPart(_PartBase):
     attempt: int = 1
     error: Json = field(default_factory=dict)
     time_created: int = 0
+    time_next: int | None = None  # when the retry was due (epoch ms): the wait is time.next - time.created
     type: ClassVar[str] = "retry"
-    _KEYS: ClassVar[dict[str, str]] = {"time_created": "time.created"}
+    _KEYS: ClassVar[dict[str, str]] = {"time_created": "time.created", "time_next": "time.next"}
     _CONVERT: ClassVar[dict[str, Any]] = {"error": dict}
 
 
@@ -579,6 +589,51 @@ Part = (
 
 def part_from_data(data: Mapping[str, Any]) -> Part:
     return PART_TYPES[data["type"]].from_data(data)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownPart(_PartBase):
+    """A stored part this version cannot read: a type (or a tool state) a newer version wrote.
+
+    ``data`` is its stored JSON without the three ids, kept exactly: ``to_data()`` gives it
+    back, so storing the part again (a fork, an interrupted-tool fix, an export) changes
+    nothing. It is shown as unknown and never sent to the model; ``problem`` says why it could
+    not be read. ``type`` is ``"unknown"``; the stored type is :attr:`stored_type`.
+    """
+
+    data: Json = field(default_factory=dict)
+    problem: str = ""
+    type: ClassVar[str] = "unknown"
+
+    @property
+    def stored_type(self) -> str:
+        return str(self.data.get("type") or "?")
+
+    def to_data(self) -> Json:
+        ids = {"id": self.id, "sessionID": self.session_id, "messageID": self.message_id}
+        return {**self.data, **ids}
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any], problem: str = "") -> "UnknownPart":
+        rest = {k: v for k, v in data.items() if k not in ("id", "sessionID", "messageID")}
+        return cls(id=data["id"], session_id=data["sessionID"], message_id=data["messageID"],
+                   data=rest, problem=problem or f"unknown part type {rest.get('type')!r}")
+
+
+def read_part(data: Mapping[str, Any]) -> Part | UnknownPart:
+    """``part_from_data``, or an :class:`UnknownPart` keeping ``data`` when this version cannot
+    read it (an unknown type, an unknown tool status, a field of the wrong shape)."""
+    try:
+        return part_from_data(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        return UnknownPart.from_data(data, _unreadable(data, err))
+
+
+def _unreadable(data: Mapping[str, Any], err: Exception) -> str:
+    kind = data.get("type")
+    if kind not in PART_TYPES:
+        return f"unknown part type {kind!r}"
+    return f"unreadable {kind} part ({type(err).__name__}: {err})"
 
 
 @dataclass(frozen=True, slots=True)

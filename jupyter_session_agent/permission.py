@@ -1,6 +1,7 @@
 """Permission rules: allow / ask / deny, last match wins (OpenCode §4.7).
 
-Pure: no I/O, no clocks. A rule is ``{permission, pattern, action}``; a
+The rules are pure (no I/O, no clocks); :func:`tool_asks` only looks at the file
+system to resolve symbolic links and bash globs. A rule is ``{permission, pattern, action}``; a
 ruleset is a sequence of rules; :func:`evaluate` takes the **last** rule whose
 permission glob and pattern glob both match, and ``ask`` when none does.
 Globs follow OpenCode's ``Wildcard.match``: ``*`` is any text (``/``
@@ -9,7 +10,8 @@ newlines, backslashes read as ``/``, and a trailing ``" *"`` optional
 (``"ls *"`` matches ``"ls"``).
 
 What a tool call asks for is :func:`tool_asks` (the §4.7 table adapted to our
-tools). The in-memory :class:`Broker` holds pending requests and applies
+tools; bash command lines are read by :mod:`.bashparse`, which fails closed). The
+in-memory :class:`Broker` holds pending requests and applies
 replies exactly as OpenCode's ``PermissionNext.ask`` / ``reply`` do; the
 notebook's synchronous flow (one question at a time, on stdin) is
 :class:`Gate`, which the processor calls just before a tool runs.
@@ -21,7 +23,6 @@ import json
 import os
 import posixpath
 import re
-import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
@@ -35,13 +36,16 @@ ACTIONS: tuple[str, ...] = ("allow", "ask", "deny")
 # Tools whose calls ask another tool's permission (OpenCode: the edit family).
 EDIT_TOOLS = ("edit", "write", "patch", "multiedit", "apply_patch")
 READ_TOOLS = ("read", "list", "glob", "grep")
+# Tools that read no path (the kernel's variables and cells): they ask the read permission
+# for "*", so the read rules' "*" entry decides (a `read * deny` hides them too).
+KERNEL_READ_TOOLS = ("notebook",)
 
 
 def permission_of(tool: str) -> str:
     """The permission a tool's calls ask for: ``write`` → ``edit``, ``grep`` → ``read``."""
     if tool in EDIT_TOOLS:
         return "edit"
-    if tool in READ_TOOLS:
+    if tool in READ_TOOLS or tool in KERNEL_READ_TOOLS:
         return "read"
     return tool
 
@@ -53,7 +57,7 @@ def permission_name(name: str) -> str:
     name = str(name).strip()
     if name in EDIT_TOOLS:
         return "edit"
-    if name in READ_TOOLS and name != "read":
+    if name in READ_TOOLS and name != "read" or name in KERNEL_READ_TOOLS:
         raise ConfigError(f"{name} asks the read permission — write the rule for read, e.g. "
                           f"%agent permit read \"/data/*\" deny")
     return name
@@ -167,15 +171,18 @@ def evaluate(permission: str, pattern: str, *rulesets: Iterable[Rule | Mapping[s
     return Rule(permission, "*", "ask")
 
 
-def disabled(tools: Iterable[str], ruleset: Iterable[Rule | Mapping[str, Any]]) -> set[str]:
-    """Tools to hide from the model: the last rule for their permission is a ``*`` deny."""
-    rules = merge(ruleset)
+def disabled(tools: Iterable[str], ruleset: Iterable[Rule | Mapping[str, Any]],
+             *bounds: Iterable[Rule | Mapping[str, Any]]) -> set[str]:
+    """Tools to hide from the model: the last rule for their permission is a ``*`` deny
+    (in ``ruleset`` or in any of ``bounds``, the rules of a subagent's parents)."""
+    tools = list(tools)
     hidden: set[str] = set()
-    for tool in tools:
-        permission = permission_of(tool)
-        rule = next((r for r in reversed(rules) if match(permission, r.permission)), None)
-        if rule is not None and rule.pattern == "*" and rule.action == "deny":
-            hidden.add(tool)
+    for rules in (merge(ruleset), *(merge(b) for b in bounds)):
+        for tool in tools:
+            permission = permission_of(tool)
+            rule = next((r for r in reversed(rules) if match(permission, r.permission)), None)
+            if rule is not None and rule.pattern == "*" and rule.action == "deny":
+                hidden.add(tool)
     return hidden
 
 
@@ -222,8 +229,9 @@ def defaults(*, data_dir: str | os.PathLike | None = None) -> tuple[Rule, ...]:
         Rule("doom_loop", "*", "ask"),
     ]
     if data_dir is not None:
-        output_dir = posixpath.join(str(data_dir).replace("\\", "/"), "tool-output")
-        rules.append(Rule("external_directory", output_dir + "/*", "allow"))
+        for root in dict.fromkeys([str(data_dir).replace("\\", "/"), _real(str(data_dir))]):
+            output_dir = posixpath.join(root, "tool-output")
+            rules.append(Rule("external_directory", output_dir + "/*", "allow"))
     return tuple(rules)
 
 
@@ -233,12 +241,18 @@ def defaults(*, data_dir: str | os.PathLike | None = None) -> tuple[Rule, ...]:
 
 @dataclass(frozen=True)
 class Ask:
-    """One permission a call needs: every pattern must be allowed (or approved)."""
+    """One permission a call needs: every pattern must be allowed (or approved).
+
+    ``unsure`` names what the checker could not account for (a bash construct it cannot
+    read, a path it cannot resolve): such an ask is asked even when a rule allows its
+    patterns, unless the rules allow that permission for everything (a last ``*`` allow).
+    """
 
     permission: str
     patterns: tuple[str, ...]
     always: tuple[str, ...]
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    unsure: str = ""
 
 
 def tool_asks(tool: str, args: Mapping[str, Any], directory: str) -> list[Ask]:
@@ -250,6 +264,11 @@ def tool_asks(tool: str, args: Mapping[str, Any], directory: str) -> list[Ask]:
     command line (always: its arity prefix + ``" *"``); ``python``: the code
     (always ``*``); any other tool: its name with ``*``. A path outside
     ``directory`` first asks ``external_directory`` with ``<dir>/*``.
+
+    Paths are resolved on the disk (symbolic links followed): a link inside the
+    directory that points outside asks ``external_directory``, and the rules see
+    both the path as written and the file it reaches (a link to ``.env`` asks as
+    ``.env`` does).
     """
     directory = _norm(directory)
     args = args or {}
@@ -257,9 +276,11 @@ def tool_asks(tool: str, args: Mapping[str, Any], directory: str) -> list[Ask]:
     permission = permission_of(tool)
     if tool in EDIT_TOOLS:
         target = _abs(directory, args.get("filePath") or args.get("path") or "")
-        asks += _external(directory, target, directory_kind=False, tool=tool)
-        relative = posixpath.relpath(target, directory) if target != directory else "."
-        asks.append(Ask("edit", (relative,), ("*",), {"tool": tool, "summary": relative}))
+        real = _real(target)
+        asks += _external(directory, real, directory_kind=False, tool=tool)
+        relative = _relative(directory, target)
+        patterns = tuple(dict.fromkeys([relative, _relative(_real(directory), real)]))
+        asks.append(Ask("edit", patterns, ("*",), {"tool": tool, "summary": relative}))
     elif tool in READ_TOOLS:
         if tool == "read":
             target, is_dir = _abs(directory, args.get("filePath") or ""), False
@@ -267,21 +288,24 @@ def tool_asks(tool: str, args: Mapping[str, Any], directory: str) -> list[Ask]:
             target, is_dir = _abs(directory, args.get("path") or ""), True
             if tool == "glob":
                 target = _glob_root(target, str(args.get("pattern") or ""))
-        asks += _external(directory, target, directory_kind=is_dir, tool=tool)
+        real = _real(target)
+        asks += _external(directory, real, directory_kind=is_dir, tool=tool)
         summary = target if tool == "read" else f"{target} ({args.get('pattern') or tool})"
-        asks.append(Ask("read", (target,), (target,), {"tool": tool, "summary": summary}))
+        if real != target:
+            summary += f" → {real}"
+        patterns = tuple(dict.fromkeys([target, real]))
+        asks.append(Ask("read", patterns, patterns, {"tool": tool, "summary": summary}))
     elif tool == "bash":
         command = str(args.get("command") or "")
-        commands = split_commands(command) or [command.strip()]
-        for path in _command_paths(commands, directory):
-            asks += _external(directory, path, directory_kind=path.endswith("/") or "." not in posixpath.basename(path), tool=tool)
-        always = tuple(dict.fromkeys(bash_prefix(c) + " *" for c in commands))
-        asks.append(Ask("bash", tuple(dict.fromkeys(commands)), always, {"tool": tool, "summary": command.strip()}))
+        asks += _bash_asks(command, directory, tool)
     elif tool == "python":
         code = str(args.get("code") or "")
-        asks.append(Ask("python", (code,), ("*",), {"tool": tool, "summary": _first_line(code)}))
+        asks.append(Ask("python", (code,), ("*",), {"tool": tool, "summary": code, "code": code}))
     else:
-        asks.append(Ask(permission, ("*",), ("*",), {"tool": tool, "summary": tool}))
+        # any other tool (task, recall, an MCP server's `<server>_<tool>`): its name, and the
+        # question shows its input
+        summary = f"{tool} {_short(_canonical(args), 200)}" if args else tool
+        asks.append(Ask(permission, ("*",), ("*",), {"tool": tool, "summary": summary}))
     return _dedupe_external(asks)
 
 
@@ -299,8 +323,24 @@ def _abs(directory: str, path: str) -> str:
     return _norm(posixpath.join(directory, path)) if path else directory
 
 
+def _real(path: str) -> str:
+    """``path`` with every symbolic link on the way resolved (missing parts kept as written)."""
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return path
+
+
+def _relative(directory: str, path: str) -> str:
+    return posixpath.relpath(path, directory) if path != directory else "."
+
+
 def _inside(directory: str, path: str) -> bool:
-    return path == directory or path.startswith(directory.rstrip("/") + "/")
+    """Is ``path`` (resolved) inside ``directory`` (resolved: a link to the directory counts)?"""
+    for root in dict.fromkeys([directory, _real(directory)]):
+        if path == root or path.startswith(root.rstrip("/") + "/"):
+            return True
+    return False
 
 
 def _external(directory: str, target: str, *, directory_kind: bool, tool: str) -> list[Ask]:
@@ -317,8 +357,9 @@ def _dedupe_external(asks: list[Ask]) -> list[Ask]:
     if len(external) <= 1:
         return asks
     patterns = tuple(dict.fromkeys(p for a in external for p in a.patterns))
+    unsure = "; ".join(a.unsure for a in external if a.unsure)
     merged = Ask("external_directory", patterns, patterns,
-                 {"tool": external[0].metadata.get("tool"), "summary": ", ".join(patterns)})
+                 {"tool": external[0].metadata.get("tool"), "summary": ", ".join(patterns)}, unsure)
     return [merged] + [a for a in asks if a.permission != "external_directory"]
 
 
@@ -337,159 +378,128 @@ def _glob_root(root: str, pattern: str) -> str:
     return _norm(posixpath.join(root, prefix))
 
 
-def _first_line(code: str) -> str:
-    lines = [line for line in code.splitlines() if line.strip()]
-    first = lines[0].strip() if lines else ""
-    if len(first) > 80:
-        first = first[:79] + "…"
-    return first + (f"  (+{len(lines) - 1} lines)" if len(lines) > 1 else "")
-
-
 # -- bash ---------------------------------------------------------------------
 
-# How many words name a command, for "always" patterns (OpenCode's BashArity, trimmed).
-BASH_ARITY: Mapping[str, int] = {
-    "git": 2, "git config": 3, "git remote": 3, "git stash": 3, "git submodule": 3, "git worktree": 3,
-    "npm": 2, "npm run": 3, "npm exec": 3, "pnpm": 2, "pnpm run": 3, "yarn": 2, "yarn run": 3,
-    "bun": 2, "bun run": 3, "npx": 2,
-    "pip": 2, "pip3": 2, "uv": 2, "uv pip": 3, "uv run": 2, "conda": 2, "mamba": 2, "poetry": 2, "poetry run": 3,
-    "python -m": 3, "python3 -m": 3, "python -m pip": 4, "python3 -m pip": 4,
-    "cargo": 2, "go": 2, "docker": 2, "docker compose": 3, "kubectl": 2, "helm": 2,
-    "make": 2, "jupyter": 2, "apt": 2, "apt-get": 2, "brew": 2, "systemctl": 2, "gh": 3,
-}
-
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_HARMLESS_PATHS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/stdin", "/dev/tty",
+                             "/dev/zero", "/dev/random", "/dev/urandom"})
+GLOB_LIMIT = 1000  # matches of one glob word looked at; more: the word is unresolved
 
 
 def bash_prefix(command: str) -> str:
     """The command's arity prefix: ``git checkout main`` → ``git checkout``, ``ls -la`` → ``ls``."""
-    try:
-        tokens = shlex.split(command, comments=True)
-    except ValueError:
-        tokens = command.split()
-    while tokens and _ASSIGNMENT.match(tokens[0]):
-        tokens = tokens[1:]
-    if not tokens:
-        return command.strip()
-    for length in range(len(tokens), 0, -1):
-        arity = BASH_ARITY.get(" ".join(tokens[:length]))
-        if arity is not None:
-            return " ".join(tokens[:arity])
-    return tokens[0]
+    from . import bashparse
+
+    commands = bashparse.analyse(command).commands
+    return commands[0].prefix if commands else command.strip()
 
 
 def split_commands(command: str) -> list[str]:
-    """The simple commands of a command line: split on ``; & && | || newline ( )``,
-    with the commands inside ``$(…)`` and backticks added after their host.
+    """The simple commands of a command line as the rules see them (:mod:`.bashparse`):
+    lists, pipelines, groups, loops and substitutions split, each command on its own.
 
     A rule like ``"echo *"`` must not allow ``echo hi && rm -rf ~``: each part
     is its own pattern, and every pattern must be allowed.
     """
-    out: list[str] = []
-    nested: list[str] = []
-    buf: list[str] = []
-    i, n = 0, len(command)
-    quote: str | None = None
+    from . import bashparse
 
-    def flush() -> None:
-        text = "".join(buf).strip()
-        buf.clear()
-        if text:
-            out.append(text)
+    return [c.text for c in bashparse.analyse(command).commands]
 
-    while i < n:
-        c = command[i]
-        if quote == "'":
-            buf.append(c)
-            if c == "'":
-                quote = None
-            i += 1
-            continue
-        if c == "\\" and i + 1 < n:
-            buf.append(command[i:i + 2])
-            i += 2
-            continue
-        if c == "$" and command.startswith("$(", i) or c == "`":
-            end = _closing(command, i)
-            inner = command[i + 2:end] if c == "$" else command[i + 1:end]
-            nested.extend(split_commands(inner))
-            buf.append(command[i:end + 1])
-            i = end + 1
-            continue
-        if quote == '"':
-            buf.append(c)
-            if c == '"':
-                quote = None
-            i += 1
-            continue
-        if c in "'\"":
-            quote = c
-            buf.append(c)
-        elif c == "#" and (not buf or buf[-1][-1:].isspace()):
-            while i < n and command[i] != "\n":
-                i += 1
-            continue
-        elif c == "&" and buf and buf[-1][-1:] in "<>":
-            buf.append(c)  # a redirection such as 2>&1
-        elif c == ">" and buf and buf[-1][-1:] == "&":
-            buf.append(c)  # &> file
-        elif c in ";&|\n()":
-            flush()
+
+def _bash_asks(command: str, directory: str, tool: str) -> list[Ask]:
+    """``external_directory`` for the paths outside ``directory`` (and words that cannot be
+    resolved), then ``bash`` for every simple command; unsure when the parser could not
+    account for the whole line."""
+    from . import bashparse
+
+    analysis = bashparse.analyse(command, pwd=directory)
+    asks: list[Ask] = []
+    outside: list[str] = []
+    unresolved = [f"`{_short(w, 60)}`" for w in analysis.unresolved]
+    for word in analysis.paths:
+        found, complete = _path_targets(directory, word)
+        outside += found
+        if not complete:
+            unresolved.append(f"`{_short(word.value, 60)}` (a glob the checker cannot expand)")
+    globs = _covering(outside)
+    if globs or unresolved or analysis.opaque:
+        if unresolved:
+            words = ", ".join(dict.fromkeys(unresolved))
+            unsure = f"cannot tell which files {words} will name"
+        elif analysis.opaque:
+            unsure = f"cannot tell which files the command touches ({'; '.join(analysis.opaque)})"
         else:
-            buf.append(c)
-        i += 1
-    flush()
-    return out + nested
+            unsure = ""
+        summary = ", ".join(globs) if globs else "paths the checker cannot resolve"
+        asks.append(Ask("external_directory", globs, globs,
+                        {"tool": tool, "summary": f"{summary} (bash {_short(command, 80)})",
+                         "command": command}, unsure))
+    commands = analysis.commands
+    patterns = tuple(dict.fromkeys(c.text for c in commands)) or (command.strip(),)
+    always = tuple(dict.fromkeys(c.prefix + " *" for c in commands if c.prefix)) or patterns
+    unsupported = "; ".join(analysis.unsupported)
+    metadata = {"tool": tool, "summary": command.strip(), "command": command}
+    asks.append(Ask("bash", patterns, always, metadata,
+                    f"cannot account for {unsupported}" if unsupported else ""))
+    return asks
 
 
-def _closing(text: str, start: int) -> int:
-    """Index of the character closing ``$(`` or a backtick at ``start`` (or the end)."""
-    if text[start] == "`":
-        end = text.find("`", start + 1)
-        return end if end != -1 else len(text)
-    depth, i, quote = 0, start + 1, None
-    while i < len(text):
-        c = text[i]
-        if quote:
-            if c == quote:
-                quote = None
-            elif c == "\\" and quote == '"':
-                i += 1
-        elif c in "'\"":
-            quote = c
-        elif c == "\\":
-            i += 1
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return len(text)
+def _covering(globs: Iterable[str]) -> tuple[str, ...]:
+    """``<dir>/*`` patterns without those another one covers (``/a/*`` covers ``/a/b/*``)."""
+    kept: list[str] = []
+    for glob in sorted(dict.fromkeys(globs), key=len):
+        if not any(glob.startswith(k[:-1]) for k in kept):
+            kept.append(glob)
+    order = {g: i for i, g in enumerate(dict.fromkeys(globs))}
+    return tuple(sorted(kept, key=order.__getitem__))
 
 
-_HARMLESS_PATHS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/stdin", "/dev/tty"})
+def _path_targets(directory: str, word: Any) -> tuple[list[str], bool]:
+    """The ``<dir>/*`` globs of what ``word`` names outside ``directory`` (symbolic links
+    followed, glob words expanded on the disk), and whether that is known for sure."""
+    value = str(word.value)
+    if value in _HARMLESS_PATHS or value.startswith("/dev/fd/"):
+        return [], True
+    joined = posixpath.join(directory, value)
+    candidates = [joined]
+    complete = True
+    if word.glob:
+        matches, complete = _glob_matches(joined) if getattr(word, "exact", True) else ([], False)
+        candidates = matches + [_glob_literal_root(joined)]
+    found = []
+    for candidate in candidates:
+        real = _real(candidate)
+        if real in _HARMLESS_PATHS or _inside(directory, real):
+            continue
+        is_dir = os.path.isdir(real) or value.endswith("/")
+        found.append(posixpath.join(real if is_dir else posixpath.dirname(real), "*"))
+    return found, complete
 
 
-def _command_paths(commands: list[str], directory: str) -> list[str]:
-    """Absolute forms of the path-like words (``/…``, ``~…``, ``..…``) of ``commands``."""
-    found: list[str] = []
-    for command in commands:
-        try:
-            lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
-            lexer.whitespace_split = True
-            words = list(lexer)
-        except ValueError:
-            words = command.split()
-        for word in words:
-            for candidate in (word, word.partition("=")[2]):
-                if not candidate.startswith(("/", "~", "..")) or candidate in _HARMLESS_PATHS:
-                    continue
-                path = _abs(directory, candidate)
-                if not _inside(directory, path):
-                    found.append(path)
-    return list(dict.fromkeys(found))
+def _glob_literal_root(pattern: str) -> str:
+    parts = pattern.split("/")
+    literal = []
+    for part in parts:
+        if any(c in part for c in "*?["):
+            break
+        literal.append(part)
+    return "/".join(literal) or "/"
+
+
+def _glob_matches(pattern: str) -> tuple[list[str], bool]:
+    """What bash would expand ``pattern`` to (at most :data:`GLOB_LIMIT`); ``False`` when
+    that cannot be known: too many matches, or a segment that may match ``..``."""
+    import glob
+    import itertools
+
+    for part in pattern.split("/"):
+        if part.startswith(".") and any(c in part for c in "*?["):
+            return [], False  # bash before 5.2 lets ".*" match ".."
+    pattern = pattern.replace("[^", "[!")
+    try:
+        found = list(itertools.islice(glob.iglob(pattern), GLOB_LIMIT + 1))
+    except (OSError, ValueError, RecursionError):
+        return [], False
+    return found[:GLOB_LIMIT], len(found) <= GLOB_LIMIT
 
 
 # --------------------------------------------------------------------------
@@ -520,11 +530,14 @@ class DeniedError(PermissionFailure):
 
     outcome = "denied"
 
-    def __init__(self, permission: str, pattern: str, rules: Sequence[Rule]):
+    def __init__(self, permission: str, pattern: str, rules: Sequence[Rule], *,
+                 inherited: bool = False):
         self.rules = tuple(rules)
         shown = ", ".join(f"{r.permission} {r.pattern!r} → {r.action}" for r in self.rules[-5:])
+        whose = ("the rules of the session that started this subagent" if inherited
+                 else "the user's rules")
         super().__init__(
-            f"permission denied: {permission} {_short(pattern)!r} is denied by the user's rules "
+            f"permission denied: {permission} {_short(pattern)!r} is denied by {whose} "
             f"({shown}). Do not retry it; use another approach or ask the user.",
             permission=permission, patterns=(pattern,),
         )
@@ -576,6 +589,8 @@ class Request:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     call_id: str | None = None
     ruleset: tuple[Rule, ...] = ()
+    unsure: str = ""  # what the checker could not account for: asked whatever the rules say
+    bounds: tuple[tuple[Rule, ...], ...] = ()  # rulesets of the sessions that started this one
 
 
 class Broker:
@@ -587,22 +602,24 @@ class Broker:
 
     def ask(self, session_id: str, permission: str, patterns: Sequence[str], *, always: Sequence[str] = (),
             metadata: Mapping[str, Any] | None = None, ruleset: Iterable[Rule | Mapping] = (),
-            call_id: str | None = None, id: str | None = None) -> Request | None:
+            call_id: str | None = None, id: str | None = None, unsure: str = "",
+            bounds: Iterable[Iterable[Rule | Mapping]] = ()) -> Request | None:
         """``None`` when every pattern is allowed; raises :class:`DeniedError` when one is
-        denied; otherwise a pending :class:`Request` to answer with :meth:`reply`."""
+        denied; otherwise a pending :class:`Request` to answer with :meth:`reply`.
+
+        ``unsure``: the call holds something the checker could not account for; it asks
+        unless the rules allow ``permission`` for everything. ``bounds``: rulesets of the
+        sessions that started this one (a subagent's parents); each must allow too, so a
+        child can only narrow what its parent may do.
+        """
         rules = tuple(merge(ruleset))
+        limits = tuple(tuple(merge(b)) for b in bounds)
         approved = self.approved.get(session_id, [])
-        needs = False
-        for pattern in patterns:
-            rule = evaluate(permission, pattern, rules, approved)
-            if rule.action == "deny":
-                relevant = [r for r in merge(rules, approved) if match(permission, r.permission)]
-                raise DeniedError(permission, pattern, relevant)
-            needs = needs or rule.action == "ask"
-        if not needs:
+        action = _decide(permission, patterns, rules, approved, limits, unsure)
+        if action == "allow":
             return None
         request = Request(id or ids.ascending("permission"), session_id, permission, tuple(patterns),
-                          tuple(always), dict(metadata or {}), call_id, rules)
+                          tuple(always), dict(metadata or {}), call_id, rules, unsure, limits)
         self.pending[request.id] = request
         return request
 
@@ -638,16 +655,55 @@ class Broker:
             approved = self.approved.setdefault(request.session_id, [])
             approved.extend(Rule(request.permission, p, "allow") for p in request.always)
             for other in same:
-                if all(evaluate(other.permission, p, other.ruleset, approved).action == "allow"
-                       for p in other.patterns):
+                try:
+                    action = _decide(other.permission, other.patterns, other.ruleset, approved,
+                                     other.bounds, other.unsure)
+                except DeniedError:
+                    continue
+                if action == "allow":
                     del self.pending[other.id]
                     outcome[other.id] = None
         return outcome
 
 
+def unrestricted(permission: str, *rulesets: Iterable[Rule | Mapping[str, Any]]) -> bool:
+    """Do the rules allow ``permission`` for every pattern? (Its last rule with an all-``*``
+    pattern is an allow, and no ask or deny comes after it.)"""
+    for rule in reversed(merge(*rulesets)):
+        if not match(permission, rule.permission):
+            continue
+        if rule.action != "allow":
+            return False
+        if set(rule.pattern) <= {"*"}:
+            return True
+    return False
+
+
+def _decide(permission: str, patterns: Sequence[str], rules: Sequence[Rule],
+            approved: Sequence[Rule], bounds: Sequence[Sequence[Rule]] = (), unsure: str = "") -> str:
+    """``allow`` or ``ask`` for a call, over the session's rules and every bound; raises
+    :class:`DeniedError` when any of them denies a pattern."""
+    needs = False
+    for index, ruleset in enumerate((rules, *bounds)):
+        for pattern in patterns:
+            rule = evaluate(permission, pattern, ruleset, approved)
+            if rule.action == "deny":
+                relevant = [r for r in merge(ruleset, approved) if match(permission, r.permission)]
+                raise DeniedError(permission, pattern, relevant, inherited=index > 0)
+            needs = needs or rule.action == "ask"
+        if unsure and not unrestricted(permission, ruleset, approved):
+            needs = True
+    return "ask" if needs else "allow"
+
+
 def how_to_allow(request: Request) -> str:
     """The one-line fix for a call that could not be asked about."""
     tool = request.metadata.get("tool") or request.permission
+    if request.unsure and (request.permission != "external_directory" or not request.patterns):
+        return (f"{tool}: the permission checker {_short(request.unsure, 160)}, so it asks, and "
+                f"this front end cannot ask (no stdin): write the command without it, or allow "
+                f"every {request.permission} call with %agent permit {request.permission} allow, "
+                f"then run the cell again")
     if request.permission == "external_directory":
         pattern = request.patterns[0]
         return (f"{tool} needs access outside the session directory ({_short(pattern)}) and this front end "
@@ -683,8 +739,10 @@ class Gate:
 
     def __init__(self, *, session_id: str, directory: str, ruleset: Callable[[], Sequence[Rule]],
                  approver: Callable[[Request], tuple[str, str | None]],
-                 on_always: Callable[[list[Rule]], None] | None = None) -> None:
+                 on_always: Callable[[list[Rule]], None] | None = None,
+                 bounds: Sequence[Callable[[], Sequence[Rule]]] = ()) -> None:
         self.session_id = session_id
+        self.bounds = tuple(bounds)  # the rules of the sessions that started this one (subagents)
         self.directory = directory
         self.ruleset = ruleset
         self.approver = approver
@@ -700,12 +758,30 @@ class Gate:
         asks = tool_asks(tool, args, self.directory)
         if len(recent) == DOOM_LOOP_THRESHOLD - 1 and all(k == key for k in recent):
             asks.insert(0, doom_loop_ask(tool, args))
+        self._deny_first(asks)
         for ask in asks:
             self._check(ask, getattr(call, "call_id", None))
 
+    def _deny_first(self, asks: Sequence[Ask]) -> None:
+        """A call that a rule denies is denied before any question about it is asked."""
+        rules = tuple(merge(self.ruleset()))
+        bounds = [tuple(merge(bound())) for bound in self.bounds]
+        approved = self.broker.approved.get(self.session_id, [])
+        for ask in asks:
+            _decide(ask.permission, ask.patterns, rules, approved, bounds)  # raises DeniedError
+
+    def child_bounds(self) -> tuple[Callable[[], Sequence[Rule]], ...]:
+        """What a subagent started now must stay within: this turn's rules (defaults, config,
+        session, cell), the answers given so far, and this gate's own bounds."""
+        def effective() -> list[Rule]:
+            return [*self.ruleset(), *self.broker.approved.get(self.session_id, [])]
+
+        return (effective, *self.bounds)
+
     def _check(self, ask: Ask, call_id: str | None) -> None:
         request = self.broker.ask(self.session_id, ask.permission, ask.patterns, always=ask.always,
-                                  metadata=ask.metadata, ruleset=self.ruleset(), call_id=call_id)
+                                  metadata=ask.metadata, ruleset=self.ruleset(), call_id=call_id,
+                                  unsure=ask.unsure, bounds=[bound() for bound in self.bounds])
         if request is None:
             return
         if self.stopped is not None:
@@ -744,5 +820,6 @@ __all__ = [
     "Rule", "Ask", "Request", "Broker", "Gate", "DeniedError", "RejectedError", "CorrectedError",
     "ApprovalUnavailable", "match", "expand", "from_config", "from_data", "merge", "evaluate",
     "disabled", "defaults", "tool_asks", "doom_loop_ask", "split_commands", "bash_prefix",
+    "unrestricted",
     "parse_rule", "permission_of", "how_to_allow",
 ]

@@ -22,6 +22,7 @@ from .errors import ContextOverflowError, ProviderError, ToolFailure
 from .events import Finish, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolInputStart
 from .messages import (
     AssistantMessage,
+    FilePart,
     Part,
     PatchPart,
     ReasoningPart,
@@ -41,6 +42,7 @@ from .messages import (
     replace,
 )
 from .permission import RejectedError
+from .redact import clean_record
 
 ABORTED_TOOL_ERROR = "Tool execution aborted"
 
@@ -55,7 +57,9 @@ class Observer:
     def on_part(self, part: Part) -> None: ...
     def on_delta(self, part: Part, delta: str) -> None: ...
     def on_part_removed(self, part_id: str) -> None: ...
-    def on_retry(self, attempt: int, delay: float, reason: str) -> None: ...
+    def on_retry(self, attempt: int, delay: float, reason: str) -> None:
+        """A retry is scheduled in ``delay`` seconds; called again about once a second while
+        waiting, with the seconds left (the retry part's ``time_next`` says when it is due)."""
 
 
 @dataclass
@@ -80,6 +84,9 @@ class StepProcessor:
     auto_compact: bool = True
     reserved: int | None = None
     sleep: Callable[[float], None] = time.sleep
+    # Bounded waits: a server's retry-after beyond `max_retry_wait` seconds fails the step at once
+    # (retry.next_wait) and the backoff never exceeds it; each attempt is bounded by the provider.
+    max_retry_wait: float = 60.0
     # Called just before a tool runs: (tool name, args, call); raises a ToolFailure to refuse
     # (permission.Gate). A RejectedError also stops the turn after this step (OpenCode's "blocked").
     permit: Callable[[str, dict, ToolCall], None] | None = None
@@ -142,17 +149,35 @@ class StepProcessor:
                 reason = retry.retry_message(err)
                 if reason is None or attempt >= self.max_retries:
                     raise
+                delay = retry.next_wait(attempt + 1, err, max_wait=self.max_retry_wait)  # or raises
                 attempt += 1
                 self.attempts = attempt + 1
-                delay = retry.retry_delay(attempt, err)
+                created = now_ms()
                 part = RetryPart(
                     ids.ascending("part"), self.message.session_id, self.message.id,
-                    attempt=attempt, error=_api_error(err), time_created=now_ms(),
+                    attempt=attempt, error=_api_error(err), time_created=created,
+                    time_next=created + int(delay * 1000),
                 )
                 self._add(part, write=True)
                 self.store.flush(sync=False)
-                self.observer.on_retry(attempt, delay, reason)
-                self.sleep(delay)
+                self._wait(attempt, delay, reason)
+
+    def _wait(self, attempt: int, delay: float, reason: str) -> None:
+        """Sleep ``delay`` seconds in steps of at most one, telling the observer what is left
+        (the live view counts down); an interrupt ends the wait and the turn."""
+        until = time.monotonic() + delay
+        left = delay
+        while True:
+            self.observer.on_retry(attempt, left, reason)
+            if left <= 0:
+                return
+            step = min(1.0, left)
+            self.sleep(step)
+            # an injected sleep may not sleep: count what it was asked for
+            left = max(0.0, min(left - step, until - time.monotonic()))
+            if left < 0.05:  # not worth another update
+                self.sleep(left)
+                return
 
     def _consume(self, events: Iterable[StreamEvent]) -> Finish:
         self._calls = []
@@ -221,6 +246,7 @@ class StepProcessor:
                 state = ToolCompleted(
                     input=call.input, output=result.output, title=result.title or name,
                     metadata=dict(result.metadata), time_start=start, time_end=now_ms(),
+                    attachments=self._attachments(getattr(result, "attachments", ())),
                 )
             except ToolFailure as err:
                 state = ToolError(call.input, str(err), start, now_ms(), getattr(err, "metadata", None))
@@ -228,6 +254,13 @@ class StepProcessor:
             except Exception as err:  # a tool's bug is the model's tool error, never a crashed turn
                 state = ToolError(call.input, f"{type(err).__name__}: {err}", start, now_ms())
             self._add(replace(running, state=state), write=True)
+
+    def _attachments(self, files: Any) -> tuple | None:
+        """A tool's returned files as OpenCode's file parts (``state.attachments``)."""
+        parts = tuple(FilePart(ids.ascending("part"), self.message.session_id, self.message.id,
+                               mime=f["mime"], url=f["url"], filename=f.get("filename")).to_data()
+                      for f in files or ())
+        return parts or None
 
     def _tool_name(self, name: str) -> str | None:
         if name in self.tools:
@@ -308,6 +341,7 @@ class StepProcessor:
         self.store.flush(sync=True)
 
     def _add(self, part: Part, *, write: bool = False) -> None:
+        part = clean_record(part)  # in memory and shown as the journal keeps it: no key, encodable
         self.parts[part.id] = part
         if write:
             self.store.put(part)
@@ -325,6 +359,7 @@ class StepProcessor:
                 self._written.discard(part_id)
 
     def _save_message(self) -> None:
+        self.message = clean_record(self.message)
         self.store.put(self.message)
         self.observer.on_message(self.message)
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
@@ -31,6 +33,7 @@ from . import budget, retry
 from .errors import AuthError, ContextOverflowError, ProviderError
 from .events import Finish, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolInputStart
 from .messages import Tokens
+from .redact import clean_value, remember
 
 __all__ = ["ChatRequest", "OpenAIProvider", "finish_reason"]
 
@@ -270,11 +273,11 @@ class _Accumulator:
 
     def estimate(self, request: ChatRequest) -> Tokens:
         """No usage from the server: count locally (chars / 4) and say so."""
-        sent = json.dumps(list(request.messages) + list(request.tools or ()), default=str)
+        sent = list(request.messages) + list(request.tools or ())  # an image counts as one image
         reasoning = "".join(self.reasoning)
         generated = "".join(self.text) + reasoning + "".join("".join(c.args) for c in self.calls.values())
         return budget.normalise_usage(
-            prompt_tokens=budget.estimate(sent),
+            prompt_tokens=budget.estimate_chat(sent),
             completion_tokens=budget.estimate(generated),
             reasoning_tokens=budget.estimate(reasoning),
             estimated=True,
@@ -298,9 +301,11 @@ def _tool_call(call: _Call) -> ToolCall:
 class OpenAIProvider:
     """A chat-completions endpoint (OpenAI or any compatible server).
 
-    The SDK client is created once, here, with ``max_retries=0`` and
-    ``timeout`` seconds for connect and for each read (so a stalled stream
-    fails after ``timeout`` seconds without data). ``input_excludes_cache``
+    The SDK client is created once, here, with ``max_retries=0``. Three bounds per
+    request (see :meth:`stream`): ``first_byte_timeout`` seconds to connect and get the
+    response's first byte, ``idle_timeout`` seconds of silence between chunks, and
+    ``timeout`` (``request_timeout``) for the whole request, however the server trickles;
+    the first two default to, and never exceed, ``timeout``. ``input_excludes_cache``
     is for servers whose ``prompt_tokens`` already excludes cached tokens.
     """
 
@@ -311,14 +316,19 @@ class OpenAIProvider:
         base_url: str | None,
         api_key: str | None,
         timeout: float = 600.0,
+        first_byte_timeout: float | None = None,
+        idle_timeout: float | None = None,
         input_excludes_cache: bool = False,
     ) -> None:
         import openai
 
         self.provider_id = provider_id
         self.timeout = timeout
+        self.first_byte_timeout = min(first_byte_timeout or timeout, timeout)
+        self.idle_timeout = min(idle_timeout or timeout, timeout)
         self.input_excludes_cache = input_excludes_cache
         key = api_key or os.environ.get("OPENAI_API_KEY")
+        remember(key, "api_key")  # whatever it came from, the key sent is never shown or stored
         if not key:
             if not (base_url or os.environ.get("OPENAI_BASE_URL")):
                 raise AuthError(f"no API key for the OpenAI API — {AUTH_HINT}")
@@ -338,7 +348,10 @@ class OpenAIProvider:
     # -- requests --------------------------------------------------------------
 
     def _kwargs(self, request: ChatRequest) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"model": request.model, "messages": list(request.messages)}
+        # Redacted and encodable (``redact.clean``): a lone surrogate would fail the request's
+        # JSON encoding, and then every later turn of the session with it
+        messages = clean_value(list(request.messages))
+        kwargs: dict[str, Any] = {"model": request.model, "messages": messages}
         if request.tools:
             kwargs["tools"] = list(request.tools)
         if request.max_tokens is not None:
@@ -349,25 +362,39 @@ class OpenAIProvider:
             kwargs["extra_body"] = dict(request.extra_body)
         return kwargs
 
-    def stream(self, request: ChatRequest) -> Iterator[StreamEvent]:
+    def stream(self, request: ChatRequest, *,
+               deadline: float | None = None) -> Iterator[StreamEvent]:
         """Stream one completion as events; ``Finish`` is last. Never retries.
+
+        Bounded waits: the response must start within ``first_byte_timeout``, no gap
+        between chunks may exceed ``idle_timeout``, and everything ends by ``deadline``
+        (a ``time.monotonic()`` value; default: ``timeout`` seconds from now), when the
+        connection is shut down, however the server trickles.
 
         Raises ``ProviderError``/``AuthError``/``ContextOverflowError``. A
         stream that stops before the server gave a finish reason (connection
         dropped, read timeout, malformed chunk, or a clean close without one)
-        is a retryable ``ProviderError("stream interrupted: …")``.
+        is a retryable ``ProviderError("stream interrupted: …")``; the deadline
+        passing is not retryable.
         """
         import openai
 
         started = time.monotonic()
+        deadline = started + self.timeout if deadline is None else deadline
+        if deadline - started <= 0:
+            raise self._deadline_error()
         try:
             chunks = self._client.chat.completions.create(
-                **self._kwargs(request), stream=True, stream_options={"include_usage": True}
+                **self._kwargs(request), stream=True, stream_options={"include_usage": True},
+                timeout=self._first_byte(deadline),
             )
         except openai.OpenAIError as err:
+            if isinstance(err, openai.APITimeoutError) and time.monotonic() >= deadline - 0.05:
+                raise self._deadline_error() from err
             raise self._request_error(err) from err
         acc = _Accumulator(started)
         iterator = iter(chunks)
+        guard = _Deadline(chunks.response, deadline, self.idle_timeout)
         try:
             while True:
                 try:
@@ -377,10 +404,18 @@ class OpenAIProvider:
                 # JSONDecodeError/UnicodeDecodeError (ValueError) escape the SDK
                 # unwrapped when a data line is not JSON.
                 except (openai.OpenAIError, ValueError) as err:
+                    if guard.fired or time.monotonic() >= deadline:
+                        raise self._deadline_error(guard) from err
                     raise self._stream_error(err) from err
+                if guard.fired:  # the shutdown raced with a last chunk
+                    raise self._deadline_error(guard)
+                guard.last = time.monotonic()
                 yield from acc.feed(chunk)
         finally:
+            guard.cancel()
             chunks.close()  # also when the consumer stops early or is interrupted
+        if guard.fired and not acc.saw_reason:
+            raise self._deadline_error(guard)
         if not acc.saw_reason:
             raise ProviderError(
                 f"stream interrupted: {self.base_url} closed the stream without a finish reason",
@@ -392,9 +427,12 @@ class OpenAIProvider:
         """Non-streaming text of one completion (for titles and summaries)."""
         import openai
 
-        try:
-            response = self._client.chat.completions.create(**self._kwargs(request))
+        try:  # the whole answer is the first byte here: request_timeout bounds the wait
+            response = self._client.chat.completions.create(**self._kwargs(request),
+                                                            timeout=self._whole())
         except openai.OpenAIError as err:
+            if isinstance(err, openai.APITimeoutError):
+                raise self._deadline_error() from err
             raise self._request_error(err) from err
         except ValueError as err:  # a 200 whose body is not JSON
             raise ProviderError(
@@ -413,13 +451,47 @@ class OpenAIProvider:
         import openai
 
         try:
-            response = self._client.embeddings.create(model=model, input=list(texts))
+            response = self._client.embeddings.create(model=model, input=clean_value(list(texts)),
+                                                      timeout=self._whole())
         except openai.OpenAIError as err:
             raise self._request_error(err) from err
         except ValueError as err:
             raise ProviderError(f"malformed response from {self.base_url}: {_one_line(err)}") from err
         rows = sorted(response.data, key=lambda d: d.index)
         return [list(d.embedding) for d in rows]
+
+    # -- bounded waits -----------------------------------------------------------
+
+    def _first_byte(self, deadline: float) -> Any:
+        """Connect, send and wait for the response's head within ``first_byte_timeout``."""
+        import httpx
+
+        return httpx.Timeout(max(0.001, min(self.first_byte_timeout, deadline - time.monotonic())))
+
+    def _whole(self) -> Any:
+        """A non-streamed call: connect within ``first_byte_timeout``, the rest in ``timeout``."""
+        import httpx
+
+        return httpx.Timeout(self.timeout, connect=self.first_byte_timeout)
+
+    def _deadline_error(self, guard: _Deadline | None = None) -> ProviderError:
+        """The request's time is up: not retried (the next attempt would cost as much again),
+        unless the stream had been silent for ``idle_timeout`` by then (a stall, retried)."""
+        if guard is not None and time.monotonic() - guard.last >= self.idle_timeout - 0.05:
+            return self._idle_error()
+        return ProviderError(
+            f"the model server {self.base_url} did not finish within request_timeout "
+            f"({self.timeout:g}s) — ask for a shorter answer, or raise "
+            "%config AgentMagics.request_timeout",
+            retryable=False,
+        )
+
+    def _idle_error(self) -> ProviderError:
+        return ProviderError(
+            f"stream interrupted: no data from {self.base_url} for {self.idle_timeout:g}s — "
+            "check the server, or raise %config AgentMagics.idle_timeout",
+            retryable=True,
+        )
 
     # -- error mapping -----------------------------------------------------------
 
@@ -431,7 +503,10 @@ class OpenAIProvider:
             return self._status_error(err)
         if isinstance(err, openai.APITimeoutError):
             return ProviderError(
-                f"request timed out after {self.timeout:g}s waiting for {self.base_url}", retryable=True
+                f"request timed out after {self.first_byte_timeout:g}s waiting for "
+                f"{self.base_url} to answer — check the server, or raise "
+                "%config AgentMagics.first_byte_timeout",
+                retryable=True,
             )
         if isinstance(err, openai.APIConnectionError):
             return ProviderError(f"cannot reach {self.base_url}: {_connection_reason(err)}", retryable=True)
@@ -444,9 +519,7 @@ class OpenAIProvider:
         import openai
 
         if isinstance(err, openai.APITimeoutError):
-            return ProviderError(
-                f"stream interrupted: no data from {self.base_url} for {self.timeout:g}s", retryable=True
-            )
+            return self._idle_error()
         if isinstance(err, openai.APIConnectionError):
             return ProviderError(f"stream interrupted: {_connection_reason(err)}", retryable=True)
         if isinstance(err, ValueError):
@@ -506,6 +579,38 @@ class OpenAIProvider:
         if status == 404 and self.provider_id.startswith("openai"):
             retryable = True  # OpenAI sometimes 404s for models that exist
         return ProviderError(f"{prefix}: {detail}", status=status, retryable=retryable, headers=headers, body=text)
+
+
+class _Deadline:
+    """The two bounds of a response already started: reads after its head wait at most
+    ``idle`` seconds each, and at ``deadline`` the connection is shut down (a server that
+    trickles a byte at a time cannot hold the call longer)."""
+
+    def __init__(self, response: Any, deadline: float, idle: float) -> None:
+        self.fired = False
+        self.last = time.monotonic()  # when data last arrived (the head, then each chunk)
+        self._response = response
+        left = deadline - time.monotonic()
+        # httpx hands this dict to httpcore, which reads "read" when the body starts
+        timeouts = getattr(getattr(response, "request", None), "extensions", {}).get("timeout")
+        if isinstance(timeouts, dict):
+            timeouts["read"] = max(0.001, min(idle, left))
+        self._timer = threading.Timer(max(0.0, left), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        stream = (getattr(self._response, "extensions", None) or {}).get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the read blocked on it
+            except OSError:
+                pass
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 def _detail(body: Any, text: str) -> str:

@@ -9,6 +9,10 @@ Pure functions (no I/O, no ``openai`` import), ported from OpenCode v1.2.16
   for "do not retry".
 - :func:`retry_delay` — seconds to wait before attempt ``attempt`` (1-based),
   honouring ``retry-after-ms`` / ``retry-after`` response headers.
+- :func:`next_wait` — the same, bounded: the backoff is capped at
+  ``max_retry_wait`` and a server that asks for longer is a
+  :class:`RetryWaitError` at once (one line: how long, which setting), never
+  an hour's sleep.
 
 There is no maximum number of attempts here (as in OpenCode); the agent loop
 owns that decision and the user can interrupt the wait.
@@ -252,3 +256,63 @@ def retry_delay(attempt: int, err: BaseException | None = None, *, now: float | 
         hinted = _hinted_ms(headers, time.time() if now is None else now)
     ms = hinted if hinted is not None else min(base, RETRY_MAX_DELAY_NO_HEADERS)
     return min(ms, RETRY_MAX_DELAY) / 1000
+
+
+# --------------------------------------------------------------------------
+# bounded waits
+
+
+class RetryWaitError(ProviderError):
+    """The server asked to wait longer than ``max_retry_wait`` allows: no retry."""
+
+
+def server_wait(err: BaseException | None, *, now: float | None = None) -> float | None:
+    """Seconds the server asked to wait (``retry-after-ms``, ``retry-after`` seconds or HTTP
+    date), or None when it gave no usable hint."""
+    headers = getattr(err, "headers", None) if err is not None else None
+    if not isinstance(headers, Mapping) or not headers:
+        return None
+    hinted = _hinted_ms(headers, time.time() if now is None else now)
+    return None if hinted is None else min(hinted, RETRY_MAX_DELAY) / 1000
+
+
+def human_seconds(seconds: float) -> str:
+    """``3600`` → "1 h", ``90`` → "1 min 30 s", ``2.5`` → "2.5 s" (for one-line messages)."""
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    whole = int(math.ceil(seconds))
+    days, rest = divmod(whole, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, secs = divmod(rest, 60)
+    units = [(days, "d"), (hours, "h"), (minutes, "min"), (secs, "s")]
+    shown = [f"{n} {unit}" for n, unit in units if n][:2]
+    return " ".join(shown)
+
+
+def next_wait(attempt: int, err: BaseException, *, max_wait: float,
+              now: float | None = None) -> float:
+    """Seconds to wait before retry ``attempt``, never more than ``max_wait``.
+
+    The server's own hint is honoured up to ``max_wait``; a longer one raises
+    :class:`RetryWaitError` (status, headers and body of ``err`` kept) whose message says
+    how long the server asked to wait and which setting allows it. Without a hint, the
+    backoff of :func:`retry_delay` is capped at ``max_wait``.
+    """
+    asked = server_wait(err, now=now)
+    if asked is None:
+        return min(retry_delay(attempt, err, now=now), max(0.0, max_wait))
+    if asked > max_wait:
+        reason = _one_line(getattr(err, "message", None) or str(err))
+        raise RetryWaitError(
+            f"{reason} — the server asks to wait {human_seconds(asked)} before a retry, "
+            f"more than max_retry_wait allows ({max_wait:g} s): try again later, or raise "
+            f"%config AgentMagics.max_retry_wait = {int(math.ceil(asked))}",
+            status=getattr(err, "status", None), retryable=False,
+            headers=getattr(err, "headers", None), body=getattr(err, "body", None),
+        )
+    return asked
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = re.sub(r"\s+", " ", text).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"

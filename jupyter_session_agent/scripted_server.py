@@ -4,7 +4,9 @@ It speaks the real wire protocol (HTTP/1.1, chunked ``text/event-stream`` SSE, O
 JSON shapes), so the official ``openai`` SDK talks to it unmodified. Each request to
 ``/v1/chat/completions`` pops the next queued :class:`Reply` (in arrival order, under a
 lock); an empty queue yields ``"(scripted) " + <last user text[:200]>``. Replies can
-inject faults: HTTP errors, dropped or malformed streams, stalls, delays.
+inject faults: HTTP errors, dropped or malformed streams, stalls, delays. The real OpenCode
+CLI can be pointed at it too: its title requests get a short title without taking a queued
+reply (:func:`is_title_request`).
 
 Routes: ``POST /v1/chat/completions``, ``GET /v1/models``; control API for scripting a
 server in another process: ``POST /_script`` (JSON list of reply dicts, appended),
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["Reply", "ScriptedServer", "main"]
+__all__ = ["Reply", "ScriptedServer", "is_title_request", "main"]
 
 # (type, code) of OpenAI's error bodies by status; others: server_error (5xx) / invalid_request_error
 _ERRORS = {401: ("invalid_request_error", "invalid_api_key"), 403: ("permission_error", None),
@@ -50,11 +52,16 @@ class Reply:
     is sent verbatim, even without ``include_usage``; ``None`` never.
 
     Faults: ``status`` (+``headers``, ``error_body``) answers with that HTTP error
-    instead; ``drop_after=N`` closes the connection after N chunks, without ``[DONE]`` or
+    instead (``echo_authorization``: its message quotes the request's Authorization
+    header, as some proxies do); ``drop_after=N`` closes the connection after N chunks, without ``[DONE]`` or
     the chunked terminator; ``malformed_after=N`` sends ``data: {not json`` after N
     chunks and ends the body; ``stall=S`` pauses S seconds after the first chunk. Chunk
     counts include the role chunk. Non-streaming: ``drop_after`` closes without any
     response, ``malformed_after`` sends a ``{not json`` body, ``stall`` delays it.
+
+    ``hang`` never finishes the response (until the server stops or the client hangs up):
+    ``"accept"`` reads the request and never answers, ``"headers"`` sends the response's
+    head and then nothing, ``"chunk"`` stops after the first chunk (streaming only).
     """
 
     text: str = ""
@@ -71,11 +78,15 @@ class Reply:
     drop_after: int | None = None
     malformed_after: int | None = None
     stall: float | None = None
+    hang: str | None = None  # "accept" | "headers" | "chunk": see above
+    echo_authorization: bool = False  # the error message quotes the request's Authorization
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
         if self.chunk_chars < 1:
             raise ValueError("chunk_chars must be >= 1")
+        if self.hang not in (None, "accept", "headers", "chunk"):
+            raise ValueError("hang must be 'accept', 'headers' or 'chunk'")
 
     @classmethod
     def from_dict(cls, data: dict) -> Reply:
@@ -103,6 +114,19 @@ def _user_text(messages: list) -> str:
                 content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
             return str(content or "")
     return ""
+
+
+OPENCODE_TITLE_SYSTEM = "You are a title generator."  # how OpenCode's title call begins
+
+
+def is_title_request(body: dict) -> bool:
+    """OpenCode's title call: its system prompt, then the user's first message."""
+    msgs = body.get("messages") or []
+    first = msgs[0] if msgs and isinstance(msgs[0], dict) else {}
+    content = first.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return first.get("role") == "system" and str(content or "").startswith(OPENCODE_TITLE_SYSTEM)
 
 
 def _pieces(text: str, size: int) -> list[str]:
@@ -178,7 +202,10 @@ def _completion(reply: Reply, body: dict, base: dict, n: int) -> dict:
 
 
 def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    try:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:  # a lone surrogate (scripted on purpose): sent as a \\ud800 escape
+        return json.dumps(obj, separators=(",", ":")).encode()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -214,6 +241,21 @@ class _Handler(BaseHTTPRequestHandler):
     def _json(self, obj: Any, status: int = 200) -> None:
         self._send(status, _dumps(obj))
 
+    def _hang(self) -> None:
+        """Send nothing more until the server stops or the client closes the connection."""
+        stopping = self.server.owner._stopping
+        with contextlib.suppress(OSError):
+            self.wfile.flush()
+        while not stopping.wait(0.05):
+            try:
+                if self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                    break  # the client hung up
+            except BlockingIOError:
+                continue
+            except OSError:
+                break
+        self._abort()
+
     def _abort(self) -> None:
         """Close the connection abruptly (FIN mid-body)."""
         self.close_connection = True
@@ -242,7 +284,10 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(body, dict):
                 return self._json(_error_json(400, "Request body must be a JSON object"), 400)
             n, reply = owner._take(body)
-            return self._complete(body, reply, n)
+            try:
+                return self._complete(body, reply, n)
+            finally:
+                owner._finished(n)
         if path == "/_script":
             try:
                 owner.enqueue(*(body if isinstance(body, list) else [body]))
@@ -259,16 +304,29 @@ class _Handler(BaseHTTPRequestHandler):
         wait = self.server.owner._stopping.wait  # True when the server is stopping
         if reply.first_delay and wait(reply.first_delay):
             return self._abort()
+        if reply.hang == "accept":
+            return self._hang()
         if reply.status is not None:
             err = reply.error_body
+            quoted = ""
+            if reply.echo_authorization:
+                quoted = f"; got Authorization: {self.headers.get('Authorization')}"
             if err is None:
-                err = _error_json(reply.status, f"Scripted error {reply.status}")
+                err = _error_json(reply.status, f"Scripted error {reply.status}{quoted}")
+            elif isinstance(err, str):
+                err += quoted
             if isinstance(err, str):
                 return self._send(reply.status, err.encode(), "text/plain; charset=utf-8", reply.headers)
             return self._send(reply.status, _dumps(err), headers=reply.headers)
         base = {"id": f"chatcmpl-{n}", "created": int(time.time()), "model": body.get("model") or "scripted",
                 "system_fingerprint": "fp_scripted"}
         if not body.get("stream"):
+            if reply.hang is not None:  # "headers"/"chunk": the head, then nothing
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "1000")
+                self.end_headers()
+                return self._hang()
             if reply.drop_after is not None or (reply.stall and wait(reply.stall)):
                 return self._abort()  # non-streaming drop: no response at all
             if reply.malformed_after is not None:
@@ -280,6 +338,8 @@ class _Handler(BaseHTTPRequestHandler):
                            "Transfer-Encoding": "chunked", **reply.headers}.items():
             self.send_header(key, str(value))
         self.end_headers()
+        if reply.hang == "headers":
+            return self._hang()
         write = lambda data: self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))  # noqa: E731
         events = _chunks(reply, body, base, n)
         for i, event in enumerate(events):
@@ -291,6 +351,8 @@ class _Handler(BaseHTTPRequestHandler):
             if i and reply.delay and wait(reply.delay):
                 return self._abort()
             write(b"data: " + _dumps(event) + b"\n\n")
+            if i == 0 and reply.hang == "chunk":
+                return self._hang()
             if i == 0 and reply.stall and wait(reply.stall):
                 return self._abort()
         else:
@@ -392,13 +454,20 @@ class ScriptedServer:
 
     # -- used by the handler ----------------------------------------------------------
     def _take(self, body: dict) -> tuple[int, Reply]:
-        """Record the request and pop its reply (or the default), atomically."""
+        """Record the request and pop its reply (or the default), atomically. OpenCode's own
+        title requests (sent beside a session's first turn, in no fixed order) get a short title
+        and leave the queue alone."""
         with self._lock:
             self._count += 1
             self._requests.append(body)
+            if is_title_request(body):
+                return self._count, Reply(text=" ".join(_user_text(body.get("messages")).split()[:6]) or "Session")
             if self._queue:
                 return self._count, self._queue.popleft()
         return self._count, Reply(text="(scripted) " + _user_text(body.get("messages"))[:200])
+
+    def _finished(self, n: int) -> None:
+        """Request ``n``'s response is written (or abandoned); a hook for subclasses."""
 
     def _track(self, conn: socket.socket, add: bool) -> None:
         with self._lock:

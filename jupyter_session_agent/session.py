@@ -69,6 +69,9 @@ class AgentSession:
         self._busy = False
         self._snapshot: Any = None
         self._has_children: bool | None = None
+        # what other kernels had written to this session when `history` was read (store.foreign);
+        # None: not known, the next turn reads the history again
+        self._foreign: Any = None
 
     # -- construction ---------------------------------------------------------
 
@@ -91,26 +94,35 @@ class AgentSession:
         )
         store.put(info)
         store.flush(sync=True)
-        return cls(info, [], settings, store, shell)
+        session = cls(info, [], settings, store, shell)
+        session._foreign = store.foreign(info.id)
+        return session
 
     @classmethod
     def open(cls, session_id: str, settings: Settings | None = None, *, store: Any = None,
              shell: Any = None) -> "AgentSession":
         settings = settings or Settings()
         store = store or _open_store(settings)
-        info = store.session(session_id)
-        return cls(info, store.messages(info.id), settings, store, shell)
+        info = store.session(ids.check_ref(session_id, "session"))  # from outside: grammar first
+        info = _with_directory(info)
+        foreign = store.foreign(info.id)  # before reading: a later write by another kernel moves it
+        session = cls(info, store.messages(info.id), settings, store, shell)
+        session._foreign = foreign
+        return session
 
     # -- turns ------------------------------------------------------------------
 
     def prompt(self, text: str, *, model: str | None = None, observer: Observer | None = None,
-               permission: Any = ()) -> TurnResult:
+               permission: Any = (), context: Any = None) -> TurnResult:
         """Send ``text`` as a user message and run the loop until the model has answered.
 
         ``permission``: rules for this turn only (``permission.Rule`` or dicts), after the
-        defaults, the user's config and the session's rules.
+        defaults, the user's config and the session's rules. ``context``: a
+        ``context.prompt.Prompt`` (``%%agent``: interpolated text, its template, attachments);
+        its text replaces ``text`` and its attachments become file parts.
         """
-        from .redact import redact
+        from .context.prompt import parts as attachment_parts
+        from .redact import clean, clean_value
 
         self._before_prompt()
         provider, info, spec = self._provider(model or self.settings.model or self.last_model())
@@ -118,12 +130,16 @@ class AgentSession:
             id=ids.ascending("message"), session_id=self.info.id, time_created=now_ms(),
             model=ModelRef(info.provider_id, info.model_id),
         )
-        part = TextPart(ids.ascending("part"), self.info.id, user.id, text=redact(text, refresh=True))
-        parts = (part, *_memory_parts(self, user.id, part.text))  # memory.inject: a new session's first message
+        text = context.text if context is not None else text
+        meta = clean_value(context.metadata()) if context is not None else None
+        part = TextPart(ids.ascending("part"), self.info.id, user.id, text=clean(text, refresh=True),
+                        metadata=meta)
+        parts = (part, *attachment_parts(context, self.info.id, user.id),
+                 *_memory_parts(self, user.id, part.text))  # memory.inject: a new session's first message
         self.store.put(user, *parts)
         self._touch()
-        self.store.flush(sync=True)
-        self.history.append(WithParts(user, parts))
+        self.history.append(WithParts(user, parts))  # before the flush: if the disk is full, the
+        self.store.flush(sync=True)  # prompt stays in memory as it stays in the store's buffer
         setup = self._setup(provider, info, spec, permission)
         self._busy = True
         try:
@@ -141,6 +157,10 @@ class AgentSession:
             cost=sum(m.info.cost for m in added if isinstance(m.info, AssistantMessage)) + _turn_children_cost(added),
             steps=sum(1 for m in added if isinstance(m.info, AssistantMessage)),
         )
+
+    def last_answer(self) -> str:
+        """The text of the newest answer in this session ("" before the first)."""
+        return _final_text(self.history)
 
     def last_model(self) -> str:
         """The model of the newest user message, or "" (the default) for a new session."""
@@ -198,8 +218,31 @@ class AgentSession:
         from . import lifecycle
 
         self.wait_title()
+        self._catch_up()
         if self.info.revert:
             lifecycle.cleanup(self)
+
+    def _catch_up(self) -> None:
+        """Load what another kernel wrote to this session since this one read it, so that
+        turns from two kernels never interleave unseen (each model seeing only its half);
+        refuse, in one line, while the other kernel's turn is still running."""
+        from . import lifecycle
+        from .errors import UsageError
+
+        mark = self.store.foreign(self.info.id)
+        if mark != self._foreign:
+            self.store.flush(sync=False)  # unsaved work (disk full) must not drop out of memory
+            history = self.store.messages(self.info.id)
+            info = _with_directory(self.store.session(self.info.id))
+            with self._info_lock:
+                self.info = info
+            self.history[:] = lifecycle.visible(history, info.revert)
+            self._foreign = mark
+        last = self.history[-1] if self.history else None
+        if last is not None and _in_progress(last) and self.store.live_writer(last.info.id):
+            raise UsageError(f"session {self.info.id} has a turn running in another kernel — run "
+                             "the cell again when it has finished, or start a new session with "
+                             "%%agent --new")
 
     def _after_turn(self, model: str) -> None:
         from . import title
@@ -210,11 +253,15 @@ class AgentSession:
     # -- permissions ------------------------------------------------------------
 
     def ruleset(self, cell: Any = ()) -> list:
-        """The rules a call is checked against: defaults, user config, session rules, ``cell``."""
+        """The rules a call is checked against: defaults, user config, session rules, ``cell``.
+        A subagent starts from its parent's effective rules instead of the defaults and config
+        (``inherited_rules``, set by ``lifecycle.subagent_runner``)."""
         from . import permission as P
 
-        return P.merge(P.defaults(data_dir=os.path.abspath(self.settings.data_dir)),
-                       P.from_config(self.settings.permission), P.from_data(self.info.permission), cell)
+        inherited = getattr(self, "inherited_rules", None)
+        head = inherited() if inherited is not None else P.merge(
+            P.defaults(data_dir=os.path.abspath(self.settings.data_dir)), P.from_config(self.settings.permission))
+        return P.merge(head, P.from_data(self.info.permission), cell)
 
     def allow(self, rules: Any) -> None:
         """Append rules to the session's own (``Session.permission``), stored at once.
@@ -284,7 +331,7 @@ class AgentSession:
         from . import permission as P
         from .approval import default_approver
         from .provider import ChatRequest
-        from .redact import redact
+        from .redact import redact, redact_value
         from .tools import builtin_tools, run_tool
 
         tools = builtin_tools()
@@ -297,15 +344,30 @@ class AgentSession:
             from .memory import RecallTool
 
             tools["recall"] = RecallTool(self.store, self.settings, self.info.directory)
+        if self.settings.mcp or self.settings.mcp_opencode:  # MCP servers' tools (docs/mcp.md)
+            from .tools.mcp_client import mcp_tools
+
+            tools.update(mcp_tools(self.settings, self.info.directory, taken=set(tools)))
         if self.settings.tools is not None:
             tools = {k: v for k, v in tools.items() if k in self.settings.tools}
         cell_rules = tuple(P.Rule.of(r) for r in permission or ())
+        # A subagent stays within its parent's rules (lifecycle.subagent_runner sets the bounds).
+        bounds = tuple(getattr(self, "permission_bounds", ()))
         # A tool whose last rule is a "*" deny is not offered to the model at all.
-        hidden = P.disabled(tools, self.ruleset(cell_rules))
+        hidden = P.disabled(tools, self.ruleset(cell_rules), *(bound() for bound in bounds))
         tools = {k: v for k, v in tools.items() if k not in hidden}
+        from . import codeaction
+
+        summary_provider = provider
+        code = codeaction.enabled(self.settings.code_actions, spec.provider_id, spec.model_id)
+        if code:  # the model writes ```python blocks (codeaction.py): python is its only tool
+            tools = {k: v for k, v in tools.items() if k == codeaction.TOOL}
+            provider = codeaction.CodeActionProvider(provider, server_side=spec.provider_id == "local")
         gate = P.Gate(session_id=self.info.id, directory=self.info.directory,
                       ruleset=lambda: self.ruleset(cell_rules),
-                      approver=self.approver or default_approver(self.shell), on_always=self.allow)
+                      approver=self.approver or default_approver(self.shell), on_always=self.allow,
+                      bounds=bounds)
+        self.gate = gate  # this turn's permission gate: a subagent started now inherits its rules
         tool_list = list(tools.values())
         schemas = [_schema(t) for t in tool_list]
         directory = Path(self.info.directory)
@@ -324,20 +386,26 @@ class AgentSession:
             try:
                 return run_tool(tool, args, ctx)
             except ToolFailure as err:  # error texts reach the model and the history: no keys in them
-                raise ToolFailure(redact(str(err), refresh=True)) from None
+                failure = ToolFailure(redact(str(err), refresh=True))
+                if isinstance(getattr(err, "metadata", None), dict):  # e.g. an MCP call's server
+                    failure.metadata = redact_value(err.metadata, refresh=True)
+                raise failure from None
             except Exception as err:
                 raise ToolFailure(redact(f"{type(err).__name__}: {err}", refresh=True)) from None
 
         compaction = self.settings.compaction
-        prompt_text = self.settings.system_prompt or system_prompt(str(directory), list(tools))
+        prompt_text = self.settings.system_prompt or (
+            codeaction.system_prompt(getattr(self.shell, "user_ns", None), getattr(self.shell, "user_ns_hidden", ()))
+            if code else system_prompt(str(directory), list(tools)))
         return TurnSetup(
             store=self.store, provider=provider, request_factory=request_factory, model=info,
             tools=tools, run_tool=call_tool,
             system_prompt=prompt_text,
             max_steps=self.settings.max_steps, max_retries=self.settings.max_retries,
+            max_retry_wait=self.settings.max_retry_wait,
             auto_compact=bool(compaction.get("auto", True)), reserved=compaction.get("reserved"),
             cwd=str(directory), permit=gate, snapshot=self.snapshot(),
-            compactor=self._compactor((provider, info, spec), prompt_text, schemas),
+            compactor=self._compactor((summary_provider, info, spec), prompt_text, schemas),
         )
 
     # -- compaction (compaction/) -------------------------------------------------
@@ -417,6 +485,17 @@ class AgentSession:
             self.store.put(self.info)
 
 
+def _with_directory(info: Session) -> Session:
+    """``info`` with its directory as the file system names it: a latin-1 folder name is stored
+    escaped (``caf\\xe9``, text.py); opened again, the session works in that folder."""
+    from .text import file_name
+
+    directory = file_name(info.directory or "")
+    if directory == info.directory or os.path.isdir(info.directory) or not os.path.isdir(directory):
+        return info
+    return replace(info, directory=directory)
+
+
 def _schema(tool: Any) -> dict:
     from .tools import openai_schema
 
@@ -433,20 +512,23 @@ def _build_provider(spec: str, settings: Settings):
     if resolved.provider_id == "local":
         from . import local
 
-        server = local.LocalServer(settings.data_dir, n_ctx=settings.local_context)
+        server = local.LocalServer(n_ctx=settings.local_context, idle_timeout=settings.local_idle_timeout)
         base_url = server.ensure()
         info = catalog.apply_overrides(local.model_info(settings.local_context), settings.model_overrides)
     else:
         info = catalog.model_info(resolved.provider_id, resolved.model_id, settings.model_overrides)
     provider = OpenAIProvider(provider_id=resolved.provider_id, base_url=base_url,
-                              api_key=resolved.api_key, timeout=settings.request_timeout)
+                              api_key=resolved.api_key, timeout=settings.request_timeout,
+                              first_byte_timeout=settings.first_byte_timeout,
+                              idle_timeout=settings.idle_timeout)
     return provider, info, resolved
 
 
 def _local_url(settings: Settings) -> str:
     from . import local
 
-    return local.LocalServer(settings.data_dir, n_ctx=settings.local_context).ensure().rstrip("/")
+    return local.LocalServer(n_ctx=settings.local_context,
+                             idle_timeout=settings.local_idle_timeout).ensure().rstrip("/")
 
 
 def _open_store(settings: Settings):
@@ -486,10 +568,17 @@ def _memory_parts(session: "AgentSession", message_id: str, prompt: str) -> tupl
 
 
 def _memory_after_turn(session: "AgentSession") -> None:
-    if (getattr(session.settings, "memory", None) or {}).get("auto_remember"):
+    """Remember the session (``auto_remember``); embed the turn's passages (memory on)."""
+    if (getattr(session.settings, "memory", None) or {}).get("auto_remember") or any(
+            _memory_option(session.settings, name) for name in ("tool", "inject")):
         from .memory import after_turn
 
         after_turn(session)
+
+
+def _in_progress(item: WithParts) -> bool:
+    """A turn not finished: its prompt not answered yet, or its reply still being written."""
+    return isinstance(item.info, UserMessage) or not item.info.time_completed
 
 
 def _final_text(added: list[WithParts]) -> str:

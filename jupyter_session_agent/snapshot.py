@@ -30,6 +30,18 @@ Keeping a step cheap:
 Every failure here is contained: :meth:`track` returns ``None`` and the turn
 goes on without a snapshot. Kernel state (variables) is never part of a
 snapshot.
+
+Nothing in the work tree can make git run a command or change what it stores
+(:func:`git_env`): no system or global configuration and no ``GIT_*`` variable
+from the environment, ``HOME`` pointed into the shadow repo, hooks and
+fsmonitor off, an empty template at ``init``, its own ``GIT_DIR`` and
+``GIT_WORK_TREE`` (a ``.git`` folder or file in the work tree is never read as a
+repository), and ``info/attributes`` unsetting every attribute that could
+convert or filter a file, so a ``.gitattributes`` filter driver never runs and
+a restored file is byte for byte what was saved. A revert restores only from
+trees this repository produced (listed in ``<repo>/trees``; an imported
+session's ``patch`` parts name trees made elsewhere) and only paths that stay
+inside the work tree.
 """
 
 from __future__ import annotations
@@ -43,11 +55,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from . import ids
+from .errors import UsageError
 from .settings import SNAPSHOT_DEFAULTS
 
 DEFAULTS: Mapping[str, object] = SNAPSHOT_DEFAULTS  # enabled, max_file_size, max_files, exclude
 GIT_TIMEOUT = 300.0
 DIFF_LIMIT = 200_000  # characters of revert.diff kept on the session
+# -c options on every git call: no configuration anywhere may run a command or read user files
+ISOLATION = (
+    f"core.hooksPath={os.devnull}", "core.fsmonitor=false", f"core.attributesFile={os.devnull}",
+    f"core.excludesFile={os.devnull}", "core.pager=cat", "submodule.recurse=false",
+    "protocol.allow=never", "gc.auto=0", "maintenance.auto=false", "core.useReplaceRefs=false",
+    "diff.external=",
+)
+# $GIT_DIR/info/attributes has the highest precedence: every work-tree .gitattributes is
+# neutralised (no filter, textconv, eol or encoding conversion; diff/merge as git's defaults)
+ATTRIBUTES = ("# written by jupyter-session-agent: work-tree .gitattributes must not convert\n"
+              "* !text !eol !crlf !filter !ident !diff !merge !working-tree-encoding"
+              " !export-subst\n")
 
 
 class SnapshotError(RuntimeError):
@@ -62,8 +88,40 @@ class RestoreResult:
 
 
 @functools.lru_cache(maxsize=None)
+def git_executable() -> str | None:
+    """The absolute path of ``git`` from the absolute ``PATH`` entries only: a ``git`` file in the
+    current folder (an empty or relative ``PATH`` entry) is never run."""
+    found = shutil.which("git", path=os.pathsep.join(_absolute_path()))
+    return os.path.abspath(found) if found else None
+
+
 def git_available() -> bool:
-    return shutil.which("git") is not None
+    return git_executable() is not None
+
+
+def _absolute_path() -> list[str]:
+    entries = os.environ.get("PATH", os.defpath).split(os.pathsep)
+    return [d for d in entries if d and os.path.isabs(d)]
+
+
+def git_env(git_dir: Path, work_tree: Path) -> dict[str, str]:
+    """The environment of every snapshot git call: the process's minus ``GIT_*``, ``HOME`` and
+    ``XDG_CONFIG_HOME``, with no system or global configuration and its own repository."""
+    dropped = ("HOME", "XDG_CONFIG_HOME", "PAGER", "PATH")
+    env = {k: v for k, v in os.environ.items()
+           if not k.upper().startswith("GIT_") and k not in dropped}
+    ceiling = dict.fromkeys((str(work_tree), str(work_tree.parent)))
+    env.update({
+        "PATH": os.pathsep.join(_absolute_path()),
+        "HOME": str(git_dir), "XDG_CONFIG_HOME": str(git_dir / "xdg"),  # neither holds a config
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_SYSTEM": os.devnull,
+        "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ATTR_NOSYSTEM": "1", "GIT_NO_REPLACE_OBJECTS": "1",
+        "GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(work_tree),
+        "GIT_CEILING_DIRECTORIES": os.pathsep.join(ceiling),
+        "GIT_LITERAL_PATHSPECS": "1", "GIT_TERMINAL_PROMPT": "0", "GIT_PROTOCOL_FROM_USER": "0",
+        "LC_ALL": "C",
+    })
+    return env
 
 
 class Snapshot:
@@ -71,7 +129,9 @@ class Snapshot:
 
     def __init__(self, git_dir: str | os.PathLike, work_tree: str | os.PathLike, *,
                  max_file_size: int = int(DEFAULTS["max_file_size"]), max_files: int = int(DEFAULTS["max_files"]),
-                 exclude: Iterable[str] = DEFAULTS["exclude"], private: Iterable[str | os.PathLike] = ()) -> None:
+                 exclude: Iterable[str] = DEFAULTS["exclude"],
+                 private: Iterable[str | os.PathLike] = (), refused: str | None = None) -> None:
+        self.refused = refused  # why no repository may be used (its path left the data directory)
         self.git_dir = Path(git_dir).absolute()
         self.work_tree = Path(work_tree).resolve()
         self.max_file_size = int(max_file_size)
@@ -80,19 +140,28 @@ class Snapshot:
         # folders inside the work tree that hold our own data (the history, this repo): never tracked
         self.private = tuple(Path(p).resolve() for p in private)
         self._last: tuple[tuple, str] | None = None  # (index file stat, its tree): skips a write-tree
+        self._hardened = False
+        self._trees: set[str] | None = None  # the trees listed in <repo>/trees
 
     @classmethod
     def for_session(cls, data_dir: str | os.PathLike, session_id: str, directory: str | os.PathLike,
                     options: Mapping[str, object] | None = None) -> "Snapshot":
         opts = {**DEFAULTS, **(options or {})}
         data_dir = Path(data_dir)
-        return cls(repo_path(data_dir, session_id), directory, max_file_size=int(opts["max_file_size"]),
-                   max_files=int(opts["max_files"]), exclude=tuple(opts["exclude"] or ()), private=(data_dir,))
+        try:
+            git_dir, refused = repo_path(data_dir, session_id), None
+        except UsageError as err:  # contained like every snapshot failure: off, with the reason
+            git_dir, refused = data_dir / "snapshot", str(err)
+        return cls(git_dir, directory, max_file_size=int(opts["max_file_size"]),
+                   max_files=int(opts["max_files"]), exclude=tuple(opts["exclude"] or ()),
+                   private=(data_dir,), refused=refused)
 
     # -- state -----------------------------------------------------------------
 
     @property
     def disabled_reason(self) -> str | None:
+        if self.refused:
+            return self.refused
         if not git_available():
             return "git is not installed"
         if not self.work_tree.is_dir():
@@ -116,18 +185,15 @@ class Snapshot:
     # -- git -------------------------------------------------------------------
 
     def _git(self, *args: str, input: bytes | None = None, check: bool = True) -> bytes:
-        env = {
-            **os.environ,
-            "GIT_DIR": str(self.git_dir),
-            "GIT_WORK_TREE": str(self.work_tree),
-            "GIT_LITERAL_PATHSPECS": "1",
-            "GIT_TERMINAL_PROMPT": "0",
-            "LC_ALL": "C",
-        }
-        env.pop("GIT_INDEX_FILE", None)
+        git = git_executable()
+        if git is None:
+            raise SnapshotError("git is not installed")
+        options = [x for pair in (("-c", o) for o in ISOLATION) for x in pair]
         try:
-            proc = subprocess.run(["git", *args], input=input, capture_output=True, env=env,
-                                  cwd=self.work_tree, timeout=GIT_TIMEOUT)
+            proc = subprocess.run([git, "--no-pager", *options, *args], input=input,
+                                  capture_output=True, env=git_env(self.git_dir, self.work_tree),
+                                  cwd=self.work_tree, timeout=GIT_TIMEOUT,
+                                  stdin=None if input is not None else subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired) as err:
             raise SnapshotError(f"git {args[0]}: {err}") from None
         if check and proc.returncode != 0:
@@ -137,14 +203,59 @@ class Snapshot:
 
     def init(self) -> None:
         if (self.git_dir / "HEAD").exists():
+            self._harden()
             return
         self.git_dir.mkdir(parents=True, exist_ok=True)
-        self._git("init", "-q")
+        self._git("init", "-q", "--template=")  # no hooks or info/ copied from a template
         for key, value in (("core.autocrlf", "false"), ("core.longpaths", "true"), ("core.symlinks", "true"),
                            ("core.fsmonitor", "false"), ("core.quotepath", "false"), ("gc.auto", "0"),
-                           ("core.untrackedCache", "true"), ("advice.addEmbeddedRepo", "false")):
+                           ("core.untrackedCache", "true"), ("advice.addEmbeddedRepo", "false"),
+                           ("core.hooksPath", os.devnull)):
             self._git("config", key, value)
+        (self.git_dir / TREES).touch()  # a new repository: only trees listed there are restored
         self._write_exclude(self.large_files)
+        self._harden()
+
+    def _harden(self) -> None:
+        """Write ``info/attributes`` (older repositories lack it); once per object."""
+        if self._hardened:
+            return
+        path = self.git_dir / "info" / "attributes"
+        try:
+            current = path.read_text()
+        except OSError:
+            current = None
+        if current != ATTRIBUTES:
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(ATTRIBUTES)
+        self._hardened = True
+
+    # -- the trees this repository produced ----------------------------------------
+
+    def took(self, tree: str) -> bool:
+        """Whether ``tree`` is a snapshot this repository produced (what a revert may restore)."""
+        if self.refused or not ids.is_hash(tree):
+            return False
+        return tree in self._tree_list() or LEGACY in self._tree_list()
+
+    def _tree_list(self) -> set[str]:
+        if self._trees is None:
+            path = self.git_dir / TREES
+            try:
+                self._trees = set(path.read_text(encoding="ascii", errors="replace").split())
+            except FileNotFoundError:
+                self._trees = set()
+                if (self.git_dir / "HEAD").exists():  # made before lists were kept: all its own
+                    path.write_text(LEGACY + "\n")
+                    self._trees.add(LEGACY)
+        return self._trees
+
+    def _taken(self, tree: str) -> None:
+        if tree in self._tree_list():
+            return
+        with open(self.git_dir / TREES, "a", encoding="ascii") as fh:
+            fh.write(tree + "\n")
+        self._trees.add(tree)
 
     def _write_exclude(self, large: Mapping[str, int]) -> None:
         lines = ["# written by jupyter-session-agent; rewritten on every change", *self.exclude]
@@ -180,7 +291,10 @@ class Snapshot:
             self._save_large(kept)
             large = kept
         out = self._git("ls-files", "-z", "--others", "--modified", "--deleted", "--exclude-standard")
-        candidates = sorted({p for p in out.decode("utf-8", "surrogateescape").split("\0") if p})
+        # "dir/" is a nested repository: its files are its own (not snapshotted, not even as a
+        # gitlink: one without a commit would fail `git add`)
+        listed = out.decode("utf-8", "surrogateescape").split("\0")
+        candidates = sorted({p for p in listed if p and p[-1] != "/"})
         first = not (self.git_dir / "index").exists()
         if first and len(candidates) > self.max_files:
             self._disable(f"{self.work_tree} holds {len(candidates):,} files to track (more than max_files="
@@ -199,11 +313,14 @@ class Snapshot:
             self._git("rm", "-q", "-f", "--cached", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul",
                       input=_nul(big))
         if small:
-            self._git("add", "-A", "-f", "--pathspec-from-file=-", "--pathspec-file-nul", input=_nul(small))
+            # --ignore-errors: a file that cannot be read is left out, the others are snapshotted
+            self._git("add", "-A", "-f", "--ignore-errors", "--pathspec-from-file=-",
+                      "--pathspec-file-nul", input=_nul(small))
         key = self._index_key()
         if self._last is not None and self._last[0] == key and key:
             return self._last[1]  # nothing staged, index untouched since: the same tree
         tree = self._git("write-tree").decode().strip()
+        self._taken(tree)
         self._last = (self._index_key(), tree)
         return tree
 
@@ -229,7 +346,8 @@ class Snapshot:
         """The unified diff between two trees, cut at :data:`DIFF_LIMIT` characters."""
         if before == after:
             return ""
-        out = self._git("diff", "--no-color", "--no-ext-diff", before, after, check=False)
+        out = self._git("diff", "--no-color", "--no-ext-diff", "--no-textconv", before, after,
+                        check=False)
         text = out.decode("utf-8", "replace")
         return text if len(text) <= DIFF_LIMIT else text[:DIFF_LIMIT] + "\n… (diff cut)\n"
 
@@ -239,13 +357,18 @@ class Snapshot:
         A file that is currently excluded for its size is left alone (it was
         never snapshotted, so overwriting it could not be undone).
         """
+        if not self.took(tree):
+            raise SnapshotError(f"tree {ids.shown(tree, 20)} is not a snapshot taken here "
+                                "for this session")
+        self._harden()
         result = RestoreResult()
         rels = {}
         for path in files:
-            try:
-                rels[Path(path).relative_to(self.work_tree).as_posix()] = path
-            except ValueError:
+            rel = self._inside(path)
+            if rel is None:
                 result.skipped.append(path)
+            else:
+                rels[rel] = path
         if not rels:
             return result
         present = set(self._git("ls-tree", "-r", "-z", "--name-only", tree)
@@ -272,24 +395,53 @@ class Snapshot:
         return result
 
 
+    def _inside(self, path: str) -> str | None:
+        """``path`` relative to the work tree, or None when it is outside (after ``..`` and
+        symlinked folders are resolved), the work tree itself, or inside a ``.git`` folder."""
+        if not isinstance(path, str) or "\0" in path:
+            return None
+        full = Path(os.path.normpath(os.path.join(self.work_tree, path)))
+        try:
+            rel = full.relative_to(self.work_tree)
+        except ValueError:
+            return None
+        if not rel.parts or ".git" in rel.parts:
+            return None
+        parent = full.parent.resolve()
+        if parent != self.work_tree and self.work_tree not in parent.parents:
+            return None
+        return rel.as_posix()
+
+
+TREES = "trees"  # in the shadow repo: the tree hashes track() returned, one a line
+LEGACY = "*"  # the list of a repository made before lists were kept: every tree in it is its own
+
+
 def repo_path(data_dir: str | os.PathLike, session_id: str) -> Path:
-    return Path(data_dir) / "snapshot" / session_id
+    """``<data_dir>/snapshot/<session_id>``; a session id that is not one, or a path that would
+    leave the data directory, is refused (one line)."""
+    ids.check(session_id, "session")
+    return ids.safe_child(data_dir, "snapshot", session_id, what="the snapshot folder of session")
 
 
 def copy_repo(data_dir: str | os.PathLike, source_id: str, target_id: str) -> None:
     """Give a fork its source's objects (hard links: git objects never change), so
     the trees that copied ``patch`` parts name resolve in the fork's own repo."""
-    src = repo_path(data_dir, source_id)
-    if not (src / "HEAD").exists():
+    try:
+        src, dst = repo_path(data_dir, source_id), repo_path(data_dir, target_id)
+    except UsageError:  # a path that would leave the data directory is never copied from or to
         return
-    dst = repo_path(data_dir, target_id)
-    if dst.exists():
+    if not (src / "HEAD").exists() or dst.exists():
         return
     shutil.copytree(src, dst, copy_function=_link_or_copy, ignore=shutil.ignore_patterns("index.lock"))
 
 
 def remove_repo(data_dir: str | os.PathLike, session_id: str) -> None:
-    shutil.rmtree(repo_path(data_dir, session_id), ignore_errors=True)
+    try:
+        path = repo_path(data_dir, session_id)
+    except UsageError:  # never removes anything outside the data directory
+        return
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _link_or_copy(src: str, dst: str) -> None:

@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from .messages import TextPart, UserMessage, now_ms, replace
+from .redact import clean_record
 
 TITLE_PROMPT = """You name conversations. Reply with the title only, nothing before or after it.
 
@@ -116,7 +117,7 @@ def apply(session, title: str, usage: dict) -> None:
         changes: dict[str, Any] = {"title_usage": usage, "time_updated": now_ms()}
         if title and info.has_default_title:
             changes["title"] = title
-        session.info = replace(info, **changes)
+        session.info = clean_record(replace(info, **changes))  # as the journal keeps it (redact.py)
         session.store.put(session.info)
         session.store.flush(sync=True)
 

@@ -15,6 +15,12 @@
 Importing a bundle whose session already exists is a no-op when the stored
 session is identical, and refused (one line naming the fix) when it differs.
 ``import_bundle`` also reads the output of ``opencode export``.
+
+A bundle is input from outside: every id in it (sessions, messages, parts,
+parents, fork and revert points, compaction tails, task sessions, tool call
+ids, snapshot trees) must follow the id grammar (``ids.check``) or nothing is
+imported; a saved-output path (``metadata.outputPath``) outside this data
+directory's ``tool-output`` folder is dropped, and counted in the result.
 """
 
 from __future__ import annotations
@@ -28,7 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .errors import SessionNotFoundError, UsageError
+from . import ids
+from .display import tool_label, tool_status
+from .errors import AgentError, SessionNotFoundError, UsageError
+from .redact import clean, clean_value
 from .messages import (
     AgentPart,
     AssistantMessage,
@@ -40,6 +49,7 @@ from .messages import (
     Session,
     SnapshotPart,
     StepFinishPart,
+    StepStartPart,
     SubtaskPart,
     TextPart,
     ToolCompleted,
@@ -48,7 +58,8 @@ from .messages import (
     UserMessage,
     WithParts,
     message_from_data,
-    part_from_data,
+    read_part,
+    replace,
 )
 
 BUNDLE_FORMAT = "jupyter-session-agent/session"
@@ -66,13 +77,14 @@ def export(store, session_id: str, format: str = "md", out: str | os.PathLike | 
     name) when given, and then the path is returned."""
     if format not in FORMATS:
         raise UsageError(f"unknown export format {format!r} — use md, html or json")
-    info = store.session(session_id)
+    info = store.session(ids.check_ref(session_id, "session"))
+    # every export is redacted and encodable (``redact.clean``), whatever the history holds
     if format == "json":
-        text = json.dumps(bundle(store, info.id), ensure_ascii=False, indent=1) + "\n"
+        text = json.dumps(clean_value(bundle(store, info.id)), ensure_ascii=False, indent=1) + "\n"
     elif format == "md":
-        text = markdown(store, info)
+        text = clean(markdown(store, info))
     else:
-        text = html_page(store, info)
+        text = clean(html_page(store, info))
     if out is None:
         return text
     path = Path(out).expanduser()
@@ -87,7 +99,7 @@ def export(store, session_id: str, format: str = "md", out: str | os.PathLike | 
 
 def default_name(info: Session, format: str) -> str:
     slug = re.sub(r"[^A-Za-z0-9]+", "-", info.title).strip("-").lower()[:48] or "session"
-    return f"{slug}.{info.id[-8:]}.{format}"
+    return f"{slug}.{re.sub(r'[^A-Za-z0-9]', '', info.id[-8:])}.{format}"
 
 
 def bundle(store, session_id: str, depth: int = 0) -> dict:
@@ -177,9 +189,10 @@ def _part_md(part) -> str:
         return f"<details><summary>💭 reasoning</summary>\n\n{part.text}\n\n</details>" if part.text else ""
     if isinstance(part, ToolPart):
         state = part.state
-        status = "interrupted" if isinstance(state, ToolError) and state.interrupted else state.status
+        status = tool_status(part)  # failed: completed, but the code raised (the class is the label)
         title = getattr(state, "title", None) or ""
-        head = f"{_ICON.get(state.status, '')} **{part.tool}**{' · ' + title if title and title != part.tool else ''} · {status}"
+        head = (f"{_ICON.get(status, '')} **{part.tool}**"
+                f"{' · ' + title if title and title != part.tool else ''} · {tool_label(part)}")
         inner = ["input:", _fence(json.dumps(state.input, ensure_ascii=False, indent=1))]
         if isinstance(state, ToolCompleted):
             inner += ["output:", _fence("[output pruned by compaction]" if state.time_compacted else state.output)]
@@ -227,12 +240,12 @@ pre code{background:none;padding:0}
 details{border:1px solid var(--line);border-radius:6px;margin:8px 0;background:var(--card)}
 details>summary{cursor:pointer;padding:6px 10px;font-size:.9em;list-style-position:inside}
 details>div{padding:0 10px 8px}details .label{color:var(--muted);font-size:.8em;margin:6px 0 2px}
-.completed>summary .status{color:var(--ok)}.error>summary .status{color:var(--err)}.running>summary .status,.pending>summary .status{color:var(--warn)}
+.completed>summary .status{color:var(--ok)}.error>summary .status,.failed>summary .status,.interrupted>summary .status{color:var(--err)}.running>summary .status,.pending>summary .status{color:var(--warn)}
 .step,.note{color:var(--muted);font-size:.8em;margin:6px 0}.marker{text-align:center;color:var(--warn);font-weight:600;margin:10px 0}
 .error-line{color:var(--err);margin:6px 0}.child{border-left:3px solid var(--line);padding-left:10px;margin:8px 0}
 img{max-width:100%}footer{color:var(--muted);font-size:.8em;margin-top:32px;text-align:center}
 """
-_ICON = {"pending": "⏳", "running": "⚙️", "completed": "✅", "error": "❌"}
+_ICON = {"pending": "⏳", "running": "⚙️", "completed": "✅", "error": "❌", "failed": "❌"}
 
 
 def html_page(store, info: Session) -> str:
@@ -317,7 +330,7 @@ def _part_html(store, part, depth: int) -> str:
 
 def _tool_html(store, part: ToolPart, depth: int) -> str:
     state = part.state
-    status = "interrupted" if isinstance(state, ToolError) and state.interrupted else state.status
+    status = tool_status(part)  # failed: completed, but the code raised (the class is the label)
     title = getattr(state, "title", None) or ""
     took = ""
     if isinstance(state, (ToolCompleted, ToolError)):
@@ -329,15 +342,16 @@ def _tool_html(store, part: ToolPart, depth: int) -> str:
         child = (state.metadata or {}).get("sessionId") if part.tool == "task" else None
         if child and depth < MAX_DEPTH:
             try:
-                child_info = store.session(child)
+                child_info = store.session(ids.check(child, "session"))
                 inner.append(f"<div class=\"label\">subagent session <code>{_e(child)}</code></div>"
                              f"<div class=\"child\">{_session_html(store, child_info, depth + 1)}</div>")
-            except SessionNotFoundError:
+            except AgentError:  # not a session id, or no such session (any more)
                 pass
     elif isinstance(state, ToolError):
         inner.append(f"<div class=\"label\">error</div><pre>{_e(state.error)}</pre>")
-    return (f"<details class=\"tool {state.status}\"><summary>{_ICON.get(state.status, '')} <b>{_e(part.tool)}</b>"
-            f"{' · ' + _e(title) if title and title != part.tool else ''} · <span class=\"status\">{status}</span>"
+    return (f"<details class=\"tool {status}\"><summary>{_ICON.get(status, '')} <b>{_e(part.tool)}</b>"
+            f"{' · ' + _e(title) if title and title != part.tool else ''} · "
+            f"<span class=\"status\">{_e(tool_label(part))}</span>"
             f"{took}</summary><div>{''.join(inner)}</div></details>")
 
 
@@ -396,44 +410,155 @@ class ImportResult:
     messages: int = 0
     parts: int = 0
     sessions: list[str] = field(default_factory=list)  # this one and its children
+    dropped_paths: int = 0  # saved-output paths outside this data directory, not kept
+    directory: str = ""  # the working folder the imported sessions use (the importer's)
 
     def __str__(self) -> str:
         if self.status == "unchanged":
             return f"{self.session_id} is already in the history, unchanged — nothing imported"
         kids = f" and {len(self.sessions) - 1} subagent session(s)" if len(self.sessions) > 1 else ""
-        return f"imported {self.session_id}{kids}: {self.messages} messages, {self.parts} parts (same ids)"
+        dropped = (f"; {self.dropped_paths} saved-output path(s) outside this data directory "
+                   "dropped" if self.dropped_paths else "")
+        where = f"; it works in {self.directory}" if self.directory else ""
+        return (f"imported {self.session_id}{kids}: {self.messages} messages, {self.parts} parts "
+                f"(same ids){dropped}{where}")
 
 
 def load_bundle(source: Any) -> dict:
     if isinstance(source, dict):
         return source
     path = Path(source).expanduser()
+    hint = "give the path of a bundle file from `%agent export --format json`"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UsageError(f"no file {str(path)!r} — give the path of a bundle from `%agent export --format json`") from None
-    except ValueError as err:
-        raise UsageError(f"{path} is not JSON ({err}) — expected a bundle from `%agent export --format json`") from None
-    if not isinstance(data, dict) or "info" not in data or "messages" not in data:
+        raise UsageError(f"no file {str(path)!r} — {hint}") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path} is a folder — {hint} (for OpenCode's data folder: "
+                         "`%agent import-opencode DIR`)") from None
+    except OSError as err:
+        raise UsageError(f"cannot read {path}: {err.strerror or err} — {hint}") from None
+    except (ValueError, RecursionError) as err:
+        raise UsageError(f"{path} is not JSON ({type(err).__name__}: {str(err)[:120]}) — "
+                         "expected a bundle from `%agent export --format json`") from None
+    if (not isinstance(data, dict) or not isinstance(data.get("info"), dict)
+            or not isinstance(data.get("messages"), list)):
         raise UsageError(f"{path} is not a session bundle — expected {{\"info\": …, \"messages\": […]}} "
                          "(from `%agent export --format json` or `opencode export`)")
-    if data.get("format", BUNDLE_FORMAT) != BUNDLE_FORMAT or int(data.get("version", 1)) > BUNDLE_VERSION:
-        raise UsageError(f"{path}: unsupported bundle format {data.get('format')!r} version {data.get('version')!r}")
+    version = data.get("version", 1)
+    if (data.get("format", BUNDLE_FORMAT) != BUNDLE_FORMAT or not isinstance(version, int)
+            or version > BUNDLE_VERSION):
+        raise UsageError(f"{path}: unsupported bundle format {ids.shown(data.get('format'))} "
+                         f"version {ids.shown(version)} — export it again with this version's "
+                         "`%agent export`")
     return data
 
 
 def _decode(data: dict) -> tuple[Session, list[WithParts]]:
     try:
-        info = Session.from_data(data["info"])
+        info = check_session(Session.from_data(data["info"]), what="the bundle's session")
         history = []
         for item in data["messages"]:
-            message = message_from_data({**item["info"], "sessionID": info.id})
-            parts = tuple(part_from_data({**p, "sessionID": info.id, "messageID": message.id})
-                          for p in item.get("parts", ()))
-            history.append(WithParts(message, parts))
+            _same_owner(item["info"], "sessionID", info.id, "message")
+            message = check_message(message_from_data({**item["info"], "sessionID": info.id}))
+            parts = []
+            for p in item.get("parts", ()):
+                _same_owner(p, "sessionID", info.id, "part")
+                _same_owner(p, "messageID", message.id, "part")
+                data = {**p, "sessionID": info.id, "messageID": message.id}
+                parts.append(check_part(read_part(data)))  # a newer version's part is kept
+            history.append(WithParts(message, tuple(parts)))
+    except ids.InvalidIdError as err:
+        raise UsageError(f"refusing the bundle: {err}; nothing was imported") from None
     except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise UsageError(f"the bundle has a malformed session, message or part ({type(err).__name__}: {err})") from None
+        raise UsageError(f"the bundle has a malformed session, message or part "
+                         f"({type(err).__name__}: {str(err)[:120]})") from None
     return info, history
+
+
+def _same_owner(data: Any, key: str, expected: str, kind: str) -> None:
+    value = data.get(key) if isinstance(data, dict) else None
+    if value is not None and value != expected:
+        raise ids.InvalidIdError(f"a {kind} in session {expected} says its {key} is "
+                                 f"{ids.shown(value)}")
+
+
+# --------------------------------------------------------------------------
+# the ids of imported values (bundles and OpenCode): checked before anything uses them
+
+
+def check_session(info: Session, *, what: str = "the session") -> Session:
+    """``info`` if every id in it follows the grammar; else ``ids.InvalidIdError``."""
+    ids.check(info.id, "session", what=f"{what} id")
+    if info.parent_id is not None:
+        ids.check(info.parent_id, "session", what=f"{what}'s parentID")
+    for key, value in (info.forked_from or {}).items():
+        if key in ("sessionID", "messageID"):
+            kind = "session" if key == "sessionID" else "message"
+            ids.check(value, kind, what=f"{what}'s forkedFrom.{key}")
+    revert = info.revert
+    if revert is not None:
+        if not isinstance(revert, dict):
+            raise ids.InvalidIdError(f"{what}'s revert is not an object")
+        ids.check(revert.get("messageID"), "message", what=f"{what}'s revert.messageID")
+        if revert.get("partID") is not None:
+            ids.check(revert["partID"], "part", what=f"{what}'s revert.partID")
+        tree = revert.get("snapshot")
+        if tree is not None and not ids.is_hash(tree):
+            raise ids.InvalidIdError(f"{what}'s revert.snapshot {ids.shown(tree)} is not a tree")
+    return info
+
+
+def check_message(message) -> Any:
+    ids.check(message.id, "message", what="a message id")
+    ids.check(message.session_id, "session", what=f"message {message.id}'s sessionID")
+    if isinstance(message, AssistantMessage) and message.parent_id:  # "" when OpenCode stored none
+        ids.check(message.parent_id, "message", what=f"message {message.id}'s parentID")
+    return message
+
+
+def check_part(part) -> Any:
+    where = f"part {ids.shown(part.id, 40)}"
+    ids.check(part.id, "part", what="a part id")
+    ids.check(part.session_id, "session", what=f"{where}'s sessionID")
+    ids.check(part.message_id, "message", what=f"{where}'s messageID")
+    if isinstance(part, ToolPart):
+        if part.call_id and not ids.safe_name(part.call_id):
+            raise ids.InvalidIdError(f"{where}'s callID {ids.shown(part.call_id)} is not a tool "
+                                     "call id (letters, digits and _.:- only)")
+        metadata = getattr(part.state, "metadata", None) or {}
+        child = metadata.get("sessionId") if part.tool == "task" else None
+        if child is not None:
+            ids.check(child, "session", what=f"{where}'s task sessionId")
+    trees = isinstance(part, (PatchPart, SnapshotPart, StepStartPart, StepFinishPart))
+    for name in ("hash", "snapshot") if trees else ():
+        value = getattr(part, name, None)
+        if value and not ids.is_hash(value):
+            raise ids.InvalidIdError(f"{where}'s {name} {ids.shown(value)} is not a tree hash")
+    if isinstance(part, PatchPart) and not all(isinstance(f, str) and "\0" not in f
+                                               for f in part.files):
+        raise ids.InvalidIdError(f"{where}'s files are not all paths")
+    if isinstance(part, CompactionPart) and part.tail_start_id is not None:
+        ids.check(part.tail_start_id, "message", what=f"{where}'s tail_start_id")
+    return part
+
+
+def keep_paths_inside(part, data_dir: str | os.PathLike):
+    """``(part, dropped)``: a tool part's ``metadata.outputPath`` outside ``<data_dir>/tool-output``
+    removed (a path from outside is never read: it could name any file)."""
+    metadata = getattr(getattr(part, "state", None), "metadata", None)
+    path = metadata.get("outputPath") if isinstance(metadata, dict) else None
+    if path is None:
+        return part, False
+    root = (Path(data_dir) / "tool-output").resolve()
+    try:
+        inside = isinstance(path, str) and "\0" not in path and Path(path).resolve().parent == root
+    except (OSError, ValueError, RuntimeError):
+        inside = False
+    if inside:
+        return part, False
+    kept = {k: v for k, v in metadata.items() if k != "outputPath"}
+    return replace(part, state=replace(part.state, metadata=kept)), True
 
 
 def _same(store, info: Session, history: list[WithParts]) -> bool | None:
@@ -444,14 +569,34 @@ def _same(store, info: Session, history: list[WithParts]) -> bool | None:
         return None
     if existing.id != info.id:  # a prefix match of another session
         return None
-    return existing == info and store.messages(info.id) == history
+    # the working folder is the importer's, never the bundle's: it is not compared
+    return replace(existing, directory=info.directory) == info and store.messages(info.id) == history
 
 
-def import_bundle(store, source: Any) -> ImportResult:
-    """Write a bundle's session (and its subagent sessions) into the history, ids unchanged."""
-    data = load_bundle(source)
+def import_bundle(store, source: Any, *, directory: str | os.PathLike | None = None) -> ImportResult:
+    """Write a bundle's session (and its subagent sessions) into the history, ids unchanged.
+
+    The bundle's working folder is a path from outside: the imported sessions work in
+    ``directory`` (default: the current working directory) instead, so a bundle cannot point the
+    tools, and the "inside the session folder" permission rules, at a folder of its choosing.
+    """
+    data = clean_value(load_bundle(source))  # stored as the journal keeps it: no key, encodable
     plan: list[tuple[Session, list[WithParts]]] = []
     _collect(data, plan, 0)
+    home = str(Path(directory or os.getcwd()).resolve())
+    plan = [(replace(info, directory=home), history) for info, history in plan]
+    dropped = 0
+    for _, history in plan:
+        for i, item in enumerate(history):
+            parts = []
+            for part in item.parts:
+                part, lost = keep_paths_inside(part, store.data_dir)
+                parts.append(part)
+                dropped += lost
+            history[i] = WithParts(item.info, tuple(parts))
+    if len({info.id for info, _ in plan}) != len(plan):
+        raise UsageError("refusing the bundle: it holds the same session twice; "
+                         "nothing was imported")
     states = [_same(store, info, history) for info, history in plan]
     root = plan[0][0]
     if all(s is True for s in states):
@@ -460,7 +605,7 @@ def import_bundle(store, source: Any) -> ImportResult:
     if clash:
         raise UsageError(f"session {clash} is already in the history and differs from this bundle — "
                          f"`%agent delete {clash}` first to replace it")
-    result = ImportResult(root.id, "imported")
+    result = ImportResult(root.id, "imported", dropped_paths=dropped, directory=home)
     for (info, history), state in zip(plan, states):
         if state is True:
             continue
@@ -474,12 +619,22 @@ def import_bundle(store, source: Any) -> ImportResult:
     return result
 
 
-def _collect(data: dict, plan: list, depth: int) -> None:
+def _collect(data: dict, plan: list, depth: int, parent: str | None = None) -> None:
     if depth > 32:
         raise UsageError("the bundle nests subagent sessions more than 32 deep")
-    plan.append(_decode(data))
+    if (not isinstance(data, dict) or not isinstance(data.get("info"), dict)
+            or not isinstance(data.get("messages"), list)
+            or not isinstance(data.get("children") or [], list)):
+        raise UsageError("the bundle has a malformed subagent session — expected "
+                         "{\"info\": …, \"messages\": […], \"children\": […]}")
+    info, history = _decode(data)
+    if parent is not None and info.parent_id != parent:
+        raise UsageError(f"refusing the bundle: subagent session {info.id} names "
+                         f"{ids.shown(info.parent_id)} as its parent, not {parent}; "
+                         "nothing was imported")
+    plan.append((info, history))
     for child in data.get("children") or ():
-        _collect(child, plan, depth + 1)
+        _collect(child, plan, depth + 1, info.id)
 
 
 def iter_bundle_sessions(data: dict) -> Iterable[str]:

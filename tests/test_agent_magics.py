@@ -220,6 +220,7 @@ def test_errors_render_as_one_line_in_the_shell(ip):
 
 
 def test_unknown_model_override_key_is_a_config_error(ip, server, magics):
-    magics.model_overrides = {"openai/scripted": {"context_window": 5}}
-    with pytest.raises(AgentError, match="context"):
-        run(ip, "hi")
+    before = magics.model_overrides
+    with pytest.raises(AgentError, match="context"):  # refused when assigned; the old value stays
+        magics.model_overrides = {"openai/scripted": {"context_window": 5}}
+    assert magics.model_overrides == before

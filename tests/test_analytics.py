@@ -272,8 +272,9 @@ def spawn(data_dir: Path, *args: str) -> subprocess.Popen:
 
 
 def test_queries_run_while_another_process_writes(tmp_path):
-    writer = spawn(tmp_path, "turns", "80", "w")
     reader = Store(tmp_path)
+    reader.sql("SELECT count(*) FROM session_summary")  # its first query's setup, before the writer runs
+    writer = spawn(tmp_path, "turns", "80", "w")
     seen = []
     while writer.poll() is None:
         frame = reader.sql("SELECT count(*) sessions, sum(tool_calls) tools, sum(turns) turns FROM session_summary")
@@ -416,7 +417,8 @@ def test_export_parquet_layout_and_round_trip(history, tmp_path, capsys):
     store = history.store
     out = tmp_path / "shared"
     counts = analytics.export_parquet(out, store, user="alice")
-    assert counts == {"session": 3, "message": 13, "part": 24, "event": 2}
+    assert counts == {"session": 3, "message": 13, "part": 24, "event": 2, "step": 6, "tool_call": 4,
+                      "compaction_event": 2, "session_summary": 3, "daily_cost": 4}
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*.parquet"))
     assert f"part/date=2026-01-05/alice-{socket.gethostname()}-0.parquet" in files
     assert {f.split("/")[1] for f in files} == {"date=2026-01-05", "date=2026-01-06"}
@@ -425,7 +427,8 @@ def test_export_parquet_layout_and_round_trip(history, tmp_path, capsys):
                        f"count(DISTINCT date) FROM read_parquet('{out}/part/*/*.parquet', hive_partitioning=true)"
                        ).fetchone()
     assert part == (24, 24, "alice", history.store._journal.writer.rsplit("-", 2)[0], 2)
-    analytics.export_parquet(out, store, user="alice")  # again: replaces alice's files, no duplicates
+    again = analytics.export_parquet(out, store, user="alice")  # again: nothing changed, nothing written
+    assert set(again.values()) == {0}
     bob = Store(tmp_path / "bob")  # another user's history, exported to the same place
     h = History(bob)
     s = h.session(DAY2, "bob's")

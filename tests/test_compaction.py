@@ -1,5 +1,5 @@
-"""Compaction (the compaction package): OpenCode's own cases (spec §7) for isOverflow, Token.estimate
-and prune; the tail view (§8.4); each fallback and guard; events in the history. Summary
+"""Compaction (the compaction package): OpenCode's own test cases for isOverflow, Token.estimate
+and prune; the tail view; each fallback and guard; events in the history. Summary
 calls go over real HTTP to the scripted server."""
 
 from __future__ import annotations
@@ -109,10 +109,10 @@ def model(context, output, input_limit=0, **extra):
 def test_overflow_uses_the_fixed_budget_by_default_and_v1216_optionally():
     m = model(200 * K, 32 * K)
     fixed, legacy = CompactionConfig(), CompactionConfig.opencode(legacy_reserved=True)
-    assert fixed.budget(m).usable == 148 * K and legacy.budget(m).usable == 168 * K  # §3.1 vs §8.2
+    assert fixed.budget(m).usable == 148 * K and legacy.budget(m).usable == 168 * K  # v1.2.16 vs the upstream fix
     assert fixed.is_overflow(Tokens(total=171 * K), m) and legacy.is_overflow(Tokens(total=171 * K), m)
     assert fixed.is_overflow(Tokens(total=150 * K), m) and not legacy.is_overflow(Tokens(total=150 * K), m)
-    # with an input limit both subtract reserved (the asymmetry test of §7)
+    # with an input limit both subtract reserved (OpenCode's asymmetry test)
     mi = model(200 * K, 32 * K, 200 * K)
     assert fixed.budget(mi).usable == legacy.budget(mi).usable == 180 * K
     assert not CompactionConfig(auto=False).is_overflow(Tokens(total=10**9), m)
@@ -146,7 +146,7 @@ def test_token_estimate():
     assert estimate("x" * 4000) == 1000 and estimate("x" * 20_000) == 5000 and estimate("") == 0
 
 
-# -- prune (compaction.ts prune, §3.2) -----------------------------------------------------
+# -- prune (compaction.ts prune) -----------------------------------------------------------
 
 
 def test_prune_keeps_the_protect_window_and_clears_older_outputs():
@@ -218,7 +218,7 @@ def test_prune_marks_saves_and_points_at_the_output(tmp_path):
     store.close()
 
 
-# -- the tail view (§8.4) ----------------------------------------------------------------
+# -- the tail view ----------------------------------------------------------------------
 
 
 def test_filter_compacted_with_a_tail_orders_request_summary_tail_newer():
@@ -352,7 +352,7 @@ def test_summary_that_never_fits_fails_in_one_line_and_leaves_the_view(server, t
     assert result.event.outcome == "failed" and "\n" not in result.message and "context" in result.message
     assert result.event.llm_calls >= 3  # tried less and less before giving up
     assert ids_of(without_failed_compactions(filter_compacted(history))) == before
-    # OpenCode v1.2.16: no fallback, one call, then stop (§3.3f)
+    # OpenCode v1.2.16: no fallback, one call, then stop
     server.enqueue(Reply(**OVERFLOW_400))
     opencode = _compactor(store, tmp_path, CompactionConfig.opencode(), server=server)
     assert opencode.compact(_session(), cause="auto", auto=True).event.llm_calls == 1

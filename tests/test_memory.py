@@ -60,7 +60,7 @@ def env(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
     settings = Settings(model="openai/x", data_dir=tmp_path / "data", titles=False,
-                        memory={"extractor": "rules"})
+                        memory={"extractor": "rules", "embeddings": None})  # BM25 here; hybrid: test_memory_hybrid
     store = Store(settings.data_dir)
     yield store, settings, project
     store.close()
@@ -238,7 +238,7 @@ def _bag_of_words(texts):
     return out
 
 
-def test_embeddings_add_cosine_similarity_from_duckdb(env, monkeypatch):
+def test_an_embedding_function_adds_cosine_similarity_and_its_vectors_are_cached(env, monkeypatch):
     store, settings, project = env
     write_session(store, project, [("The warehouse is only reachable through vpn-gw-17.", "ok")], T0)
     question = "Which gateway gives access to the warehouse?"
@@ -258,7 +258,7 @@ def test_embeddings_add_cosine_similarity_from_duckdb(env, monkeypatch):
     calls.clear()
     memory.recall(store, settings, question, directory=project, threshold=0.3, embed=embed, embed_model="fake")
     assert calls == [1]
-    assert (settings.data_dir / "memory" / ".embeddings" / "fake.jsonl").exists()
+    assert (settings.data_dir / "memory" / ".embeddings" / "fake.vec").exists()
 
 
 def test_embeddings_setting_falls_back_to_bm25_when_the_server_has_no_endpoint(env, server, monkeypatch):

@@ -1,6 +1,6 @@
 """Importing OpenCode's history: an ``opencode.db`` built from its documented schema
-(reference/opencode.md §1.5, WAL mode as OpenCode runs it) and the older JSON
-``storage/`` layouts, with every part type (§1.4), ids kept."""
+(its session/message/part tables, WAL mode as OpenCode runs it) and the older JSON
+``storage/`` layouts, with every part type OpenCode has, ids kept."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ MESSAGES = [  # (id, session, time, data without id/sessionID)
                             "cost": 0.002, "tokens": TOKENS, "finish": "stop"}),
 ]
 
-PARTS = [  # (id, message, session, data without ids) — every part type of §1.4
+PARTS = [  # (id, message, session, data without ids) — every part type OpenCode has
     ("prt_01", U1, SES, {"type": "text", "text": "Find the bug in main.py", "time": {"start": T0 + 1000}}),
     ("prt_02", U1, SES, {"type": "file", "mime": "text/plain", "filename": "main.py", "url": "file:///home/u/proj/main.py",
                          "source": {"type": "file", "path": "main.py", "text": {"value": "@main.py", "start": 0, "end": 8}}}),

@@ -261,7 +261,9 @@ def test_tool_asks_table():
 
 
 def test_bash_splits_commands_so_an_allowed_prefix_cannot_smuggle_another():
-    (_, patterns, always), = asks("bash", {"command": "echo hi && rm -rf build; echo $(whoami) | tee log"})
+    # the output of $(whoami) could name any path: it asks external_directory (unsure) first
+    (external, _, _), (_, patterns, always) = asks("bash", {"command": "echo hi && rm -rf build; echo $(whoami) | tee log"})
+    assert external == "external_directory"
     assert patterns == ("echo hi", "rm -rf build", "echo $(whoami)", "tee log", "whoami")
     assert always == ("echo *", "rm *", "tee *", "whoami *")
     rules = [R("bash", "*", "deny"), R("bash", "echo *", "allow")]
@@ -520,10 +522,11 @@ def test_always_is_stored_on_the_session(ip, server, store, magics):
 
 
 def test_a_broken_permission_setting_is_a_one_line_config_error(ip, server, magics):
-    magics.permission = {"bash": "sometimes"}
-    with pytest.raises(ConfigError) as info:
-        run(ip, "hi")
+    before = magics.permission
+    with pytest.raises(ConfigError) as info:  # refused when assigned; the old value stays
+        magics.permission = {"bash": "sometimes"}
     assert "\n" not in str(info.value) and "allow, ask or deny" in str(info.value)
+    assert magics.permission == before
 
 
 def test_doom_loop_across_steps_asks_before_the_third_call(ip, server, store, magics, tmp_path):

@@ -335,18 +335,21 @@ def test_malformed_chunk(server, provider):
 
 
 def test_stall_with_short_timeout(server):
-    p = OpenAIProvider(provider_id="local", base_url=server.base_url, api_key="k", timeout=0.5)
+    p = OpenAIProvider(provider_id="local", base_url=server.base_url, api_key="k", timeout=5, idle_timeout=0.5)
     server.enqueue(Reply(text="slow", stall=5))
     err = failure(p)
-    assert err.retryable and err.message == f"stream interrupted: no data from {server.base_url} for 0.5s"
+    assert err.retryable and err.message.startswith(f"stream interrupted: no data from {server.base_url} for 0.5s")
+    assert err.message.endswith("raise %config AgentMagics.idle_timeout")
     assert isinstance(err.__cause__, openai.APITimeoutError)
 
 
 def test_slow_headers_time_out(server):
-    p = OpenAIProvider(provider_id="local", base_url=server.base_url, api_key="k", timeout=0.5)
+    p = OpenAIProvider(provider_id="local", base_url=server.base_url, api_key="k", timeout=5,
+                       first_byte_timeout=0.5)
     server.enqueue(Reply(text="slow", first_delay=5))
     err = failure(p)
     assert err.retryable and err.message.startswith("request timed out after 0.5s")
+    assert err.message.endswith("raise %config AgentMagics.first_byte_timeout")
 
 
 def test_unreachable_server():

@@ -138,7 +138,8 @@ def test_the_store_redacts_every_line_it_writes(tmp_path):
         store.flush()
         journal = "".join(p.read_text() for p in (tmp_path / "history").rglob("*.jsonl"))
         assert OPENAI not in journal and GITHUB not in journal
-        assert "[REDACTED:openai]" in journal and "[REDACTED:github]" in journal
+        # the label is the kind, or the variable's name once the value was seen in the environment
+        assert journal.count("[REDACTED:") == 2
         assert all(json.loads(line) for line in journal.splitlines())
     finally:
         store.close()

@@ -198,9 +198,9 @@ def test_snapshots_can_be_turned_off(ip, server, store, magics, tmp_path):
 def test_unknown_snapshot_setting_is_a_config_error(ip, magics):
     from jupyter_session_agent.errors import ConfigError
 
-    magics.snapshot = {"max_size": 1}
-    with pytest.raises(ConfigError, match="max_file_size"):
-        magics.settings()
+    with pytest.raises(ConfigError, match="max_file_size"):  # refused when assigned
+        magics.snapshot = {"max_size": 1}
+    assert magics.snapshot == {}
 
 
 def test_an_interrupted_step_still_records_its_patch(ip, server, store, magics, tmp_path):

@@ -37,8 +37,8 @@ def call(name, ctx, **args) -> ToolResult:
 # -- registry, schema, validation --------------------------------------------
 
 
-def test_builtin_tools_are_exactly_the_eight():
-    assert list(TOOLS) == ["python", "bash", "read", "write", "edit", "list", "glob", "grep"]
+def test_builtin_tools_are_exactly_the_nine():
+    assert list(TOOLS) == ["python", "bash", "read", "write", "edit", "list", "glob", "grep", "notebook"]
     for name, tool in TOOLS.items():
         schema = openai_schema(tool)
         assert schema["type"] == "function"

@@ -6,10 +6,19 @@ against the scripted server (offline, deterministic) and prints the table that
 summary calls to a real OpenAI-compatible server instead (``OPENAI_API_KEY``
 is used if set); the scenarios and the scripted agent stay the same.
 
+The real OpenCode (npm ``opencode-ai``, the version in ``opencode_cli.VERSION``) is a
+column of its own: each scenario is driven through the CLI against the same scripted
+server (``real.py``); it is installed with npm into a cache folder when missing (said on
+stderr). ``--no-real`` leaves it out; ``--opencode-driver run`` sends every turn with
+``opencode run --attach`` instead of ``opencode serve``'s HTTP API (the same requests,
+slower).
+
 Options: ``--scenarios a,b``, ``--extra`` (also OpenCode with its reserved bug
 and ours with raw-messages summary input), ``--json FILE`` (every run, every
 event), ``--check`` (exit 1 unless ours keeps the latest request and the
-constraints everywhere and frees at least as much per event as OpenCode).
+constraints everywhere, frees at least as much per event as OpenCode v1.2.16 on the
+same histories and as the real OpenCode end to end, and spends no more LLM calls per
+event than the real OpenCode).
 """
 
 from __future__ import annotations
@@ -20,10 +29,13 @@ import sys
 from dataclasses import asdict
 
 from .harness import CLASSES, EXTRA_POLICIES, POLICIES, run_scenario, summarise_pairs, summarise_runs
+from .opencode_cli import PACKAGE, VERSION, OpenCodeUnavailable, ensure_opencode
+from .real import POLICY as REAL
+from .real import run_opencode_scenario
+from .scenarios import default_scenarios
 
 PAIR = ("opencode-1.2.16", "ours")
 ROBUSTNESS = ("loop",)  # reported on their own: their events would swamp the averages
-from .scenarios import default_scenarios
 
 
 def _fmt(value) -> str:
@@ -57,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="the model name on --base-url")
     parser.add_argument("--json", help="write every run (events, checkpoints) to this file")
     parser.add_argument("--check", action="store_true", help="exit 1 unless ours passes the gates")
+    parser.add_argument("--no-real", action="store_true", help="leave out the real OpenCode CLI")
+    parser.add_argument("--opencode-driver", choices=("serve", "run"), default="serve",
+                        help="turns through opencode serve's HTTP API (default) or opencode run --attach")
     args = parser.parse_args(argv)
 
     scenarios = default_scenarios()
@@ -69,11 +84,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.policies:
         policies = {k: v for k, v in {**POLICIES, **EXTRA_POLICIES}.items() if k in args.policies.split(",")}
 
-    runs = {p: [] for p in policies}
+    binary = None
+    if not args.no_real and (not args.policies or REAL in args.policies.split(",")):
+        try:
+            binary = ensure_opencode()
+        except OpenCodeUnavailable as err:
+            print(f"the real OpenCode column is left out: {err}", file=sys.stderr)
+    main_policies = [p for p in policies if p not in EXTRA_POLICIES and p != "ours"]
+    order = [*main_policies, *([REAL] if binary else []), *(["ours"] if "ours" in policies else []),
+             *[p for p in policies if p in EXTRA_POLICIES]]
+    runs = {p: [] for p in order}
     for scn in scenarios:
-        for name, config in policies.items():
-            shadows = {p: policies[p] for p in PAIR if p != name and name in PAIR and p in policies}
-            result = run_scenario(scn, name, config, base_url=args.base_url, model=args.model, shadows=shadows)
+        for name in order:
+            if name == REAL:
+                result = run_opencode_scenario(scn, binary=binary, driver=args.opencode_driver)
+            else:
+                config = policies[name]
+                shadows = {p: policies[p] for p in PAIR if p != name and name in PAIR and p in policies}
+                result = run_scenario(scn, name, config, base_url=args.base_url, model=args.model,
+                                      shadows=shadows)
             runs[name].append(result)
             ev = [e for e in result.events if e["kind"] == "summary"]
             print(f"  {scn.name:<13} {name:<26} turns {result.completed}/{result.turns}  summaries {len(ev)}  "
@@ -97,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     where = f"summaries by {args.model} at {args.base_url}" if args.base_url else "offline (scripted server)"
     if rows:
         print(f"\nCompactBench — {len(names)} scenarios ({', '.join(names)}); {where}")
+        if REAL in runs and runs[REAL]:
+            print(f"{REAL}: {PACKAGE} {VERSION}, turns through opencode {args.opencode_driver}; its window is "
+                  f"the scenario's + {runs[REAL][0].extra.get('window_extra', 0):,} tokens (the difference "
+                  "in system prompt and tool schemas)")
         print(table(rows, keys, fmt))
         ks = sorted({k for r in rows.values() for k in r["retention@k"] if k <= 12})
         if ks:
@@ -123,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\nPer scenario:")
     for scn in scenarios:
         parts = []
-        for p in policies:
+        for p in runs:
             r = next(x for x in runs[p] if x.scenario == scn.name)
             ev = [e for e in r.events if e["kind"] == "summary" and e["outcome"] == "ok"]
             freed = sum(e["tokens_before"] - e["tokens_after"] for e in ev) / len(ev) if ev else 0
@@ -140,9 +173,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def check(runs: dict) -> bool:
-    """Ours keeps the latest request and the constraints in every scenario, never dies, and frees
-    at least as many tokens per summary event as OpenCode v1.2.16 (over all scenarios)."""
+    """Ours keeps the latest request and the constraints in every scenario, never dies, frees
+    at least as many tokens per summary event as OpenCode v1.2.16 (paired, over all scenarios)
+    and as the real OpenCode (end to end), and spends no more LLM calls per event than it."""
     ok = True
+    if REAL in runs and runs[REAL]:
+        main = {p: summarise_runs([r for r in runs[p] if r.scenario not in ROBUSTNESS]) for p in ("ours", REAL)}
+        if main["ours"]["freed/event"] < main[REAL]["freed/event"]:
+            print(f"FAIL freed/event: ours {main['ours']['freed/event']:,.0f} < {REAL} "
+                  f"{main[REAL]['freed/event']:,.0f}", file=sys.stderr)
+            ok = False
+        if main["ours"]["LLM calls/event"] > main[REAL]["LLM calls/event"]:
+            print(f"FAIL LLM calls/event: ours {main['ours']['LLM calls/event']:.2f} > {REAL} "
+                  f"{main[REAL]['LLM calls/event']:.2f}", file=sys.stderr)
+            ok = False
     for r in runs["ours"]:
         if r.scenario in ROBUSTNESS:  # compaction cannot help: end with one clear error, never loop
             futile = [e for e in r.events if e["kind"] == "summary" and e["outcome"] != "ok"]

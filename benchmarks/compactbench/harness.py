@@ -90,6 +90,25 @@ class RunResult:
     usable: int
     needles: dict = field(default_factory=dict)  # id → class
     paired: list = field(default_factory=list)  # per compaction point: {policy: _measure(...)}
+    extra: dict = field(default_factory=dict)  # policy-specific notes (the real OpenCode's window …)
+
+
+TOOL_NAMES = ("bash", "read", "edit")
+
+
+def bench_schemas(tools: dict) -> list[dict]:
+    return [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                              "parameters": t.parameters}} for t in tools.values()]
+
+
+def bench_fixed_tokens(scn: Scenario) -> int:
+    """Tokens of the benchmark agent's own system prompt and tool schemas (without the
+    scenario's project instructions), as the scripted server counts them."""
+    import math
+
+    schemas = bench_schemas({name: BenchTool(name, {}) for name in TOOL_NAMES})
+    prompt = system_prompt(tempfile.gettempdir(), list(TOOL_NAMES))
+    return math.ceil(len(json.dumps([{"role": "system", "content": prompt}, *schemas])) / 4)
 
 
 def view_text(chat: list[dict]) -> str:
@@ -170,9 +189,8 @@ def run_scenario(scn: Scenario, policy: str, config: CompactionConfig, *, base_u
         info = ModelInfo("bench", "agent", context=scn.context, output=scn.output, prices=Prices(1.0, 4.0),
                          source="override")
         provider = OpenAIProvider(provider_id="openai", base_url=server.base_url, api_key="sk-bench", timeout=120)
-        tools = {name: BenchTool(name, outputs) for name in ("bash", "read", "edit")}
-        schemas = [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                      "parameters": t.parameters}} for t in tools.values()]
+        tools = {name: BenchTool(name, outputs) for name in TOOL_NAMES}
+        schemas = bench_schemas(tools)
         prompt = system_prompt(str(workdir), list(tools)) + ("\n\n" + scn.extra["system"] if scn.extra.get("system") else "")
         session_id = ids.descending("session")
         data_dir = workdir / "data"
@@ -253,6 +271,9 @@ def run_scenario(scn: Scenario, policy: str, config: CompactionConfig, *, base_u
                               compactor=compactor)
             try:
                 run_turn(setup, history)
+                if turn.index in scn.extra.get("manual", ()) and (config.auto or config.prune):
+                    compactor.prune(history, cause="manual")  # as AgentSession.compact()
+                    compactor.compact(history, cause="manual", auto=False)
                 completed += 1
             except (ContextLimitError, ProviderError) as err:
                 died = f"turn {turn.index}: {type(err).__name__}: {err}"

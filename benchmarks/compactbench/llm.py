@@ -6,7 +6,7 @@
   tool call, a result, or a summary line); otherwise it calls the tool again
   (counted as a duplicate). So a policy that loses the latest request or the
   record of finished work changes what the agent does next.
-* :func:`extractive_summary` plays the summariser (compaction.md §5.2 mode 1):
+* :func:`extractive_summary` plays the summariser (an extractive stand-in):
   it copies salient lines of what it was *sent* (user lines; lines with numbers,
   ``key=value``, paths, DONE/PENDING, never/always/must/because) under headings,
   newest first within a token cap, and carries a previous summary's lines
@@ -14,6 +14,11 @@
   "detailed summary" does: an eighth of the input (300–4,000 tokens), or less
   when the request asks for less ("under about N tokens", ``max_tokens``). Its output depends only on the request body, so policies that send
   different things get different summaries.
+* The real OpenCode's own traffic is answered too: its title requests get a short
+  title (``scripted_server.is_title_request``), its summary requests (system prompt "You are a
+  context summarization agent…", the head as ``<conversation>``, an earlier summary as
+  ``<prior-summary>``) get the same extractive summary written under its template's
+  headings (Objective / Important Details / Work State / Next Move / Relevant Files).
 * :class:`BenchServer` is the package's :class:`ScriptedServer` with a
   responder function instead of a queue, and a hard context limit: a request
   whose estimated prompt plus ``max_tokens`` exceeds the window gets OpenAI's
@@ -29,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from jupyter_session_agent.compaction import SUMMARY_SYSTEM
-from jupyter_session_agent.scripted_server import Reply, ScriptedServer
+from jupyter_session_agent.scripted_server import Reply, ScriptedServer, is_title_request
 
 CAP_SHARE, CAP_MIN, CAP_MAX = 8, 300, 4_000  # summary ≈ 1/8 of what it reads, 300–4,000 tokens
 SALIENT = re.compile(
@@ -42,15 +47,27 @@ PREFIXES = {"[User]: ": "user", "[Assistant]: ": "assistant", "[Assistant reason
             "[Assistant tool call]: ": "call", "[Tool result]: ": "tool"}
 HEADINGS = {"## Goal": "goal", "## Instructions": "user", "## Discoveries": "fact",
             "## Accomplished": "status", "## Relevant files / directories": "file"}
+# OpenCode 1.18's template: heading → the class of line it holds (None: written as "(none)")
+OPENCODE_HEADINGS = {"## Objective": "goal", "## Important Details": ("user", "fact"), "## Work State": None,
+                     "### Completed": "status", "### Active": None, "### Blocked": None,
+                     "## Next Move": None, "## Relevant Files": "file"}
+OPENCODE_SUMMARY_SYSTEM = "You are a context summarization agent."
+CONTINUES = ("The conversation above was compacted", "Continue if you have next steps")  # not the goal
 
 
 def tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
 
-def is_summary_request(body: dict) -> bool:
+def _system(body: dict) -> str:
     msgs = body.get("messages") or []
-    return bool(msgs) and msgs[0].get("role") == "system" and msgs[0].get("content") == SUMMARY_SYSTEM
+    return _content(msgs[0]) if msgs and msgs[0].get("role") == "system" else ""
+
+
+def is_summary_request(body: dict) -> bool:
+    """Ours (its system prompt) or the real OpenCode's (its summarisation agent)."""
+    system = _system(body)
+    return system == SUMMARY_SYSTEM or system.startswith(OPENCODE_SUMMARY_SYSTEM)
 
 
 def _content(message: dict) -> str:
@@ -65,15 +82,12 @@ def _segments(body: dict) -> tuple[list[tuple[str, str]], str]:
     msgs = body["messages"]
     out: list[tuple[str, str]] = []
     last = _content(msgs[-1])
-    if len(msgs) == 2 and "<transcript>" in last:  # §8.4 transcript
-        prev = re.search(r"<previous-summary>\n(.*?)\n</previous-summary>", last, re.S)
+    tag = next((t for t in ("transcript", "conversation") if f"<{t}>" in last), None)
+    if len(msgs) == 2 and tag:  # a transcript: ours (<transcript>) or OpenCode 1.18's (<conversation>)
+        prev = re.search(r"<(previous-summary|prior-summary)>\n(.*?)\n</\1>", last, re.S)
         if prev:
-            heading = "fact"
-            for line in prev.group(1).splitlines():
-                heading = HEADINGS.get(line.strip(), heading)
-                if line.strip() and line.strip() not in HEADINGS:
-                    out.append(("summary:" + heading, line.strip().removeprefix("- ")))
-        body_text = re.search(r"<transcript>\n(.*?)\n</transcript>", last, re.S)
+            out += _summary_lines(prev.group(2))
+        body_text = re.search(rf"<{tag}>\n(.*?)\n</{tag}>", last, re.S)
         role = "assistant"
         for line in (body_text.group(1) if body_text else "").splitlines():
             for prefix, kind in PREFIXES.items():
@@ -86,12 +100,8 @@ def _segments(body: dict) -> tuple[list[tuple[str, str]], str]:
     for m in msgs[1:-1]:  # raw messages (v1.2.16)
         role = m.get("role")
         text = _content(m)
-        if role == "assistant" and text.startswith("## Goal"):  # an earlier summary, as sent back
-            heading = "fact"
-            for line in text.splitlines():
-                heading = HEADINGS.get(line.strip(), heading)
-                if line.strip() and line.strip() not in HEADINGS:
-                    out.append(("summary:" + heading, line.strip().removeprefix("- ")))
+        if role == "assistant" and text.startswith(("## Goal", "## Objective")):  # an earlier summary
+            out += _summary_lines(text)
             continue
         for line in text.splitlines():
             if line.strip():
@@ -99,6 +109,21 @@ def _segments(body: dict) -> tuple[list[tuple[str, str]], str]:
         for call in m.get("tool_calls") or ():
             out.append(("call", f"{call['function']['name']}({call['function']['arguments']})"))
     return out, last
+
+
+def _summary_lines(text: str) -> list[tuple[str, str]]:
+    """An earlier summary (ours or OpenCode's headings) as ("summary:<class>", line) pairs."""
+    out, heading = [], "fact"
+    for line in text.splitlines():
+        line = line.strip()
+        if line in HEADINGS:
+            heading = HEADINGS[line]
+        elif line in OPENCODE_HEADINGS:
+            cls = OPENCODE_HEADINGS[line]
+            heading = "fact" if isinstance(cls, tuple) else cls or "skip"
+        elif line and heading != "skip" and line not in ("- (none)", "(none)", "1. (none)", "2. (none)"):
+            out.append(("summary:" + heading, line.removeprefix("- ")))
+    return out
 
 
 def extractive_summary(body: dict) -> str:
@@ -121,7 +146,7 @@ def extractive_summary(body: dict) -> str:
                 continue
             picked.append((cls, line))
         elif role == "user":
-            if line == "What did we do so far?" or line.startswith("The conversation above was compacted"):
+            if line == "What did we do so far?" or line.startswith(CONTINUES):
                 continue
             goal = line[:300]
             if not skip_user:
@@ -146,9 +171,15 @@ def extractive_summary(body: dict) -> str:
         kept.append(item)
     kept.reverse()
     sections = []
-    for heading, cls in HEADINGS.items():
-        lines = [goal] if cls == "goal" and goal else [f"- {line}" for c, line in kept if c == cls]
-        sections.append(heading + "\n" + ("\n".join(lines) if lines else "(none)"))
+    headings = OPENCODE_HEADINGS if "## Objective" in prompt and "<template>" in prompt else HEADINGS
+    for heading, cls in headings.items():
+        classes = cls if isinstance(cls, tuple) else (cls,)
+        lines = [goal] if cls == "goal" and goal else [f"- {line}" for c, line in kept if c in classes]
+        if cls is None and heading.startswith("## "):  # a heading over sub-headings, or one we leave empty
+            sections.append(heading if heading == "## Work State" else heading + "\n- (none)")
+            continue
+        sections.append(heading + "\n" + ("\n".join(lines) if lines else "- (none)" if headings is not HEADINGS
+                                           else "(none)"))
     return "\n\n".join(sections)
 
 

@@ -94,9 +94,11 @@ def _output(rng: random.Random, tokens: int, header: str, facts: list[str] = ())
 def generate(name: str, seed: int, *, turns: int = 40, context: int = 32_000, output: int = 4_096,
              out_tokens: tuple[int, int] = (600, 3_500), steps: tuple[int, int] = (1, 3),
              burst: dict[int, int] | None = None, giant: dict[int, int] | None = None,
-             media: tuple[int, ...] = (), system_tokens: int = 0, description: str = "") -> Scenario:
+             media: tuple[int, ...] = (), system_tokens: int = 0, manual: tuple[int, ...] = (),
+             description: str = "") -> Scenario:
     """A session of ``turns`` turns; ``burst`` {turn: steps} makes long multi-step turns,
-    ``giant`` {turn: tokens} a single huge tool output, ``media`` turns with a large image."""
+    ``giant`` {turn: tokens} a single huge tool output, ``media`` turns with a large image,
+    ``manual`` turns after which the user compacts (``%agent compact``, OpenCode's summarize)."""
     rng = random.Random(seed)
     burst, giant = burst or {}, giant or {}
     needles: list[Needle] = []
@@ -187,11 +189,13 @@ def generate(name: str, seed: int, *, turns: int = 40, context: int = 32_000, ou
         out_turns.append(Turn(t, request, marker, tuple(step_list), final, attachment))
     extra = {"system": "\n".join(["Project instructions (background):", *_noise(rng, system_tokens * 4)])}\
         if system_tokens else {}
+    if manual:
+        extra["manual"] = tuple(manual)
     return Scenario(name, seed, description, context, output, tuple(out_turns), tuple(needles), extra)
 
 
 def default_scenarios() -> list[Scenario]:
-    """The eight families of the published table (docs/compaction.md)."""
+    """The nine families of the published table (docs/compaction.md)."""
     return [
         generate("long-60", 11, turns=60, context=64_000, output=8_192,
                  description="60 turns, 1–3 tool outputs of 0.6–3.5k tokens, 64k window"),
@@ -207,6 +211,8 @@ def default_scenarios() -> list[Scenario]:
                  description="a pasted image larger than the window: provider overflow error, replay"),
         generate("small-window", 16, turns=30, context=8_192, output=1_024, out_tokens=(200, 900),
                  steps=(1, 2), description="an 8k local model: OpenCode's 40k/20k prune never fires"),
+        generate("manual", 19, turns=24, context=128_000, output=8_192, manual=(7, 15),
+                 description="24 turns in a 128k window, compacted by the user after turns 7 and 15"),
         generate("loop", 18, turns=10, context=32_000, output=4_096, system_tokens=24_000,
                  description="system prompt alone over the usable window: compaction cannot help (#48827)"),
     ]

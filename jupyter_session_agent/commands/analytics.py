@@ -1,4 +1,5 @@
-"""Analytics subcommands: ``plot context|cost|cache|tools``, ``report``, ``export-parquet DIR``.
+"""Analytics subcommands: ``plot context|cost|cache|tools``, ``report``, ``export-parquet DIR``,
+``export-duckdb FILE``.
 
 The work is in :mod:`jupyter_session_agent.analytics` (DataFrames and figures,
 no display); these handlers only parse arguments and return what to show.
@@ -7,7 +8,7 @@ no display); these handlers only parse arguments and return what to show.
 from __future__ import annotations
 
 from ..errors import UsageError
-from . import subcommand
+from . import parse, subcommand
 
 PLOTS = ("context", "cost", "cache", "tools")
 PLOT_USAGE = "plot context|cost|cache|tools [ARG]"
@@ -69,15 +70,29 @@ def report(magics, args, raw):
 def export_parquet(magics, args, raw):
     from .. import analytics
 
-    user = None
-    if "--user" in args:
-        at = args.index("--user")
-        if at + 1 >= len(args):
-            raise UsageError("usage: %agent export-parquet DIR [--user NAME]")
-        user = args[at + 1]
-        args = args[:at] + args[at + 2:]
-    if len(args) != 1:
-        raise UsageError("usage: %agent export-parquet DIR [--user NAME] — e.g. %agent export-parquet /shared/agent")
-    counts = analytics.export_parquet(args[0], magics.store(), user=user)
-    rows = ", ".join(f"{n:,} {kind}" for kind, n in counts.items())
-    print(f"exported {rows} to {args[0]} (views: {args[0]}/views.sql)")
+    ns = parse("export-parquet DIR [--user NAME]", args, (("directory",), {"metavar": "DIR"}),
+               (("--user",), {}))
+    if not ns.directory.strip():
+        raise UsageError("export-parquet needs a folder — e.g. %agent export-parquet /shared/agent")
+    counts = analytics.export_parquet(ns.directory, magics.store(), user=ns.user)
+    rows = ", ".join(f"{n:,} {kind}" for kind, n in counts.items() if n) or "nothing new (no day changed)"
+    print(f"exported {rows} to {ns.directory} (views: {ns.directory}/views.sql)")
+
+
+@subcommand("export-duckdb", "export-duckdb FILE",
+            "write the history and its views into a DuckDB database file (duckdb FILE, DBeaver)")
+def export_duckdb(magics, args, raw):
+    from .. import analytics
+
+    ns = parse("export-duckdb FILE", args, (("file",), {"metavar": "FILE"}))
+    if not ns.file.strip():
+        raise UsageError("export-duckdb needs a file — e.g. %agent export-duckdb history.duckdb")
+    counts = analytics.export_duckdb(ns.file, magics.store())
+    print(describe_duckdb_export(ns.file, counts))
+
+
+def describe_duckdb_export(path: str, counts: dict[str, int]) -> str:
+    """The line both the magic and the command line print after an export to a DuckDB file."""
+    rows = ", ".join(f"{n:,} {kind}" for kind, n in counts.items() if kind in ("session", "message", "part"))
+    return (f"exported {rows} (changed sessions only) to {path} — open it with: duckdb {path}, "
+            "then SELECT * FROM session_summary")

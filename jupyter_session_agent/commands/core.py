@@ -5,16 +5,18 @@ from __future__ import annotations
 import time
 
 from ..errors import UsageError
-from . import help_text, subcommand
+from . import help_text, parse, subcommand
 
 
 @subcommand("help", "help", "this list")
 def help_(magics, args, raw):
-    print(help_text())
+    parse("help", args)
+    print(help_text(magics.class_trait_names(config=True)))
 
 
 @subcommand("new", "new", "start a new session (the next %%agent continues it)")
 def new(magics, args, raw):
+    parse("new", args)
     session = magics.current(new=True)
     print(f"new session {session.info.id}")
 
@@ -31,6 +33,7 @@ def use(magics, args, raw):
 def sessions(magics, args, raw):
     from ..display import Markdown
 
+    parse("sessions", args)
     rows = magics.store().sessions()
     if not rows:
         return Markdown("*(no sessions yet — run a `%%agent` cell)*")
@@ -49,7 +52,9 @@ def show(magics, args, raw):
 
     store = magics.store()
     if args:
-        session_id = store.session(args[0]).id
+        from ..ids import check_ref
+
+        session_id = store.session(check_ref(args[0], "session")).id
     elif magics.session is not None:
         session_id = magics.session.info.id
     else:
@@ -58,8 +63,8 @@ def show(magics, args, raw):
 
 
 @subcommand("sql", "sql QUERY", "read-only SQL over the history: step, tool_call, session_summary, daily_cost, "
-                               "… (docs/analytics.md)")
-def sql(magics, args, raw):
+                               "… (docs/analytics.md)", expand=False, split=False)
+def sql(magics, args, raw):  # the query as typed: no $var/{expr} expansion, quotes are SQL's
     if not raw.strip():
         raise UsageError("usage: %agent sql SELECT …")
     return magics.store().sql(raw)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UsageError
-from . import subcommand
+from . import parse, subcommand
 
 
 def load_session(magics: Any, args: list[str], usage: str):
@@ -20,10 +20,14 @@ def load_session(magics: Any, args: list[str], usage: str):
 
     if len(args) > 1:
         raise UsageError(f"usage: %agent {usage} — one session id (or a unique prefix) at most")
+    given = parse(usage, args, (("session",), {"nargs": "?", "metavar": "ID"})).session
+    args = [given] if given else []
     store = magics.store()
     current = magics.session
     if args:
-        info = store.session(args[0])
+        from ..ids import check_ref
+
+        info = store.session(check_ref(args[0], "session"))
     elif current is not None:
         info = current.info
     else:
@@ -57,8 +61,7 @@ def budget(magics, args, raw):
 
 @subcommand("browse", "browse", "a widget listing every session; pick one to see its transcript and budget")
 def browse(magics, args, raw):
-    if args:
-        raise UsageError("usage: %agent browse (no arguments)")
+    parse("browse", args)
     try:
         from ..widgets import SessionBrowser
     except ImportError:

@@ -1,6 +1,8 @@
 """Lifecycle subcommands: fork, revert, unrevert, turns, archive, unarchive, delete, export,
 import, import-opencode. Each parses its words and calls one function of
-:mod:`jupyter_session_agent.lifecycle` (docs/lifecycle.md)."""
+:mod:`jupyter_session_agent.lifecycle` (docs/lifecycle.md). Every session id
+typed here is checked against the id grammar (``ids.check_ref``) before it is
+looked up; message and part ids are checked by the lifecycle functions."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import time
 from pathlib import Path
 
 from ..errors import UsageError
+from ..ids import check_ref
 from . import subcommand
 
 
@@ -27,7 +30,7 @@ def _parse(usage: str, args: list[str], *specs) -> argparse.Namespace:
 
 def _session(magics, session_id: str | None = None):
     """The current session (or ``session_id``, which becomes current)."""
-    if session_id:
+    if session_id is not None:
         return magics.current(session_id=session_id)
     if magics.session is None:
         raise UsageError("no current session — run a %%agent cell first, or %agent use ID")
@@ -65,7 +68,7 @@ def turns(magics, args, raw):
     ns = _parse("turns [ID]", args, (("session",), {"nargs": "?"}))
     store = magics.store()
     if ns.session:
-        info = store.session(ns.session)
+        info = store.session(check_ref(ns.session, "session"))
         history = store.messages(info.id)
     else:
         session = _session(magics)
@@ -87,7 +90,7 @@ def turns(magics, args, raw):
 
 
 def _resolve(magics, session_id: str):
-    info = magics.store().session(session_id)
+    info = magics.store().session(check_ref(session_id, "session"))
     current = magics.session if magics.session is not None and magics.session.info.id == info.id else None
     return info, current
 
@@ -138,7 +141,7 @@ def export(magics, args, raw):
                 (("-f", "--format"), {"default": "md", "choices": ("md", "html", "json")}),
                 (("-o", "--out"), {}))
     if ns.session:
-        info = magics.store().session(ns.session)
+        info = magics.store().session(check_ref(ns.session, "session"))
     else:
         info = _session(magics).info
     if magics.session is not None and magics.session.info.id == info.id:
@@ -166,4 +169,5 @@ def import_opencode(magics, args, raw):
     ns = _parse("import-opencode [DIR] [--session ID …]", args, (("path",), {"nargs": "?"}),
                 (("--session",), {"action": "append"}))
     path = ns.path or Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "opencode"
-    print(do_import(magics.store(), path, sessions=ns.session))
+    result = do_import(magics.store(), path, sessions=ns.session)
+    print(result.report())  # the result line, then what was skipped and why

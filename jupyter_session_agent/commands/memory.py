@@ -48,7 +48,9 @@ def remember(magics, args, raw):
         lines += [f"- {r.summary()}" for r in done]
         return Markdown("\n".join(lines))
     if ns.session:
-        session_id = store.session(ns.session).id
+        from ..ids import check_ref
+
+        session_id = store.session(check_ref(ns.session, "session")).id
     elif magics.session is not None:
         session_id = magics.session.info.id
     else:
@@ -61,7 +63,7 @@ def remember(magics, args, raw):
 
 
 @subcommand("recall", RECALL_USAGE,
-            "search the project's memory and history (BM25; embeddings when configured); newest statement wins")
+            "search the project's memory and history (BM25 fused with embeddings); newest statement wins")
 def recall(magics, args, raw):
     from .. import memory
     from ..display import Markdown
@@ -78,22 +80,36 @@ def recall(magics, args, raw):
         raise UsageError(f"what should I look for? — usage: %agent {RECALL_USAGE}")
     if ns.k is not None and ns.k < 1:
         raise UsageError("-k must be at least 1")
-    settings = magics.settings()
-    hits = memory.recall(magics.store(), settings, query, directory=_directory(magics),
+    settings, store = magics.settings(), magics.store()
+    hits = memory.recall(store, settings, query, directory=_directory(magics),
                          scope="all" if ns.all else None, k=ns.k,
                          sources=("memory",) if ns.memory_only else None, include_superseded=ns.stale)
+    how = _ranked_by(memory.index_for(store, settings.data_dir).status, hits)
     if not hits:
-        threshold = memory.options(settings)["threshold"]
+        opts = memory.options(settings)
+        floor = f"{opts['threshold']}" + (f" (cosine {opts['cosine_threshold']})" if "cosine" in how else "")
         return Markdown(f"*(nothing in {'any project' if ns.all else 'this project'} scores above "
-                        f"{threshold} for “{query}”)*")
-    lines = ["| # | date | source | text | session / message | score |", "|---|---|---|---|---|---|"]
+                        f"{floor} for “{query}”; {how})*")
+    lines = ["| # | date | source | text | session / message | why (bm25 · cosine · fused) |",
+             "|---|---|---|---|---|---|"]
     for i, hit in enumerate(hits, 1):
         text = hit.text.replace("|", "\\|")
         if hit.superseded_by:
             text = f"~~{text}~~ (superseded by `{hit.superseded_by}`)"
         where = " / ".join(f"`{x}`" for x in (hit.session_id, hit.message_id) if x) or "pinned"
-        lines.append(f"| {i} | {hit.date} | {hit.source}/{hit.kind} | {text} | {where} | {hit.score:.2f} |")
-    return Markdown("\n".join(lines))
+        lines.append(f"| {i} | {hit.date} | {hit.source}/{hit.kind} | {text} | {where} | {hit.why()} |")
+    return Markdown("\n".join(lines) + f"\n\n*{how}*")
+
+
+def _ranked_by(status, hits) -> str:
+    """How the results were ranked: BM25 alone, or fused with which model's cosine (and coverage)."""
+    if not status.model:
+        return "ranked by BM25 (no embedding model: docs/memory.md)"
+    pending = f", {status.pending} still being embedded" if status.pending else ""
+    error = f"; embedding failed: {status.error}" if status.error else ""
+    fusion = "reciprocal rank" if status.fusion == "rrf" else status.fusion
+    return (f"ranked by BM25 and {status.model} cosine, fused by {fusion}; "
+            f"{status.embedded}/{status.passages} passages embedded{pending}{error}")
 
 
 @subcommand("memory", "memory [--path]", "show this project's MEMORY.md (consolidated memory; edit the files to correct it)")

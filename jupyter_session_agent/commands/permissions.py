@@ -23,6 +23,8 @@ def permit(magics, args, raw):
     from .. import permission as P
     from ..errors import ConfigError
 
+    if args and args != ["--clear"] and (len(args) < 2 or args[-1].lower() not in P.ACTIONS):
+        raise UsageError(USAGE)  # before a session is made: a refused command changes nothing
     session = magics.current()
     if not args:
         return _listing(magics, session)
@@ -31,8 +33,6 @@ def permit(magics, args, raw):
         session.store.flush(sync=True)
         print(f"cleared the permission rules of session {session.info.id}")
         return None
-    if len(args) < 2 or args[-1].lower() not in P.ACTIONS:
-        raise UsageError(USAGE)
     tool, action = args[0], args[-1].lower()
     pattern = " ".join(args[1:-1]) or "*"
     try:

@@ -1,9 +1,9 @@
 """Compaction: prune old tool outputs, summarise the head, keep the tail verbatim.
 
-OpenCode's ``SessionCompaction`` (spec §3, §8.4) plus what its users asked for
-(spec §6, compaction.md §4). One :class:`Compactor` per turn does three things:
+OpenCode's ``SessionCompaction`` (v1.2.16, with the later upstream tail and transcript)
+plus what its users asked for. One :class:`Compactor` per turn does three things:
 
-* **prune** (§3.2, exactly): walk newest → oldest, skip the last two user
+* **prune** (OpenCode's, exactly): walk newest → oldest, skip the last two user
   turns, stop at the last summary or at an output already pruned; keep the
   newest ``prune_protect`` estimated tokens of tool output; clear the rest if
   that frees more than ``prune_minimum``. Clearing sets
@@ -13,7 +13,7 @@ OpenCode's ``SessionCompaction`` (spec §3, §8.4) plus what its users asked for
   ``[Old tool result content cleared] — full output: <path>``, which its
   ``read``/``grep`` tools can open. Protect/minimum are capped by the window
   (``usable // 4`` and ``usable // 8``) so pruning still works on small models.
-* **summary compaction** (§3.3, §8.4): a request (user message with a
+* **summary compaction**: a request (user message with a
   ``compaction`` part), a summary (assistant, ``summary: true``, agent
   ``compaction``) of the *head*, the *tail* kept verbatim (``tail_start_id``;
   default: the current turn), then a synthetic continue message (auto only)
@@ -50,19 +50,21 @@ The package, one responsibility per module:
 * ``config`` — :class:`CompactionConfig` (settings, threshold, limits) and the constants;
 * ``events`` — :class:`CompactionEvent` and :class:`CompactionResult`;
 * ``items`` — what a history item is (request, summary, real user message);
-* ``prune`` — the prune policy (§3.2) and the Compactor's prune;
-* ``tail`` — where the verbatim tail starts (§8.4);
-* ``transcribe`` — the head as a text transcript (the summary input, §8.4);
+* ``prune`` — the prune policy (OpenCode's walk) and the Compactor's prune;
+* ``tail`` — where the verbatim tail starts;
+* ``transcribe`` — the head as a text transcript (the summary input);
 * ``prompts`` — the texts sent to the summariser and the continue message;
 * ``pinned`` — the pinned section on a summary and the session's output archive;
 * ``summary`` — the summary request, the summary call with its fallbacks, continue and replay;
-* ``compactor`` — :class:`Compactor`, which the loop calls.
+* ``compactor`` — :class:`Compactor`, which the loop calls;
+* ``derive`` — the events of a history written elsewhere (an OpenCode import).
 """
 
 from __future__ import annotations
 
 from .compactor import Compactor
 from .config import PRUNE_MINIMUM, PRUNE_PROTECT, PRUNE_PROTECTED_TOOLS, TOOL_OUTPUT_MAX_CHARS, CompactionConfig
+from .derive import events_from_history, stable_event_id
 from .events import CompactionEvent, CompactionResult
 from .pinned import water_fill
 from .prompts import CONTINUE_TEXT, SUMMARY_SYSTEM, SUMMARY_TEMPLATE
@@ -72,6 +74,7 @@ from .transcribe import transcript
 
 __all__ = [
     "CompactionConfig", "CompactionEvent", "CompactionResult", "Compactor", "plan_prune", "select_tail",
+    "events_from_history", "stable_event_id",
     "transcript", "water_fill", "PRUNE_PROTECT", "PRUNE_MINIMUM", "PRUNE_PROTECTED_TOOLS",
     "SUMMARY_SYSTEM", "SUMMARY_TEMPLATE", "CONTINUE_TEXT", "TOOL_OUTPUT_MAX_CHARS",
 ]

@@ -9,7 +9,6 @@ package docstring (``compaction/__init__.py``)."""
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,12 +73,13 @@ class Compactor(_PruneMixin, _SummaryMixin, _PinMixin):
         return self.config.trigger(self.model)
 
     def raw_tokens(self, chat: list[dict]) -> int:
-        return B.estimate(json.dumps(chat, ensure_ascii=False)) + self.tools_tokens
+        return B.estimate_chat(chat) + self.tools_tokens  # an image counts as an image, not its URL
 
     def chat(self, history: Sequence[WithParts]) -> list[dict]:
         """What the main model would be sent next (the loop builds the same list)."""
         visible = without_failed_compactions(filter_compacted(history))
-        return [{"role": "system", "content": self.system_prompt}, *to_chat_messages(visible)]
+        return [{"role": "system", "content": self.system_prompt},
+                *to_chat_messages(visible, strip_media=not getattr(self.model, "images", False))]
 
     def context_tokens(self, history: Sequence[WithParts]) -> int:
         """The next main request's size, estimated and calibrated."""
@@ -103,7 +103,7 @@ class Compactor(_PruneMixin, _SummaryMixin, _PinMixin):
             self.consecutive = 0
 
     def _size(self, items: Sequence[WithParts]) -> int:
-        return B.estimate(json.dumps(to_chat_messages(items), ensure_ascii=False))
+        return B.estimate_chat(to_chat_messages(items))
 
     # -- summary compaction ---------------------------------------------------------
 

@@ -15,7 +15,7 @@ from ..messages import Tokens, replace
 PRUNE_MINIMUM = 20_000
 PRUNE_PROTECT = 40_000
 PRUNE_PROTECTED_TOOLS = ("skill",)
-TOOL_OUTPUT_MAX_CHARS = 2_000  # transcript cut (§8.4)
+TOOL_OUTPUT_MAX_CHARS = 2_000  # transcript cut, as OpenCode's
 TAIL_MIN, TAIL_MAX = 2_000, 15_000  # preserve_recent_tokens = clamp(usable × 0.25, …)
 OUTPUT_DIR = "tool-output"
 SUMMARY_AGENT = "compaction"

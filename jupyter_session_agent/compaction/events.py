@@ -36,8 +36,8 @@ class CompactionEvent:
     duration_ms: int = 0
     tokens_before: int = 0
     tokens_after: int = 0
-    usable: int = 0
-    trigger: int = 0
+    usable: int | None = 0  # None: not known (an imported event)
+    trigger: int | None = 0
     step_tokens: int | None = None  # the reported usage that triggered it
     parts_pruned: int = 0
     tokens_pruned: int = 0
@@ -57,6 +57,7 @@ class CompactionEvent:
     tail_start_id: str | None = None
     attempts: tuple = ()  # per summary call: {"level", "inputTokens", "outcome"}
     error: str | None = None
+    source: str | None = None  # None: this package's compactor; "opencode": derived by an import
 
     @property
     def tokens_freed(self) -> int:

@@ -1,4 +1,4 @@
-"""Prune (OpenCode spec §3.2, exactly): :func:`plan_prune` picks the old tool outputs to
+"""Prune (OpenCode's, exactly): :func:`plan_prune` picks the old tool outputs to
 clear; the Compactor's prune clears them recoverably (the output is saved to
 ``<data_dir>/tool-output/<part id>`` unless truncation already saved it, and the model sees
 a placeholder naming that file) and records a :class:`CompactionEvent`. Protect/minimum
@@ -23,7 +23,7 @@ def plan_prune(
     minimum: int = PRUNE_MINIMUM,
     protected_tools: Sequence[str] = PRUNE_PROTECTED_TOOLS,
 ) -> tuple[list[ToolPart], int]:
-    """OpenCode's prune walk (§3.2): the tool parts to clear and their estimated tokens.
+    """OpenCode's prune walk: the tool parts to clear and their estimated tokens.
 
     Newest → oldest: skip until two user messages were seen, stop at a summary
     or at an output already cleared, keep the newest ``protect`` tokens of tool

@@ -1,4 +1,4 @@
-"""The verbatim tail of a summary compaction (spec §8.4): :func:`select_tail`."""
+"""The verbatim tail of a summary compaction: :func:`select_tail`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from .items import is_real_user
 
 def select_tail(items: Sequence[WithParts], *, turns: int, budget: int,
                 size: Callable[[Sequence[WithParts]], int]) -> int:
-    """Where the verbatim tail starts in ``items`` (``len(items)``: no tail), §8.4.
+    """Where the verbatim tail starts in ``items`` (``len(items)``: no tail).
 
     Walk the real user turns backwards, at most ``turns`` of them; add whole
     turns while they fit ``budget``; if the next one does not fit, start at the

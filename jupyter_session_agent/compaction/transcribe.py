@@ -1,4 +1,4 @@
-"""The summary input (spec §8.4): the head of the history as a text transcript, tool
+"""The summary input: the head of the history as a text transcript, tool
 outputs cut at ``TOOL_OUTPUT_MAX_CHARS`` (3× fewer tokens than the raw history in
 CompactBench). (Named ``transcribe`` so the module does not shadow :func:`transcript`.)"""
 
@@ -23,7 +23,7 @@ from .config import TOOL_OUTPUT_MAX_CHARS
 
 def transcript(items: Sequence[WithParts], *, tool_chars: int = TOOL_OUTPUT_MAX_CHARS,
                originals: bool = True) -> str:
-    """The head as text (§8.4): ``[User]:``, ``[Assistant]:``, ``[Assistant reasoning]:``,
+    """The head as text, as OpenCode sends it: ``[User]:``, ``[Assistant]:``, ``[Assistant reasoning]:``,
     ``[Assistant tool call]: name(json)``, ``[Tool result]:``. Tool output is cut at
     ``tool_chars`` (+ ``[truncated]`` and where the full text is). With ``originals``
     (ours) a pruned output is shown as it was, since the summariser has not seen it."""

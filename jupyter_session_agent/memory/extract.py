@@ -112,6 +112,11 @@ def _imperative(sentence: str) -> bool:
     return bool(first) and first.group(0).lower() in _IMPERATIVE
 
 
+def is_request(sentence: str) -> bool:
+    """A question or a request ("Load sales.csv …", "Can you …"): it asks, it states nothing."""
+    return bool(_QUESTION.search(sentence)) or _imperative(_strip_filler(sentence))
+
+
 def classify(sentence: str, role: str) -> str | None:
     """The kind of one sentence, or None if it is not worth remembering."""
     if _QUESTION.search(sentence) or _CODE.match(sentence):

@@ -1,73 +1,141 @@
-"""Search over the whole history and the memory files: BM25 in DuckDB SQL, plus
-cosine similarity of embeddings when a provider offers them.
+"""Search over the whole history and the memory files: BM25 fused with the cosine
+similarity of embeddings when an embedding model is available (:mod:`.embed`).
 
-The index lives in a private in-memory DuckDB connection (no file, no lock):
+The index is built in memory (numpy arrays, no file, no lock) from one row per
+searchable unit — a memory note, a text part (long ones cut into passages), a
+tool call (name, input, start of the output) — with its session, message,
+time, project key and length in terms, and an inverted index term →
+(documents, term frequency, whether the term is the document's own) from
+:func:`.text.tokens` and :func:`.text.date_terms`. History rows come from the
+store's public ``sql()`` (the ``part``, ``message`` and ``session`` views);
+memory rows from the Markdown files. The index is rebuilt when either changes
+(a cheap signature query decides). A passage with no term of its own ("ok",
+"Thanks!") is never a result.
 
-- ``docs``: one row per searchable unit — a memory note, a text part (long
-  ones cut into passages), a tool call (name, input, start of the output) —
-  with its session, message, time, project key and length in terms;
-- ``terms``: the document-term table ``(doc, term, tf)`` from
-  :func:`.text.tokens`.
+**Passages carry their context.** A text passage's terms are its own plus, at
+``Ranking.neighbours`` weight, those of the text before and after it in its
+session (a dialogue turn with the turn before and the turn after), plus, at
+``Ranking.dates`` weight, the terms of its date (``@2023-05-08``,
+``@2023-05``, ``@05-08``): a question naming a day meets that day's turns, and
+an answer split over two turns is found from either. The hit still points at
+the one turn.
 
-History rows come from the store's public ``sql()`` (the ``part``,
-``message`` and ``session`` views); memory rows from the Markdown files. The
-index is rebuilt when either changes (a cheap signature query decides).
+**BM25** (BM25F over the passage and its context): Okapi BM25 with k1 = 1.2,
+b = 0.75 and Lucene's always-positive idf ``ln(1 + (N - df + 0.5) / (df + 0.5))``
+over the documents in scope (a project, or everything); ``df`` counts the passages
+that hold a term themselves (or by their date), not through a neighbour; the length
+is the passage's own plus its neighbours' at their weight. The
+``bm25`` share is BM25 with each term's saturation capped at 1, divided by the
+sum of the query terms' idf: the share of the query's information a document
+holds, in [0, 1]. A query whose rare terms occur nowhere scores low, which is
+what lets a question with no answer return nothing.
 
-Scoring, all in SQL: Okapi BM25 with k1 = 1.2, b = 0.75 and Lucene's
-always-positive idf ``ln(1 + (N - df + 0.5) / (df + 0.5))``, over the documents
-in scope (a project, or everything). The reported ``score`` is BM25 with each
-term's saturation capped at 1, divided by the sum of the query terms' idf: the
-share of the query's information a document holds, in [0, 1] (1: every query
-term, in a document no longer than average). Results are ordered by score,
-then by plain BM25 (which favours short, dense documents), then newest first.
-A query whose rare terms occur nowhere scores low, which is what lets a
-question with no answer return nothing.
+**Cosine** (with an embedder): every passage's unit vector (cached on disk by
+text hash, see :mod:`.vectors`), centred on the passages' mean (e5's vectors
+share a large common direction) and compared with the query's, in numpy.
 
-After scoring (Python, on the top candidates): questions, and requests of the
-user that state nothing (no sentence the rule extractor would keep), weigh
-less (``QUESTION_WEIGHT``); at equal score a memory note comes first; the same text repeated keeps only its newest
+**Fusion**: reciprocal rank fusion of the two rankings,
+``1/(k + rank_bm25) + w/(k + rank_cosine)`` (``Ranking.rrf_k``,
+``Ranking.cosine_weight``), or a linear mix of BM25 share and cosine — the
+variant chosen on benchmarks/dialoguebench.py (docs/memory.md). Without an
+embedder the score is the weighted BM25 share. A result must reach
+``threshold`` in (weighted) BM25 share or ``cosine_threshold`` in cosine.
+
+After scoring (Python, on the candidates): questions and requests (text that
+asks and states nothing) weigh less (``Ranking.question_weight``); at equal
+score a memory note comes first; the same text repeated keeps only its newest
 copy; and a document is *superseded* when a newer one that is not a question
-matches at least ``SUPERSEDE_COVER`` of the idf it matches, scores at least
-``SUPERSEDE_RATIO`` of it, and shares at least ``SAME_SUBJECT`` of the smaller
-one's subject terms (its words minus numbers, paths and identifiers, at least
-two) — the newer statement on the same subject
+matches at least ``SUPERSEDE_COVER`` of the idf it matches (own terms), scores
+at least ``SUPERSEDE_RATIO`` of its BM25 share, and shares at least
+``SAME_SUBJECT`` of the smaller one's subject terms (its words minus numbers,
+paths and identifiers, at least two) — the newer statement on the same subject
 wins, so an updated fact beats the stale one. Only memory notes and history
-text that states something (a sentence the rule extractor would keep) can
-supersede: a later request that merely mentions the subject cannot. Superseded documents sink below
-the others and carry ``superseded_by``.
+text that states something can supersede. Superseded documents sink below the
+others and carry ``superseded_by``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import threading
-from dataclasses import dataclass
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from .extract import classify, subject
+from .embed import Embedder
+from .extract import classify, is_request, subject
 from .files import all_items, project_folders, project_key, signature
-from .text import iso_date, one_line, sentences, tokens
+from .text import date_terms, iso_date, long_date, one_line, sentences, time_terms, tokens
+from .vectors import text_key, vector_file, worker
 
 K1 = 1.2
 B = 0.75
-QUESTION_WEIGHT = 0.6
 SUPERSEDE_RATIO = 0.5
 SAME_SUBJECT = 0.5  # overlap coefficient of the two documents' subject terms needed to supersede
 SUPERSEDE_COVER = 0.8  # share of a document's matched idf a newer one must match to supersede it
-POOL = 100
 PASSAGE_CHARS = 1200  # text parts longer than this are cut into passages of about this size
 TOOL_OUTPUT_CHARS = 2000
-HYBRID_WEIGHT = 0.5  # share of the cosine similarity in the score when embeddings are on
+CENTER_MIN = 50  # vectors needed before their mean is the model's common direction
+# Varied sentences whose vectors join the passages' when their mean is taken, so that a small
+# history is centred on the model's common direction rather than on itself.
+BACKGROUND = (
+    "The meeting was moved to Thursday afternoon.", "I love hiking in the mountains with my dog.",
+    "The quarterly revenue grew by twelve percent.", "Please restart the server after the update.",
+    "She baked a chocolate cake for the party.", "The train to the airport leaves every twenty minutes.",
+    "We fixed the bug in the login form.", "My grandmother grew tomatoes in her garden.",
+    "The museum is closed on Mondays.", "He plays the guitar in a small band.",
+    "The database query takes too long on large tables.", "It rained all weekend, so we stayed inside.",
+    "The kids started school last week.", "Our team chose Python for the data pipeline.",
+    "The doctor said to rest for a few days.", "I finished reading a novel about a lighthouse keeper.",
+    "The flight was delayed by two hours.", "Thanks, that sounds great!", "Haha, I can imagine.",
+    "What are you doing this weekend?", "The model's accuracy dropped after retraining.",
+    "We adopted a cat from the shelter.", "The concert tickets sold out in minutes.",
+    "I need to renew my passport before the trip.", "The recipe needs two cups of flour.",
+    "Let's use a bar chart for the monthly totals.", "The new office has a view of the river.",
+    "My phone battery dies by lunchtime.", "The report is due at the end of the month.",
+    "He ran his first marathon in the spring.", "The coffee machine on the third floor is broken.",
+    "We painted the living room light blue.", "The API returns an error for empty requests.",
+    "I'm learning Spanish with an app.", "The beach was crowded on Sunday.",
+    "Remember to water the plants while I'm away.", "The test suite passes on every platform now.",
+    "Our neighbours are building a treehouse.", "The budget for the project was approved.",
+    "I watched an old film about space travel.",
+)
 
-Embed = Callable[[list[str]], list[list[float]]]
+
+@dataclass(frozen=True)
+class Ranking:
+    """How documents are scored; the defaults are the variant chosen on the benchmarks."""
+
+    neighbours: float = 0.5  # weight of the text just before a passage in its BM25 terms
+    before2: float = 0.3  # … of the text two passages before (a topic raised, a reaction, the answer)
+    after: float = 0.15  # … of the text just after it
+    dates: float = 0.5  # weight of the terms of a passage's date
+    question_weight: float = 0.6  # questions and requests that state nothing
+    fusion: str = "linear"  # "linear" (of BM25 share and cosine) or "rrf" (reciprocal rank fusion)
+    rrf_k: float = 60.0
+    cosine_weight: float = 1.0  # the cosine ranking's weight against BM25's (1)
+    bm25_floor: float = 0.0  # "rrf": the BM25 share a document needs to enter the BM25 ranking
+    linear_weight: float = 0.6  # "linear": the cosine's share
+    cosine_floor: float = 0.0  # "linear": the cosine mapped to 0 (centred cosines of unrelated text are ~0)
+    vector_context: float = 0.3  # weight of the neighbours' vectors added to a passage's
+    embed_dates: bool = False  # embed "8 May 2023: text" rather than the text
+    embed_window: bool = False  # embed a passage with the text before and after it (one vector)
+    center: bool = True  # subtract the passages' mean vector (from them and the query) before the cosine
+    pool: int = 100  # candidates from each ranking
+    supersede: bool = True
+    context: bool = True  # False: each passage alone (neighbours and dates off: plain BM25)
+
+
+DEFAULT_RANKING = Ranking()
+PLAIN_BM25 = Ranking(neighbours=0.0, after=0.0, dates=0.0, question_weight=1.0, supersede=False, context=False)
 
 
 @dataclass(frozen=True)
 class Hit:
-    """One search result."""
+    """One search result, with why it scored: ``bm25`` share, ``cosine``, and the ``score`` used."""
 
     score: float
     text: str  # the note, or the best passage of the part
@@ -81,21 +149,54 @@ class Hit:
     superseded_by: str | None = None
     matched: tuple[str, ...] = ()
     path: str = ""
+    bm25: float = 0.0  # share of the query's idf this document holds (capped saturation)
+    cosine: float | None = None  # with embeddings: the ranking's cosine (centred, neighbours mixed in)
+    similarity: float | None = None  # … the model's own cosine of the query and the passage
+    ranks: tuple[int | None, int | None] = (None, None)  # 1-based rank in BM25 and in cosine
+    fused: bool = False  # the score is the fusion of both rankings
 
     @property
     def date(self) -> str:
         return iso_date(self.time)
 
+    def why(self) -> str:
+        """``bm25 0.52 (#1) · cosine 0.87 (#3) · fused 0.032``, or ``bm25 0.52``."""
+        if not self.fused:
+            return f"bm25 {self.bm25:.2f}"
+        b, c = self.ranks
+        bm25 = f"bm25 {self.bm25:.2f}" + (f" (#{b})" if b else " (—)")
+        cosine = f"cosine {self.cosine:.2f}" + (f" (#{c})" if c else "") if self.cosine is not None else "cosine —"
+        return f"{bm25} · {cosine} · fused {self.score:.3f}"
+
     def line(self) -> str:
-        """One plain line: date · where · kind — text (score)."""
+        """One plain line: date · where · kind — text (why it scored)."""
         where = "/".join(x for x in (self.session_id, self.message_id) if x) or (self.path or "memory")
         stale = f" [superseded by {self.superseded_by}]" if self.superseded_by else ""
-        return f"{self.date} · {where} · {self.source}/{self.kind}{stale} — {self.text} (score {self.score:.2f})"
+        score = self.why() if self.fused else f"score {self.score:.2f}"
+        return f"{self.date} · {where} · {self.source}/{self.kind}{stale} — {self.text} ({score})"
 
     def to_data(self) -> dict:
-        return {"score": round(self.score, 4), "text": self.text, "source": self.source, "kind": self.kind,
-                "sessionID": self.session_id, "messageID": self.message_id, "partID": self.part_id,
-                "time": self.time, "date": self.date, "supersededBy": self.superseded_by}
+        out = {"score": round(self.score, 4), "text": self.text, "source": self.source, "kind": self.kind,
+               "sessionID": self.session_id, "messageID": self.message_id, "partID": self.part_id,
+               "time": self.time, "date": self.date, "supersededBy": self.superseded_by,
+               "bm25": round(self.bm25, 4)}
+        if self.fused:
+            out["cosine"] = None if self.cosine is None else round(self.cosine, 4)
+            out["similarity"] = None if self.similarity is None else round(self.similarity, 4)
+            out["ranks"] = {"bm25": self.ranks[0], "cosine": self.ranks[1]}
+        return out
+
+
+@dataclass
+class Status:
+    """What the embedding side of a search had: for ``%agent recall`` and the benchmarks."""
+
+    model: str = ""
+    passages: int = 0
+    embedded: int = 0
+    pending: int = 0
+    error: str = ""
+    fusion: str = ""
 
 
 _QUESTION = re.compile(r"\?\s*$")
@@ -110,50 +211,33 @@ SELECT p.id AS part_id, p.session_id, p.message_id, m.data->>'role' AS role, s.d
        coalesce(TRY_CAST(p.data->>'synthetic' AS BOOLEAN), false) OR coalesce(TRY_CAST(p.data->>'ignored' AS BOOLEAN), false) AS hidden
 FROM part p JOIN message m ON m.id = p.message_id JOIN session s ON s.id = p.session_id
 WHERE p.data->>'type' IN ('text', 'tool')
+ORDER BY p.session_id, time, p.message_id, p.id
 """
 SIGNATURE_SQL = "SELECT count(*), max(time_updated), max(id) FROM part"
-
-SEARCH_SQL = f"""
-WITH scoped AS (
-    SELECT doc, len FROM docs
-    WHERE ($project IS NULL OR project = $project) AND ($exclude IS NULL OR session_id IS DISTINCT FROM $exclude)
-      AND list_contains($sources, source)),
-stats AS (SELECT count(*)::DOUBLE AS n, greatest(avg(len), 1)::DOUBLE AS avgdl FROM scoped),
-q AS (SELECT DISTINCT unnest($terms::VARCHAR[]) AS term),
-df AS (SELECT t.term, count(*)::DOUBLE AS df FROM terms t SEMI JOIN scoped s ON s.doc = t.doc
-       WHERE t.term IN (SELECT term FROM q) GROUP BY t.term),
-idf AS (SELECT q.term, ln(1 + (stats.n - coalesce(df.df, 0) + 0.5) / (coalesce(df.df, 0) + 0.5)) AS idf
-        FROM q CROSS JOIN stats LEFT JOIN df ON df.term = q.term),
-total AS (SELECT sum(idf) AS total FROM idf),
-weights AS (
-    SELECT t.doc, t.term, idf.idf,
-           t.tf * ({K1} + 1) / (t.tf + {K1} * (1 - {B} + {B} * s.len / stats.avgdl)) AS tfn
-    FROM terms t JOIN scoped s ON s.doc = t.doc JOIN idf ON idf.term = t.term CROSS JOIN stats)
-SELECT w.doc,
-       sum(w.idf * least(w.tfn, 1.0)) / any_value(total.total) AS score,
-       sum(w.idf * w.tfn) AS bm25,
-       list(w.term ORDER BY w.term) AS matched,
-       list(w.idf ORDER BY w.term) AS idfs
-FROM weights w CROSS JOIN total
-GROUP BY w.doc
-ORDER BY score DESC, bm25 DESC, w.doc DESC
-LIMIT $pool
-"""
-
 
 class MemoryIndex:
     """The searchable corpus of one store and data directory; rebuilt when it changes."""
 
-    def __init__(self, store: Any, data_dir: str | Path):
+    def __init__(self, store: Any, data_dir: str | Path, ranking: Ranking = DEFAULT_RANKING):
         self.store = store
         self.data_dir = Path(data_dir)
-        self._con = None
+        self.ranking = ranking
+        self._built = False
         self._signature: Any = None
+        self._postings: dict[str, tuple] = {}
+        self._codes: dict[str, dict] = {}
+        self._token_cache: dict[str, tuple[list[str], list[str]]] = {}
+        self._vocabulary: dict[str, int] = {}
+        self._bag_cache: dict[str, tuple] = {}
         self._lock = threading.RLock()
         self._rows: dict[int, dict] = {}
-        self._vectors: dict[str, list[float]] = {}
-        self._vector_model: str | None = None
+        self._arrays: dict[str, Any] = {}
+        self._matrix: tuple | None = None  # (key, matrix, has-vector mask)
+        self._prepared: tuple | None = None  # (build, vector file, its version) last looked at
+        self._missing: dict[bytes, int] = {}  # vector key → a document that needs it
         self.builds = 0
+        self.build_seconds = 0.0
+        self.status = Status()
 
     # -- building ---------------------------------------------------------------
 
@@ -168,26 +252,44 @@ class MemoryIndex:
     def refresh(self) -> None:
         with self._lock:
             current = self._current_signature()
-            if self._con is not None and current == self._signature:
+            if self._built and current == self._signature:
                 return
+            started = time.perf_counter()
             self._build()
+            self.build_seconds = time.perf_counter() - started
             self._signature = current
 
-    def _build(self) -> None:
-        import pandas as pd
+    def _terms(self, text: str) -> tuple[list[str], list[str]]:
+        """(tokens, tokens and date terms) of a text, kept between builds (most texts stay)."""
+        found = self._token_cache.get(text)
+        if found is None:
+            terms = tokens(text)
+            found = self._token_cache[text] = (terms, terms + date_terms(text))
+        return found
 
-        from ..store import scratch_connection
+    def _text_bag(self, text: str, terms: list[str]):
+        """:meth:`_bag` of a text's terms, kept between builds with its tokens."""
+        found = self._bag_cache.get(text)
+        if found is None:
+            found = self._bag_cache[text] = self._bag(terms)
+        return found
 
-        rows: list[dict] = []
-        for folder in project_folders(self.data_dir):
-            for item in all_items(folder):
-                rows.append({"source": "memory", "kind": item.kind, "session_id": item.session_id,
-                             "message_id": item.message_id, "part_id": None, "time": item.time,
-                             "project": folder.name, "title": item.title, "text": item.text,
-                             "superseded_by": item.superseded_by, "path": item.path})
+    def _bag(self, terms: list[str]):
+        """(term ids, counts) of a list of terms, ids from the index's vocabulary."""
+        import numpy as np
+
+        counts = Counter(terms)
+        ids = np.fromiter((self._vocabulary.setdefault(t, len(self._vocabulary)) for t in counts), dtype=np.int64,
+                          count=len(counts))
+        return ids, np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
+
+    def _history_rows(self) -> list[dict]:
         frame = self.store.sql(HISTORY_SQL.format(out=TOOL_OUTPUT_CHARS))
         keys: dict[str, str] = {}
-        for r in frame.itertuples(index=False):
+        rows: list[dict] = []
+        columns = {c: frame[c].tolist() for c in frame.columns}  # plain lists: iterating pandas rows is slow
+        for values in zip(*columns.values()):
+            r = _Row(zip(columns, values))
             if r.hidden is True:
                 continue  # injected memory, compaction prompts and other synthetic text
             directory = r.directory or ""
@@ -204,36 +306,100 @@ class MemoryIndex:
                 body = " ".join(x for x in (r.tool, _args_text(r.input), r.output, r.error) if isinstance(x, str))
                 if body.strip():
                     rows.append({**base, "kind": "tool", "text": body})
+        return rows
+
+    def _build(self) -> None:
+        import numpy as np
+
+        rows: list[dict] = []
+        for folder in project_folders(self.data_dir):
+            for item in all_items(folder):
+                rows.append({"source": "memory", "kind": item.kind, "session_id": item.session_id,
+                             "message_id": item.message_id, "part_id": None, "time": item.time,
+                             "project": folder.name, "title": item.title, "text": item.text,
+                             "superseded_by": item.superseded_by, "path": item.path})
+        # a passage without a term of its own ("ok", "Thanks!") says nothing: never a result
+        rows.extend(r for r in self._history_rows() if self._terms(r["text"])[1])
+        rank = self.ranking
         self._rows = {}
-        docs, term_lists = [], []
+        own_terms: list[list[str]] = []
         for i, row in enumerate(rows):
-            terms = tokens(row["text"])
-            row["doc"], row["len"] = i, len(terms)
+            terms, with_dates = self._terms(row["text"])
+            row["doc"], row["len"], row["own_len"] = i, len(terms), len(terms)
             row["question"] = bool(_QUESTION.search(row["text"].strip()))
+            row["prev"] = row["next"] = None
             self._rows[i] = row
-            docs.append(row)
-            term_lists.append(terms)
-        con = scratch_connection()
-        columns = ["doc", "source", "kind", "session_id", "message_id", "time", "project", "len"]
-        meta = pd.DataFrame({c: [d[c] for d in docs] for c in columns}) if docs else pd.DataFrame(
-            {c: pd.Series(dtype="int64" if c in ("doc", "time", "len") else "object") for c in columns})
-        postings = pd.DataFrame({"doc": [d["doc"] for d in docs], "toks": term_lists})
-        con.register("meta_frame", meta)
-        con.register("postings_frame", postings)
-        con.execute("CREATE TABLE docs AS SELECT doc::INTEGER doc, source::VARCHAR source, kind::VARCHAR kind, "
-                    "session_id::VARCHAR session_id, message_id::VARCHAR message_id, time::BIGINT time, "
-                    "project::VARCHAR project, len::INTEGER len FROM meta_frame")
-        if docs:
-            con.execute("CREATE TABLE terms AS SELECT doc::INTEGER doc, term::VARCHAR term, count(*)::INTEGER tf "
-                        "FROM (SELECT doc, unnest(toks) AS term FROM postings_frame) GROUP BY ALL ORDER BY term")
+            own_terms.append(with_dates)
+        self._token_cache = {r["text"]: self._token_cache[r["text"]] for r in rows}  # what is still there
+        self._bag_cache = {t: b for t, b in self._bag_cache.items() if t in self._token_cache}
+        if rank.context:  # neighbours: the text passages before and after, in the same session
+            last: dict[str, int] = {}
+            for i, row in enumerate(rows):
+                if row["source"] != "history" or row["kind"] == "tool":
+                    continue
+                before = last.get(row["session_id"])
+                if before is not None:
+                    row["prev"], rows[before]["next"] = before, i
+                last[row["session_id"]] = i
+        # postings as arrays: (doc, term id, tf, own, counted) for a passage's own terms, its
+        # neighbours' at their weight and its date's; summed per (term, doc); split per term
+        vocabulary = self._vocabulary
+        bags = [self._text_bag(r["text"], own_terms[i]) for i, r in enumerate(rows)]
+        parts: list[tuple] = []
+
+        def add(docs, bag_of, weight: float, own: bool, counted: bool) -> None:
+            ids = [bag_of[j][0] for j in range(len(docs))]
+            if not ids:
+                return
+            sizes = np.array([len(x) for x in ids])
+            parts.append((np.repeat(np.array(docs, dtype=np.int64), sizes), np.concatenate(ids),
+                          np.concatenate([bag_of[j][1] for j in range(len(docs))]) * weight,
+                          np.full(int(sizes.sum()), own), np.full(int(sizes.sum()), counted)))
+
+        add(list(range(len(rows))), bags, 1.0, True, True)
+        prev = [r["prev"] for r in rows]
+        before2 = [prev[p] if p is not None else None for p in prev]
+        for links, weight in ((prev, rank.neighbours), (before2, rank.before2), ([r["next"] for r in rows], rank.after)):
+            if not weight:
+                continue
+            pairs = [(i, j) for i, j in enumerate(links) if j is not None]
+            for i, j in pairs:
+                rows[i]["len"] += weight * rows[j]["own_len"]  # BM25F: the field's weighted length
+            add([i for i, _ in pairs], [bags[j] for _, j in pairs], weight, False, False)
+        if rank.dates and rank.context:
+            days: dict[int, tuple] = {}
+            dated = [days.get(r["time"] // 86_400_000) or days.setdefault(
+                r["time"] // 86_400_000, self._bag(time_terms(r["time"]))) for r in rows]
+            add(list(range(len(rows))), dated, rank.dates, False, True)
+        if parts:
+            docs, terms, tf, own, counted = (np.concatenate(x) for x in zip(*parts))
+            key = terms * max(1, len(rows)) + docs
+            unique, inverse = np.unique(key, return_inverse=True)
+            tf = np.bincount(inverse, weights=tf, minlength=len(unique))
+            own = np.bincount(inverse, weights=own, minlength=len(unique)) > 0
+            counted = np.bincount(inverse, weights=counted, minlength=len(unique)) > 0
+            terms, docs = unique // max(1, len(rows)), unique % max(1, len(rows))
+            starts = np.flatnonzero(np.r_[True, terms[1:] != terms[:-1]])
+            ends = np.r_[starts[1:], len(terms)]
+            names = {v: k for k, v in vocabulary.items()}
+            self._postings = {names[int(terms[a])]: (docs[a:b], tf[a:b], own[a:b], counted[a:b])
+                              for a, b in zip(starts, ends)}
         else:
-            con.execute("CREATE TABLE terms (doc INTEGER, term VARCHAR, tf INTEGER)")
-        con.unregister("meta_frame")
-        con.unregister("postings_frame")
-        if self._con is not None:
-            self._con.close()
-        self._con = con
-        self._vector_model = None
+            self._postings = {}
+        codes: dict[str, dict] = {"project": {}, "session": {}, "source": {}}
+
+        def code(kind: str, value: Any) -> int:
+            return codes[kind].setdefault(value or "", len(codes[kind]))
+
+        self._codes = codes
+        self._arrays = {
+            "len": np.array([r["len"] for r in rows], dtype=np.float64),
+            "project": np.array([code("project", r["project"]) for r in rows], dtype=np.int64),
+            "session": np.array([code("session", r["session_id"]) for r in rows], dtype=np.int64),
+            "source": np.array([code("source", r["source"]) for r in rows], dtype=np.int64),
+        }
+        self._built = True
+        self._matrix = None
         self.builds += 1
 
     @property
@@ -244,49 +410,152 @@ class MemoryIndex:
 
     def search(self, query: str, *, project: str | None = None, k: int = 5, threshold: float = 0.0,
                exclude_session: str | None = None, sources: Sequence[str] = ("memory", "history"),
-               embed: Embed | None = None, embed_model: str = "", include_superseded: bool = False,
-               supersede: bool = True) -> list[Hit]:
-        """The best ``k`` documents for ``query`` scoring at least ``threshold`` (see the module docstring).
+               embedder: Embedder | None = None, cosine_threshold: float = 1.0, wait: float = 0.0,
+               include_superseded: bool = False, supersede: bool | None = None) -> list[Hit]:
+        """The best ``k`` documents for ``query`` (see the module docstring).
 
         ``project`` limits the search to one project key (None: everything);
-        ``exclude_session`` leaves a session out (the one asking). With
-        ``include_superseded`` superseded documents may fill the list after
-        the others; by default they are left out. ``supersede=False`` turns
-        supersession off (plain BM25 order, for comparison).
+        ``exclude_session`` leaves a session out (the one asking). A result
+        needs ``bm25 >= threshold`` or (with an ``embedder``) ``cosine >=
+        cosine_threshold``. Passages without a vector yet are queued for the
+        background worker; the search waits up to ``wait`` seconds for them.
+        With ``include_superseded`` superseded documents may fill the list
+        after the others; by default they are left out. ``supersede=False``
+        turns supersession off.
         """
-        terms = tokens(query)
-        if not terms and embed is None:
+        terms = tokens(query) + date_terms(query)
+        if not terms and embedder is None:
             return []
+        supersede = self.ranking.supersede if supersede is None else supersede
         with self._lock:
             self.refresh()
-            params = {"project": project, "exclude": exclude_session, "sources": list(sources),
-                      "terms": terms or ["\x00"], "pool": POOL}
-            scores: dict[int, float] = {}
-            bm25: dict[int, float] = {}
-            matched: dict[int, tuple[str, ...]] = {}
-            idf: dict[str, float] = {}
-            if terms:
-                for doc, score, raw, words, idfs in self._con.execute(SEARCH_SQL, params).fetchall():
-                    scores[doc], bm25[doc], matched[doc] = float(score), float(raw), tuple(words)
-                    idf.update(zip(words, idfs))
-            if embed is not None:
-                scores = self._hybrid(query, scores, embed, embed_model, params)
-            hits = self._rank(scores, bm25, matched, idf, supersede)
-        hits = [h for h in hits if h.score >= threshold]
-        fresh = [h for h in hits if not h.superseded_by]
-        if include_superseded:
-            fresh += [h for h in hits if h.superseded_by]
-        return fresh[:k]
+            params = {"project": project, "exclude": exclude_session, "sources": list(sources)}
+            lex, raw, matched, idf = self._bm25(terms, params) if terms else ({}, {}, {}, {})
+            cosine: dict[int, float] = {}
+            plain: dict[int, float] = {}
+            if embedder is not None:
+                cosine, plain = self._cosine(query, embedder, params, wait)
+            else:
+                self.status = Status()
+            return self._rank(lex, raw, matched, idf, cosine, embedder is not None, supersede,
+                              threshold, cosine_threshold, k, include_superseded, plain)
 
-    def _rank(self, scores: dict[int, float], bm25: dict[int, float], matched: dict[int, tuple[str, ...]],
-              idf: dict[str, float], supersede: bool = True) -> list[Hit]:
+    def _scope(self, params: dict):
+        """The documents in scope: a bool per document."""
+        import numpy as np
+
+        arrays, codes = self._arrays, self._codes
+        wanted = [codes["source"][s] for s in params["sources"] if s in codes["source"]]
+        mask = np.isin(arrays["source"], wanted)
+        if params["project"] is not None:
+            mask &= arrays["project"] == codes["project"].get(params["project"], -1)
+        if params["exclude"] is not None:
+            mask &= arrays["session"] != codes["session"].get(params["exclude"], -1)
+        return mask
+
+    def _bm25(self, terms: list[str], params: dict):
+        """(share score, BM25, own matched terms, idf) of the best ``pool`` documents in scope."""
+        import numpy as np
+
+        mask = self._scope(params)
+        n = float(mask.sum())
+        if not n:
+            return {}, {}, {}, {}
+        length = self._arrays["len"]
+        avgdl = max(float(length[mask].mean()), 1.0)
+        share = np.zeros(len(mask))
+        bm25 = np.zeros(len(mask))
+        idf: dict[str, float] = {}
+        owned: list[tuple[str, Any]] = []
+        for term in dict.fromkeys(terms):
+            docs, tf, own, counted = self._postings.get(term) or _no_postings()
+            keep = mask[docs]
+            docs, tf, own = docs[keep], tf[keep], own[keep]
+            df = int(counted[keep].sum())
+            idf[term] = weight = float(np.log1p((n - df + 0.5) / (df + 0.5)))
+            if not len(docs):
+                continue
+            tfn = tf * (K1 + 1) / (tf + K1 * (1 - B + B * length[docs] / avgdl))
+            share[docs] += weight * np.minimum(tfn, 1.0)
+            bm25[docs] += weight * tfn
+            owned.append((term, docs[own]))
+        total = sum(idf.values()) or 1.0
+        found = np.nonzero(bm25 > 0)[0]
+        order = found[np.lexsort((-found, -bm25[found], -share[found]))][:self.ranking.pool]
+        lex = {int(d): float(share[d] / total) for d in order}
+        raw = {int(d): float(bm25[d]) for d in order}
+        matched: dict[int, list[str]] = {d: [] for d in lex}
+        for term, docs in sorted(owned):
+            for d in docs[np.isin(docs, order)]:
+                matched[int(d)].append(term)
+        return lex, raw, {d: tuple(t) for d, t in matched.items()}, idf
+
+    def _weight(self, doc: int) -> float:
+        return self.ranking.question_weight if self._request(doc) else 1.0
+
+    def _rank(self, lex: dict[int, float], raw: dict[int, float], matched: dict[int, tuple[str, ...]],
+              idf: dict[str, float], cosine: dict[int, float], hybrid: bool, supersede: bool,
+              threshold: float = 0.0, cosine_threshold: float = 1.0, k: int = 5,
+              include_superseded: bool = False, plain: dict[int, float] | None = None) -> list[Hit]:
+        """The best ``k`` results (superseded ones after the others when asked for)."""
+        rows, rank = self._rows, self.ranking
+        weighted = {d: s * self._weight(d) for d, s in lex.items()}
+        ranks: dict[int, list] = {}
+        if hybrid:
+            by_bm25 = sorted((d for d in weighted if lex[d] >= rank.bm25_floor),
+                             key=lambda d: (-weighted[d], -raw[d], -d))
+            by_cos = sorted(cosine, key=lambda d: (-cosine[d] * self._weight(d), -d))[:rank.pool]
+            for r, d in enumerate(by_bm25, 1):
+                ranks.setdefault(d, [None, None])[0] = r
+            for r, d in enumerate(by_cos, 1):
+                ranks.setdefault(d, [None, None])[1] = r
+            score = {d: self._fuse(d, rb, rc, lex, cosine) for d, (rb, rc) in ranks.items()}
+        else:
+            score = weighted
+        order = sorted(score, key=lambda d: (-score[d], rows[d]["source"] != "memory", -raw.get(d, 0.0),
+                                             -rows[d]["time"], -d))
+        plain = plain or {}  # admission on the model's own cosine: centring is a ranking device
+        order = [d for d in order if weighted.get(d, 0.0) >= threshold or plain.get(d, -1.0) >= cosine_threshold]
+        superseded = self._supersession(order, weighted, matched, idf, k) if supersede else {}
+        fresh = [d for d in order if d not in superseded][:k]
+        stale = [d for d in order if d in superseded][:max(0, k - len(fresh))] if include_superseded else []
+        hits = []
+        for d in fresh + stale:
+            row = rows[d]
+            words = matched.get(d, ())
+            text = row["text"] if row["source"] == "memory" else _snippet(row["text"], words)
+            rb, rc = ranks.get(d, (None, None))
+            hits.append(Hit(score=score[d], text=text, source=row["source"], kind=row["kind"],
+                            session_id=row["session_id"], message_id=row["message_id"], time=row["time"],
+                            part_id=row["part_id"], title=row["title"], superseded_by=superseded.get(d),
+                            matched=tuple(words), path=row.get("path", ""), bm25=lex.get(d, 0.0),
+                            cosine=cosine.get(d), similarity=plain.get(d), ranks=(rb, rc), fused=hybrid))
+        return hits
+
+    def _fuse(self, doc: int, rb: int | None, rc: int | None, lex: dict[int, float],
+              cosine: dict[int, float]) -> float:
+        rank = self.ranking
+        if rank.fusion == "linear":
+            c = cosine.get(doc)
+            c = 0.0 if c is None else max(0.0, (c - rank.cosine_floor) / (1 - rank.cosine_floor))
+            value = (1 - rank.linear_weight) * min(1.0, lex.get(doc, 0.0)) + rank.linear_weight * c
+            return value * self._weight(doc)
+        value = (1.0 / (rank.rrf_k + rb) if rb else 0.0) + (rank.cosine_weight / (rank.rrf_k + rc) if rc else 0.0)
+        return value
+
+    def _supersession(self, order: list[int], weighted: dict[int, float], matched: dict[int, tuple[str, ...]],
+                      idf: dict[str, float], k: int) -> dict[int, str]:
+        """doc → what supersedes it (see the module docstring); decided on the lexical evidence,
+        for the documents in ``order`` until ``k`` of them stand."""
         rows = self._rows
-        weighted = {d: s * (QUESTION_WEIGHT if self._request(d) else 1.0) for d, s in scores.items()}
-        order = sorted(weighted, key=lambda d: (-weighted[d], rows[d]["source"] != "memory", -bm25.get(d, 0.0),
-                                                -rows[d]["time"], -d))
         superseded: dict[int, str] = {}
         seen_text: dict[str, int] = {}
-        for d in order if supersede else ():
+        lexical = sorted(weighted, key=lambda d: -weighted[d])
+        processed: list[int] = []
+        for d in order:
+            if sum(1 for x in processed if x not in superseded) >= k:
+                break  # enough results stand: what follows is never shown
+            processed.append(d)
             row = rows[d]
             if row.get("superseded_by"):
                 superseded[d] = row["superseded_by"]  # the memory files already said so
@@ -303,14 +572,18 @@ class MemoryIndex:
             seen_text[key] = d
             mine = matched.get(d, ())
             mass = sum(idf.get(t, 0.0) for t in mine)
-            for e in order:
+            if not mass:
+                continue
+            for e in lexical:
+                if weighted[e] < SUPERSEDE_RATIO * weighted[d]:
+                    break  # (sorted) no later one scores enough
                 other = rows[e]
-                if e == d or other["question"] or weighted[e] < SUPERSEDE_RATIO * weighted[d]:
+                if e == d or other["question"]:
                     continue
                 newer = other["time"] > row["time"] or (
                     other["time"] == row["time"] and other["source"] == "memory" and row["source"] == "history")
                 same_part = other["part_id"] is not None and other["part_id"] == row["part_id"]
-                if not newer or same_part or not mass:
+                if not newer or same_part:
                     continue
                 theirs = set(matched.get(e, ()))
                 covered = sum(idf.get(t, 0.0) for t in mine if t in theirs)
@@ -322,16 +595,7 @@ class MemoryIndex:
                     continue  # a request or a tool output mentioning the subject states nothing new
                 superseded[d] = other["message_id"] or other["session_id"] or "memory"
                 break
-        hits = []
-        for d in order:
-            row = rows[d]
-            words = matched.get(d, ())
-            text = row["text"] if row["source"] == "memory" else _snippet(row["text"], words)
-            hits.append(Hit(score=weighted[d], text=text, source=row["source"], kind=row["kind"],
-                            session_id=row["session_id"], message_id=row["message_id"], time=row["time"],
-                            part_id=row["part_id"], title=row["title"], superseded_by=superseded.get(d),
-                            matched=tuple(words), path=row.get("path", "")))
-        return hits
+        return superseded
 
     def _same_subject(self, a: int, b: int) -> bool:
         """Whether two documents share most of the smaller one's subject terms (values left out)."""
@@ -346,9 +610,13 @@ class MemoryIndex:
         return row["subject"]
 
     def _request(self, doc: int) -> bool:
-        """A question, or something the user asked for without stating anything."""
+        """A question, or user text that only asks (questions and requests, no statement)."""
         row = self._rows[doc]
-        return row["question"] or (row["source"] == "history" and row["kind"] == "user" and not self._asserts(doc))
+        if "request" not in row:
+            row["request"] = row["question"] or (
+                row["source"] == "history" and row["kind"] == "user" and not self._asserts(doc)
+                and all(is_request(s) for s in sentences(row["text"])))
+        return row["request"]
 
     def _asserts(self, doc: int) -> bool:
         """Whether a history document states something (a sentence the rule extractor would keep)."""
@@ -361,83 +629,131 @@ class MemoryIndex:
 
     # -- embeddings -------------------------------------------------------------------
 
-    def _hybrid(self, query: str, scores: dict[int, float], embed: Embed, model: str, params: dict) -> dict[int, float]:
-        """Mix BM25 (capped at 1) with the cosine similarity of embeddings, computed in DuckDB."""
-        self._ensure_vectors(embed, model, params)
-        qv = embed([query])[0]
-        dim = len(qv)
-        rows = self._con.execute(
-            f"SELECT v.doc, array_cosine_similarity(v.vec::FLOAT[{dim}], $q::FLOAT[{dim}]) AS cos "
-            "FROM vecs v JOIN docs d ON d.doc = v.doc "
-            "WHERE ($project IS NULL OR d.project = $project) AND ($exclude IS NULL OR d.session_id IS DISTINCT FROM $exclude) "
-            "AND list_contains($sources, d.source) AND len(v.vec) = $dim ORDER BY cos DESC LIMIT $pool",
-            {"q": qv, "dim": dim, "project": params["project"], "exclude": params["exclude"],
-             "sources": params["sources"], "pool": params["pool"]}).fetchall()
-        cosine = {doc: max(0.0, float(c)) for doc, c in rows if c is not None}
-        out = {}
-        for doc in set(scores) | set(cosine):
-            out[doc] = (1 - HYBRID_WEIGHT) * min(1.0, scores.get(doc, 0.0)) + HYBRID_WEIGHT * cosine.get(doc, 0.0)
-        return out
+    def embed_text(self, doc: int) -> str:
+        """What is embedded for a document: its text (dated with ``Ranking.embed_dates``; with
+        the passages before and after it with ``Ranking.embed_window``)."""
+        row = self._rows[doc]
+        text = row["text"]
+        if self.ranking.embed_window:
+            text = "\n".join(self._rows[j]["text"][:600] if j != doc else text
+                             for j in (row["prev"], doc, row["next"]) if j is not None)
+        if self.ranking.embed_dates and row["time"]:
+            return f"{long_date(row['time'])}: {text}"
+        return text
 
-    def _ensure_vectors(self, embed: Embed, model: str, params: dict) -> None:
-        if self._vector_model == (model or "default"):
-            return
-        cache = _VectorCache(self.data_dir, model or "default")
-        texts = {d: row["text"] for d, row in self._rows.items()}
-        keys = {d: cache.key(t) for d, t in texts.items()}
-        missing = sorted({keys[d]: texts[d] for d in texts if keys[d] not in cache}.items())
-        for start in range(0, len(missing), 64):
-            batch = missing[start:start + 64]
-            vectors = embed([t for _, t in batch])
-            cache.add({key: vec for (key, _), vec in zip(batch, vectors)})
-        self._con.execute("CREATE OR REPLACE TABLE vecs (doc INTEGER, vec FLOAT[])")
-        import pandas as pd
+    def prepare(self, embedder: Embedder, *, wait: float = 0.0) -> Status:
+        """Queue the passages without a vector for the background worker; wait up to ``wait`` s."""
+        with self._lock:
+            self.refresh()
+            dim = embedder.dim or len(embedder.query("dimension"))
+            return self._prepare(embedder, dim, wait)
 
-        frame = pd.DataFrame({"doc": list(texts), "vec": [cache.get(keys[d]) for d in texts]})
-        self._con.register("vec_frame", frame)
-        self._con.execute("INSERT INTO vecs SELECT doc, vec::FLOAT[] FROM vec_frame WHERE vec IS NOT NULL")
-        self._con.unregister("vec_frame")
-        self._vector_model = model or "default"
+    def _prepare(self, embedder: Embedder, dim: int, wait: float) -> Status:
+        vectors = vector_file(self.data_dir, embedder.name, dim)
+        vectors.sync()
+        jobs = worker(embedder, vectors)
+        seen = (self.builds, id(vectors), vectors.version)
+        if self._prepared != seen:  # something changed: look for passages without a vector
+            for row in self._rows.values():
+                if "vkey" not in row:
+                    row["vkey"] = text_key(self.embed_text(row["doc"]))
+            self._missing = {row["vkey"]: row["doc"] for row in self._rows.values() if row["vkey"] not in vectors}
+            self._missing.update((key, -1 - i) for i, key in enumerate(_BACKGROUND_KEYS) if key not in vectors)
+            self._prepared = seen
+        if self._missing:
+            jobs.submit((key, self.embed_text(d) if d >= 0 else BACKGROUND[-1 - d]) for key, d in self._missing.items())
+            if wait > 0:
+                jobs.wait(list(self._missing), wait)
+            self._missing = {key: d for key, d in self._missing.items() if key not in vectors}
+        missing = sum(1 for d in self._missing.values() if d >= 0)
+        self.status = Status(embedder.name, len(self._rows), len(self._rows) - missing, missing, jobs.error,
+                             self.ranking.fusion)
+        return self.status
+
+    def _cosine(self, query: str, embedder: Embedder, params: dict, wait: float
+                ) -> tuple[dict[int, float], dict[int, float]]:
+        """(ranking cosine, the model's own cosine) of the best ``pool`` passages in scope."""
+        import numpy as np
+
+        raw = embedder.query(query)
+        self._prepare(embedder, len(raw), wait)
+        matrix, has, mean, own = self._vector_matrix(embedder, len(raw))
+        if not len(self._rows):
+            return {}, {}
+        qv = raw
+        if mean is not None:
+            qv = raw - mean
+            qv = qv / (np.linalg.norm(qv) or 1.0)
+        mask = has & self._scope(params)
+        scores = np.einsum("ij,j->i", matrix, qv)  # not BLAS: its threads spin on a busy machine
+        scores = np.where(mask, scores, -np.inf)
+        pool = min(self.ranking.pool, int(mask.sum()))
+        if pool <= 0:
+            return {}, {}
+        top = np.argpartition(-scores, pool - 1)[:pool]
+        plain = np.einsum("ij,j->i", own[top], raw)
+        return {int(d): float(scores[d]) for d in top}, {int(d): float(c) for d, c in zip(top, plain)}
+
+    def _vector_matrix(self, embedder: Embedder, dim: int):
+        """The passages' vectors (neighbours mixed in at ``Ranking.vector_context``), cached."""
+        import numpy as np
+
+        vectors = vector_file(self.data_dir, embedder.name, dim)
+        key = (embedder.name, dim, vectors.version, id(vectors))
+        if self._matrix is not None and self._matrix[0] == key:
+            return self._matrix[1:]
+        n = len(self._rows)
+        own = np.zeros((n, dim), dtype=np.float32)
+        has = np.zeros(n, dtype=bool)
+        for d, row in self._rows.items():
+            v = vectors.get(row["vkey"])
+            if v is not None:
+                own[d], has[d] = v, True
+        matrix = own
+        alpha = self.ranking.vector_context
+        if alpha and n:
+            matrix = own.copy()
+            for d, row in self._rows.items():
+                for j in (row["prev"], row["next"]):
+                    if j is not None and has[j]:
+                        matrix[d] += alpha * own[j]
+            matrix = _unit_rows(matrix)
+        mean = None
+        background = [v for v in (vectors.get(key) for key in _BACKGROUND_KEYS) if v is not None]
+        if self.ranking.center and (len(background) == len(BACKGROUND) or has.sum() >= CENTER_MIN):
+            # e5's vectors share a large common component (any two texts score 0.7-0.9), which
+            # lets short generic turns ("Haha, I can imagine") come close to every question
+            stacked = np.concatenate([matrix[has], np.array(background, dtype=np.float32).reshape(-1, dim)])
+            mean = stacked.mean(axis=0)
+            matrix = np.where(has[:, None], _unit_rows(matrix - mean), 0).astype(np.float32)
+        self._matrix = (key, matrix, has, mean, own)
+        return matrix, has, mean, own
 
     def close(self) -> None:
         with self._lock:
-            if self._con is not None:
-                self._con.close()
-            self._con, self._signature = None, None
+            self._built, self._signature, self._postings = False, None, {}
 
 
-class _VectorCache:
-    """Embeddings by text hash, one JSONL file per model under ``<data_dir>/memory/.embeddings``."""
+_BACKGROUND_KEYS = tuple(text_key(t) for t in BACKGROUND)
 
-    def __init__(self, data_dir: Path, model: str):
-        self.model = model
-        self.path = data_dir / "memory" / ".embeddings" / (re.sub(r"[^\w.-]+", "_", model) + ".jsonl")
-        self._vectors: dict[str, list[float]] = {}
-        try:
-            with open(self.path, encoding="utf-8") as fh:
-                for line in fh:
-                    try:
-                        row = json.loads(line)
-                        self._vectors[row["k"]] = row["v"]
-                    except (ValueError, KeyError, TypeError):
-                        continue  # a torn last line
-        except FileNotFoundError:
-            pass
 
-    def key(self, text: str) -> str:
-        return hashlib.sha1(f"{self.model}\0{text}".encode()).hexdigest()
+class _Row(dict):
+    """A row of the history query, its columns as attributes."""
 
-    def __contains__(self, key: str) -> bool:
-        return key in self._vectors
+    __getattr__ = dict.__getitem__
 
-    def get(self, key: str) -> list[float] | None:
-        return self._vectors.get(key)
 
-    def add(self, vectors: dict[str, list[float]]) -> None:
-        self._vectors.update(vectors)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write("".join(json.dumps({"k": k, "v": [float(x) for x in v]}) + "\n" for k, v in vectors.items()))
+def _no_postings():
+    import numpy as np
+
+    return np.zeros(0, np.int64), np.zeros(0), np.zeros(0, bool), np.zeros(0, bool)
+
+
+def _unit_rows(matrix):
+    import numpy as np
+
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return np.where(norms > 0, matrix / np.where(norms > 0, norms, 1), 0).astype(np.float32)
 
 
 def _args_text(raw: Any) -> str:
@@ -486,4 +802,4 @@ def _snippet(text: str, matched: Sequence[str], limit: int = 280) -> str:
     return one_line(snippet, limit)
 
 
-__all__ = ["MemoryIndex", "Hit", "K1", "B"]
+__all__ = ["MemoryIndex", "Hit", "Ranking", "Status", "DEFAULT_RANKING", "PLAIN_BM25", "K1", "B"]

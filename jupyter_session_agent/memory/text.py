@@ -125,6 +125,73 @@ def _cjk_terms(word: str) -> list[str]:
     return out
 
 
+_MONTHS = {m: i for i, names in enumerate((
+    ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",), ("june", "jun"),
+    ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"), ("october", "oct"),
+    ("november", "nov"), ("december", "dec")), 1) for m in names}
+_MONTH = r"(january|february|march|april|may|june|july|august|september|october|november|december|" \
+         r"jan|feb|mar|apr|jun|jul|aug|sept|sep|oct|nov|dec)\.?"
+_DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
+_DATES = (  # (pattern, group of year, month, day); a month name counts only next to a day or a year
+    (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), 1, 2, 3),
+    (re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+(\d{{4}})\b", re.I), 3, 2, 1),
+    (re.compile(rf"\b{_MONTH}\s+{_DAY},?\s+(\d{{4}})\b", re.I), 3, 1, 2),
+    (re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}\b(?!,?\s+\d)", re.I), None, 2, 1),
+    (re.compile(rf"\b{_MONTH}\s+{_DAY}\b(?!,?\s+\d{{4}})(?!\d)", re.I), None, 1, 2),
+    (re.compile(rf"\b{_MONTH},?\s+(\d{{4}})\b", re.I), 2, 1, None),
+)
+
+
+def date_terms(text: str) -> list[str]:
+    """Canonical terms of the calendar dates written in ``text``: ``8 May 2023``, ``May 8, 2023``
+    and ``2023-05-08`` all give ``@2023-05-08 @2023-05 @05-08``; ``May 2023`` gives ``@2023-05``;
+    ``May 8th`` gives ``@05-08``. Documents and queries share them, so a question naming a date
+    meets the passages of that day (a session's date is added to its passages)."""
+    out: list[str] = []
+    taken: list[tuple[int, int]] = []
+    for pattern, gy, gm, gd in _DATES:
+        for match in pattern.finditer(text):
+            if any(a < match.end() and match.start() < b for a, b in taken):
+                continue  # part of a longer date already read
+            month = match.group(gm)
+            month = int(month) if month.isdigit() else _MONTHS.get(month.lower().rstrip("."))
+            day = int(match.group(gd)) if gd else None
+            year = int(match.group(gy)) if gy else None
+            if not month or not 1 <= month <= 12 or (day is not None and not 1 <= day <= 31):
+                continue
+            taken.append(match.span())
+            out.extend(calendar_terms(year, month, day))
+    return out
+
+
+def calendar_terms(year: int | None, month: int, day: int | None) -> list[str]:
+    """The terms :func:`date_terms` gives for one date (day and year optional)."""
+    out = []
+    if year and day:
+        out.append(f"@{year:04d}-{month:02d}-{day:02d}")
+    if year:
+        out.append(f"@{year:04d}-{month:02d}")
+    if day:
+        out.append(f"@{month:02d}-{day:02d}")
+    return out
+
+
+def time_terms(ms: int | None) -> list[str]:
+    """The :func:`date_terms` of the (UTC) day of a millisecond timestamp."""
+    if not ms:
+        return []
+    day = time.gmtime(ms / 1000)
+    return calendar_terms(day.tm_year, day.tm_mon, day.tm_mday)
+
+
+def long_date(ms: int | None) -> str:
+    """``8 May 2023`` (UTC) of a millisecond timestamp, "" for none."""
+    if not ms:
+        return ""
+    day = time.gmtime(ms / 1000)
+    return f"{day.tm_mday} {time.strftime('%B %Y', day)}"
+
+
 def sentences(text: str) -> list[str]:
     """Sentences and lines of ``text``, stripped of Markdown bullets and headings."""
     out = []

@@ -27,22 +27,26 @@ Modules, by responsibility:
 
 - ``journal``: the per-process JSONL journal, its flock, liveness, compaction to Parquet
 - ``codec``: values ↔ journal rows (kind, redacted line, decoding)
+- ``problems``: what the history cannot use (stray files, bad rows, failed writes), reported once
 - ``catalog``: the ``_store.<kind>`` tables materialised from the files, refreshed incrementally
 - ``views``: the public views' SQL
 - ``readonly``: the read-only SQL guard of ``sql()``
 - ``query``: the private DuckDB connection, catalog refresh and ``sql()`` (a mixin of Store)
 - ``export``: Parquet export and the views over an export
+- ``watch``: what other processes write to one session (``Store.foreign``), without DuckDB
 - ``store``: the :class:`Store` and :func:`shared`
 """
 
 from __future__ import annotations
 
-from .catalog import KINDS
 from .export import export_views_sql, open_export
 from .journal import COLUMNS, Kind, _compact
+from .merge import merge
+from .problems import HistoryWarning, HistoryWriteError
 from .query import scratch_connection
+from .schema import KINDS
 from .store import Store, shared
 
 # What the rest of the package, the tests, benchmarks and notebooks import from here.
-__all__ = ["COLUMNS", "KINDS", "Kind", "Store", "_compact", "export_views_sql", "open_export",
-           "scratch_connection", "shared"]
+__all__ = ["COLUMNS", "KINDS", "HistoryWarning", "HistoryWriteError", "Kind", "Store", "_compact",
+           "export_views_sql", "merge", "open_export", "scratch_connection", "shared"]

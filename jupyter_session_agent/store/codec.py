@@ -12,7 +12,9 @@ from .. import messages as M
 from ..errors import UsageError
 from ..messages import Session, ToolError, ToolPart, now_ms
 from ..redact import redact as _redact
+from ..text import has_surrogates, safe_text
 from .journal import Kind
+from .problems import report, report_row
 
 
 def _kind(value: Any) -> Kind:
@@ -20,7 +22,7 @@ def _kind(value: Any) -> Kind:
         return "session"
     if isinstance(value, (M.UserMessage, M.AssistantMessage)):
         return "message"
-    if type(value) in M.PART_TYPES.values():
+    if type(value) in M.PART_TYPES.values() or type(value) is M.UnknownPart:
         return "part"
     if getattr(type(value), "JOURNAL_KIND", None) == "event":  # immutable records, e.g. compaction events
         return "event"
@@ -28,13 +30,14 @@ def _kind(value: Any) -> Kind:
 
 
 def _encode(row: dict) -> bytes:
-    """One journal line. A lone surrogate would make DuckDB drop the whole line, so replace it.
-    Secrets are redacted (``redact.py``): nothing written to a journal may hold an API key."""
-    text = _redact(json.dumps(row, ensure_ascii=False, separators=(",", ":"))) + "\n"
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "replace")
+    """One journal line, always valid UTF-8 JSON. A lone surrogate (a latin-1 file name, a
+    broken prompt) is written as ``text.safe_text`` shows it (``\\xe9``), the same text every
+    other outbound path gives. Secrets are redacted (``redact.py``): nothing written to a
+    journal may hold an API key."""
+    text = json.dumps(row, ensure_ascii=False, separators=(",", ":"))
+    if has_surrogates(text):
+        text = safe_text(text, json=True)
+    return (_redact(text) + "\n").encode("utf-8")
 
 
 # --------------------------------------------------------------------------
@@ -71,12 +74,33 @@ def _gc_paused():
 
 
 def _decode(kind: str, data: dict):
-    """A value from OpenCode JSON: ``kind`` is "session", "message" or "part"."""
+    """A value from OpenCode JSON: ``kind`` is "session", "message" or "part" (a part this
+    version cannot read is an ``UnknownPart``; anything else unreadable raises)."""
     if kind == "part":
-        return M.decoder(M.PART_TYPES[data["type"]])(data)
+        return M.read_part(data)
     if kind == "message":
         return M.decoder(M.UserMessage if data.get("role") == "user" else M.AssistantMessage)(data)
     return M.decoder(Session)(data)
+
+
+def _undecodable(row: tuple, data: Any, session_id: str, err: Exception):
+    """What a message or part row that its decoder refused becomes: an ``UnknownPart`` (kept,
+    reported once) for a part stored as a JSON object, else None (left out, reported once).
+    ``row`` is ``(id, message_id, …)``, ``data`` its JSON with the ids already set."""
+    kind = "message" if row[1] is None else "part"
+    if kind == "part" and isinstance(data, dict) and "messageID" in data:
+        part = M.read_part(data)  # the one rule: what this version cannot read is an UnknownPart
+        if type(part) is not M.UnknownPart:
+            return part
+        report(("unknown", session_id, part.problem),
+               f"history: session {session_id} has a part this version cannot read "
+               f"({part.problem}) — kept unchanged, shown as unknown, not sent to the model; "
+               "a newer version may read it")
+        return part
+    why = (f"{type(err).__name__}: {err}" if isinstance(data, dict)
+           else f"not a JSON object: {type(data).__name__}")
+    report_row(kind, row[0], session_id, why)
+    return None
 
 
 def _interrupted(part: ToolPart) -> ToolPart:

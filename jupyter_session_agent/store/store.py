@@ -15,10 +15,13 @@ from typing import Any
 from ..errors import SessionNotFoundError, UsageError
 from ..messages import Session, ToolPart, WithParts, now_ms
 from .catalog import _Catalog
-from .codec import _decode, _decoders, _encode, _gc_paused, _interrupted, _kind
+from .codec import _decode, _decoders, _encode, _gc_paused, _interrupted, _kind, _undecodable
 from .export import _Export
-from .journal import Kind, _alive, _Journal, _next_rev
+from .journal import Kind, _alive, _Journal, _next_rev, _quote
+from .merge import merge
+from .problems import report_row
 from .query import _Query
+from .watch import _Watch
 
 # --------------------------------------------------------------------------
 # the store
@@ -51,6 +54,14 @@ class Store(_Query, _Export):
         self._files: tuple | None = None
         self._catalog: _Catalog | None = None  # created by the first sql() query
         self._next_sweep = 0.0
+        self._bad: dict[str, tuple | None] = {}  # files left out of reads → their stat then
+        self._verified: set[str] = set()  # Parquet files found whole
+        self._watches: dict[str, _Watch] = {}  # session → what other writers wrote (foreign())
+        self._metas: dict[str, tuple] = {}  # Parquet file → (its stat, its footer entry)
+        self._manifests: dict[str, tuple] = {}  # generation manifest → (its stat, its contents)
+        self._defined = None  # the plan the _store.* views were defined for
+        self._views_made = False
+        self._merging = None  # the background merge thread, if any
 
     # ---- writing -----------------------------------------------------------
 
@@ -81,8 +92,19 @@ class Store(_Query, _Export):
         self._cache.get(session_id, {}).pop(id, None)
 
     def flush(self, *, sync: bool = True) -> None:
-        """Append everything buffered in one write; fsync when ``sync``."""
+        """Append everything buffered in one write; fsync when ``sync``.
+
+        Raises a one-line ``HistoryWriteError`` when the journal cannot be written (disk full):
+        the rows stay buffered (see :meth:`unsaved`) and the next successful flush writes them."""
         self._writer().append(sync)
+
+    def unsaved(self) -> frozenset[str]:
+        """Ids whose latest put could not be written yet (the last write failed), else empty."""
+        journal = self._journal
+        if journal is None or journal.error is None:
+            return frozenset()
+        with journal.lock:
+            return frozenset(journal.buffer)
 
     def _buffer(self, kind, id, session_id, message_id, data, deleted, now, created=None) -> tuple[int, int]:
         known = self._known.get(id)
@@ -111,11 +133,16 @@ class Store(_Query, _Export):
             return self._journal
 
     def close(self) -> None:
-        """Flush, compact this process's journal, release its lock and the connection."""
+        """Flush, compact this process's journal, release its lock and the connection; then
+        merge the small files if enough wait (``merge.py``; never raises)."""
         with self._write_lock:
             finalizer, self._journal, self._finalizer = self._finalizer, None, None
         if finalizer is not None:
             finalizer()
+            try:
+                merge(self._history)
+            except Exception:  # noqa: BLE001 - a failed merge leaves every file as it was
+                pass
         with self._read_lock:
             if self._con is not None and self._con_pid == os.getpid():
                 self._con.close()
@@ -139,7 +166,12 @@ class Store(_Query, _Export):
             raise SessionNotFoundError(f"no session {session_id!r} — `%agent sessions` lists them")
         if len(rows) > 1 and rows[0][0] != session_id:
             raise UsageError(f"{session_id!r} matches several sessions — give more of the id")
-        return self._session(*rows[0])
+        session = self._session(*rows[0])
+        if session is None:
+            raise UsageError(f"session {rows[0][0]} cannot be read (a newer version or a hand "
+                             "edit wrote it) — open it with the version that wrote it, or start "
+                             "a new session")
+        return session
 
     def sessions(self, *, include_archived: bool = False) -> list[Session]:
         """All sessions, newest first (descending ids sort newest first)."""
@@ -147,11 +179,17 @@ class Store(_Query, _Export):
         files_where = "true" if include_archived else "TRY_CAST(data->'time'->>'archived' AS BIGINT) IS NULL"
         rows = self._read(f"SELECT id, data::VARCHAR FROM session WHERE {where} ORDER BY id",
                           f"{_from_files('session', 'true')} AND {files_where} ORDER BY id")
-        return [self._session(*row) for row in rows]
+        return [session for row in rows if (session := self._session(*row)) is not None]
 
     @staticmethod
-    def _session(id: str, data: str) -> Session:
-        return _decode("session", {**json.loads(data), "id": id})
+    def _session(id: str, data: str) -> Session | None:
+        """The session row decoded, or None (reported once) when this version cannot read it."""
+        try:
+            value = json.loads(data)
+            return _decode("session", {**value, "id": id})
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            report_row("session", id, None, f"{type(err).__name__}: {err}")
+            return None
 
     def messages(self, session_id: str) -> list[WithParts]:
         """The session's messages oldest first, each with its parts in id order.
@@ -188,18 +226,25 @@ class Store(_Query, _Export):
                 user, assistant, part = _decoders()
                 for i, data in zip(stale, decoded):
                     row = rows[i]
-                    data["id"] = id = row[0]
-                    data["sessionID"] = session_id
-                    if row[1] is None:
-                        value = (user if data.get("role") == "user" else assistant)(data)
-                    else:
-                        data["messageID"] = row[1]
-                        value = part[data["type"]](data)
+                    id = row[0]
+                    try:
+                        data["id"] = id
+                        data["sessionID"] = session_id
+                        if row[1] is None:
+                            value = (user if data.get("role") == "user" else assistant)(data)
+                        else:
+                            data["messageID"] = row[1]
+                            value = part[data["type"]](data)
+                    except Exception as err:  # noqa: BLE001 - one bad row must not hide the session
+                        value = _undecodable(row, data, session_id, err)  # UnknownPart / None
                     values[i] = value
-                    cache[id] = (row[2], row[3], value)
+                    if value is not None:  # a row left out is read (and left out) again next time
+                        cache[id] = (row[2], row[3], value)
                 del decoded  # freed now, before the collector sees it
             writers = {}
             for row, value in zip(rows, values):
+                if value is None:
+                    continue
                 if row[1] is None:
                     infos[row[0]] = value
                 else:
@@ -228,13 +273,58 @@ class Store(_Query, _Export):
         for part in unfinished:
             writer = writers.get(part.id)
             if writer not in alive:
-                alive[writer] = writer == me or writer is None or _alive(self._root / "live" / f"{writer}.jsonl")
+                alive[writer] = writer == me or writer is None or _alive(self._journal_path(writer))
             if not alive[writer]:
                 fixed[part.id] = _interrupted(part)
         if fixed:
             self.put(*fixed.values())
             self.flush()
         return fixed
+
+    # ---- other writers of a session (two kernels continuing it) ---------------
+
+    def foreign(self, session_id: str) -> tuple:
+        """A mark that moves whenever another process writes or deletes a row of the session.
+
+        A kernel continuing the session compares it before each turn and reloads the history
+        when it moved (``AgentSession``). Cheap: other writers' journals are read only where
+        they grew, by text search, and DuckDB only counts Parquet files new since the first
+        call (``watch.py``); this process's own journal is never read.
+        """
+        with self._read_lock:
+            watch = self._watches.pop(session_id, None) or _Watch(session_id)
+            self._watches[session_id] = watch  # most recently used last
+            while len(self._watches) > self.CACHE_SESSIONS:
+                del self._watches[next(iter(self._watches))]
+            own = self._journal.writer if self._journal is not None else None
+            return watch.mark(*self._listing().files, own, lambda path: self._rows_in(path, session_id))
+
+    def _rows_in(self, path: str, session_id: str) -> int:
+        """The session's rows in one Parquet file (0 if it cannot be read: reads leave it out)."""
+        import duckdb
+
+        con = self._prepare()
+        try:
+            return con.execute(f"SELECT count(*) FROM read_parquet([{_quote(path)}]) "
+                               "WHERE session_id = $1", [session_id]).fetchone()[0]
+        except duckdb.Error:
+            return 0
+
+    def live_writer(self, id: str) -> str | None:
+        """The other process that wrote the newest revision of ``id``, if it still runs."""
+        rows = self._read(
+            "SELECT writer FROM (SELECT writer, rev FROM _store.message WHERE id = $1 UNION ALL "
+            "SELECT writer, rev FROM _store.part WHERE id = $1) ORDER BY rev DESC LIMIT 1",
+            "SELECT writer FROM __events__ WHERE id = $1 ORDER BY rev DESC LIMIT 1", [id])
+        writer = rows[0][0] if rows else None
+        me = self._journal.writer if self._journal is not None else None
+        if writer is None or writer == me or not _alive(self._journal_path(writer)):
+            return None
+        return writer
+
+    def _journal_path(self, writer: str) -> Path:
+        """The live journal of ``writer`` (a name read from a row: never a path of its own)."""
+        return self._root / "live" / f"{os.path.basename(writer) or '_'}.jsonl"
 
     def _session_cache(self, session_id: str) -> dict:
         cache = self._cache.pop(session_id, None) or {}

@@ -58,14 +58,34 @@ _VIEWS["compaction_event"] = f"""SELECT id, session_id, time_created, data->>'ki
     {_num("->>'summaryOutputTokens'")} summary_output_tokens, {_num("->>'llmCalls'")} llm_calls,
     {_num("->>'durationMs'")} duration_ms, {_num("->>'cost'", "DOUBLE")} cost,
     data->>'summaryInput' summary_input, data->>'model' model, data->>'requestId' request_id,
-    data->>'summaryId' summary_id, data->>'tailStartId' tail_start_id, data->>'error' error, data
+    data->>'summaryId' summary_id, data->>'tailStartId' tail_start_id, data->>'error' error,
+    data->>'source' source, data
     FROM {_latest('event')} AND data->>'type' = 'compaction'"""
+
+# Todo lists imported from OpenCode (opencode_import.TodoList, journal kind "event", type "todos":
+# one list per session, the latest import wins): one row per item, in the list's order.
+_VIEWS["todo"] = f"""SELECT session_id, TRY_CAST(item->>'position' AS INTEGER) AS position,
+    item->>'content' AS content, item->>'status' AS status, item->>'priority' AS priority,
+    TRY_CAST(item->'time'->>'created' AS BIGINT) AS time_created,
+    TRY_CAST(item->'time'->>'updated' AS BIGINT) AS time_updated, source
+    FROM (SELECT session_id, data->>'source' AS source, unnest(CAST(data->'items' AS JSON[])) AS item
+          FROM {_latest('event')} AND data->>'type' = 'todos')"""
 
 # Analytics views (docs/analytics.md): one row per LLM call, tool call, session, and day × model.
 # Plain SQL over the views above; times are UTC TIMESTAMPs; costs in USD.
 _UTC = "make_timestamp({} * 1000)"  # epoch milliseconds → TIMESTAMP (UTC)
 _VIEWS["step"] = "SELECT * FROM _store.step"  # rows kept by the catalog (_DERIVED)
 _VIEWS["tool_call"] = "SELECT * FROM _store.tool_call"
+# What an imported session's own row recorded (OpenCode keeps totals on the session), shown only
+# where it differs from what its messages add up to (NULL otherwise, and for our sessions).
+_RECORDED = ",\n        ".join(
+    f"CASE WHEN {value} IS NOT NULL AND abs({value} - coalesce({ours}, 0)) > {eps} THEN {value} END "
+    f"AS recorded_{name}"
+    for name, value, ours, eps in [
+        ("cost", "TRY_CAST(s.data->>'cost' AS DOUBLE)", "sc.messages_cost", "1e-9"),
+        *((f"{n}_tokens", f"TRY_CAST(s.data->'tokens'->{path} AS BIGINT)", f"st.{n}_tokens", "0")
+          for n, path in (("input", "'input'"), ("output", "'output'"), ("reasoning", "'reasoning'"),
+                          ("cache_read", "'cache'->'read'"), ("cache_write", "'cache'->'write'")))])
 _VIEWS["session_summary"] = f"""WITH
     steps AS (SELECT session_id, count(*) steps, arg_max(model, id) model, arg_max(provider, id) provider,
         sum(input_tokens)::BIGINT input_tokens, sum(output_tokens)::BIGINT output_tokens,
@@ -78,7 +98,7 @@ _VIEWS["session_summary"] = f"""WITH
     turns AS (SELECT m.session_id, count(DISTINCT m.id) turns FROM message m JOIN part p ON p.message_id = m.id
         WHERE m.role = 'user' AND p.type = 'text' AND NOT coalesce(p.synthetic, false) GROUP BY m.session_id),
     tools AS (SELECT session_id, count(*) tool_calls,
-        count(*) FILTER (WHERE status IN ('error', 'interrupted')) tool_errors FROM tool_call GROUP BY session_id),
+        count(*) FILTER (WHERE failed) tool_errors FROM tool_call GROUP BY session_id),
     compactions AS (SELECT session_id, count(*) FILTER (WHERE kind = 'summary' AND outcome = 'ok') compactions,
         count(*) FILTER (WHERE kind = 'prune') prunes FROM compaction_event GROUP BY session_id)
     SELECT s.id AS session_id, s.title, s.parent_id, s.directory, st.model, st.provider,
@@ -91,6 +111,7 @@ _VIEWS["session_summary"] = f"""WITH
         coalesce(st.cache_write_tokens, 0) AS cache_write_tokens, st.max_context_tokens,
         sc.messages_cost - coalesce(st.summary_cost, 0) AS cost, coalesce(st.summary_cost, 0) AS summary_cost,
         sc.title_cost, sc.children_cost AS subagent_cost, sc.total_cost, sc.descendants AS subagents,
+        {_RECORDED},
         {_UTC.format('s.time_created')} AS time_created,
         {_UTC.format('greatest(s.time_updated, msgs.last_message)')} AS time_updated
     FROM session s JOIN session_cost sc ON sc.session_id = s.id

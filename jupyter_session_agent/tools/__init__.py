@@ -8,7 +8,8 @@
 2. ``tool.run(args, ctx)``; every exception propagates unchanged (the processor
    turns it into the part's ``error`` state; ``KeyboardInterrupt`` stops the
    loop);
-3. redact API keys from ``output``, ``title`` and ``metadata`` (``redact.py``);
+3. redact API keys from ``output``, ``title`` and ``metadata`` and make them encodable
+   (``redact.clean``);
 4. truncate ``output`` (OpenCode §4.8, :mod:`.truncation`) unless the tool set
    ``metadata["truncated"]`` itself; metadata then gains ``truncated`` and,
    when cut, ``outputPath``.
@@ -33,19 +34,20 @@ __all__ = [
     "MAX_BYTES",
 ]
 
-BUILTIN_NAMES = ("python", "bash", "read", "write", "edit", "list", "glob", "grep")
+BUILTIN_NAMES = ("python", "bash", "read", "write", "edit", "list", "glob", "grep", "notebook")
 
 
 def builtin_tools() -> dict[str, Tool]:
-    """Fresh instances of the eight built-in tools, keyed by name, in a stable order."""
+    """Fresh instances of the nine built-in tools, keyed by name, in a stable order."""
     from .files import EditTool, ReadTool, WriteTool
+    from .notebook import NotebookTool
     from .python import PythonTool
     from .search import GlobTool, GrepTool, ListTool
     from .shell import BashTool
 
     tools: list[Tool] = [
         PythonTool(), BashTool(), ReadTool(), WriteTool(),
-        EditTool(), ListTool(), GlobTool(), GrepTool(),
+        EditTool(), ListTool(), GlobTool(), GrepTool(), NotebookTool(),
     ]
     return {t.name: t for t in tools}
 
@@ -61,16 +63,18 @@ def run_tool(tool: Tool, args: dict, ctx: ToolContext) -> ToolResult:
     metadata["truncated"] = cut.truncated
     if cut.truncated:
         metadata["outputPath"] = cut.output_path
-    return ToolResult(output=cut.content, title=result.title, metadata=metadata)
+    return ToolResult(output=cut.content, title=result.title, metadata=metadata,
+                      attachments=result.attachments)
 
 
 def redact_result(result: ToolResult) -> ToolResult:
-    """The result with API keys replaced by ``[REDACTED:<kind>]`` (``redact.py``), before
-    anything is saved (full outputs of truncated calls included) or sent to the model."""
-    from ..redact import redact, redact_value
+    """The result with API keys replaced by ``[REDACTED:<kind>]`` and lone surrogates (latin-1
+    file names) escaped (``redact.clean``), before anything is saved (full outputs of
+    truncated calls included), shown or sent to the model."""
+    from ..redact import clean, clean_value
 
-    return ToolResult(output=redact(result.output, refresh=True), title=redact(result.title),
-                      metadata=redact_value(dict(result.metadata)))
+    return ToolResult(output=clean(result.output, refresh=True), title=clean(result.title),
+                      metadata=clean_value(dict(result.metadata)), attachments=result.attachments)
 
 
 def openai_schema(tool: Tool) -> dict:

@@ -35,11 +35,14 @@ class ToolContext:
 class ToolResult:
     """A completed call: ``output`` is what the model sees, ``title`` what the
     user sees in the part header, ``metadata`` JSON-able extras for the UI and
-    the store (``truncated``/``outputPath`` after truncation)."""
+    the store (``truncated``/``outputPath`` after truncation). ``attachments``: files the
+    call returned (``{mime, url, filename?}``, e.g. an MCP server's images), stored on the
+    completed state as OpenCode's file parts."""
 
     output: str
     title: str = ""
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    attachments: tuple = ()
 
 
 @runtime_checkable

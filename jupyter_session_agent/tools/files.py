@@ -3,26 +3,48 @@
 Paths may be absolute or relative to the session's working directory. Errors
 the model can fix (missing file, directory, binary file, ambiguous edit) raise
 :class:`ToolFailure` with a message that says what to do next.
+
+Bounded: ``read`` streams the file and keeps only the lines it returns (each cut at
+2,000 characters before it is decoded), so paging through a file of any size costs
+kilobytes; FIFOs, sockets and devices are refused by every tool here (reading or writing
+one can block forever); ``edit`` works on files up to :data:`MAX_EDIT_BYTES`, and the
+``diff`` metadata is left out for files over :data:`MAX_DIFF_BYTES`.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
+from typing import BinaryIO
 
 from ..errors import ToolFailure
 from .base import ToolContext, ToolResult
-from .paths import display, is_binary, resolve
+from .paths import display, is_binary, open_regular, resolve, special_kind
 from .truncation import MAX_BYTES
 
 DEFAULT_READ_LIMIT = 2000
 MAX_LINE_LENGTH = 2000
+READ_BLOCK = 1 << 16
+MAX_EDIT_BYTES = 20 * 1024 * 1024  # edit holds the whole file (and its new text) in memory
+MAX_DIFF_BYTES = 1024 * 1024  # a diff of bigger files is slow and too long to show
 
 
-def _read_text(path: Path) -> str:
+def _read_text(path: Path, tool: str = "read") -> str:
     # newline="" keeps \r\n as is, so edits write back exactly what was there.
-    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
-        return fh.read()
+    with open_regular(path, tool) as fh:
+        return (fh.read() or b"").decode("utf-8", errors="replace")
+
+
+def _refuse_special(path: Path, tool: str) -> None:
+    """Writing to a FIFO blocks until a reader comes; a device is not a file to write."""
+    try:
+        kind = special_kind(os.stat(path).st_mode)
+    except OSError:
+        return  # missing: it will be created
+    if kind is not None and kind != "a directory":
+        raise ToolFailure(f"{tool}: {path} is {kind}, not a regular file; the file tools read "
+                          "and write regular files only")
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -31,10 +53,80 @@ def _write_text(path: Path, text: str) -> None:
         fh.write(text)
 
 
+def _no_diff(path: str) -> str:
+    return f"(no diff: {path} is over {MAX_DIFF_BYTES // (1024 * 1024)} MB)"
+
+
 def _diff(path: str, before: str, after: str) -> str:
+    if len(before) > MAX_DIFF_BYTES or len(after) > MAX_DIFF_BYTES:
+        return _no_diff(path)
     return "".join(difflib.unified_diff(
         before.splitlines(True), after.splitlines(True), fromfile=path, tofile=path,
     ))
+
+
+def _page(fh: BinaryIO, offset: int, limit: int) -> tuple[list[str], bool, int | None]:
+    """Lines ``offset`` .. ``offset + limit - 1`` (0-based) of ``fh``, numbered, cut at
+    :data:`MAX_LINE_LENGTH` characters, within :data:`MAX_BYTES`; whether the page stopped
+    at the byte cap; and the file's line count when the read reached its end (None: more
+    lines follow). Reads a block at a time and keeps only the lines returned."""
+    keep = MAX_LINE_LENGTH * 4 + 4  # bytes that surely decode to more than MAX_LINE_LENGTH chars
+    shown: list[str] = []
+    size = 0
+    index = 0  # 0-based number of the line being read
+    line = bytearray()
+    started = False  # the current line has bytes (a last line without a newline counts)
+    while True:
+        block = fh.read(READ_BLOCK)
+        if not block:
+            break
+        pos, end = 0, len(block)
+        while pos < end:
+            if index < offset:  # skipping: count newlines, keep nothing
+                newlines = block.count(b"\n", pos)
+                if index + newlines < offset:
+                    index += newlines
+                    started = block[-1:] != b"\n"
+                    break
+                while index < offset:
+                    pos = block.index(b"\n", pos) + 1
+                    index += 1
+                started = False
+                continue
+            if index >= offset + limit:
+                return shown, False, None  # bytes remain: more lines follow
+            newline = block.find(b"\n", pos)
+            stop = end if newline < 0 else newline
+            if len(line) < keep:
+                line += block[pos:min(stop, pos + keep - len(line))]
+            started = True
+            if newline < 0:
+                break
+            pos = newline + 1
+            text = _numbered(index, line)
+            cost = len(text.encode("utf-8")) + 1
+            if size + cost > MAX_BYTES:
+                return shown, True, None
+            shown.append(text)
+            size += cost
+            index += 1
+            line, started = bytearray(), False
+    if started:  # the last line has no newline
+        if offset <= index < offset + limit:
+            text = _numbered(index, line)
+            cost = len(text.encode("utf-8")) + 1
+            if size + cost > MAX_BYTES:
+                return shown, True, None
+            shown.append(text)
+        index += 1
+    return shown, False, index
+
+
+def _numbered(index: int, raw: bytearray) -> str:
+    text = raw.decode("utf-8", errors="replace").rstrip("\r")
+    if len(text) > MAX_LINE_LENGTH:
+        text = text[:MAX_LINE_LENGTH] + "..."
+    return f"{index + 1:05d}| {text}"
 
 
 def _not_found(path: Path) -> ToolFailure:
@@ -87,35 +179,18 @@ class ReadTool:
             raise ToolFailure(f"{path} is a directory, not a file. Use the list tool to see its contents.")
         if not path.exists():
             raise _not_found(path)
-        if is_binary(path):
-            raise ToolFailure(f"Cannot read binary file: {path}. Use the python tool to inspect it.")
-
-        lines = _read_text(path).split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()  # a final newline does not start another line
-        total = len(lines)
-        if offset and offset >= total:
+        with open_regular(path, "read") as fh:  # a FIFO, socket or device: refused, never opened
+            if is_binary(path):
+                raise ToolFailure(f"Cannot read binary file: {path}. "
+                                  "Use the python tool to inspect it.")
+            shown, cut, total = _page(fh, offset, limit)
+        if total is not None and offset and offset >= total:
             raise ToolFailure(f"read: offset {offset} is past the end of {path} ({total} lines)")
-
-        shown: list[str] = []
-        size = 0
-        cut = False
-        for i, line in enumerate(lines[offset : offset + limit], start=offset):
-            line = line.rstrip("\r")
-            if len(line) > MAX_LINE_LENGTH:
-                line = line[:MAX_LINE_LENGTH] + "..."
-            numbered = f"{i + 1:05d}| {line}"
-            cost = len(numbered.encode("utf-8")) + 1
-            if size + cost > MAX_BYTES:
-                cut = True
-                break
-            shown.append(numbered)
-            size += cost
 
         last = offset + len(shown)
         if cut:
             note = f"(Output truncated at {MAX_BYTES} bytes. Use 'offset' parameter to read beyond line {last})"
-        elif last < total:
+        elif total is None:
             note = f"(File has more lines. Use 'offset' parameter to read beyond line {last})"
         else:
             note = f"(End of file - total {total} lines)"
@@ -124,8 +199,8 @@ class ReadTool:
             output=output,
             title=display(ctx, path),
             metadata={
-                "preview": "\n".join(lines[offset : offset + 20]),
-                "truncated": cut or last < total,
+                "preview": "\n".join(line.split("| ", 1)[1] for line in shown[:20]),
+                "truncated": cut or total is None,
             },
         )
 
@@ -151,15 +226,17 @@ class WriteTool:
         path = resolve(ctx, args["filePath"])
         if path.is_dir():
             raise ToolFailure(f"{path} is a directory; give a file path to write.")
+        _refuse_special(path, "write")
         existed = path.exists()
-        before = _read_text(path) if existed and not is_binary(path) else ""
+        big = existed and path.stat().st_size > MAX_DIFF_BYTES  # not read for a diff
+        before = _read_text(path, "write") if existed and not big and not is_binary(path) else ""
         _write_text(path, args["content"])
         title = display(ctx, path)
+        diff = _no_diff(title) if big else _diff(title, before, args["content"])
         return ToolResult(
             output="Wrote file successfully.",
             title=title,
-            metadata={"filepath": str(path), "exists": existed,
-                      "diff": _diff(title, before, args["content"])},
+            metadata={"filepath": str(path), "exists": existed, "diff": diff},
         )
 
 
@@ -198,8 +275,15 @@ class EditTool:
             raise ToolFailure("edit: oldString and newString are the same; nothing to change.")
         if path.is_dir():
             raise ToolFailure(f"{path} is a directory; give a file path to edit.")
+        _refuse_special(path, "edit")
+        if path.exists() and path.stat().st_size > MAX_EDIT_BYTES:
+            raise ToolFailure(
+                f"edit: {path} is {path.stat().st_size / 1024 / 1024:.0f} MB; edit rewrites files "
+                f"up to {MAX_EDIT_BYTES // (1024 * 1024)} MB — use bash (sed -i) or python for "
+                "bigger files."
+            )
 
-        before = _read_text(path) if path.exists() else None
+        before = _read_text(path, "edit") if path.exists() else None
         if old == "":
             if before:
                 raise ToolFailure(

@@ -3,10 +3,16 @@
 All three skip :data:`~.paths.IGNORED_DIRS` (``.git``, ``node_modules``,
 ``__pycache__``, ``.venv``, …) and cap their results at 100 with a note saying
 how to narrow the search, so a small model never floods its context.
+
+Bounded whatever the folder or the pattern: each call looks at a bounded number of
+entries, levels and seconds (:class:`~.paths.WalkLimits`; a partial result says so),
+globs and ``grep`` patterns run on RE2 (linear time: no catastrophic backtracking), and
+special files (FIFOs, sockets, devices) are never opened.
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 import re
 from collections import deque
@@ -14,11 +20,25 @@ from pathlib import Path
 
 from ..errors import ToolFailure
 from .base import ToolContext, ToolResult
-from .paths import IGNORED_DIRS, display, is_binary, matches, resolve, split_glob, walk_files
+from .paths import (
+    IGNORED_DIRS,
+    WalkLimits,
+    display,
+    escapes,
+    glob_regex,
+    is_binary,
+    matches,
+    open_regular,
+    resolve,
+    safe_regex,
+    split_glob,
+    walk_files,
+)
 
 LIMIT = 100
 MAX_LINE_LENGTH = 2000
 MAX_GREP_FILE_BYTES = 20 * 1024 * 1024  # bigger files are data, not source
+GREP_BLOCK = 1 << 20  # bytes searched at once
 
 
 def _directory(ctx: ToolContext, path: str | None, tool: str) -> Path:
@@ -26,6 +46,20 @@ def _directory(ctx: ToolContext, path: str | None, tool: str) -> Path:
     if not root.exists():
         raise ToolFailure(f"{tool}: {root} does not exist")
     return root
+
+
+def _glob(pattern: str, tool: str) -> None:
+    """Compile a glob now, so a pattern RE2 cannot take is one clear error."""
+    try:
+        glob_regex(pattern)
+    except Exception as err:  # re2.error: too large or malformed
+        raise ToolFailure(f"{tool}: cannot use the glob {pattern[:200]!r} ({err}); "
+                          "use a simpler pattern") from None
+
+
+def _notes(*notes: str) -> str:
+    text = "\n".join(n for n in notes if n)
+    return f"\n\n{text}" if text else ""
 
 
 def _mtime(path: Path) -> float:
@@ -58,28 +92,48 @@ class ListTool:
         if not root.is_dir():
             raise ToolFailure(f"list: {root} is a file, not a directory. Use read to see it.")
         ignore = [p.rstrip("/") for p in args.get("ignore", []) if p.strip("/")]
+        for pattern in ignore:
+            _glob(pattern, "list")
+        limits = WalkLimits()
         entries: list[tuple[str, bool]] = []  # (relative posix path, is_dir)
-        queue = deque([""])
+        queue = deque([("", 0)])
         more = False
-        while queue and not more:
-            rel = queue.popleft()
+        while queue and not more and limits.stopped is None:
+            rel, depth = queue.popleft()
+
+            def shown(found):  # the folder's entries that are listed, within the limits
+                for child in found:
+                    if not limits.take():
+                        return
+                    child_rel = f"{rel}/{child.name}" if rel else child.name
+                    try:
+                        # a link that leads out of the listed directory is shown, never entered
+                        is_dir = child.is_dir() and not (child.is_symlink()
+                                                         and escapes(root, Path(child.path)))
+                    except OSError:
+                        continue
+                    if (is_dir and child.name in IGNORED_DIRS) or any(
+                        matches(p, child_rel) for p in ignore
+                    ):
+                        continue
+                    yield child.name, child_rel, is_dir
+
             try:
-                children = sorted(os.scandir(root / rel), key=lambda e: e.name)
+                with os.scandir(root / rel) as found:
+                    # a folder of a million entries: only the first names are kept, never all
+                    children = heapq.nsmallest(LIMIT - len(entries) + 1, shown(found))
             except OSError:
                 continue
-            for child in children:
-                child_rel = f"{rel}/{child.name}" if rel else child.name
-                is_dir = child.is_dir()
-                if (is_dir and child.name in IGNORED_DIRS) or any(
-                    matches(p, child_rel) for p in ignore
-                ):
-                    continue
+            for _, child_rel, is_dir in children:
                 if len(entries) >= LIMIT:
                     more = True
                     break
                 entries.append((child_rel, is_dir))
                 if is_dir:
-                    queue.append(child_rel)
+                    if depth + 1 > limits.depth:
+                        limits.deep = True
+                    else:
+                        queue.append((child_rel, depth + 1))
 
         lines = [f"{root}/"]
         # Sort by path segments so a directory's children follow it directly.
@@ -88,10 +142,13 @@ class ListTool:
             lines.append("  " * depth + rel.rsplit("/", 1)[-1] + ("/" if is_dir else ""))
         if more:
             lines.append(f"\n(Showing the first {LIMIT} entries. List a subdirectory to see more.)")
+        if limits.note():
+            lines.append(limits.note())
+        cut = more or bool(limits.note())
         return ToolResult(
             output="\n".join(lines),
             title=display(ctx, root),
-            metadata={"count": len(entries), "truncated": more},
+            metadata={"count": len(entries), "truncated": cut},
         )
 
 
@@ -115,8 +172,10 @@ class GlobTool:
     def run(self, args: dict, ctx: ToolContext) -> ToolResult:
         root, pattern = split_glob(resolve(ctx, args.get("path")), args["pattern"])
         root = _directory(ctx, str(root), "glob")
+        _glob(pattern, "glob")
+        limits = WalkLimits()
         found = [
-            p for p in walk_files(root)
+            p for p in walk_files(root, limits)
             if matches(pattern, p.relative_to(root).as_posix())
         ]
         found.sort(key=_mtime, reverse=True)
@@ -129,20 +188,29 @@ class GlobTool:
             if more:
                 output += (f"\n\n(Results are truncated: showing the {LIMIT} most recent of "
                            f"{len(found)} files. Use a more specific path or pattern.)")
+        output += _notes(limits.note())
         return ToolResult(
             output=output,
             title=display(ctx, root),
-            metadata={"count": len(shown), "truncated": more},
+            metadata={"count": len(shown), "truncated": more or bool(limits.note())},
         )
 
 
 class GrepTool:
-    """Lines matching a regular expression, grouped by file, newest files first."""
+    """Lines matching a regular expression, grouped by file, newest files first.
+
+    Patterns run on RE2 (linear time, so no pattern makes a search take exponential time),
+    Python ``re`` syntax except what needs backtracking (lookaround, backreferences): such a
+    pattern is a clear error. Files are searched a block at a time (a line never spans the
+    blocks' seams), special files are never opened, and the whole call is bounded in time
+    and in entries looked at (:class:`~.paths.WalkLimits`).
+    """
 
     name = "grep"
     description = (
-        "Search file contents with a regular expression (Python re syntax). "
-        "Returns matching lines with line numbers. Narrow with include, e.g. \"*.py\"."
+        "Search file contents with a regular expression (Python re syntax, without lookaround "
+        "or backreferences). Returns matching lines with line numbers. Narrow with include, "
+        "e.g. \"*.py\"."
     )
     parameters = {
         "type": "object",
@@ -155,17 +223,19 @@ class GrepTool:
     }
 
     def run(self, args: dict, ctx: ToolContext) -> ToolResult:
-        try:
-            regex = re.compile(args["pattern"])
-        except re.error as err:
-            raise ToolFailure(f"grep: invalid regular expression {args['pattern']!r}: {err}") from None
+        regex = _grep_regex(args["pattern"])
         root = _directory(ctx, args.get("path"), "grep")
         include = args.get("include")
-        if root.is_file():
+        if include is not None:
+            _glob(include, "grep")
+        limits = WalkLimits()
+        if root.is_file() or not root.is_dir():
+            with open_regular(root, "grep"):  # a FIFO or a device named directly: refused
+                pass
             files = [root]
         else:
             files = [
-                p for p in walk_files(root)
+                p for p in walk_files(root, limits)
                 if include is None or matches(include, p.relative_to(root).as_posix())
             ]
         # Newest files first, as OpenCode sorts matches by file modification time.
@@ -178,7 +248,9 @@ class GrepTool:
             if count >= LIMIT:
                 more = True
                 break
-            hits = self._search(path, regex, LIMIT - count)
+            if limits.out_of_time():
+                break
+            hits = _search(path, regex, LIMIT - count, limits)
             if hits is None:
                 continue
             found, file_more = hits
@@ -187,8 +259,10 @@ class GrepTool:
                 count += len(found)
             more = more or file_more
 
+        note = limits.note()
         if not groups:
-            return ToolResult("No files found", title=args["pattern"], metadata={"matches": 0, "truncated": False})
+            return ToolResult("No files found" + _notes(note), title=args["pattern"],
+                              metadata={"matches": 0, "truncated": bool(note)})
         lines = [f"Found {count} matches"]
         for path, found in groups:
             lines += ["", f"{path}:"] + found
@@ -196,29 +270,94 @@ class GrepTool:
             lines.append(f"\n(Results are truncated: showing the first {LIMIT} matches. "
                          "Use a more specific path, include or pattern.)")
         return ToolResult(
-            output="\n".join(lines),
+            output="\n".join(lines) + _notes(note),
             title=args["pattern"],
-            metadata={"matches": count, "truncated": more},
+            metadata={"matches": count, "truncated": more or bool(note)},
         )
 
-    @staticmethod
-    def _search(path: Path, regex: re.Pattern[str], room: int) -> tuple[list[str], bool] | None:
-        """Up to ``room`` formatted matches in ``path`` and whether more remain;
-        ``None`` for files we do not search (binary, huge, unreadable)."""
+
+def _grep_regex(pattern: str):
+    """``pattern`` for :func:`_search`: invalid Python syntax and what RE2 lacks are two
+    different one-line errors (the second says how to do without)."""
+    try:
+        re.compile(pattern)  # compiling never backtracks: the syntax check the model knows
+    except re.error as err:
+        raise ToolFailure(f"grep: invalid regular expression {pattern!r}: {err}") from None
+    except (OverflowError, RecursionError) as err:
+        raise ToolFailure(f"grep: regular expression too large ({err}); "
+                          "use a simpler one") from None
+    try:
+        return safe_regex(pattern, lines=True, binary=True)
+    except Exception as err:  # re2.error
+        reason = err.args[0] if err.args else err
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise ToolFailure(
+            f"grep: the pattern {pattern[:200]!r} is not supported here ({reason}): searches "
+            "use a linear-time engine without lookaround (?=…)/(?<=…) or backreferences \\1 — "
+            "rewrite it without them, or use bash (grep -P) for this one"
+        ) from None
+
+
+def _search(path: Path, regex, room: int, limits: WalkLimits) -> tuple[list[str], bool] | None:
+    """Up to ``room`` formatted matches in ``path`` and whether more remain; ``None`` for
+    files we do not search (special, binary, huge, unreadable). Reads a block at a time
+    and cuts it after its last newline, so memory stays bounded and lines stay whole;
+    ``\\r\\n`` counts as one line end, as Python's text mode reads it."""
+    try:
+        if is_binary(path):
+            return None
+        fh = open_regular(path, "grep")
+    except (OSError, ToolFailure):
+        return None
+    found: list[str] = []
+    with fh:
         try:
-            if path.stat().st_size > MAX_GREP_FILE_BYTES or is_binary(path):
+            if os.fstat(fh.fileno()).st_size > MAX_GREP_FILE_BYTES:
                 return None
-            fh = open(path, encoding="utf-8", errors="replace")
         except OSError:
             return None
-        found: list[str] = []
-        with fh:
-            for number, line in enumerate(fh, start=1):
-                line = line.rstrip("\r\n")
-                if regex.search(line):
-                    if len(found) >= room:
-                        return found, True
-                    if len(line) > MAX_LINE_LENGTH:
-                        line = line[:MAX_LINE_LENGTH] + "..."
-                    found.append(f"  Line {number}: {line}")
-        return found, False
+        number = 1  # the line number at the start of the block
+        carry = b""
+        while True:
+            try:
+                data = fh.read(GREP_BLOCK)
+            except OSError:
+                break
+            if data:
+                data = carry + data
+                cut = data.rfind(b"\n") + 1
+                if not cut:
+                    carry = data
+                    if len(carry) > MAX_GREP_FILE_BYTES:
+                        break
+                    continue
+                block, carry = data[:cut], data[cut:]
+            else:
+                block, carry = carry, b""
+                if not block:
+                    break
+            block = block.replace(b"\r\n", b"\n")
+            pos, counted = 0, 0
+            while pos < len(block):
+                match = regex.search(block, pos)
+                if match is None:
+                    break
+                start = block.rfind(b"\n", 0, match.start()) + 1
+                if start >= len(block):
+                    break  # the empty "line" after the block's last newline
+                end = block.find(b"\n", start)
+                end = len(block) if end < 0 else end
+                number += block.count(b"\n", counted, start)
+                counted = start
+                if len(found) >= room:
+                    return found, True
+                line = block[start:end].decode("utf-8", "replace").rstrip("\r")
+                if len(line) > MAX_LINE_LENGTH:
+                    line = line[:MAX_LINE_LENGTH] + "..."
+                found.append(f"  Line {number}: {line}")
+                pos = end + 1
+            number += block.count(b"\n", counted)
+            if not data or limits.out_of_time():
+                break
+    return found, False

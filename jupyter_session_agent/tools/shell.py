@@ -14,10 +14,14 @@ Contract:
 * A non-zero exit is not a tool failure: the output ends with the exit code
   and ``metadata["exit"]`` has it (negative: killed by that signal).
 * ``metadata["output"]`` (for the UI) is capped at 30 000 characters (§4.8).
+* Memory stays bounded whatever the command prints: the output streams into a
+  :class:`~.truncation.OutputSpool`, which keeps a head and a tail in memory and, past
+  2,000 lines or 50 KB, writes the full output to the saved file as it arrives.
 """
 
 from __future__ import annotations
 
+import codecs
 import os
 import selectors
 import signal
@@ -26,6 +30,7 @@ import time
 
 from ..errors import ToolFailure
 from .base import ToolContext, ToolResult
+from .truncation import OutputSpool
 
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000
@@ -72,49 +77,52 @@ class BashTool:
             start_new_session=True,
             env={**os.environ, **_ENV_OVERRIDES},
         )
+        spool = OutputSpool(ctx.data_dir)
         try:
-            raw, timed_out = _pump(proc, timeout_ms / 1000)
+            timed_out = _pump(proc, timeout_ms / 1000, spool)
         except BaseException:
             # KeyboardInterrupt above all: leave no orphaned children behind.
             _kill_group(proc)
+            spool.close()
             raise
         finally:
             proc.stdout.close()
 
-        output = raw.decode("utf-8", errors="replace").rstrip("\n")
         notes = []
         if timed_out:
             notes.append(f"(Command timed out after {timeout_ms} ms and was killed)")
         elif proc.returncode:
             notes.append(f"(exit code {proc.returncode})")
-        if not output and not notes:
-            output = "(no output)"
-        full = "\n\n".join(x for x in [output, *notes] if x)
+        head = spool.head
+        if not head and not notes:
+            spool.write("(no output)")
+        cut = spool.result("\n\n".join(notes))
 
-        preview = output
-        if len(preview) > MAX_METADATA_LENGTH:
+        preview = head
+        if len(preview) > MAX_METADATA_LENGTH or cut.truncated:
             preview = preview[:MAX_METADATA_LENGTH] + "\n\n..."
-        return ToolResult(
-            output=full,
-            title=args.get("description") or command,
-            metadata={
-                "output": preview,
-                "exit": proc.returncode,
-                "description": args.get("description", ""),
-                "timedOut": timed_out,
-            },
-        )
+        metadata = {
+            "output": preview,
+            "exit": proc.returncode,
+            "description": args.get("description", ""),
+            "timedOut": timed_out,
+            "truncated": cut.truncated,  # cut here, not again by run_tool
+        }
+        if cut.truncated:
+            metadata["outputPath"] = cut.output_path
+        return ToolResult(output=cut.content, title=args.get("description") or command,
+                          metadata=metadata)
 
 
-def _pump(proc: subprocess.Popen, timeout_s: float) -> tuple[bytes, bool]:
-    """Read the merged output until EOF, the shell's exit or the timeout.
+def _pump(proc: subprocess.Popen, timeout_s: float, spool: OutputSpool) -> bool:
+    """Read the merged output into ``spool`` until EOF, the shell's exit or the timeout.
 
     Single-threaded with a selector, so an interrupt lands here and nothing is
-    left reading in the background. Returns the bytes and whether it timed out.
+    left reading in the background. Returns whether it timed out.
     """
     fd = proc.stdout.fileno()
     os.set_blocking(fd, False)
-    chunks: list[bytes] = []
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     timed_out = False
     deadline = time.monotonic() + timeout_s
     stop_at: float | None = None  # set once the shell is gone: drain until then
@@ -139,7 +147,7 @@ def _pump(proc: subprocess.Popen, timeout_s: float) -> tuple[bytes, bool]:
                     continue
                 if not data:  # EOF: every writer closed the pipe
                     break
-                chunks.append(data)
+                spool.write(decoder.decode(data))
     if proc.poll() is None:
         # The pipe closed but the shell lives on (it closed its stdout):
         # wait out the rest of the timeout.
@@ -148,7 +156,8 @@ def _pump(proc: subprocess.Popen, timeout_s: float) -> tuple[bytes, bool]:
         except subprocess.TimeoutExpired:
             timed_out = True
             _kill_group(proc)
-    return b"".join(chunks), timed_out
+    spool.write(decoder.decode(b"", final=True))
+    return timed_out
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

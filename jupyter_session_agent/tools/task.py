@@ -9,6 +9,10 @@ module does not import the session layer:
 
     run_child(description, prompt, model, task_id) -> (child_id, final_text, child_cost)
 
+Permissions: the child starts from the caller's effective rules (defaults, config, session
+and cell rules, the answers given so far) and every call it makes must also pass them, so a
+subagent can only narrow what its parent may do (``permission.Gate.child_bounds``).
+
 Output: ``task_id: <id>\\n\\n<task_result>\\n<final text>\\n</task_result>``;
 ``metadata`` holds ``sessionId``, ``model`` and the child's ``cost`` (its own
 children and title included). The caller's cost totals include the child's.

@@ -61,6 +61,9 @@ def validate_args(name: str, schema: dict, args: Any) -> dict:
 
 def _check(name: str, key: str, spec: dict, value: Any) -> Any:
     kind = spec.get("type")
+    if isinstance(kind, list):  # a union (MCP servers' schemas): ["string", "null"] is a string
+        kinds = [k for k in kind if k != "null"]
+        kind = kinds[0] if len(kinds) == 1 else None  # several types: left to the tool
     if kind is not None:
         value = _coerce(name, key, kind, value)
     if kind == "array" and isinstance(spec.get("items"), dict):

@@ -18,13 +18,33 @@ export const SCHEMA_VERSION = 1;
 type Json = { [key: string]: any };
 
 const PREVIEW_LINES = 12;
-const STATUS_ICON: { [status: string]: string } = {
-  pending: '…',
-  running: '⚙',
-  completed: '✓',
-  error: '✕',
-  interrupted: '■'
+/** The usable line is drawn when it is at most this many times the tallest step. */
+const USABLE_IN_CHART = 1.5;
+/**
+ * Icons are inline SVG (`currentColor`), never emoji or dingbats: those need a font that many
+ * machines lack, and show as empty boxes there. Paths on a 16 x 16 grid.
+ */
+const ICONS: { [name: string]: string } = {
+  pending: '<circle cx="8" cy="8" r="5.5"/><path d="M8 5v3.3l2.2 1.5"/>',
+  running: '<circle cx="8" cy="8" r="5.5" opacity=".35"/><path d="M8 2.5a5.5 5.5 0 0 1 5.5 5.5"/>',
+  completed: '<path d="M3.5 8.5l3 3 6-7"/>',
+  error: '<path d="M4.5 4.5l7 7M11.5 4.5l-7 7"/>',
+  failed: '<path d="M4.5 4.5l7 7M11.5 4.5l-7 7"/>',
+  interrupted: '<rect x="4.5" y="4.5" width="7" height="7" rx="1" fill="currentColor" stroke="none"/>',
+  retry: '<path d="M12.8 8.6A4.9 4.9 0 1 1 11.3 4.4"/><path d="M12.3 1.8v3.3H9"/>',
+  pruned: '<circle cx="4.5" cy="11.5" r="2"/><circle cx="11.5" cy="11.5" r="2"/><path d="M5.7 9.8L11.5 2.5M10.3 9.8L4.5 2.5"/>',
+  file: '<path d="M10.5 4.5l-5 5a1.8 1.8 0 0 0 2.5 2.5l5.5-5.5a3.2 3.2 0 0 0-4.5-4.5L3.5 7.5a4.6 4.6 0 0 0 6.5 6.5l4-4"/>'
 };
+
+/** An inline SVG icon (`ICONS`), sized to the text around it. */
+export function icon(name: string): Element {
+  const template = document.createElement('template');
+  template.innerHTML =
+    `<svg class="jsa-icon jsa-icon-${name}" viewBox="0 0 16 16" width="12" height="12" aria-hidden="true" ` +
+    `fill="none" stroke="currentColor" stroke-width="1.8" stroke-linecap="round" stroke-linejoin="round">` +
+    `${ICONS[name] || ''}</svg>`;
+  return template.content.firstElementChild as Element;
+}
 
 /** `el('div', 'a b', 'text')` → `<div class="a b">text</div>`. */
 function el<K extends keyof HTMLElementTagNameMap>(
@@ -67,7 +87,16 @@ function usd(value: any): string {
 
 function duration(ms: any): string {
   const s = Math.max(0, num(ms) / 1000);
-  return s < 60 ? `${s.toFixed(2)} s` : `${Math.floor(s / 60)} min ${Math.floor(s % 60)} s`;
+  if (s < 60) {
+    return `${s.toFixed(2)} s`;
+  }
+  if (s < 3600) {
+    return `${Math.floor(s / 60)} min ${Math.floor(s % 60)} s`;
+  }
+  if (s < 86400) {
+    return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  }
+  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
 }
 
 function clock(ms: any): string {
@@ -86,17 +115,38 @@ function tokenCount(tokens: Json | undefined): number {
   );
 }
 
-/** pending / running / completed / error / interrupted (an error marked interrupted). */
+/**
+ * pending / running / completed / error / interrupted (an error marked interrupted) /
+ * failed (completed, but the code it ran raised: see `toolErrorClass`).
+ */
 export function toolStatus(part: Json): string {
   const state = part.state || {};
   if (state.status === 'error' && state.metadata && state.metadata.interrupted) {
     return 'interrupted';
   }
+  if (toolErrorClass(part)) {
+    return 'failed';
+  }
   return state.status || 'pending';
 }
 
-function badge(text: string, kind: string): HTMLElement {
-  return el('span', `jsa-badge jsa-badge-${kind}`, text);
+/**
+ * The exception class a completed call's code raised, or ''. The python tool completes such
+ * a call (its prints matter) and records the class in `state.metadata.error`.
+ */
+export function toolErrorClass(part: Json): string {
+  const state = part.state || {};
+  const error = state.status === 'completed' && state.metadata ? state.metadata.error : undefined;
+  return typeof error === 'string' ? error : '';
+}
+
+function badge(text: string, kind: string, iconName?: string): HTMLElement {
+  const node = el('span', `jsa-badge jsa-badge-${kind}`);
+  if (iconName) {
+    node.appendChild(icon(iconName));
+  }
+  node.appendChild(document.createTextNode(text));
+  return node;
 }
 
 /** A small part: a kind badge and a line of text. */
@@ -150,12 +200,19 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
     this._restore();
   }
 
-  // -- remember which <details> were opened/closed across live updates -----------
+  // -- remember which <details> the user opened or closed, across live updates ---------
+  // Only a user's choice is kept: a part left as rendered takes the default of its new state
+  // (a tool call opens when it starts running or fails, and closes when it completes).
 
   private _remember(): void {
     this.node.querySelectorAll('details[data-key]').forEach(node => {
       const details = node as HTMLDetailsElement;
-      this._open.set(details.dataset.key as string, details.open);
+      const key = details.dataset.key as string;
+      if (details.open !== (details.dataset.default === 'open')) {
+        this._open.set(key, details.open);
+      } else {
+        this._open.delete(key);
+      }
     });
   }
 
@@ -279,7 +336,18 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
       case 'retry': {
         const data = (part.error && part.error.data) || {};
         const status = data.statusCode ? ` (HTTP ${data.statusCode})` : '';
-        return el('div', '', `⟳ retry ${part.attempt}${status}: ${data.message || ''}`);
+        // the live view re-renders every second while the wait runs: a countdown
+        const time = part.time || {};
+        let label = `retry ${part.attempt}`;
+        if (time.next) {
+          const left = time.next - Date.now();
+          const waited = Math.max(0, time.next - (time.created || time.next)) / 1000;
+          label += left > 0 ? ` in ${Math.max(1, Math.ceil(left / 1000))} s…` : ` after ${+waited.toFixed(2)} s`;
+        }
+        const node = el('div', '');
+        node.appendChild(icon('retry'));
+        node.appendChild(document.createTextNode(` ${label}${status}: ${data.message || ''}`));
+        return node;
       }
       case 'compaction': {
         const node = el('div', 'jsa-compaction-marker');
@@ -291,7 +359,7 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
         return node;
       }
       case 'file':
-        return labelled('file', `${part.filename || String(part.url || '').slice(0, 120)} (${part.mime || ''})`);
+        return attachmentChip(part);
       case 'agent':
         return labelled('agent', `@${part.name || ''}`);
       case 'subtask': {
@@ -312,6 +380,15 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
   private _text(part: Json, pending: Promise<void>[]): HTMLElement | null {
     if (part.ignored || !part.text) {
       return null;
+    }
+    if (part.synthetic && part.metadata && typeof part.metadata.attachment === 'string') {
+      // an attachment's text (a file inlined, a PDF's text, a notebook value), under its chip
+      const sent = this._details(`a:${part.id}`, false);
+      sent.classList.add('jsa-attachment-text');
+      sent.appendChild(el('summary', '', `sent to the model (${fmt(part.text.length)} characters)`));
+      sent.appendChild(el('pre', 'jsa-tool-output', part.text));
+      sent.appendChild(truncatedNote(part, 'text'));
+      return sent;
     }
     const node = el('div', part.synthetic ? 'jsa-synthetic' : '');
     const body = el('div', 'jsa-markdown');
@@ -337,12 +414,19 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
   private _tool(part: Json): HTMLElement {
     const state = part.state || {};
     const status = toolStatus(part);
-    const pruned = status === 'completed' && state.time && state.time.compacted;
-    const details = this._details(`t:${part.id}`, status === 'running' || status === 'error' || status === 'interrupted');
+    const pruned =
+      (status === 'completed' || status === 'failed') && state.time && state.time.compacted;
+    const failed = status === 'failed';
+    const details = this._details(
+      `t:${part.id}`,
+      status === 'running' || status === 'error' || status === 'interrupted' || failed
+    );
     details.dataset.status = status;
     details.classList.add(`jsa-status-${status}`);
     const summary = el('summary', 'jsa-tool-head');
-    summary.appendChild(badge(`${STATUS_ICON[status] || ''} ${status}`, `status-${status}`));
+    // a failed call's badge names the exception its code raised: [x] SyntaxError
+    const label = failed ? toolErrorClass(part) : status;
+    summary.appendChild(badge(label, `status-${status}`, ICONS[status] ? status : undefined));
     summary.appendChild(el('span', 'jsa-tool-name', part.tool || '?'));
     if (state.title && state.title !== part.tool) {
       summary.appendChild(el('span', 'jsa-tool-title', state.title));
@@ -351,7 +435,7 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
       summary.appendChild(el('span', 'jsa-tool-time', duration(state.time.end - state.time.start)));
     }
     if (pruned) {
-      summary.appendChild(badge('✂ pruned', 'pruned'));
+      summary.appendChild(badge('pruned', 'pruned', 'pruned'));
     }
     details.appendChild(summary);
 
@@ -360,7 +444,7 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
       details.appendChild(el('div', 'jsa-label', 'input'));
       details.appendChild(el('pre', 'jsa-tool-input', input));
     }
-    if (status === 'completed') {
+    if (status === 'completed' || failed) {
       if (pruned) {
         const box = el('div', 'jsa-pruned');
         box.appendChild(
@@ -407,6 +491,7 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
   private _details(key: string, open: boolean): HTMLDetailsElement {
     const details = el('details');
     details.dataset.key = key;
+    details.dataset.default = open ? 'open' : 'closed';
     details.open = open;
     return details;
   }
@@ -415,6 +500,54 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
   private _sanitizer: IRenderMime.ISanitizer;
   private _markdown: IRenderMime.IMarkdownParser | null;
   private _open = new Map<string, boolean>();
+}
+
+/** A byte count for people: `1,234 bytes`, `12.3 KB` (as the Markdown form). */
+function bytes(value: any): string {
+  let n = num(value);
+  if (n < 1024) {
+    return `${fmt(n)} bytes`;
+  }
+  let unit = 'KB';
+  for (const next of ['KB', 'MB', 'GB']) {
+    n /= 1024;
+    unit = next;
+    if (n < 1024) {
+      break;
+    }
+  }
+  return `${n.toFixed(1)} ${unit}`;
+}
+
+/**
+ * A file part as a chip: icon, name, type, size, where it came from (a mention, a notebook
+ * value); an image whose data is whole in the output also shows as a thumbnail.
+ */
+export function attachmentChip(part: Json): HTMLElement {
+  const source = (part.source && typeof part.source === 'object' ? part.source : {}) as Json;
+  const chip = el('div', 'jsa-chip');
+  chip.appendChild(icon('file'));
+  chip.appendChild(el('span', 'jsa-chip-name', part.filename || String(part.url || '').slice(0, 80)));
+  const bits = [String(part.mime || '')];
+  if (typeof source.size === 'number') {
+    bits.push(bytes(source.size));
+  }
+  if (source.type === 'variable') {
+    bits.push(`notebook value (${source.kind || '?'})`);
+  } else if (source.text && source.text.value) {
+    bits.push(`mentioned as ${source.text.value}`);
+  }
+  chip.appendChild(el('span', 'jsa-chip-meta', bits.join(' · ')));
+  chip.title = String(source.path || source.name || part.filename || '');
+  const url = String(part.url || '');
+  const whole = !(part.truncated && part.truncated.url);
+  if (whole && /^data:image\/(png|jpeg|gif|webp);base64,/.test(url)) {
+    const img = el('img', 'jsa-chip-thumb');
+    img.src = url;
+    img.alt = part.filename || 'image';
+    chip.appendChild(img);
+  }
+  return chip;
 }
 
 function truncatedNote(part: Json, field: string): HTMLElement {
@@ -509,7 +642,12 @@ export function renderBudget(b: Json): HTMLElement {
     triggers.appendChild(el('div', 'jsa-prune-text', 'Pruning off'));
   }
   if (num(b.pruned_parts)) {
-    triggers.appendChild(el('div', 'jsa-pruned-count', `✂ ${fmt(b.pruned_parts)} tool output${num(b.pruned_parts) === 1 ? '' : 's'} pruned (${fmt(b.pruned_tokens)} tokens)`));
+    const count = el('div', 'jsa-pruned-count');
+    count.appendChild(icon('pruned'));
+    count.appendChild(
+      document.createTextNode(` ${fmt(b.pruned_parts)} tool output${num(b.pruned_parts) === 1 ? '' : 's'} pruned (${fmt(b.pruned_tokens)} tokens)`)
+    );
+    triggers.appendChild(count);
   }
   box.appendChild(triggers);
 
@@ -546,18 +684,24 @@ function svg(tag: string, attrs: { [key: string]: string | number }): SVGElement
   return node;
 }
 
-/** One bar per step (context tokens), a dashed line at `usable`, a mark at each compaction. */
+/**
+ * One bar per step (context tokens), a mark at each compaction, and a dashed line at `usable`
+ * when it is near the bars. The chart is scaled to the tallest bar: a usable budget far above
+ * every step would leave an empty band over flat bars, so it is then named in the legend only.
+ */
 function sparkline(steps: Json[], usable: number): HTMLElement {
   const box = el('div', 'jsa-sparkline');
   box.appendChild(el('span', 'jsa-label', 'context per step'));
-  const width = Math.max(160, Math.min(360, steps.length * 14));
-  const height = 56;
-  const top = Math.max(usable, ...steps.map(s => num(s.tokens)), 1);
+  const width = Math.max(72, Math.min(360, steps.length * 12));
+  const height = 32;
+  const peak = Math.max(...steps.map(s => num(s.tokens)), 1);
+  const line = usable > 0 && usable <= peak * USABLE_IN_CHART;
+  const top = line ? Math.max(usable, peak) : peak;
   const step = width / Math.max(steps.length, 1);
-  const bar = Math.max(1, step * 0.75);
+  const bar = Math.max(1, Math.min(9, step * 0.75));
   const chart = svg('svg', { width, height, viewBox: `0 0 ${width} ${height}`, class: 'jsa-spark' });
   steps.forEach((s, i) => {
-    const h = Math.max(2, (num(s.tokens) / top) * (height - 4));
+    const h = Math.max(1.5, (num(s.tokens) / top) * height);
     const x = i * step;
     if (s.after_compaction) {
       const mark = svg('line', { x1: x - 0.5, x2: x - 0.5, y1: 0, y2: height, class: 'jsa-spark-compaction' });
@@ -574,17 +718,23 @@ function sparkline(steps: Json[], usable: number): HTMLElement {
     rect.appendChild(svgTitle(`step ${i + 1}: ${fmt(s.tokens)} tokens, ${usd(s.cost)}${s.summary ? ' (summary)' : ''}`));
     chart.appendChild(rect);
   });
-  if (usable) {
-    const y = height - (usable / top) * (height - 4);
+  if (line) {
+    const y = Math.max(1, height - (usable / top) * height);
     chart.appendChild(svg('line', { x1: 0, x2: width, y1: y, y2: y, class: 'jsa-spark-usable' }));
   }
   box.appendChild(chart);
   const legend = el('span', 'jsa-legend jsa-spark-legend');
-  legend.appendChild(el('span', 'jsa-key jsa-key-step', 'step'));
-  legend.appendChild(el('span', 'jsa-key jsa-key-summary', 'summary'));
-  legend.appendChild(el('span', 'jsa-key jsa-key-compaction', 'compaction'));
-  if (usable) {
-    legend.appendChild(el('span', 'jsa-key jsa-key-usable', 'usable'));
+  legend.appendChild(el('span', 'jsa-key jsa-key-step', `step (peak ${short(peak)})`));
+  if (steps.some(s => s.summary)) {
+    legend.appendChild(el('span', 'jsa-key jsa-key-summary', 'summary'));
+  }
+  if (steps.some(s => s.after_compaction)) {
+    legend.appendChild(el('span', 'jsa-key jsa-key-compaction', 'compaction'));
+  }
+  if (line) {
+    legend.appendChild(el('span', 'jsa-key jsa-key-usable', `usable ${short(usable)}`));
+  } else if (usable) {
+    legend.appendChild(el('span', 'jsa-key', `usable ${short(usable)}: ${Math.round((100 * peak) / usable)}% at the peak`));
   }
   box.appendChild(legend);
   return box;

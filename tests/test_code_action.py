@@ -1,0 +1,281 @@
+"""Code actions (``codeaction.py``): the model writes ```python blocks, each becomes a python
+tool call with the same part, permission check, output and history as a native call.
+
+End to end through a real IPython shell and the scripted server over HTTP, with code actions
+enabled for the scripted model by the setting (the kernel-side translation); the embedded
+server's own translation is tested against the real llama.cpp server in
+``tests/test_local_code.py``."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from jupyter_session_agent import codeaction
+from jupyter_session_agent.approval import ScriptedApprover
+from jupyter_session_agent.codeaction import BlockParser, code_messages, enabled
+from jupyter_session_agent.history import MAX_STEPS_TEXT
+from jupyter_session_agent.scripted_server import Reply
+
+
+@pytest.fixture
+def cip(ip, magics):
+    """The shell with code actions on for the scripted model."""
+    magics.code_actions = ["openai/*"]
+    yield ip
+    for name in ("y", "z", "w", "never", "cut", "shown"):
+        ip.user_ns.pop(name, None)
+
+
+def chat_requests(server):
+    return [r for r in server.requests if r.get("messages")]
+
+
+def parts_of(store, session_id):
+    """The assistant's parts, in order."""
+    return [p for m in store.messages(session_id) if m.info.role == "assistant" for p in m.parts]
+
+
+def tools_of(store, session_id):
+    return [p for p in parts_of(store, session_id) if p.type == "tool"]
+
+
+def test_a_python_block_is_a_python_call_and_its_output_goes_back_as_text(cip, server, magics, store):
+    server.enqueue(Reply(text="Let me compute.\n```python\ny = 6 * 7\ny\n```\n"), Reply(text="y is 42."))
+    cip.run_cell_magic("agent", "-o answer", "set y to 6 times 7")
+    assert cip.user_ns["y"] == 42 and cip.user_ns["answer"] == "y is 42."
+    session = magics.session.info.id
+    (tool,) = tools_of(store, session)
+    assert tool.tool == "python" and tool.state.status == "completed"
+    assert tool.state.input == {"code": "y = 6 * 7\ny"} and tool.state.output == "42"
+    texts = [p.text for p in parts_of(store, session) if p.type == "text"]
+    assert texts == ["Let me compute.", "y is 42."]  # the block is the call, not text
+    first, second = chat_requests(server)
+    assert "tools" not in first and "tools" not in second  # no JSON tool calling at all
+    assert first["temperature"] == 0
+    sent = second["messages"]
+    assert sent[0]["role"] == "system" and sent[0]["content"].startswith(codeaction.PROMPT)
+    example_turns = 4 * len(codeaction.EXAMPLES)
+    assert [m["role"] for m in sent[1:1 + example_turns]] == ["user", "assistant"] * (example_turns // 2)
+    assert sent[-2] == {"role": "assistant", "content": "Let me compute.\n```python\ny = 6 * 7\ny\n```"}
+    assert sent[-1] == {"role": "user", "content": "Output:\n42"}
+
+
+def test_the_call_starts_while_the_block_streams(server, magics, cip):
+    """The tool part appears when the fence opens, before the code has finished streaming."""
+    code = "\n".join(f"v{i} = {i}" for i in range(30))
+    server.enqueue(Reply(text=f"```python\n{code}\n```\n", chunk_chars=4, delay=0.02), Reply(text="done"))
+    provider = magics.current()._provider("openai/scripted")[0]
+    wrapped = codeaction.CodeActionProvider(provider, server_side=False)
+    from jupyter_session_agent.provider import ChatRequest
+
+    tool = [{"type": "function", "function": {"name": "python", "parameters": {}}}]
+    seen = []
+    for event in wrapped.stream(ChatRequest(model="scripted", messages=[{"role": "user", "content": "go"}],
+                                            tools=tool)):
+        seen.append((type(event).__name__, time.monotonic()))
+    names = [n for n, _ in seen]
+    assert names == ["ToolInputStart", "ToolCall", "Finish"]
+    started, called = seen[0][1], seen[1][1]
+    assert called - started > 0.5  # ~60 chunks of code came between the two
+
+
+def test_several_blocks_run_in_order_and_other_languages_stay_text(cip, server, magics, store):
+    reply = ("First:\n```python\ny = 1\n```\nthen a shell line (not run):\n```bash\necho never > never.txt\n```\n"
+             "and\n```py\nz = y + 1\nz\n```")
+    server.enqueue(Reply(text=reply), Reply(text="z is 2."))
+    cip.run_cell_magic("agent", "", "two blocks")
+    assert cip.user_ns["z"] == 2
+    session = magics.session.info.id
+    tools = tools_of(store, session)
+    assert [t.state.input["code"] for t in tools] == ["y = 1", "z = y + 1\nz"]
+    assert [t.state.status for t in tools] == ["completed", "completed"]
+    texts = [p.text for p in parts_of(store, session) if p.type == "text"]
+    assert "```bash\necho never > never.txt\n```" in texts[1]
+    kinds = [p.type for p in store.messages(session)[1].parts if p.type in ("text", "tool")]
+    assert kinds == ["text", "tool", "text", "tool"]  # in the order they were written
+    assert not (magics.session.info.directory and __import__("os").path.exists("never.txt"))
+
+
+def test_an_unclosed_block_runs_when_the_model_ended_it(cip, server, magics, store):
+    server.enqueue(Reply(text="```python\nw = 'open'\n"), Reply(text="ok"))
+    cip.run_cell_magic("agent", "", "unclosed")
+    assert cip.user_ns["w"] == "open"
+    (tool,) = tools_of(store, magics.session.info.id)
+    assert tool.state.status == "completed"
+
+
+def test_a_block_cut_by_the_output_limit_does_not_run(cip, server, magics, store):
+    server.enqueue(Reply(text="```python\ncut = [1, 2,", finish_reason="length"), Reply(text="too long"))
+    cip.run_cell_magic("agent", "", "cut")
+    assert "cut" not in cip.user_ns
+    (tool,) = tools_of(store, magics.session.info.id)
+    assert tool.state.status == "error" and codeaction.CUT_TEXT in tool.state.error
+    resent = chat_requests(server)[1]["messages"][-1]
+    assert resent == {"role": "user", "content": "Error: " + codeaction.CUT_TEXT}
+
+
+def test_a_plain_answer_ends_the_turn(cip, server, magics, store):
+    server.enqueue(Reply(text="The capital of France is Paris."))
+    cip.run_cell_magic("agent", "-o answer", "capital of France?")
+    assert cip.user_ns["answer"] == "The capital of France is Paris."
+    assert len(chat_requests(server)) == 1
+    messages = store.messages(magics.session.info.id)
+    assert messages[-1].info.finish == "stop" and not tools_of(store, magics.session.info.id)
+
+
+def test_an_error_goes_back_as_its_last_line(cip, server, magics, store):
+    server.enqueue(Reply(text="```python\nundefined_name + 1\n```"), Reply(text="```python\n1 + 1\n```"),
+                   Reply(text="2"))
+    cip.run_cell_magic("agent", "", "retry")
+    retry = chat_requests(server)[1]["messages"][-1]
+    assert retry == {"role": "user", "content": "Error: NameError: name 'undefined_name' is not defined"}
+    tools = tools_of(store, magics.session.info.id)
+    assert [t.state.status for t in tools] == ["completed", "completed"]  # a raising cell completes
+    assert "NameError" in tools[0].state.output  # the history keeps the whole traceback
+
+
+def test_the_max_steps_step_runs_no_code(cip, server, magics, store):
+    magics.max_steps = 2
+    server.enqueue(Reply(text="```python\ny = 1\n```"), Reply(text="```python\nnever = 1\n```"))
+    cip.run_cell_magic("agent", "", "loop")
+    assert cip.user_ns["y"] == 1 and "never" not in cip.user_ns
+    session = magics.session.info.id
+    assert len(tools_of(store, session)) == 1
+    last = chat_requests(server)[-1]
+    assert "tools" not in last
+    assert last["messages"][-1]["role"] == "user"  # the instruction, as the small model reads it
+    assert MAX_STEPS_TEXT not in json.dumps(last["messages"][-1])
+    final = store.messages(session)[-1]
+    assert "```python\nnever = 1\n```" in "".join(p.text for p in final.parts if p.type == "text")
+
+
+def test_approval_applies_to_code_blocks(cip, server, magics, store):
+    magics.permission = {"python": "ask"}
+    session = magics.current(new=True)
+    session.approver = ScriptedApprover(["r"])
+    server.enqueue(Reply(text="```python\nnever = 1\n```"))
+    cip.run_cell_magic("agent", "", "rejected")
+    assert "never" not in cip.user_ns
+    (request,) = session.approver.asked
+    assert request.permission == "python" and "never = 1" in json.dumps(dict(request.metadata), default=str)
+    (tool,) = tools_of(store, session.info.id)
+    assert tool.state.status == "error" and tool.state.input == {"code": "never = 1"}
+    assert len(chat_requests(server)) == 1  # a rejection stops the turn
+
+    session.approver = ScriptedApprover(["a"])
+    server.enqueue(Reply(text="```python\nshown = 1\n```"), Reply(text="```python\nshown = 2\n```"),
+                   Reply(text="done"))
+    cip.run_cell_magic("agent", "", "always")
+    assert cip.user_ns["shown"] == 2 and len(session.approver.asked) == 1  # "always" covers the 2nd
+    assert store.session(session.info.id).permission == ({"permission": "python", "pattern": "*",
+                                                          "action": "allow"},)
+
+
+def test_a_denied_python_tool_leaves_blocks_as_text(cip, server, magics, store):
+    magics.permission = {"python": "deny"}
+    server.enqueue(Reply(text="```python\nnever = 1\n```"))
+    cip.run_cell_magic("agent", "", "denied")
+    assert "never" not in cip.user_ns and not tools_of(store, magics.session.info.id)
+    assert len(chat_requests(server)) == 1
+
+
+def test_other_models_keep_native_tool_calls(ip, server, magics, store):
+    assert magics.code_actions == "auto"  # the embedded model only
+    server.enqueue(Reply(tool_calls=({"name": "python", "arguments": {"code": "y = 5"}},)), Reply(text="5"))
+    ip.run_cell_magic("agent", "", "native")
+    assert ip.user_ns.pop("y") == 5
+    assert "tools" in chat_requests(server)[0]
+
+
+def test_the_setting_is_checked_when_assigned(magics):
+    from jupyter_session_agent.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        magics.code_actions = "sometimes"
+    assert "\n" not in str(info.value) and "provider/model" in str(info.value)
+    magics.code_actions = ["ollama/*"]
+    assert magics.settings().code_actions == ["ollama/*"]
+
+
+def test_which_models_use_code_actions():
+    assert enabled("auto", "local", "smollm2") and not enabled("auto", "openai", "gpt-4o-mini")
+    assert enabled("on", "openai", "gpt-4o") and enabled(True, "x", "y")
+    assert not enabled("off", "local", "smollm2") and not enabled(False, "local", "smollm2")
+    assert enabled(["ollama/*"], "ollama", "llama3.2") and not enabled(["ollama/*"], "local", "smollm2")
+
+
+# -- the parser and the text protocol (pure) -----------------------------------------------
+
+
+def parse(text: str, size: int, cut: bool = False) -> list[tuple[str, str]]:
+    parser, events = BlockParser(), []
+    for i in range(0, len(text), size):
+        events += parser.feed(text[i:i + size])
+    events += parser.end(cut)
+    merged: list[tuple[str, str]] = []
+    for kind, piece in events:
+        if merged and kind == merged[-1][0] and kind in ("text", "code"):
+            merged[-1] = (kind, merged[-1][1] + piece)
+        else:
+            merged.append((kind, piece))
+    return merged
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 1000])
+def test_the_parser_gives_the_same_events_however_the_text_is_split(size):
+    text = ("Sure:\n```python\nfor i in range(3):\n    print(i)\n```\nAn inline ``` fence and `code`.\n"
+            "```text\n```python\nnot code\n```\n   ```PY\nx = 1\n   ```\nend")
+    assert parse(text, size) == [
+        ("text", "Sure:\n"), ("open", ""), ("code", "for i in range(3):\n    print(i)"),
+        ("close", "for i in range(3):\n    print(i)"),
+        ("text", "An inline ``` fence and `code`.\n```text\n```python\nnot code\n```\n"),
+        ("open", ""), ("code", "x = 1"), ("close", "x = 1"), ("text", "end"),
+    ]
+
+
+def test_the_parser_ends_an_open_block():
+    assert parse("```python\nx = 1", 3) == [("open", ""), ("code", "x = 1"), ("close", "x = 1")]
+    assert parse("```python\nx = [1,", 3, cut=True) == [("open", ""), ("code", "x = [1,"), ("cut", "x = [1,")]
+    assert parse("```python\nx = 1\n```", 5) == [("open", ""), ("code", "x = 1"), ("close", "x = 1")]
+    assert parse("````python\nx\n````", 4)[0][0] == "text"  # four backticks: not our fence
+    assert parse("```\nbare\n```", 2) == [("text", "```\nbare\n```")]
+
+
+def test_code_messages_render_calls_results_and_the_max_steps_note():
+    call = {"id": "c1", "type": "function", "function": {"name": "python", "arguments": '{"code": "1/0"}'}}
+    messages = [
+        {"role": "system", "content": "SYS"},
+        {"role": "user", "content": "divide"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1",
+         "content": 'Traceback (most recent call last):\n  File "<python-tool c1>", line 1\nZeroDivisionError: '
+                    "division by zero"},
+        {"role": "assistant", "content": MAX_STEPS_TEXT},
+    ]
+    out = code_messages(messages)
+    assert out[0] == {"role": "system", "content": "SYS"}
+    assert out[-3:] == [
+        {"role": "user", "content": "divide"},
+        {"role": "assistant", "content": "```python\n1/0\n```"},
+        {"role": "user", "content": "Error: ZeroDivisionError: division by zero\n\n"
+                                    "Stop running code now: answer in one short sentence."},
+    ]
+    assert not codeaction.offers_python([{"type": "function", "function": {"name": "python"}}], messages)
+    assert codeaction.trailing_errors(messages[:4]) == (1, True)
+
+
+def test_the_system_prompt_names_the_users_variables():
+    class Frame:  # shaped like a pandas DataFrame
+        columns = ["name", "age"]
+
+        def __len__(self):
+            return 4
+
+    Frame.__name__ = "DataFrame"
+    text = codeaction.system_prompt({"df": Frame(), "x": 42, "_hidden": 1, "json": json, "In": []}, ["In"])
+    assert text.startswith(codeaction.PROMPT)
+    assert text.endswith("Variables in the kernel: df (DataFrame, 4 rows, columns 'name', 'age'), x (int 42).")
+    assert codeaction.system_prompt({}) == codeaction.PROMPT
