@@ -1,7 +1,7 @@
 """Embedded server benchmark: cold start to first token, then warm streamed completions.
 
 Run: ``python3 benchmarks/bench_local.py [n_ctx]`` (needs the [local] extra;
-about 15 s on 2 cores). Cold = ``LocalServer.ensure()`` in an empty data
+about 15 s on 2 cores). Cold = ``LocalServer.ensure()`` in an empty run
 directory (process start, model load, ``/v1/models`` answering) plus a tiny
 streamed chat completion up to its first token. Warm = the same request on the
 running server: time to first token and to the last chunk. The server is
@@ -43,7 +43,7 @@ def main() -> None:
     import openai  # imported before the clock starts: not part of the server's cold start
 
     with tempfile.TemporaryDirectory() as tmp:
-        server = LocalServer(tmp, n_ctx=n_ctx)
+        server = LocalServer(n_ctx=n_ctx, run_dir=tmp)
         try:
             t0 = time.perf_counter()
             url = server.ensure()

@@ -1,9 +1,9 @@
 """Whole ``%%agent`` turns on the embedded local model, as a newcomer gets them.
 
-A fresh data directory (so the llama.cpp server is not running), no API key,
-the default model: the first turn pays the server start and the first prompt
-(system prompt + tool schemas); later turns reuse the server and its prompt
-cache. Each turn is capped at one step (``max_steps = 1``) so that the numbers
+A fresh data directory and server run directory (so the llama.cpp server is not
+running), no API key, the default model: the first turn pays the server start and the
+first prompt (the system prompt and the worked examples of the code-action protocol);
+later turns reuse the server and its prompt cache. Each turn is capped at one step (``max_steps = 1``) so that the numbers
 measure one LLM call, not how many tools the tiny model decides to call; a
 second series runs with all tools disabled. Prints; asserts nothing.
 
@@ -25,6 +25,8 @@ def run(warm: int, tools: bool) -> tuple[float, list[float], list[int]]:
     from jupyter_session_agent.local import stop_server
 
     data_dir = tempfile.mkdtemp(prefix="jsa-bench-local-")
+    run_dir = tempfile.mkdtemp(prefix="jsa-run-")  # a fresh server: the first turn starts it
+    os.environ["JUPYTER_SESSION_AGENT_RUN_DIR"] = run_dir
     os.environ.pop("OPENAI_API_KEY", None)
     os.environ.pop("OPENAI_BASE_URL", None)
     ip = InteractiveShell.instance()
@@ -48,7 +50,7 @@ def run(warm: int, tools: bool) -> tuple[float, list[float], list[int]]:
         return first, warm_times, prompt_tokens
     finally:
         ip.run_line_magic("unload_ext", "jupyter_session_agent")
-        stop_server(data_dir)
+        stop_server(run_dir)
 
 
 def main() -> None:
@@ -57,7 +59,7 @@ def main() -> None:
     args = parser.parse_args()
     for tools in (True, False):
         first, warm, tokens = run(args.warm, tools)
-        label = "all 8 tools offered" if tools else "no tools"
+        label = "python offered (code actions)" if tools else "no tools"
         print(f"{label}: first %%agent turn (cold server) {first:.1f} s; warm turn median "
               f"{statistics.median(warm):.1f} s (min {min(warm):.1f}, max {max(warm):.1f}); "
               f"prompt tokens {tokens[0]}–{tokens[-1]}")

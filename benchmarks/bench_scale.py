@@ -156,13 +156,14 @@ else:
     folder = Path(data) / "history" / "parquet"
     t, cpu = time.perf_counter(), time.process_time()
     gen = _current(list_manifests(folder, {{}}), frozenset(p.name for p in folder.iterdir()))
-    files = ", ".join(repr(str(folder / f["name"])) for f in gen.files)
     con = duckdb.connect()
     con.execute("CREATE SCHEMA _store")
-    for kind in (*KINDS, *DERIVED):
-        deleted = "" if kind in DERIVED else " AND deleted IS NOT TRUE"
-        con.execute(f"CREATE VIEW _store.{{kind}} AS SELECT {{select_list(kind)}} FROM read_parquet([{{files}}]) "
-                    f"WHERE kind = '{{kind}}'{{deleted}}")
+    for kind in (*KINDS, *DERIVED):  # the generation's files, as they are
+        names = [f["derived"][kind] if kind in DERIVED else f["name"] for f in gen.files]
+        files = ", ".join(repr(str(folder / name)) for name in names)
+        where = "" if kind in DERIVED else f" WHERE kind = '{{kind}}' AND deleted IS NOT TRUE"
+        con.execute(f"CREATE VIEW _store.{{kind}} AS SELECT {{select_list(kind)}} "
+                    f"FROM read_parquet([{{files}}]){{where}}")
     for name, body in _VIEWS.items():
         con.execute(f"CREATE VIEW {{name}} AS {{body}}")
     frame = con.execute(query).df()

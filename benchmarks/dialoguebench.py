@@ -47,7 +47,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dialogue_content import EVENTS, MULTI, NAMES, OPEN, REPLIES, SMALL_TALK, WHEN, Event  # noqa: E402
+from dialogue_content import (
+    EVENTS,
+    MULTI,
+    NAMES,
+    OPEN,
+    REPLIES,
+    SMALL_TALK,
+    WHEN,
+    Event,
+)  # noqa: E402
 
 DAY_MS = 86_400_000
 START_MS = 1_672_531_200_000  # 2023-01-01T00:00:00Z
@@ -151,21 +160,33 @@ def generate(seed: int, index: int, sessions: tuple[int, int] = (20, 30)) -> Con
                 turns.append((friend, rng.choice(event.react)))
                 wording = rng.randrange(len(event.detail))
                 turns.append((owner, event.detail[wording].format(v=value)))
-                told[(owner, event.key)] = {"event": event, "session": s, "intro": start, "detail": start + 2,
-                                            "value": value, "wording": wording}
+                told[(owner, event.key)] = {
+                    "event": event,
+                    "session": s,
+                    "intro": start,
+                    "detail": start + 2,
+                    "value": value,
+                    "wording": wording,
+                }
             else:
                 say(b if turns[-1][0] == a else a)
         session: list[Turn] = []
         for i, (speaker, line) in enumerate(turns):
-            session.append(Turn(f"msg_{tag}s{s:02d}t{i:03d}", speaker, f"{speaker}: {line}",
-                                conv.dates[s] + i * 45_000))
+            session.append(
+                Turn(
+                    f"msg_{tag}s{s:02d}t{i:03d}",
+                    speaker,
+                    f"{speaker}: {line}",
+                    conv.dates[s] + i * 45_000,
+                )
+            )
         conv.sessions.append(session)
 
     texts = {turn.id: turn.text for ses in conv.sessions for turn in ses}
     around = {}
     for ses in conv.sessions:
         for i, turn in enumerate(ses):
-            around[turn.id] = [x.id for x in ses[max(0, i - 1):i + 2]]
+            around[turn.id] = [x.id for x in ses[max(0, i - 1) : i + 2]]
     names = set(tokens(a)) | set(tokens(b))
 
     def overlap(question: str, turns) -> int:
@@ -174,7 +195,9 @@ def generate(seed: int, index: int, sessions: tuple[int, int] = (20, 30)) -> Con
 
     def ask(kind: str, text: str, evidence: tuple[str, ...], wording: str, owner: str) -> None:
         near = [x for e in evidence for x in around[e]]
-        conv.questions.append(Question(kind, text, evidence, wording, overlap(text, evidence), overlap(text, near)))
+        conv.questions.append(
+            Question(kind, text, evidence, wording, overlap(text, evidence), overlap(text, near))
+        )
 
     def turn_id(info: dict, which: str) -> str:
         return conv.sessions[info["session"]][info[which]].id
@@ -189,7 +212,13 @@ def generate(seed: int, index: int, sessions: tuple[int, int] = (20, 30)) -> Con
             if rng.random() < 0.5:
                 lexical = rng.random() < WHEN_LEXICAL
                 text = f"When did {owner} {rng.choice(event.did if lexical else event.action)}?"
-                ask("temporal", text, (turn_id(info, "intro"),), "when-lex" if lexical else "when-sem", owner)
+                ask(
+                    "temporal",
+                    text,
+                    (turn_id(info, "intro"),),
+                    "when-lex" if lexical else "when-sem",
+                    owner,
+                )
             else:
                 day = long_date(conv.dates[info["session"]])
                 text = f"What did {owner} share about {rng.choice(event.topic)} on {day}?"
@@ -203,7 +232,9 @@ def generate(seed: int, index: int, sessions: tuple[int, int] = (20, 30)) -> Con
             ask("multi-hop", rng.choice(MULTI[theme]).format(o=owner), evidence, "theme", owner)
         if theme in OPEN and rng.random() < OPEN_DOMAIN:
             evidence = tuple(turn_id(i, "intro") for i in infos[:3])
-            ask("open-domain", rng.choice(OPEN[theme]).format(o=owner), evidence, "inference", owner)
+            ask(
+                "open-domain", rng.choice(OPEN[theme]).format(o=owner), evidence, "inference", owner
+            )
     return conv
 
 
@@ -214,7 +245,12 @@ def generate(seed: int, index: int, sessions: tuple[int, int] = (20, 30)) -> Con
 def bundles(conv: Conversation, directory: str, seed: int) -> list[dict]:
     """One ``%agent export --format json`` bundle per session."""
     from jupyter_session_agent.messages import (
-        AssistantMessage, ModelRef, Session, TextPart, UserMessage, WithParts,
+        AssistantMessage,
+        ModelRef,
+        Session,
+        TextPart,
+        UserMessage,
+        WithParts,
     )
     from jupyter_session_agent.transfer import BUNDLE_FORMAT, BUNDLE_VERSION
 
@@ -222,8 +258,13 @@ def bundles(conv: Conversation, directory: str, seed: int) -> list[dict]:
     a = conv.speakers[0]
     for s, turns in enumerate(conv.sessions):
         sid = f"ses_d{seed}c{conv.index:02d}s{s:02d}"
-        info = Session(id=sid, directory=directory, title=f"{' & '.join(conv.speakers)} — session {s + 1}",
-                       time_created=conv.dates[s], time_updated=turns[-1].time + 1000)
+        info = Session(
+            id=sid,
+            directory=directory,
+            title=f"{' & '.join(conv.speakers)} — session {s + 1}",
+            time_created=conv.dates[s],
+            time_updated=turns[-1].time + 1000,
+        )
         messages = []
         parent = None
         for turn in turns:
@@ -232,15 +273,31 @@ def bundles(conv: Conversation, directory: str, seed: int) -> list[dict]:
                 message = UserMessage(turn.id, sid, turn.time, ModelRef("import", "dialogue"))
                 parent = turn.id
             else:
-                message = AssistantMessage(turn.id, sid, parent or turn.id, turn.time, "import", "dialogue",
-                                           finish="stop", time_completed=turn.time + 1)
+                message = AssistantMessage(
+                    turn.id,
+                    sid,
+                    parent or turn.id,
+                    turn.time,
+                    "import",
+                    "dialogue",
+                    finish="stop",
+                    time_completed=turn.time + 1,
+                )
             messages.append(WithParts(message, (part,)).to_data())
-        out.append({"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "info": info.to_data(),
-                    "messages": messages})
+        out.append(
+            {
+                "format": BUNDLE_FORMAT,
+                "version": BUNDLE_VERSION,
+                "info": info.to_data(),
+                "messages": messages,
+            }
+        )
     return out
 
 
-def import_all(store, convs: list[Conversation], root: Path, seed: int, one_project: bool = False) -> dict:
+def import_all(
+    store, convs: list[Conversation], root: Path, seed: int, one_project: bool = False
+) -> dict:
     """Write every session's bundle under ``root`` and import it (``%agent import``'s function)."""
     from jupyter_session_agent.transfer import import_bundle
 
@@ -284,24 +341,42 @@ def evaluate(index, convs: list[Conversation], dirs: dict, embedder=None, ks=(5,
     for conv in convs:
         project = project_key(dirs[conv.index])
         for q in conv.questions:
-            if embedder is not None:  # the query's vector apart: its cost does not grow with the history
+            if (
+                embedder is not None
+            ):  # the query's vector apart: its cost does not grow with the history
                 started = time.perf_counter()
                 embedder.query(q.text)
                 embed_times.append(time.perf_counter() - started)
             started = time.perf_counter()
-            hits = index.search(q.text, project=project, k=max(ks), threshold=0.0, embedder=embedder,
-                                cosine_threshold=-1.0, sources=("history",))
+            hits = index.search(
+                q.text,
+                project=project,
+                k=max(ks),
+                threshold=0.0,
+                embedder=embedder,
+                cosine_threshold=-1.0,
+                sources=("history",),
+            )
             times.append(time.perf_counter() - started)
             got = [h.message_id for h in hits]
             row = {f"r@{k}": len(set(q.evidence) & set(got[:k])) / len(q.evidence) for k in ks}
-            for group in (q.kind, "all", *(["paraphrase"] if q.context_overlap == 0 else []),
-                          f"wording:{q.wording}"):
+            for group in (
+                q.kind,
+                "all",
+                *(["paraphrase"] if q.context_overlap == 0 else []),
+                f"wording:{q.wording}",
+            ):
                 per.setdefault(group, []).append(row)
-    out = {g: {key: round(statistics.mean(r[key] for r in rows), 3) for key in rows[0]} | {"n": len(rows)}
-           for g, rows in per.items()}
+    out = {
+        g: {key: round(statistics.mean(r[key] for r in rows), 3) for key in rows[0]}
+        | {"n": len(rows)}
+        for g, rows in per.items()
+    }
     times.sort()
-    out["query ms"] = {"median": round(1000 * statistics.median(times), 1),
-                       "p95": round(1000 * times[int(0.95 * (len(times) - 1))], 1)}
+    out["query ms"] = {
+        "median": round(1000 * statistics.median(times), 1),
+        "p95": round(1000 * times[int(0.95 * (len(times) - 1))], 1),
+    }
     if embed_times:
         out["query embed ms"] = round(1000 * statistics.median(embed_times), 1)
     return out
@@ -319,32 +394,65 @@ def variants() -> dict:
 
 
 def tuning() -> dict:
+    """The variants tried on the development seed (docs/memory.md), each one change from ours."""
     from jupyter_session_agent.memory.search import DEFAULT_RANKING as D, PLAIN_BM25
 
     out = {
         "bm25 + supersession": (replace(PLAIN_BM25, supersede=True), False),
         "bm25 + question weight": (replace(PLAIN_BM25, question_weight=D.question_weight), False),
         "bm25 + dates": (replace(PLAIN_BM25, context=True, dates=D.dates), False),
+        "neighbours ±1 at 0.3 (no turn two before)": (
+            replace(D, neighbours=0.3, before2=0.0, after=0.3),
+            False,
+        ),
+        "neighbours ±1 at 0.5": (replace(D, neighbours=0.5, before2=0.0, after=0.5), False),
+        "before 0.7": (replace(D, neighbours=0.7), False),
+        "two before 0.5": (replace(D, before2=0.5), False),
+        "after 0": (replace(D, after=0.0), False),
+        "dates 0.25": (replace(D, dates=0.25), False),
+        "dates 1.0": (replace(D, dates=1.0), False),
+        "question weight 1 (off)": (replace(D, question_weight=1.0), False),
+        "cosine alone": (replace(D, fusion="rrf", cosine_weight=1000.0, vector_context=0.0), True),
+        "cosine alone, not centred": (
+            replace(D, fusion="rrf", cosine_weight=1000.0, vector_context=0.0, center=False),
+            True,
+        ),
+        "rrf k=60": (replace(D, fusion="rrf", vector_context=0.0), True),
+        "rrf k=60, cosine weight 3": (
+            replace(D, fusion="rrf", cosine_weight=3.0, vector_context=0.0),
+            True,
+        ),
+        "rrf k=10": (replace(D, fusion="rrf", rrf_k=10, vector_context=0.0), True),
+        "rrf, BM25 ranking only above share 0.3": (
+            replace(D, fusion="rrf", bm25_floor=0.3, vector_context=0.0),
+            True,
+        ),
+        "linear 0.3": (replace(D, linear_weight=0.3), True),
+        "linear 0.5": (replace(D, linear_weight=0.5), True),
+        "linear 0.7": (replace(D, linear_weight=0.7), True),
+        "linear 0.6, no vector context": (replace(D, vector_context=0.0), True),
+        "vector context 0.5": (replace(D, vector_context=0.5), True),
+        "not centred (floor 0.7)": (replace(D, center=False, cosine_floor=0.7), True),
+        "embed turn with its neighbours (window)": (
+            replace(D, embed_window=True, vector_context=0.0),
+            True,
+        ),
+        "embed the text without its date": (replace(D, embed_dates=False), True),
     }
-    for w in (0.15, 0.3, 0.5, 0.7):
-        out[f"neighbours {w}"] = (replace(D, neighbours=w), False)
-    for w in (0.25, 1.0):
-        out[f"dates {w}"] = (replace(D, dates=w), False)
-    out["cosine alone"] = (replace(D, cosine_weight=1000.0), True)
-    for k in (10, 30, 60, 100):
-        out[f"rrf k={k}"] = (replace(D, rrf_k=k), True)
-    for w in (0.5, 1.5, 2.0):
-        out[f"rrf cosine weight {w}"] = (replace(D, cosine_weight=w), True)
-    for a in (0.3, 0.5, 0.7):
-        out[f"linear {a}"] = (replace(D, fusion="linear", linear_weight=a), True)
-    for a in (0.2, 0.35, 0.5):
-        out[f"vector context {a}"] = (replace(D, vector_context=a), True)
-    out["embed dates"] = (replace(D, embed_dates=True), True)
     return out
 
 
-def run(n_conversations: int = 10, seed: int = 1, *, data: str | None = None, tune: bool = False,
-        only: list[str] | None = None, scale: int = 0, embed: bool = True, sessions=(20, 30)) -> dict:
+def run(
+    n_conversations: int = 10,
+    seed: int = 1,
+    *,
+    data: str | None = None,
+    tune: bool = False,
+    only: list[str] | None = None,
+    scale: int = 0,
+    embed: bool = True,
+    sessions=(20, 30),
+) -> dict:
     from jupyter_session_agent.memory import embed as embeddings
     from jupyter_session_agent.memory.search import MemoryIndex
     from jupyter_session_agent.store import Store
@@ -369,12 +477,17 @@ def run(n_conversations: int = 10, seed: int = 1, *, data: str | None = None, tu
         results: dict = {}
         questions = [q for c in convs for q in c.questions]
         meta = {
-            "conversations": len(convs), "sessions": sum(len(c.sessions) for c in convs),
-            "turns": sum(c.turns for c in convs), "questions": len(questions),
+            "conversations": len(convs),
+            "sessions": sum(len(c.sessions) for c in convs),
+            "turns": sum(c.turns for c in convs),
+            "questions": len(questions),
             "by kind": {k: sum(q.kind == k for q in questions) for k in KINDS},
             "no content word shared with the evidence": sum(q.overlap == 0 for q in questions),
-            "… nor with its neighbours (paraphrases)": sum(q.context_overlap == 0 for q in questions),
-            "import seconds": round(imported["seconds"], 1), "seed": seed,
+            "… nor with its neighbours (paraphrases)": sum(
+                q.context_overlap == 0 for q in questions
+            ),
+            "import seconds": round(imported["seconds"], 1),
+            "seed": seed,
         }
         embedded = None
         for name, (ranking, with_vectors) in chosen.items():
@@ -388,10 +501,15 @@ def run(n_conversations: int = 10, seed: int = 1, *, data: str | None = None, tu
                 started = time.perf_counter()
                 status = index.prepare(embedder, wait=24 * 3600)
                 if embedded is None:
-                    embedded = {"seconds": round(time.perf_counter() - started, 1), "passages": status.passages,
-                                "model": status.model}
+                    embedded = {
+                        "seconds": round(time.perf_counter() - started, 1),
+                        "passages": status.passages,
+                        "model": status.model,
+                    }
                 index.search("warm up", embedder=embedder)
-            row.update(evaluate(index, convs, imported["directories"], embedder if with_vectors else None))
+            row.update(
+                evaluate(index, convs, imported["directories"], embedder if with_vectors else None)
+            )
             row["rss MB"] = round(_rss_mb() - rss, 1)
             index.close()
             results[name] = row
@@ -402,22 +520,33 @@ def run(n_conversations: int = 10, seed: int = 1, *, data: str | None = None, tu
 
 
 def _summary(row: dict) -> str:
-    return (f"r@10 {row['all']['r@10']:.3f} r@5 {row['all']['r@5']:.3f} · "
-            + " ".join(f"{k} {row[k]['r@10']:.2f}" for k in KINDS if k in row)
-            + f" · para {row.get('paraphrase', {}).get('r@10', float('nan')):.2f}"
-            + f" · {row['query ms']['median']} ms")
+    return (
+        f"r@10 {row['all']['r@10']:.3f} r@5 {row['all']['r@5']:.3f} · "
+        + " ".join(f"{k} {row[k]['r@10']:.2f}" for k in KINDS if k in row)
+        + f" · para {row.get('paraphrase', {}).get('r@10', float('nan')):.2f}"
+        + f" · {row['query ms']['median']} ms"
+    )
 
 
 def table(out: dict) -> str:
-    lines = ["| variant | recall@5 | recall@10 | " + " | ".join(f"{k} @5 / @10" for k in KINDS)
-             + " | no shared word @10 | build s | search ms (median / p95) | + query vector ms |",
-             "|---|---|---|" + "---|" * len(KINDS) + "---|---|---|---|"]
+    lines = [
+        "| variant | recall@5 | recall@10 | "
+        + " | ".join(f"{k} @5 / @10" for k in KINDS)
+        + " | no shared word @10 | build s | search ms (median / p95) | + query vector ms |",
+        "|---|---|---|" + "---|" * len(KINDS) + "---|---|---|---|",
+    ]
     for name, row in out["results"].items():
-        cells = [f"{row[k]['r@5']:.2f} / {row[k]['r@10']:.2f}" if k in row else "—" for k in KINDS]
+        cells = [
+            f"{row[k]['r@5']:.2f} / {row[k]['r@10']:.2f}" if k in row else "—" for k in KINDS
+        ]
         para = row.get("paraphrase", {}).get("r@10")
-        lines.append(f"| {name} | {row['all']['r@5']:.3f} | {row['all']['r@10']:.3f} | " + " | ".join(cells)
-                     + f" | {para if para is not None else '—'} | {row['build s']} | "
-                     f"{row['query ms']['median']} / {row['query ms']['p95']} | {row.get('query embed ms', '—')} |")
+        lines.append(
+            f"| {name} | {row['all']['r@5']:.3f} | {row['all']['r@10']:.3f} | "
+            + " | ".join(cells)
+            + f" | {para if para is not None else '—'} | {row['build s']} | "
+            f"{row['query ms']['median']} / {row['query ms']['p95']} | "
+            f"{row.get('query embed ms', '—')} |"
+        )
     return "\n".join(lines)
 
 
@@ -428,12 +557,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", help="keep the history and vectors here (reused by the next run)")
     parser.add_argument("--tune", action="store_true", help="run the tuning variants too")
     parser.add_argument("--only", action="append", help="run only this variant (repeatable)")
-    parser.add_argument("--scale", type=int, default=0, help="this many turns in one project (query times)")
+    parser.add_argument(
+        "--scale", type=int, default=0, help="this many turns in one project (query times)"
+    )
     parser.add_argument("--no-embeddings", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    out = run(args.conversations, args.seed, data=args.data, tune=args.tune, only=args.only, scale=args.scale,
-              embed=not args.no_embeddings)
+    out = run(
+        args.conversations,
+        args.seed,
+        data=args.data,
+        tune=args.tune,
+        only=args.only,
+        scale=args.scale,
+        embed=not args.no_embeddings,
+    )
     if args.json:
         print(json.dumps(out, indent=1))
         return

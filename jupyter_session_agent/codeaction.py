@@ -43,11 +43,13 @@ from .history import MAX_STEPS_TEXT
 CODE_SUFFIX = "+code"  # appended to the embedded server's model name: "use code actions"
 TOOL = "python"
 LANGUAGES = frozenset({"python", "py", "python3", "ipython"})
-CUT_TEXT = "the code block was cut off at the output limit before its closing ``` — write shorter code"
+CUT_TEXT = ("the code block was cut off at the output limit before its closing ``` — "
+            "write shorter code")
 VARIABLES_HEAD = "Variables in the kernel:"
 MAX_VARIABLES = 8  # described in the system prompt
 MAX_NAMES = 40  # older ones, by name only
 MAX_RESULT_CHARS = 1500
+STOP_TEXT = "Stop running code now: answer in one short sentence."  # the max-steps step
 
 _FENCE = re.compile(r"^ {0,3}```[ \t]*([\w+.-]*)[ \t]*$")
 
@@ -59,11 +61,12 @@ PROMPT = (
 
 #: Worked examples (question, code, output, answer), sent after the system prompt.
 EXAMPLES: tuple[tuple[str, str, str, str], ...] = (
-    ("Use python to compute 3 + 4.", "3 + 4", "7", "3 + 4 is 7."),
-    ("Use python to make 'abc' upper case.", "'abc'.upper()", "'ABC'", "'abc' in upper case is 'ABC'."),
+    ("Use python to compute 123 + 456.", "123 + 456", "579", "123 + 456 is 579."),
+    ("Use python to make 'abc' upper case.", "'abc'.upper()", "'ABC'",
+     "'abc' in upper case is 'ABC'."),
     ("Set name to 'Ada' in python.", "name = 'Ada'\nname", "'Ada'", "name is now 'Ada'."),
-    ("Use python to compute the log base 2 of 8.", "import math\nmath.log2(8)", "3.0",
-     "The log base 2 of 8 is 3.0."),
+    ("Use python to compute two times pi.", "import math\n2 * math.pi", "6.283185307179586",
+     "Two times pi is 6.283185307179586."),
     ("What is the mean of the price column of the DataFrame sales? Use python.",
      "sales['price'].mean()", "12.5", "The mean price is 12.5."),
 )
@@ -96,22 +99,32 @@ def enabled(setting: Any, provider_id: str, model_id: str) -> bool:
 # the prompt
 
 
-def system_prompt(namespace: Mapping[str, Any] | None = None, hidden: Iterable[str] = ()) -> str:
+def system_prompt(namespace: Mapping[str, Any] | None = None, hidden: Any = None) -> str:
     """The short system prompt, plus one line naming the user's kernel variables."""
     line = describe_variables(namespace or {}, hidden)
     return PROMPT + (f"\n{VARIABLES_HEAD} {line}." if line else "")
 
 
-def describe_variables(namespace: Mapping[str, Any], hidden: Iterable[str] = (),
+def describe_variables(namespace: Mapping[str, Any], hidden: Any = None,
                        limit: int = MAX_VARIABLES, names: int = MAX_NAMES) -> str:
-    """``df (DataFrame, 4 rows, columns 'a', 'b'), x (int 42); also y, z``: the newest
-    ``limit`` user variables described, up to ``names`` older ones by name."""
-    skip = set(hidden) | {"In", "Out", "exit", "quit", "get_ipython", "open"}
-    found = [name for name, value in list(namespace.items())
-             if not name.startswith("_") and name not in skip and type(value).__name__ != "module"]
-    described = ", ".join(f"{name} ({_describe(namespace[name])})" for name in found[-limit:])
-    older = found[:-limit][-names:] if len(found) > limit else []
-    return described + (f"; also {', '.join(older)}" if older else "")
+    """``df (DataFrame, 4 × 3, columns name, age, city), x (int, 42); also f, y``: the newest
+    ``limit`` data variables described (``context.kernel``'s listing), then up to ``names``
+    other user names (older variables, functions, classes) by name only."""
+    from .context import kernel
+
+    if not isinstance(hidden, Mapping):
+        hidden = {name: namespace.get(name) for name in hidden or ()}
+    data = kernel.visible_names(namespace, hidden)[-limit:]
+    described = []
+    for row in kernel.variables(namespace, data):
+        facts = [row["type"], row["shape"], row["repr"]]
+        described.append(f"{row['name']} ({', '.join(f for f in facts if f)})")
+    others = [name for name, value in list(namespace.items())
+              if isinstance(name, str) and name.isidentifier() and not name.startswith("_")
+              and name not in data and not (name in hidden and hidden[name] is value)
+              and name not in ("In", "Out", "exit", "quit", "get_ipython", "open")
+              and type(value).__name__ != "module"][-names:]
+    return ", ".join(described) + (f"; also {', '.join(others)}" if others else "")
 
 
 def known_names(messages: list[dict]) -> set[str]:
@@ -140,8 +153,9 @@ def known_names(messages: list[dict]) -> set[str]:
 
 def problem(code: str, known: Iterable[str] = ()) -> str:
     """Why ``code`` cannot run, found without running it ("" when none is seen): a syntax
-    error, or a name it reads that nothing defines (not a builtin, not bound in the code, not
-    in ``known``). Flow-insensitive and lenient: a name bound anywhere counts as defined."""
+    error, no statement at all, or a name it reads that nothing defines (not a builtin, not
+    bound in the code, not in ``known``). Flow-insensitive and lenient: a name bound anywhere
+    counts as defined."""
     import ast
     import builtins
 
@@ -151,7 +165,10 @@ def problem(code: str, known: Iterable[str] = ()) -> str:
         return f"SyntaxError: {err.msg}"
     except ValueError as err:  # null bytes
         return f"ValueError: {err}"
-    defined = _bound(tree) | set(known) | set(dir(builtins)) | {"display", "get_ipython", "In", "Out"}
+    if not tree.body:
+        return "the block has no code (only comments)"
+    defined = _bound(tree) | set(known) | set(dir(builtins))
+    defined |= {"display", "get_ipython", "In", "Out"}
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in defined:
             return f"NameError: name '{node.id}' is not defined"
@@ -180,28 +197,6 @@ def _bound(tree: Any) -> set[str]:
     return names
 
 
-def _describe(value: Any) -> str:
-    kind = type(value).__name__
-    try:
-        if kind == "DataFrame":
-            columns = [str(c) for c in list(value.columns)[:10]]
-            more = ", …" if len(value.columns) > 10 else ""
-            return f"DataFrame, {len(value)} rows, columns " + ", ".join(repr(c) for c in columns) + more
-        if kind == "Series":
-            return f"Series, {len(value)} values"
-        if isinstance(value, (bool, int, float, complex)):
-            return f"{kind} {value!r}"
-        if isinstance(value, str):
-            return f"str {value[:30]!r}" + ("…" if len(value) > 30 else "")
-        if isinstance(value, (list, tuple, dict, set, frozenset)):
-            return f"{kind} of {len(value)}"
-        if callable(value):
-            return "function" if kind == "function" else kind
-    except Exception:  # noqa: BLE001 - a user object's odd len()/columns must not break a turn
-        pass
-    return kind
-
-
 # ---------------------------------------------------------------------------
 # history → the text protocol
 
@@ -227,7 +222,7 @@ def code_messages(messages: list[dict]) -> list[dict]:
         content = _text(msg.get("content"))
         if role == "assistant":
             if content.strip() == MAX_STEPS_TEXT.strip():
-                out.append({"role": "user", "content": "Stop running code now: answer in one short sentence."})
+                out.append({"role": "user", "content": STOP_TEXT})
                 continue
             body = [content.rstrip()] if content.strip() else []
             for call in msg.get("tool_calls") or ():
@@ -303,13 +298,19 @@ def _merge_users(messages: list[dict]) -> list[dict]:
     return out
 
 
+def plain(content: Any) -> str:
+    """Message content (a string, or a list of parts) as text."""
+    return _text(content)
+
+
 def _text(content: Any) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        return "\n".join(p.get("text", "") for p in content
+                         if isinstance(p, dict) and p.get("type") == "text")
     return str(content)
 
 
@@ -400,7 +401,8 @@ class BlockParser:
     def _partial(self) -> list[tuple[str, str]]:
         line = self.line
         stripped = line.lstrip(" ")
-        if len(line) - len(stripped) <= 3 and ("```".startswith(stripped) or stripped.startswith("```")):
+        if len(line) - len(stripped) <= 3 and ("```".startswith(stripped)
+                                               or stripped.startswith("```")):
             return []  # may still become a fence line: wait for its end
         piece = line[self.sent:]
         if not piece:
@@ -462,7 +464,8 @@ class CodeActionProvider:
             yield from _mark_cut(self.inner.stream(request))
             return
         python = offers_python(request.tools, request.messages)
-        request = replace(request, messages=code_messages(request.messages), tools=(), temperature=temperature)
+        request = replace(request, messages=code_messages(request.messages), tools=(),
+                          temperature=temperature)
         if not python:  # the max-steps step (or python denied): text only, nothing runs
             yield from self.inner.stream(request)
             return

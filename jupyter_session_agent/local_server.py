@@ -117,6 +117,13 @@ def render_prompt(messages: list[dict], tools: list[dict] | None = None) -> str:
     return "".join(out)
 
 
+def _parses(arguments: str) -> bool:
+    try:
+        return isinstance(json.loads(arguments), dict)
+    except (TypeError, ValueError):
+        return False
+
+
 def _same_args(a: str, b: str) -> bool:
     try:
         return json.loads(a) == json.loads(b)
@@ -259,6 +266,12 @@ def _chat_impl(
             args, fin, used = complete(prompt + f"functions.{target}:\n", gram, max_tokens=max_tokens, stop=stops)
             spent += used
             args = args.strip()
+            if not _parses(args):  # cut by max_tokens mid-object: one more, sampled, try
+                again, fin2, used = complete(prompt + f"functions.{target}:\n", gram, max_tokens=max_tokens,
+                                             stop=stops, temperature=CODE_RESAMPLE_TEMPERATURE, seed=CODE_RETRY_SEED)
+                spent += used
+                if _parses(again.strip()):
+                    args, fin = again.strip(), fin2
             if forced is None and choice != "required" and already_called(messages, target, args):
                 call = None  # the result is already in the context: answer instead
             else:
@@ -349,6 +362,7 @@ CODE_RETRY_TEMPERATURE = 0.7  # a retry at temperature 0 repeats the failed code
 CODE_RETRY_SEED = 7
 CODE_RESAMPLES = 2  # more candidates for a block that cannot run (syntax error, undefined name)
 CODE_RESAMPLE_TEMPERATURE = 0.7
+CODE_COMMENT = False  # start the first block of a turn with the request as a comment
 _ONE_LINE = r"root ::= [^\n`]+"  # the answer after a run: one line, no code
 _NO_CODE = r"root ::= [^`]+"  # without the python tool: text, no fences
 
@@ -395,6 +409,11 @@ def _code_chat(llama: Any, messages: list[dict], *, offered: bool, stream: bool,
     cid, created, call_id = "chatcmpl-" + uuid.uuid4().hex, int(time.time()), "call_" + uuid.uuid4().hex[:24]
 
     known = codeaction.known_names(messages)
+    comment = ""
+    if CODE_COMMENT and offered and not after_result:
+        request = next((codeaction.plain(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+        request = " ".join(request.split())[:200]
+        comment = f"# {request}\n" if request else ""
 
     def generate(text: str, temperature: float | None = None, seed: int | None = None) -> Iterator[Any]:
         kw = dict(sampling)
@@ -446,6 +465,17 @@ def _code_chat(llama: Any, messages: list[dict], *, offered: bool, stream: bool,
                 yield "text", text
             elif kind == "open":
                 yield "open", ""
+                if comment:  # the block starts with the request as a comment: start it again so
+                    events.close()
+                    head = "```python\n" + comment
+                    parser = codeaction.BlockParser()
+                    events = itertools.chain(parser.feed(head), block(generate(prompt + before + head), parser, spent))
+                    for kind2, text2 in events:
+                        if kind2 in ("close", "cut"):
+                            candidates.append((kind2, text2))
+                        elif kind2 == "end":
+                            finish = text2
+                    break
             elif kind in ("close", "cut"):
                 candidates.append((kind, text))
             elif kind == "end":

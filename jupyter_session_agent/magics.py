@@ -57,6 +57,14 @@ def _fallback_spec(trait: TraitType):
     return None
 
 
+class _Number(Float):
+    """A ``Float`` setting that leaves ``True``/``False`` as they are (``Float`` casts them to
+    1.0/0.0), so the setting's check refuses them as it does for every other number."""
+
+    def validate(self, obj, value):
+        return value if isinstance(value, bool) else super().validate(obj, value)
+
+
 def _sections(config, cls) -> list:
     """The sections of ``config`` that configure ``cls`` (its name and its bases')."""
     if config is None:
@@ -111,12 +119,12 @@ class AgentMagics(Magics):
     compaction = Dict(help="auto, prune, reserved, prune_protect, prune_minimum, tail_turns, …").tag(config=True)
     max_steps = Int(25, help="LLM calls per turn at most").tag(config=True)
     max_retries = Int(4, help="retries of a failed LLM call at most").tag(config=True)
-    request_timeout = Float(600.0, help="seconds one request to the model server may take in all").tag(config=True)
-    first_byte_timeout = Float(60.0, help="seconds to wait for the model server's first byte").tag(config=True)
-    idle_timeout = Float(60.0, help="seconds of silence allowed between two streamed chunks").tag(config=True)
-    max_retry_wait = Float(60.0, help="seconds a retry may wait; a longer retry-after fails at once").tag(config=True)
+    request_timeout = _Number(600.0, help="seconds one request to the model server may take in all").tag(config=True)
+    first_byte_timeout = _Number(60.0, help="seconds to wait for the model server's first byte").tag(config=True)
+    idle_timeout = _Number(60.0, help="seconds of silence allowed between two streamed chunks").tag(config=True)
+    max_retry_wait = _Number(60.0, help="seconds a retry may wait; a longer retry-after fails at once").tag(config=True)
     local_context = Int(8192, help="context size of the embedded local model").tag(config=True)
-    local_idle_timeout = Float(600.0, help="seconds the embedded model server may sit idle before it "
+    local_idle_timeout = _Number(600.0, help="seconds the embedded model server may sit idle before it "
                                            "stops (it restarts on demand); 0: never").tag(config=True)
     code_actions = Union([Unicode(), Bool(), List(Unicode())], default_value="auto",
                          help="models that write ```python blocks instead of JSON tool calls: 'auto' "

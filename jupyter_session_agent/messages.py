@@ -171,6 +171,11 @@ def _compile_decoder(cls: type) -> Any:
             body.append(f"    if {v} is None: raise TypeError(m{i})")
             default = None
         body.append(f"    {v} = {value}" if default is None else f"    {v} = {default} if {v} is None else {value}")
+        allowed = _scalar_classes(f.type) if convert is None else None
+        if allowed is not None:  # a stored field of the wrong shape is unreadable, not trusted
+            ns[f"a{i}"] = allowed
+            ns[f"t{i}"] = f"{cls.__name__}.from_data: field {f.name!r} must be {f.type}"
+            body.append(f"    if {v}.__class__ not in a{i}: raise TypeError(t{i})")
     if direct:  # a frozen slotted dataclass without __post_init__: set the slots, skip __init__
         body.append("    o = new(cls)")
         for i, f in enumerate(flds):
@@ -181,6 +186,21 @@ def _compile_decoder(cls: type) -> Any:
         body.append(f"    return cls({', '.join(f'{f.name}=v{i}' for i, f in enumerate(flds))})")
     exec("\n".join(body), ns)  # noqa: S102 - code generated from dataclass fields only
     return ns["decode"]
+
+
+_SCALARS: dict[str, tuple[type, ...]] = {
+    "str": (str,), "bool": (bool,), "int": (int, bool, float), "float": (float, int, bool),
+    "None": (type(None),),
+}
+
+
+def _scalar_classes(annotation: Any) -> frozenset[type] | None:
+    """The classes a field annotated ``str``, ``int | None``… may hold when decoded (a JSON
+    number may be either kind), or ``None`` when the annotation is not only such scalars."""
+    names = [n.strip() for n in str(annotation).split("|")]
+    if not all(n in _SCALARS for n in names):
+        return None
+    return frozenset(c for n in names for c in _SCALARS[n])
 
 
 def _freeze(raw: Any) -> Any:
@@ -631,7 +651,7 @@ def read_part(data: Mapping[str, Any]) -> Part | UnknownPart:
 
 def _unreadable(data: Mapping[str, Any], err: Exception) -> str:
     kind = data.get("type")
-    if kind not in PART_TYPES:
+    if not isinstance(kind, str) or kind not in PART_TYPES:
         return f"unknown part type {kind!r}"
     return f"unreadable {kind} part ({type(err).__name__}: {err})"
 

@@ -62,10 +62,12 @@ _SESSION_COLUMNS = {  # session table column → path in Session.Info JSON
     "permission": "permission", "time_created": "time.created", "time_updated": "time.updated",
     "time_compacting": "time.compacting", "time_archived": "time.archived",
     "path": "path", "metadata": "metadata", "cost": "cost", "agent": "agent", "model": "model",
-    "tokens_input": "tokens.input", "tokens_output": "tokens.output", "tokens_reasoning": "tokens.reasoning",
-    "tokens_cache_read": "tokens.cache.read", "tokens_cache_write": "tokens.cache.write",
+    "tokens_input": "tokens.input", "tokens_output": "tokens.output",
+    "tokens_reasoning": "tokens.reasoning", "tokens_cache_read": "tokens.cache.read",
+    "tokens_cache_write": "tokens.cache.write",
 }
-_SESSION_OTHER = {"id", "share_url", "summary_additions", "summary_deletions", "summary_files", "summary_diffs"}
+_SESSION_OTHER = {"id", "share_url", "summary_additions", "summary_deletions", "summary_files",
+                  "summary_diffs"}
 _JSON_COLUMNS = {"revert", "permission", "summary_diffs", "metadata", "model"}
 _REQUIRED = {  # table → columns every opencode.db has (NOT NULL in OpenCode's schema)
     "session": {"id", "title", "directory", "time_created", "time_updated"},
@@ -82,19 +84,18 @@ _READ = {  # columns read from each imported table (others are listed as not imp
 _WHY_COLUMN = {
     "time_updated": "a row's last write time: the history keeps its own",
 }
+_EVENT_LOG = "OpenCode's internal event log: the sessions, messages and parts are imported"
+_ACCOUNTS = "accounts, tokens and credentials are never copied"
 _WHY_TABLE = {  # OpenCode's other tables (1.18), and why the history has no place for them
     "project": "projects: each session keeps its projectID and directory",
     "project_directory": "a project's folders: each session keeps its directory",
     "workspace": "workspaces: each session keeps its workspaceID",
     "permission": "OpenCode's remembered approvals: here, permissions are the permission setting",
-    "account": "accounts, tokens and credentials are never copied",
-    "account_state": "accounts, tokens and credentials are never copied",
-    "control_account": "accounts, tokens and credentials are never copied",
-    "credential": "accounts, tokens and credentials are never copied",
+    "account": _ACCOUNTS, "account_state": _ACCOUNTS, "control_account": _ACCOUNTS,
+    "credential": _ACCOUNTS,
     "session_share": "share secrets are never copied (a share URL is kept on its session)",
-    "event": "OpenCode's internal event log: the sessions, messages and parts it leads to are imported",
-    "event_sequence": "OpenCode's internal event log: the sessions, messages and parts it leads to are imported",
-    "session_message": "the message log of OpenCode's next session engine (1.18 sessions do not use it)",
+    "event": _EVENT_LOG, "event_sequence": _EVENT_LOG,
+    "session_message": "the message log of OpenCode's next session engine (unused by 1.18)",
     "session_input": "prompts queued by OpenCode's next session engine",
     "session_context_epoch": "context snapshots of OpenCode's next session engine",
     "migration": "OpenCode's schema bookkeeping",
@@ -119,8 +120,9 @@ class TodoList:
     source: str = "opencode"
 
     def to_data(self) -> dict[str, Any]:
-        return {"type": "todos", "id": self.id, "sessionID": self.session_id, "items": list(self.items),
-                "source": self.source, "time": {"created": self.time_created}}
+        return {"type": "todos", "id": self.id, "sessionID": self.session_id,
+                "items": list(self.items), "source": self.source,
+                "time": {"created": self.time_created}}
 
 
 @dataclass
@@ -136,7 +138,7 @@ class OpenCodeImport:
     skipped_items: list[tuple[str, str]] = field(default_factory=list)  # (file or db row, why)
     todos: int = 0  # todo items imported
     events: Counter = field(default_factory=Counter)  # compaction events derived: kind → rows
-    not_imported: list[tuple[str, str]] = field(default_factory=list)  # (table, column or folder; why)
+    not_imported: list[tuple[str, str]] = field(default_factory=list)  # (what, why)
 
     def skip(self, reason: str, where: str, detail: str = "") -> None:
         self.skipped[reason] += 1
@@ -164,7 +166,8 @@ class OpenCodeImport:
             line += "; skipped: " + ", ".join(f"{n} {r}" for r, n in self.skipped.most_common(5))
         if self.todos or self.events:
             derived = ", ".join(f"{n} {k}" for k, n in sorted(self.events.items()))
-            line += f"; {self.todos} todo(s)" + (f", compaction events: {derived}" if derived else "")
+            line += f"; {self.todos} todo(s)"
+            line += f", compaction events: {derived}" if derived else ""
         if self.dropped_fields:
             line += "; fields not kept: " + ", ".join(f"{f} ({n})" for f, n in self.dropped_fields.most_common(5))
         return line + " — try `%agent sessions` or SQL over session/message/part"
@@ -201,9 +204,10 @@ def import_opencode(store, path: str | os.PathLike, *, sessions: list[str] | Non
         result.sources.append(str(db))
         todo_sessions = set()
         for kind, row in _read_db(db, result):
-            if kind == "todo" and row["session_id"] not in todo_sessions:  # the database's list wins
+            if kind == "todo" and row["session_id"] not in todo_sessions:  # the database's wins
                 todo_sessions.add(row["session_id"])
-                rows["todo"] = {k: v for k, v in rows["todo"].items() if v["session_id"] != row["session_id"]}
+                rows["todo"] = {k: v for k, v in rows["todo"].items()
+                                if v["session_id"] != row["session_id"]}
             rows[kind][row["id"]] = row
     for row in rows["session"].values():
         if wanted is not None and row["id"] not in wanted:
@@ -252,7 +256,7 @@ def import_opencode(store, path: str | os.PathLike, *, sessions: list[str] | Non
 
 
 def _import_todos(store, rows: dict[str, dict], sessions: set[str], result: OpenCodeImport) -> None:
-    """One :class:`TodoList` per imported session with todos (the table's rows, or a storage file)."""
+    """A :class:`TodoList` per imported session with todos (the table's rows, or a storage file)."""
     lists: dict[str, list[dict]] = {}
     for row in rows.values():
         if row["session_id"] in sessions:
@@ -287,14 +291,16 @@ def _read_db(path: Path, result: OpenCodeImport) -> Iterator[tuple[str, dict]]:
                 raise UsageError(f"{path}: its {table} table lacks the columns {missing} — is it "
                                  "OpenCode's opencode.db (v1.2 or later)? Nothing was imported")
         _inventory(con, tables, result)
-        if "todo" in tables and _TODO_COLUMNS <= {r[1] for r in con.execute("PRAGMA table_info(todo)")}:
+        todo_columns = {r[1] for r in con.execute("PRAGMA table_info(todo)")}
+        if "todo" in tables and _TODO_COLUMNS <= todo_columns:
             for row in con.execute("SELECT * FROM todo ORDER BY session_id, position"):
                 row = dict(row)
                 where = f"opencode.db todo {ids.shown(row['session_id'])}#{row['position']}"
                 item = _todo_item(row, where, result)
                 if item is not None:
-                    out.append(("todo", {"id": f"{row['session_id']}#{row['position']}",
-                                         "session_id": row["session_id"], "where": where, "data": item}))
+                    key = f"{row['session_id']}#{row['position']}"
+                    out.append(("todo", {"id": key, "session_id": row["session_id"],
+                                         "where": where, "data": item}))
         for row in con.execute("SELECT * FROM session"):
             row = dict(row)
             out.append(("session", {"id": row["id"], "created": row.get("time_created"),
@@ -341,7 +347,8 @@ def _inventory(con: sqlite3.Connection, tables: set[str], result: OpenCodeImport
         if table in _READ:
             for column in [r[1] for r in con.execute(f"PRAGMA table_info({_quote(table)})")]:
                 if column not in _READ[table]:
-                    why = _WHY_COLUMN.get(column, "a column this importer does not know (a newer OpenCode?)")
+                    why = _WHY_COLUMN.get(column, "a column this importer does not know "
+                                                  "(a newer OpenCode?)")
                     result.not_imported.append((f"{table}.{column}", why))
             continue
         try:
@@ -359,12 +366,14 @@ def _quote(name: str) -> str:
 def _todo_item(row: dict, where: str, result: OpenCodeImport) -> dict | None:
     """A todo row (or storage item) → the item kept; None (and listed) when it is not one."""
     values = {k: row.get(k) for k in ("content", "status", "priority")}
-    if not all(isinstance(v, str) for v in values.values()) or not isinstance(row.get("position"), int) \
-            or isinstance(row.get("position"), bool):
+    position = row.get("position")
+    if not all(isinstance(v, str) for v in values.values()) or not isinstance(position, int) \
+            or isinstance(position, bool):
         result.skip("todos that are not text with a position", where)
         return None
     item: dict[str, Any] = {**values, "position": row["position"]}
-    times = {k: row.get(f"time_{k}") for k in ("created", "updated") if isinstance(row.get(f"time_{k}"), int)}
+    times = {k: row.get(f"time_{k}") for k in ("created", "updated")
+             if isinstance(row.get(f"time_{k}"), int)}
     if times:
         item["time"] = times
     return item

@@ -382,6 +382,7 @@ def _glob_root(root: str, pattern: str) -> str:
 
 _HARMLESS_PATHS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/stdin", "/dev/tty",
                              "/dev/zero", "/dev/random", "/dev/urandom"})
+_FD_PATH = re.compile(r"/dev/fd/[0-9]+")
 GLOB_LIMIT = 1000  # matches of one glob word looked at; more: the word is unresolved
 
 
@@ -457,8 +458,8 @@ def _path_targets(directory: str, word: Any) -> tuple[list[str], bool]:
     """The ``<dir>/*`` globs of what ``word`` names outside ``directory`` (symbolic links
     followed, glob words expanded on the disk), and whether that is known for sure."""
     value = str(word.value)
-    if value in _HARMLESS_PATHS or value.startswith("/dev/fd/"):
-        return [], True
+    if value in _HARMLESS_PATHS or _FD_PATH.fullmatch(value):
+        return [], True  # only `/dev/fd/N` itself: `/dev/fd/../cwd/..` is /proc/self, not a fd
     joined = posixpath.join(directory, value)
     candidates = [joined]
     complete = True
@@ -769,6 +770,25 @@ class Gate:
         approved = self.broker.approved.get(self.session_id, [])
         for ask in asks:
             _decide(ask.permission, ask.patterns, rules, approved, bounds)  # raises DeniedError
+
+    def reader(self) -> Callable[[str], bool]:
+        """``may_read(path)``: would ``read`` of ``path`` pass without asking, now? A tool
+        that reads many files on its own (``grep``) leaves out those that would ask or are
+        denied (a ``.env``, a link to one, a file a rule denies), as ``read`` would not show
+        them either."""
+        rules = tuple(merge(self.ruleset()))
+        bounds = [tuple(merge(bound())) for bound in self.bounds]
+        approved = list(self.broker.approved.get(self.session_id, []))
+
+        def may_read(path: str) -> bool:
+            try:
+                return all(_decide(a.permission, a.patterns, rules, approved, bounds, a.unsure)
+                           == "allow" for a in tool_asks("read", {"filePath": path},
+                                                         self.directory))
+            except DeniedError:
+                return False
+
+        return may_read
 
     def child_bounds(self) -> tuple[Callable[[], Sequence[Rule]], ...]:
         """What a subagent started now must stay within: this turn's rules (defaults, config,

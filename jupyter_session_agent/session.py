@@ -382,7 +382,8 @@ class AgentSession:
 
             ctx = ToolContext(session_id=self.info.id, message_id=self.history[-1].info.id,
                               call_id=call.call_id, directory=directory,
-                              data_dir=self.settings.data_dir, shell=self.shell)
+                              data_dir=self.settings.data_dir, shell=self.shell,
+                              may_read=gate.reader())
             try:
                 return run_tool(tool, args, ctx)
             except ToolFailure as err:  # error texts reach the model and the history: no keys in them

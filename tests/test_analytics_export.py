@@ -36,8 +36,8 @@ def duckdb_cli() -> str:
 
 
 def cli_rows(path: Path, query: str) -> list[dict]:
-    done = subprocess.run([duckdb_cli(), "-readonly", "-json", str(path), "-c", query], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run([duckdb_cli(), "-readonly", "-json", str(path), "-c", query],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout or "[]")
 
@@ -57,11 +57,13 @@ def same(ours, theirs) -> bool:
 # DuckDB database file
 
 
-def test_export_duckdb_opens_in_the_duckdb_cli_and_reruns_incrementally(ip, magics, store, tmp_path):
+def test_export_duckdb_opens_in_the_duckdb_cli_and_reruns_incrementally(ip, store, tmp_path):
     build(store, "alice", 12, seed=0)
     target = tmp_path / "out" / "history.duckdb"
     ip.run_line_magic("agent", f"export-duckdb {target}")
-    for label, query in questions().items():  # the DuckDB CLI (another process, DuckDB 1.x) opens it
+    with pytest.raises(UsageError, match="usage"):
+        ip.run_line_magic("agent", "export-duckdb")
+    for label, query in questions().items():  # the DuckDB CLI (another process, DuckDB 1.x)
         theirs = [list(r.values()) for r in cli_rows(target, query)]
         ours = store.sql(query).values.tolist()
         assert same(ours, theirs), label
@@ -82,7 +84,8 @@ def test_export_duckdb_opens_in_the_duckdb_cli_and_reruns_incrementally(ip, magi
     store.delete("session", first.id)
     store.flush()
     store.export_duckdb(target)
-    assert first.id not in {r["session_id"] for r in cli_rows(target, "SELECT session_id FROM session_summary")}
+    listed = cli_rows(target, "SELECT session_id FROM session_summary")
+    assert first.id not in {r["session_id"] for r in listed}
     summary = cli_rows(target, "SELECT sum(total_cost) AS c, count(*) AS n FROM session_summary")[0]
     ours = store.sql("SELECT sum(total_cost) AS c, count(*) AS n FROM session_summary").iloc[0]
     assert summary["n"] == ours.n and summary["c"] == pytest.approx(ours.c)
@@ -92,8 +95,9 @@ def test_export_duckdb_refuses_a_file_held_by_another_program_in_one_line(store,
     store.put(*session_values("x", 0))
     store.flush()
     target = tmp_path / "held.duckdb"
-    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb, sys, time; c = duckdb.connect({str(target)!r}); "
-                               "print('open', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    code = (f"import duckdb, time; c = duckdb.connect({str(target)!r}); "
+            "print('open', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "open"
         with pytest.raises(UsageError) as err:
@@ -112,12 +116,14 @@ def test_export_duckdb_refuses_a_file_held_by_another_program_in_one_line(store,
 
 
 def parquet_files(out: Path) -> dict[str, tuple]:
-    return {str(p.relative_to(out)): (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.rglob("*.parquet")}
+    return {str(p.relative_to(out)): (p.stat().st_ino, p.stat().st_mtime_ns)
+            for p in out.rglob("*.parquet")}
 
 
 def test_export_parquet_writes_only_the_days_that_changed(store, tmp_path):
     base = int(dt.datetime(2026, 5, 4, 12, tzinfo=dt.timezone.utc).timestamp() * 1000)
-    day1 = [replace(v, time_created=base) if isinstance(v, Session) else v for v in session_values("d1", 0)]
+    day1 = [replace(v, time_created=base) if isinstance(v, Session) else v
+            for v in session_values("d1", 0)]
     store.put(*day1, time_created=base)
     store.flush()
     out = tmp_path / "shared"
@@ -127,32 +133,33 @@ def test_export_parquet_writes_only_the_days_that_changed(store, tmp_path):
     assert any("date=2026-05-04" in name for name in before)
 
     later = base + 2 * DAY  # a new day: only its partitions are written
-    day3 = [replace(v, time_created=later) if isinstance(v, Session) else v for v in session_values("d3", 0)]
+    day3 = [replace(v, time_created=later) if isinstance(v, Session) else v
+            for v in session_values("d3", 0)]
     store.put(*day3, time_created=later)
     store.flush()
     second = store.export_parquet(out, user="carol")
     assert second["session"] == 1 and second["part"] == 6
     after = parquet_files(out)
     day1_files = {k: v for k, v in before.items() if "date=2026-05-04" in k}
-    assert day1_files and {k: v for k, v in after.items() if k in day1_files} == day1_files  # untouched
+    assert day1_files and {k: v for k, v in after.items() if k in day1_files} == day1_files
     assert any("date=2026-05-06" in name for name in after)
 
     store.put(replace(day1[0], title="renamed"))  # an old day changes: that day is written again
     store.flush()
     third = store.export_parquet(out, user="carol")
     assert third["session"] == 1 and third["part"] == 0
-    assert parquet_files(out)["session/date=2026-05-04/" + next(
-        Path(k).name for k in before if k.startswith("session/"))] != before[next(k for k in before
-                                                                                  if k.startswith("session/"))]
+    old_session_file = next(k for k in before if k.startswith("session/"))
+    assert parquet_files(out)[old_session_file] != before[old_session_file]  # rewritten
     con = duckdb.connect()
-    titles = con.execute(f"SELECT title FROM read_parquet('{out}/session/*/*.parquet') ORDER BY 1").fetchall()
+    sessions = f"read_parquet('{out}/session/*/*.parquet')"
+    titles = con.execute(f"SELECT title FROM {sessions} ORDER BY 1").fetchall()
     assert titles == [("d3 0",), ("renamed",)]
 
     store.delete("session", day3[0].id)  # a day with no rows left: its file goes
     store.flush()
     store.export_parquet(out, user="carol")
     assert not list((out / "session" / "date=2026-05-06").glob("*.parquet"))
-    assert con.execute(f"SELECT count(*) FROM read_parquet('{out}/session/*/*.parquet')").fetchone() == (1,)
+    assert con.execute(f"SELECT count(*) FROM {sessions}").fetchone() == (1,)
 
 
 def test_cron_commands_export_from_the_command_line(data_dir, tmp_path, capsys):

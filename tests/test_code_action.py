@@ -9,6 +9,7 @@ server's own translation is tested against the real llama.cpp server in
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -96,7 +97,7 @@ def test_several_blocks_run_in_order_and_other_languages_stay_text(cip, server, 
     assert "```bash\necho never > never.txt\n```" in texts[1]
     kinds = [p.type for p in store.messages(session)[1].parts if p.type in ("text", "tool")]
     assert kinds == ["text", "tool", "text", "tool"]  # in the order they were written
-    assert not (magics.session.info.directory and __import__("os").path.exists("never.txt"))
+    assert not os.path.exists(os.path.join(magics.session.info.directory, "never.txt"))
 
 
 def test_an_unclosed_block_runs_when_the_model_ended_it(cip, server, magics, store):
@@ -268,14 +269,29 @@ def test_code_messages_render_calls_results_and_the_max_steps_note():
 
 
 def test_the_system_prompt_names_the_users_variables():
-    class Frame:  # shaped like a pandas DataFrame
-        columns = ["name", "age"]
+    import pandas as pd
 
-        def __len__(self):
-            return 4
+    def double(n):
+        return 2 * n
 
-    Frame.__name__ = "DataFrame"
-    text = codeaction.system_prompt({"df": Frame(), "x": 42, "_hidden": 1, "json": json, "In": []}, ["In"])
+    frame = pd.DataFrame({"name": ["a", "b"], "age": [1, 2]})
+    namespace = {"df": frame, "x": 42, "double": double, "_hidden": 1, "json": json, "In": []}
+    text = codeaction.system_prompt(namespace, {"In": namespace["In"]})
     assert text.startswith(codeaction.PROMPT)
-    assert text.endswith("Variables in the kernel: df (DataFrame, 4 rows, columns 'name', 'age'), x (int 42).")
+    assert text.endswith("Variables in the kernel: df (DataFrame, 2 × 2, columns name, age), x (int, 42); "
+                         "also double.")
+    assert codeaction.known_names([{"role": "system", "content": text}]) == {"df", "x", "double"}
     assert codeaction.system_prompt({}) == codeaction.PROMPT
+
+
+def test_a_block_that_cannot_run_is_recognised_without_running_it():
+    assert codeaction.problem("'banana'.count('a')") == ""
+    assert codeaction.problem("banana.count('a')") == "NameError: name 'banana' is not defined"
+    assert codeaction.problem("total = 1 + 2 = 3").startswith("SyntaxError")
+    assert codeaction.problem("import math\nmath.factorial(6)") == ""
+    assert codeaction.problem("[y * y for y in range(3)]\nfor i in range(2):\n    print(i)") == ""
+    assert codeaction.problem("df['age'].mean()", {"df"}) == ""
+    assert codeaction.problem("# compute it\n\n") == "the block has no code (only comments)"
+    call = {"function": {"name": "python", "arguments": json.dumps({"code": "import os\nz = 1"})}}
+    assert codeaction.known_names([{"role": "system", "content": "s"},
+                                   {"role": "assistant", "tool_calls": [call]}]) == {"os", "z"}

@@ -363,7 +363,8 @@ def test_summary_request_larger_than_the_compaction_model_is_shrunk_before_sendi
     store = Store(tmp_path / "data")
     server.enqueue(Reply(text="## Goal\nsmall model summary"))
     compactor = _compactor(store, tmp_path, CompactionConfig(), server=server, context=200_000, summary_context=6_000)
-    result = compactor.compact(_session(turns=6, size=2_500), cause="manual", auto=False)
+    # auto: its tail is the current turn, so the head is large (a manual one keeps more turns)
+    result = compactor.compact(_session(turns=6, size=2_500), cause="auto", auto=True)
     assert result.ok and result.event.llm_calls == 1 and result.event.model == "openai/small"
     assert [a["outcome"] for a in result.event.attempts][0] == "skipped"  # estimated too big: not sent
     store.close()

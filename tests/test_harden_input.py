@@ -211,6 +211,8 @@ BAD_SETTINGS = {
             {"web": {"type": "remote", "url": "ftp://x"}}, {"time": "python -m x"}, ["time"]],
     "mcp_opencode": ["", 5, None],
     "local_context": [0, 100, "x"],
+    "local_idle_timeout": [-1, "soon", True],
+    "code_actions": ["sometimes", 5, ["a\x00b"]],
     "live": ["yes please", 2],
     "interpolate": ["yes please", 2],
     "permission": [{"bash": "sometimes"}, {"bash": {"*": "maybe"}}, "always", 5, {"grep": "allow"}],

@@ -23,7 +23,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -182,14 +181,8 @@ def _store_synthetic(data: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def lab(scripted):
-    # not pytest's tmp_path: other pytest runs on the machine prune its older base directories,
-    # which would delete the notebooks under a lab server that runs for a minute
-    with tempfile.TemporaryDirectory(prefix="jsa-lab-", ignore_cleanup_errors=True) as name:
-        yield from _lab(Path(name), scripted)
-
-
-def _lab(tmp: Path, scripted):
+def lab(tmp_path_factory, scripted):
+    tmp = tmp_path_factory.mktemp("lab")  # kept after a failure: lab.log is there
     root, home, data = tmp / "root", tmp / "home", tmp / "data"
     for path in (root, home):
         path.mkdir()
@@ -611,22 +604,26 @@ def test_a_live_turn_streams_in_place_and_takes_the_generated_title(notebook, sc
     assert asked[-1].endswith("What is in this directory?")  # the title call, after the turn
     _shot(cell, "03-live-turn-final")
     # saved: the notebook file holds the final view, with the title
-    page.keyboard.press("Escape")
-    page.keyboard.press("Control+s")
-    saved = _wait_for(lambda: _saved_bundle(lab, "live.ipynb", 1), 20, "the saved notebook")
-    assert saved["live"] is False and saved["session"]["title"] == TITLE
-    assert [m["info"]["role"] for m in saved["messages"]] == ["user", "assistant", "assistant"]
+    _save(notebook, lab, "live.ipynb")
+    cells = lab.api("/api/contents/live.ipynb?content=1")["content"]["cells"]
+    saved = [o["data"][MIME_TYPE] for o in cells[1]["outputs"] if MIME_TYPE in o.get("data", {})]
+    assert len(saved) == 1 and saved[0]["live"] is False and saved[0]["session"]["title"] == TITLE
+    assert [m["info"]["role"] for m in saved[0]["messages"]] == ["user", "assistant", "assistant"]
 
 
-def _saved_bundle(lab, path: str, index: int) -> dict | None:
-    cells = lab.api(f"/api/contents/{path}?content=1")["content"]["cells"]
-    if len(cells) <= index:
-        return None
-    for output in cells[index].get("outputs", []):
-        data = output.get("data", {}).get(MIME_TYPE)
-        if data and data.get("session", {}).get("title") == TITLE:
-            return data
-    return None
+def _save(notebook, lab, path: str) -> None:
+    """Ctrl+S, then wait until the file is written. Only its metadata is polled meanwhile:
+    reading a notebook while the server writes it makes the server "recover" it from the
+    half-written intermediate, and the save then fails."""
+    def modified() -> str:
+        return lab.api(f"/api/contents/{path}?content=0")["last_modified"]
+
+    before = modified()
+    notebook.page.keyboard.press("Escape")
+    notebook.page.keyboard.press("Control+s")
+    dirty = notebook.page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty")
+    _wait_for(lambda: modified() != before and not dirty.count(), 20, "the notebook saved")
+    time.sleep(0.3)  # the write has landed: the checkpoint follows it
 
 
 def test_approve_once_in_the_stdin_box_runs_the_tool(notebook, scripted):

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import os
 import queue
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
@@ -27,13 +25,11 @@ TITLE = "Capital of France"
 
 
 @pytest.fixture(scope="module")
-def kernel():
+def kernel(tmp_path_factory):
     from jupyter_client import KernelManager
 
-    # not pytest's tmp_path: other pytest runs on the machine may prune it under a live kernel
-    with (tempfile.TemporaryDirectory(prefix="jsa-title-", ignore_cleanup_errors=True) as name,
-          ScriptedServer() as server):
-        root = Path(name)
+    root = tmp_path_factory.mktemp("kernel")
+    with ScriptedServer() as server:
         env = dict(os.environ)
         env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-kernel-test-not-real",
                    JUPYTER_SESSION_AGENT_DIR=str(root / "data"), PYTHONUNBUFFERED="1")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -105,10 +106,13 @@ def test_one_server_per_user_and_model_whatever_the_data_directory(run_dir, tmp_
     urls = []
     for name in ("one", "two"):
         settings = Settings(model="local/smollm2", data_dir=tmp_path / name, local_context=N_CTX,
-                            titles=False, max_steps=1, permission={"*": "deny"})
+                            titles=False, max_steps=1, permission={"*": "deny"}, local_idle_timeout=300)
         session = AgentSession.create(settings, directory=tmp_path)
         session.prompt("Say hi.")
         urls.append(session._provider("local/smollm2")[0].base_url)
     assert urls[0] == urls[1]
-    assert len(running_servers(run_dir)) == 1
+    ((folder, state),) = running_servers(run_dir)
+    cmdline = Path(f"/proc/{state.pid}/cmdline").read_bytes().split(b"\0")
+    assert cmdline[cmdline.index(b"--jsa_idle_timeout") + 1] == b"300.0"  # the setting reached it
+    assert (folder / "clients" / str(os.getpid())).exists()
     assert not list(tmp_path.glob("one/local-server")) and not list(tmp_path.glob("two/local-server"))

@@ -60,7 +60,7 @@ def env(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
     settings = Settings(model="openai/x", data_dir=tmp_path / "data", titles=False,
-                        memory={"extractor": "rules", "embeddings": None})  # BM25 here; hybrid: test_memory_hybrid
+                        memory={"extractor": "rules", "embeddings": None})  # hybrid: test_memory_hybrid
     store = Store(settings.data_dir)
     yield store, settings, project
     store.close()

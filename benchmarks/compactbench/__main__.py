@@ -114,12 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     pct = lambda v: f"{v:.0%}"  # noqa: E731
     num = lambda v: f"{v:,.0f}"  # noqa: E731
     keys = ["turns", "died", "LLM calls", "summaries", "prunes", "failed", "no-progress", "freed/event",
-            "freed median", "TSR median", "headroom median", "LLM calls/event", "summary input/event", "ms/event",
+            "freed median", "TSR median", "headroom median", "LLM calls/event",
+            "summary input/event", "summary input total", "ms/event",
             "overflow errors", "duplicates", "lost request", "latest kept", "constraints kept",
             *[f"final {c}" for c in CLASSES], "tool reachable", "cost $"]
     fmt = {k: pct for k in ["TSR median", "headroom median", "latest kept", "constraints kept", "tool reachable",
                             *[f"final {c}" for c in CLASSES]]}
-    fmt.update({k: num for k in ["freed/event", "freed median", "summary input/event", "ms/event"]})
+    fmt.update({k: num for k in ["freed/event", "freed median", "summary input/event",
+                                 "summary input total", "ms/event"]})
     fmt["LLM calls/event"] = lambda v: f"{v:.2f}"
     fmt["cost $"] = lambda v: f"{v:.3f}"
     names = [s.name for s in scenarios if s.name not in ROBUSTNESS]

@@ -186,8 +186,10 @@ def run_scenario(scn: Scenario, policy: str, config: CompactionConfig, *, base_u
     store = Store(workdir / "data")
     started = time.perf_counter()
     try:
+        # images=True: the pasted image is sent as an image (as to the real OpenCode, whose model
+        # declares image input), so the media scenario overflows as it should
         info = ModelInfo("bench", "agent", context=scn.context, output=scn.output, prices=Prices(1.0, 4.0),
-                         source="override")
+                         source="override", images=True)
         provider = OpenAIProvider(provider_id="openai", base_url=server.base_url, api_key="sk-bench", timeout=120)
         tools = {name: BenchTool(name, outputs) for name in TOOL_NAMES}
         schemas = bench_schemas(tools)
@@ -348,6 +350,7 @@ def summarise_runs(runs: list[RunResult]) -> dict[str, Any]:
         "LLM calls/event": (sum(e["llm_calls"] for e in summary_events) / len(summary_events)) if summary_events else 0,
         "summary input/event": (statistics.mean(e["summary_input_tokens"] for e in summary_events)
                                 if summary_events else 0),
+        "summary input total": sum(e["summary_input_tokens"] for e in summary_events),
         "ms/event": statistics.mean(e["duration_ms"] for e in summary_events) if summary_events else 0,
         "overflow errors": sum(r.overflow_errors for r in runs),
         "duplicates": sum(r.duplicates for r in runs),

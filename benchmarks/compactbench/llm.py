@@ -53,6 +53,10 @@ OPENCODE_HEADINGS = {"## Objective": "goal", "## Important Details": ("user", "f
                      "## Next Move": None, "## Relevant Files": "file"}
 OPENCODE_SUMMARY_SYSTEM = "You are a context summarization agent."
 CONTINUES = ("The conversation above was compacted", "Continue if you have next steps")  # not the goal
+# OpenCode's read tool frames a file (<path>, <type>, <content>, "(End of file - total N lines)")
+# and numbers its lines ("12: text"): the frame and the numbers are not facts of the file
+READ_FRAME = re.compile(r"^(?:<type>\w+</type>|</?content>|\(End of file - total \d+ lines\))$")
+LINE_NUMBER = re.compile(r"^\d+: ")
 
 
 def tokens(text: str) -> int:
@@ -94,6 +98,10 @@ def _segments(body: dict) -> tuple[list[tuple[str, str]], str]:
                 if line.startswith(prefix):
                     role, line = kind, line[len(prefix):]
                     break
+            if role == "tool":
+                line = LINE_NUMBER.sub("", line)
+                if READ_FRAME.match(line.strip()):
+                    continue
             if line.strip():
                 out.append((role, line.strip()))
         return out, last

@@ -64,8 +64,10 @@ def _binaries(prefix: Path) -> list[Path]:
     """The platform binaries npm put under ``prefix`` (``node_modules/opencode-<platform>/bin/
     opencode``; the ``-baseline`` builds, for CPUs without AVX2, last), then npm's ``.bin`` link:
     the binary itself is run, so no node wrapper sits between us and the process we stop."""
-    found = sorted((prefix / "node_modules").glob("opencode-*/bin/opencode"),
-                   key=lambda p: ("baseline" in p.parent.parent.name, p.parent.parent.name))
+    found = sorted(
+        (prefix / "node_modules").glob("opencode-*/bin/opencode"),
+        key=lambda p: ("baseline" in p.parent.parent.name, p.parent.parent.name),
+    )
     link = prefix / "node_modules" / ".bin" / "opencode"
     return [p for p in [*found, link] if p.exists() and os.access(p, os.X_OK)]
 
@@ -74,8 +76,13 @@ def _binaries(prefix: Path) -> list[Path]:
 def version_of(binary: Path) -> str:
     """``opencode --version`` ("" when the binary does not run here)."""
     try:
-        out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60,
-                             env={**os.environ, **{f"OPENCODE_DISABLE_{k}": "1" for k in DISABLE}})
+        out = subprocess.run(
+            [str(binary), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **{f"OPENCODE_DISABLE_{k}": "1" for k in DISABLE}},
+        )
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else ""
@@ -100,14 +107,28 @@ def ensure_opencode(version: str = VERSION, *, log=None) -> Path:
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     npm = shutil.which("npm")
     if npm is None:
-        raise OpenCodeUnavailable(f"{PACKAGE}@{version} is not installed and npm is missing — install "
-                                  f"Node.js, or set OPENCODE_BIN to an opencode {version} binary")
+        raise OpenCodeUnavailable(
+            f"{PACKAGE}@{version} is not installed and npm is missing — install "
+            f"Node.js, or set OPENCODE_BIN to an opencode {version} binary"
+        )
     prefix = _prefixes(version)[0]
     prefix.mkdir(parents=True, exist_ok=True)
     log(f"installing {PACKAGE}@{version} with npm into {prefix} (about 100 MB, once)")
     started = time.monotonic()
-    done = subprocess.run([npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund",
-                           "--loglevel=error", f"{PACKAGE}@{version}"], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            npm,
+            "install",
+            "--prefix",
+            str(prefix),
+            "--no-audit",
+            "--no-fund",
+            "--loglevel=error",
+            f"{PACKAGE}@{version}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     binary = next((b for b in _binaries(prefix) if version_of(b) == version), None)
     if done.returncode != 0 or binary is None:
         why = (done.stderr.strip().splitlines() or ["no platform binary runs here"])[-1]
@@ -132,13 +153,33 @@ class Sandbox:
     auto: bool = True
     prune: bool = True
     tools: tuple[str, ...] | None = None  # the tools the model gets (None: all of OpenCode's)
-    instructions: str | None = None  # written to the project's AGENTS.md (part of the system prompt)
+    instructions: str | None = (
+        None  # written to the project's AGENTS.md (part of the system prompt)
+    )
     prices: tuple[float, float] = (1.0, 4.0)  # USD per million input / output tokens
     extra_config: dict = field(default_factory=dict)
-    models: dict = field(default_factory=dict)  # more models of the provider: name → (context, output)
+    models: dict = field(
+        default_factory=dict
+    )  # more models of the provider: name → (context, output)
 
-    ALL_TOOLS = ("bash", "edit", "glob", "grep", "list", "read", "skill", "task", "todowrite",
-                 "todoread", "webfetch", "websearch", "write", "patch", "multiedit", "question")
+    ALL_TOOLS = (
+        "bash",
+        "edit",
+        "glob",
+        "grep",
+        "list",
+        "read",
+        "skill",
+        "task",
+        "todowrite",
+        "todoread",
+        "webfetch",
+        "websearch",
+        "write",
+        "patch",
+        "multiedit",
+        "question",
+    )
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -169,31 +210,56 @@ class Sandbox:
         return f"{PROVIDER}/{MODEL}"
 
     def env(self) -> dict[str, str]:
-        keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR")}
+        keep = {
+            k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR")
+        }
         home = str(self.home)
-        return {**keep, "HOME": home, "XDG_CONFIG_HOME": f"{home}/.config",
-                "XDG_DATA_HOME": f"{home}/.local/share", "XDG_CACHE_HOME": f"{home}/.cache",
-                "XDG_STATE_HOME": f"{home}/.local/state", "NO_COLOR": "1",
-                **{f"OPENCODE_DISABLE_{k}": "1" for k in DISABLE}}
+        return {
+            **keep,
+            "HOME": home,
+            "XDG_CONFIG_HOME": f"{home}/.config",
+            "XDG_DATA_HOME": f"{home}/.local/share",
+            "XDG_CACHE_HOME": f"{home}/.cache",
+            "XDG_STATE_HOME": f"{home}/.local/state",
+            "NO_COLOR": "1",
+            **{f"OPENCODE_DISABLE_{k}": "1" for k in DISABLE},
+        }
 
     def config(self) -> dict[str, Any]:
         def model(name: str, context: int, output: int) -> dict[str, Any]:
-            return {"name": name, "limit": {"context": context, "output": output},
-                    "cost": {"input": self.prices[0], "output": self.prices[1]}, "tool_call": True,
-                    "attachment": True, "modalities": {"input": ["text", "image"], "output": ["text"]}}
+            return {
+                "name": name,
+                "limit": {"context": context, "output": output},
+                "cost": {"input": self.prices[0], "output": self.prices[1]},
+                "tool_call": True,
+                "attachment": True,
+                "modalities": {"input": ["text", "image"], "output": ["text"]},
+            }
 
-        models = {MODEL: model(MODEL, self.context, self.output),
-                  **{name: model(name, *limits) for name, limits in self.models.items()}}
+        models = {
+            MODEL: model(MODEL, self.context, self.output),
+            **{name: model(name, *limits) for name, limits in self.models.items()},
+        }
         permission: dict[str, Any] = {"*": "allow", "external_directory": "allow"}
         if self.tools is not None:
             permission.update({t: "deny" for t in self.ALL_TOOLS if t not in self.tools})
         return {
-            "$schema": "https://opencode.ai/config.json", "autoupdate": False, "share": "disabled",
-            "compaction": {"auto": self.auto, "prune": self.prune}, "permission": permission,
-            "provider": {PROVIDER: {"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
-                                    "options": {"baseURL": self.base_url, "apiKey": "sk-scripted"},
-                                    "models": models}},
-            "model": self.model, "small_model": self.model, **self.extra_config,
+            "$schema": "https://opencode.ai/config.json",
+            "autoupdate": False,
+            "share": "disabled",
+            "compaction": {"auto": self.auto, "prune": self.prune},
+            "permission": permission,
+            "provider": {
+                PROVIDER: {
+                    "npm": "@ai-sdk/openai-compatible",
+                    "name": "Scripted",
+                    "options": {"baseURL": self.base_url, "apiKey": "sk-scripted"},
+                    "models": models,
+                }
+            },
+            "model": self.model,
+            "small_model": self.model,
+            **self.extra_config,
         }
 
     def write_config(self) -> None:
@@ -201,9 +267,17 @@ class Sandbox:
         if self.instructions:
             (self.project / "AGENTS.md").write_text(self.instructions)
 
-    def run(self, text: str, *, session: str | None = None, attach: str | None = None,
-            files: tuple[str, ...] = (), model: str | None = None, title: str | None = None,
-            timeout: float = 600) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        text: str,
+        *,
+        session: str | None = None,
+        attach: str | None = None,
+        files: tuple[str, ...] = (),
+        model: str | None = None,
+        title: str | None = None,
+        timeout: float = 600,
+    ) -> subprocess.CompletedProcess:
         """``opencode run`` with ``text`` on stdin (as an argument it would be quoted)."""
         model = f"{PROVIDER}/{model}" if model else self.model
         args = [str(self.binary), "run", "--pure", "-m", model, "--format", "json"]
@@ -215,8 +289,15 @@ class Sandbox:
             args += ["--attach", attach, "--dir", str(self.project)]
         for f in files:
             args += ["-f", f]
-        return subprocess.run(args, input=text, capture_output=True, text=True, cwd=self.project,
-                              env=self.env(), timeout=timeout)
+        return subprocess.run(
+            args,
+            input=text,
+            capture_output=True,
+            text=True,
+            cwd=self.project,
+            env=self.env(),
+            timeout=timeout,
+        )
 
     def serve(self) -> "Serve":
         return Serve(self).start()
@@ -239,9 +320,15 @@ class Serve:
 
     def start(self, timeout: float = 60) -> "Serve":
         sb = self.sandbox
-        self.proc = subprocess.Popen([str(sb.binary), "serve", "--pure", "--port", "0"], cwd=sb.project,
-                                     env=sb.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [str(sb.binary), "serve", "--pure", "--port", "0"],
+            cwd=sb.project,
+            env=sb.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout
         assert self.proc.stdout is not None
         while time.monotonic() < deadline:
@@ -277,26 +364,40 @@ class Serve:
 
     def call(self, method: str, path: str, body: Any = None, timeout: float = 900) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as err:
-            raise RuntimeError(f"opencode serve: {method} {path} → {err.code}: "
-                               f"{err.read()[:300].decode(errors='replace')}") from None
+            raise RuntimeError(
+                f"opencode serve: {method} {path} → {err.code}: "
+                f"{err.read()[:300].decode(errors='replace')}"
+            ) from None
         return json.loads(raw) if raw.strip() else None
 
     def new_session(self, title: str | None = None) -> str:
         return self.call("POST", "/session", {"title": title} if title else {})["id"]
 
-    def prompt(self, session: str, text: str, files: tuple[dict, ...] = (), agent: str | None = None,
-               model: str = MODEL) -> Any:
-        parts: list[dict] = [{"type": "text", "text": text}, *({"type": "file", **f} for f in files)]
+    def prompt(
+        self,
+        session: str,
+        text: str,
+        files: tuple[dict, ...] = (),
+        agent: str | None = None,
+        model: str = MODEL,
+    ) -> Any:
+        parts: list[dict] = [
+            {"type": "text", "text": text},
+            *({"type": "file", **f} for f in files),
+        ]
         body: dict[str, Any] = {"parts": parts, "model": {"providerID": PROVIDER, "modelID": model}}
         if agent:
             body["agent"] = agent
         return self.call("POST", f"/session/{session}/message", body)
 
     def summarize(self, session: str, model: str = MODEL) -> Any:
-        return self.call("POST", f"/session/{session}/summarize", {"providerID": PROVIDER, "modelID": model})
+        return self.call(
+            "POST", f"/session/{session}/summarize", {"providerID": PROVIDER, "modelID": model}
+        )

@@ -88,7 +88,9 @@ class RecordingServer(BenchServer):
         self._by_n: dict[int, Req] = {}
 
     def _take(self, body: dict):
-        kind = "title" if is_title_request(body) else "summary" if is_summary_request(body) else "main"
+        kind = (
+            "title" if is_title_request(body) else "summary" if is_summary_request(body) else "main"
+        )
         rec = Req(kind, body, request_tokens(body), self.turn, time.monotonic())
         before = self.overflows
         n, reply = super()._take(body)
@@ -199,9 +201,11 @@ def pruned_outputs(db: Path) -> dict[str, int]:
         return {}
     con = sqlite3.connect(f"{db.absolute().as_uri()}?mode=ro", uri=True)
     try:
-        rows = con.execute("SELECT id, json_extract(data, '$.state.output') FROM part WHERE "
-                           "json_extract(data, '$.type') = 'tool' AND "
-                           "json_extract(data, '$.state.time.compacted') IS NOT NULL").fetchall()
+        rows = con.execute(
+            "SELECT id, json_extract(data, '$.state.output') FROM part WHERE "
+            "json_extract(data, '$.type') = 'tool' AND "
+            "json_extract(data, '$.state.time.compacted') IS NOT NULL"
+        ).fetchall()
     except sqlite3.Error:
         return {}
     finally:
@@ -209,8 +213,14 @@ def pruned_outputs(db: Path) -> dict[str, int]:
     return {pid: math.ceil(len(out or "") / 4) for pid, out in rows}
 
 
-def run_opencode_scenario(scn: Scenario, *, binary: Path | None = None, driver: str = "serve",
-                          normalise: bool = True, keep: Path | None = None) -> RunResult:
+def run_opencode_scenario(
+    scn: Scenario,
+    *,
+    binary: Path | None = None,
+    driver: str = "serve",
+    normalise: bool = True,
+    keep: Path | None = None,
+) -> RunResult:
     """Run ``scn`` through the real OpenCode; ``driver``: ``serve`` (HTTP API of ``opencode
     serve``) or ``run`` (one ``opencode run --attach`` per turn). ``keep``: copy the sandbox
     (database, requests) there."""
@@ -240,10 +250,24 @@ def run_opencode_scenario(scn: Scenario, *, binary: Path | None = None, driver: 
 
     server = RecordingServer(respond, context).start()
     started = time.perf_counter()
-    sandbox = Sandbox(root, binary, server.base_url, context, scn.output, tools=TOOLS,
-                      instructions=scn.extra.get("system"))
+    sandbox = Sandbox(
+        root,
+        binary,
+        server.base_url,
+        context,
+        scn.output,
+        tools=TOOLS,
+        instructions=scn.extra.get("system"),
+    )
     _write_files(scn, sandbox.project)
-    died, completed, prunes, turn_starts, manual_at = None, 0, [], {}, set(scn.extra.get("manual", ()))
+    died, completed, prunes, turn_starts, manual_at = (
+        None,
+        0,
+        [],
+        {},
+        set(scn.extra.get("manual", ())),
+    )
+    manual_calls: list[tuple[float, float]] = []  # (start, end) of each summarize call
     seen_pruned: dict[str, int] = {}
     serve: Serve | None = None
     try:
@@ -252,21 +276,36 @@ def run_opencode_scenario(scn: Scenario, *, binary: Path | None = None, driver: 
         for turn in scn.turns:
             agent.turn, server.turn = turn, turn.index
             state["main"] = state["summaries"] = 0
-            turn_starts[turn.index] = len(server.log)
+            turn_starts[turn.index] = time.monotonic()
             err = _prompt(serve, sandbox, session, turn, driver)
             if err:
                 died = f"turn {turn.index}: {err}"
                 break
             if turn.index in manual_at:
+                started_at = time.monotonic()
                 serve.summarize(session)
+                manual_calls.append((started_at, time.monotonic()))
             completed += 1
             now = pruned_outputs(sandbox.db)
             fresh = {k: v for k, v in now.items() if k not in seen_pruned}
             if fresh:
-                prunes.append({"kind": "prune", "cause": "auto", "outcome": "ok", "turn": turn.index,
-                               "parts_pruned": len(fresh), "tokens_pruned": sum(fresh.values()),
-                               "tokens_before": 0, "tokens_after": 0, "usable": 0, "trigger": 0,
-                               "llm_calls": 0, "summary_input_tokens": 0, "duration_ms": 0})
+                prunes.append(
+                    {
+                        "kind": "prune",
+                        "cause": "auto",
+                        "outcome": "ok",
+                        "turn": turn.index,
+                        "parts_pruned": len(fresh),
+                        "tokens_pruned": sum(fresh.values()),
+                        "tokens_before": 0,
+                        "tokens_after": 0,
+                        "usable": 0,
+                        "trigger": 0,
+                        "llm_calls": 0,
+                        "summary_input_tokens": 0,
+                        "duration_ms": 0,
+                    }
+                )
                 seen_pruned.update(fresh)
         agent.turn, server.turn, state["probe"] = None, -1, True
         probe_start = len(server.log)
@@ -280,23 +319,49 @@ def run_opencode_scenario(scn: Scenario, *, binary: Path | None = None, driver: 
         server.stop()
     try:
         db = _Db.read(sandbox.db)
-        result = _score(scn, server.log, probe_start if "probe_start" in locals() else len(server.log),
-                        turn_starts, db, agent, server, context, completed, died, prunes)
+        result = _score(
+            scn,
+            server.log,
+            probe_start if "probe_start" in locals() else len(server.log),
+            turn_starts,
+            manual_calls,
+            db,
+            agent,
+            context,
+            completed,
+            died,
+            prunes,
+        )
         result.cost, result.seconds = db.cost, time.perf_counter() - started
         result.extra["window_extra"] = extra
         if keep is not None:
             shutil.copytree(root, keep, dirs_exist_ok=True)
-            (keep / "requests.jsonl").write_text("".join(
-                json.dumps({"kind": r.kind, "turn": r.turn, "refused": r.refused, "body": r.body}) + "\n"
-                for r in server.log))
+            (keep / "requests.jsonl").write_text(
+                "".join(
+                    json.dumps(
+                        {"kind": r.kind, "turn": r.turn, "refused": r.refused, "body": r.body}
+                    )
+                    + "\n"
+                    for r in server.log
+                )
+            )
         return result
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
 def _refuse(why: str) -> Reply:
-    return Reply(status=400, error_body={"error": {"message": f"CompactBench: {why}", "type": "invalid_request_error",
-                                                   "param": None, "code": "compactbench_cap"}})
+    return Reply(
+        status=400,
+        error_body={
+            "error": {
+                "message": f"CompactBench: {why}",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "compactbench_cap",
+            }
+        },
+    )
 
 
 def noise_png(chars: int, seed: int = 0) -> bytes:
@@ -310,8 +375,12 @@ def noise_png(chars: int, seed: int = 0) -> bytes:
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
 
     header = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 0))
-            + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw, 0))
+        + chunk(b"IEND", b"")
+    )
 
 
 def _prompt(serve: Serve, sandbox: Sandbox, session: str, turn, driver: str) -> str | None:
@@ -328,7 +397,9 @@ def _prompt(serve: Serve, sandbox: Sandbox, session: str, turn, driver: str) -> 
         # its JSON events also report errors it recovered from (an overflow before a compaction):
         # the turn's outcome is its last assistant message, as with the HTTP driver
         messages = serve.call("GET", f"/session/{session}/message") or []
-        reply = next((m for m in reversed(messages) if m.get("info", {}).get("role") == "assistant"), None)
+        reply = next(
+            (m for m in reversed(messages) if m.get("info", {}).get("role") == "assistant"), None
+        )
     else:
         reply = serve.prompt(session, turn.request, files)
     error = (reply or {}).get("info", {}).get("error")
@@ -339,7 +410,9 @@ def _prompt(serve: Serve, sandbox: Sandbox, session: str, turn, driver: str) -> 
 
 
 def _said(body: dict) -> str:
-    return "\n".join(view_text([m]) for m in body.get("messages", []) if m.get("role") in ("user", "assistant"))
+    return "\n".join(
+        view_text([m]) for m in body.get("messages", []) if m.get("role") in ("user", "assistant")
+    )
 
 
 def _view(body: dict) -> list[dict]:
@@ -355,18 +428,37 @@ def _reply_tokens(rec: Req, outputs: dict[str, str]) -> int:
     reply = rec.reply
     if reply is None or rec.refused or reply.status is not None:
         return 0
-    calls = [{"id": c.get("id"), "type": "function", "function": {
-        "name": c["name"], "arguments": json.dumps(c.get("arguments", {}))}} for c in reply.tool_calls]
+    calls = [
+        {
+            "id": c.get("id"),
+            "type": "function",
+            "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments", {}))},
+        }
+        for c in reply.tool_calls
+    ]
     message: dict[str, Any] = {"role": "assistant", "content": reply.text}
     if calls:
         message["tool_calls"] = calls
-    results = [{"role": "tool", "tool_call_id": c["id"], "content": outputs.get(c["id"], "")} for c in calls]
+    results = [
+        {"role": "tool", "tool_call_id": c["id"], "content": outputs.get(c["id"], "")}
+        for c in calls
+    ]
     return tokens_of([message, *results]) - 1 if results else tokens_of([message]) - 1
 
 
-def _score(scn, log: list[Req], probe_start: int, turn_starts: dict, db: _Db, agent: RuleAgent,
-           server: RecordingServer, context: int, completed: int, died: str | None,
-           prunes: list[dict]) -> RunResult:
+def _score(
+    scn,
+    log: list[Req],
+    probe_start: int,
+    turn_starts: dict,
+    manual_calls: list,
+    db: _Db,
+    agent: RuleAgent,
+    context: int,
+    completed: int,
+    died: str | None,
+    prunes: list[dict],
+) -> RunResult:
     usable = max(0, context - min(scn.output, 32_000))  # OpenCode: context − max output
     reqs = [r for r in log if r.kind != "title"]
     probe_idx = [i for i, r in enumerate(reqs) if log.index(r) >= probe_start]
@@ -378,7 +470,13 @@ def _score(scn, log: list[Req], probe_start: int, turn_starts: dict, db: _Db, ag
     calibration: list[float] = []
     for j in range(1, first_probe):
         a, b = reqs[j - 1], reqs[j]
-        if a.kind == b.kind == "main" and a.turn == b.turn and not a.refused and a.reply and a.reply.tool_calls:
+        if (
+            a.kind == b.kind == "main"
+            and a.turn == b.turn
+            and not a.refused
+            and a.reply
+            and a.reply.tool_calls
+        ):
             predicted = a.size + _reply_tokens(a, db.outputs)
             calibration.append(abs(predicted - b.size) / max(1, b.size))
     while i < first_probe:
@@ -395,29 +493,54 @@ def _score(scn, log: list[Req], probe_start: int, turn_starts: dict, db: _Db, ag
         if prev is not None:
             before = prev.size if prev.refused else prev.size + _reply_tokens(prev, db.outputs)
             if prev.turn != group[0].turn:  # compacted when the next turn began: its request counts
-                before += tokens_of([{"role": "user", "content": _turn_text(scn, group[0].turn)}]) - 1
+                before += (
+                    tokens_of([{"role": "user", "content": _turn_text(scn, group[0].turn)}]) - 1
+                )
         after = 0
         if nxt is not None:
             after = nxt.size
-            if nxt.turn != group[0].turn or _manual(scn, group[0].turn, events, db):
+            if nxt.turn != group[0].turn:  # the next turn's request: without its new message
                 after -= _new_user_tokens(nxt)
-            if nxt.turn >= 0 and nxt.turn == group[0].turn:
+            if nxt.turn >= 0:  # as the other policies: the first agent request after a summary
                 latest_checks += 1
-                turn = scn.turns[nxt.turn]
-                latest_ok += turn.marker in _said(nxt.body)
+                latest_ok += scn.turns[nxt.turn].marker in _said(nxt.body)
         part = db.compactions[len(events)] if len(events) < len(db.compactions) else {}
         message = db.summaries[len(events)] if len(events) < len(db.summaries) else {}
-        cause = "overflow" if part.get("overflow") else "auto" if part.get("auto", True) else "manual"
-        ok = bool(message) and not message.get("error") and not any(r.refused for r in group) and nxt is not None
-        end = nxt.arrived if nxt is not None else group[-1].done
-        start = prev.done if prev is not None and prev.done else group[0].arrived
-        events.append({
-            "kind": "summary", "cause": cause, "outcome": "ok" if ok else "failed", "turn": group[0].turn,
-            "tokens_before": before, "tokens_after": after, "usable": usable, "trigger": usable,
-            "llm_calls": len(group), "summary_input_tokens": sum(r.size for r in group),
-            "summary_output_tokens": sum(math.ceil(len(r.reply.text) / 4) for r in group if r.reply),
-            "duration_ms": int(max(0.0, end - start) * 1000), "tail_start_id": part.get("tail_start_id"),
-        })
+        cause = (
+            "overflow" if part.get("overflow") else "auto" if part.get("auto", True) else "manual"
+        )
+        ok = (
+            bool(message)
+            and not message.get("error")
+            and not any(r.refused for r in group)
+            and nxt is not None
+        )
+        # time: from the reply before (or the summarize call, or the turn's start) to the next
+        # agent request of the same turn (or the summarize call's end)
+        call = next(((a, b) for a, b in manual_calls if a <= group[0].arrived <= b), None)
+        start = group[0].arrived if call is None else call[0]
+        if call is None and prev is not None and prev.done:
+            start = max(prev.done, turn_starts.get(group[0].turn, prev.done))
+        end = call[1] if call is not None else nxt.arrived if nxt is not None else group[-1].done
+        events.append(
+            {
+                "kind": "summary",
+                "cause": cause,
+                "outcome": "ok" if ok else "failed",
+                "turn": group[0].turn,
+                "tokens_before": before,
+                "tokens_after": after,
+                "usable": usable,
+                "trigger": usable,
+                "llm_calls": len(group),
+                "summary_input_tokens": sum(r.size for r in group),
+                "summary_output_tokens": sum(
+                    math.ceil(len(r.reply.text) / 4) for r in group if r.reply
+                ),
+                "duration_ms": int(max(0.0, end - start) * 1000),
+                "tail_start_id": part.get("tail_start_id"),
+            }
+        )
         summary_turns.append(group[0].turn)
         i = j
     # the view at the end of each turn: the next turn's first agent request (or the probe)
@@ -439,28 +562,63 @@ def _score(scn, log: list[Req], probe_start: int, turn_starts: dict, db: _Db, ag
         if text is None:
             continue
         planted = [x for x in scn.needles if x.turn < t]
-        checkpoints.append({"turn": t, "summaries": n, "retained": {x.id: _retained(x, text) for x in planted},
-                            "recoverable": {x.id: recoverable(text, x.answer) for x in planted if x.cls == "tool"}})
+        checkpoints.append(
+            {
+                "turn": t,
+                "summaries": n,
+                "retained": {x.id: _retained(x, text) for x in planted},
+                "recoverable": {
+                    x.id: recoverable(text, x.answer) for x in planted if x.cls == "tool"
+                },
+            }
+        )
     final_text = view_text(_view(firsts[-1].body)) if -1 in firsts else ""
     upto = completed
     final = {x.id: _retained(x, final_text) for x in scn.needles if x.turn < upto}
-    recov = {x.id: recoverable(final_text, x.answer) for x in scn.needles if x.turn < upto and x.cls == "tool"}
+    recov = {
+        x.id: recoverable(final_text, x.answer)
+        for x in scn.needles
+        if x.turn < upto and x.cls == "tool"
+    }
     needles = {x.id: x for x in scn.needles}
-    constraint_checks = sum(1 for c in checkpoints for k in c["retained"] if needles[k].cls == "constraint")
-    constraint_ok = sum(v for c in checkpoints for k, v in c["retained"].items() if needles[k].cls == "constraint")
+    constraint_checks = sum(
+        1 for c in checkpoints for k in c["retained"] if needles[k].cls == "constraint"
+    )
+    constraint_ok = sum(
+        v for c in checkpoints for k, v in c["retained"].items() if needles[k].cls == "constraint"
+    )
     main_calls = sum(1 for r in reqs[:first_probe] if r.kind == "main")
     summary_calls = sum(1 for r in reqs[:first_probe] if r.kind == "summary")
     result = RunResult(
-        scenario=scn.name, policy=POLICY, turns=len(scn.turns), completed=completed, died=died,
-        events=[*events, *prunes], checkpoints=checkpoints, final=final, recoverable=recov,
-        latest_checks=latest_checks, latest_ok=latest_ok, constraint_checks=constraint_checks,
-        constraint_ok=constraint_ok, duplicates=agent.duplicates, lost_requests=agent.lost,
-        overflow_errors=sum(1 for r in reqs[:first_probe] if r.refused), main_calls=main_calls,
-        summary_calls=summary_calls, cost=0.0, seconds=0.0, usable=usable,
-        needles={x.id: x.cls for x in scn.needles}, paired=[],
+        scenario=scn.name,
+        policy=POLICY,
+        turns=len(scn.turns),
+        completed=completed,
+        died=died,
+        events=[*events, *prunes],
+        checkpoints=checkpoints,
+        final=final,
+        recoverable=recov,
+        latest_checks=latest_checks,
+        latest_ok=latest_ok,
+        constraint_checks=constraint_checks,
+        constraint_ok=constraint_ok,
+        duplicates=agent.duplicates,
+        lost_requests=agent.lost,
+        overflow_errors=sum(1 for r in reqs[:first_probe] if r.refused),
+        main_calls=main_calls,
+        summary_calls=summary_calls,
+        cost=0.0,
+        seconds=0.0,
+        usable=usable,
+        needles={x.id: x.cls for x in scn.needles},
+        paired=[],
     )
-    result.extra = {"context": context, "titles": sum(1 for r in log if r.kind == "title"),
-                    "before_error_median": sorted(calibration)[len(calibration) // 2] if calibration else None}
+    result.extra = {
+        "context": context,
+        "titles": sum(1 for r in log if r.kind == "title"),
+        "before_error_median": sorted(calibration)[len(calibration) // 2] if calibration else None,
+    }
     return result
 
 
@@ -471,8 +629,3 @@ def _turn_text(scn: Scenario, index: int) -> str:
 def _new_user_tokens(req: Req) -> int:
     msgs = req.body.get("messages") or []
     return tokens_of([msgs[-1]]) - 1 if msgs and msgs[-1].get("role") == "user" else 0
-
-
-def _manual(scn: Scenario, turn: int, events: list, db: _Db) -> bool:
-    part = db.compactions[len(events)] if len(events) < len(db.compactions) else {}
-    return part.get("auto") is False

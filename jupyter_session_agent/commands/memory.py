@@ -63,7 +63,8 @@ def remember(magics, args, raw):
 
 
 @subcommand("recall", RECALL_USAGE,
-            "search the project's memory and history (BM25 fused with embeddings); newest statement wins")
+            "search the project's memory and history (BM25 fused with embeddings); "
+            "newest statement wins")
 def recall(magics, args, raw):
     from .. import memory
     from ..display import Markdown
@@ -87,7 +88,11 @@ def recall(magics, args, raw):
     how = _ranked_by(memory.index_for(store, settings.data_dir).status, hits)
     if not hits:
         opts = memory.options(settings)
-        floor = f"{opts['threshold']}" + (f" (cosine {opts['cosine_threshold']})" if "cosine" in how else "")
+        floor = f"{opts['threshold']}"
+        model = memory.embedder(settings) if "cosine" in how else None
+        if model is not None:
+            cosine = opts["cosine_threshold"]
+            floor += f" in bm25 or {model.threshold if cosine is None else cosine} in cosine"
         return Markdown(f"*(nothing in {'any project' if ns.all else 'this project'} scores above "
                         f"{floor} for “{query}”; {how})*")
     lines = ["| # | date | source | text | session / message | why (bm25 · cosine · fused) |",
@@ -97,18 +102,19 @@ def recall(magics, args, raw):
         if hit.superseded_by:
             text = f"~~{text}~~ (superseded by `{hit.superseded_by}`)"
         where = " / ".join(f"`{x}`" for x in (hit.session_id, hit.message_id) if x) or "pinned"
-        lines.append(f"| {i} | {hit.date} | {hit.source}/{hit.kind} | {text} | {where} | {hit.why()} |")
+        lines.append(f"| {i} | {hit.date} | {hit.source}/{hit.kind} | {text} | {where} | "
+                     f"{hit.why()} |")
     return Markdown("\n".join(lines) + f"\n\n*{how}*")
 
 
 def _ranked_by(status, hits) -> str:
-    """How the results were ranked: BM25 alone, or fused with which model's cosine (and coverage)."""
+    """How the results were ranked: BM25 alone, or fused with which model's cosine."""
     if not status.model:
         return "ranked by BM25 (no embedding model: docs/memory.md)"
     pending = f", {status.pending} still being embedded" if status.pending else ""
     error = f"; embedding failed: {status.error}" if status.error else ""
-    fusion = "reciprocal rank" if status.fusion == "rrf" else status.fusion
-    return (f"ranked by BM25 and {status.model} cosine, fused by {fusion}; "
+    fusion = "by reciprocal rank" if status.fusion == "rrf" else "linearly"
+    return (f"ranked by BM25 and {status.model} cosine, fused {fusion}; "
             f"{status.embedded}/{status.passages} passages embedded{pending}{error}")
 
 

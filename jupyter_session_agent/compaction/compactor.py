@@ -180,7 +180,14 @@ class Compactor(_PruneMixin, _SummaryMixin, _PinMixin):
                     previous = fresh.get(previous.info.id, previous)
         common.update(parts_pruned=pruned_parts, tokens_pruned=pruned_tokens)
 
-        tail_turns = 0 if replay is not None else cfg.tail_turns
+        turns = sum(1 for m in items if is_real_user(m))
+        # the tail: the last tail_turns turns within the budget; a manual compaction (between
+        # turns) keeps every recent turn the budget holds, as OpenCode 1.18 does
+        tail_turns = min(cfg.tail_turns, turns)
+        if replay is not None:
+            tail_turns = 0
+        elif cfg.manual_tail and not auto and cfg.tail_turns:
+            tail_turns = turns
         target = cfg.summary_target(self.model) if cfg.pin else 0
         tail_budget = cfg.tail_budget(self.model)
         if cfg.guard and self.trigger:  # the tail must leave room for the summary and some work

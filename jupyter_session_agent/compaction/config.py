@@ -52,6 +52,7 @@ class CompactionConfig:
     skip_turn_end_continue: bool = True  # no continue message when the turn already finished
     legacy_reserved: bool = False  # v1.2.16's isOverflow: reserved not subtracted without an input limit
     pin_requests: int = 0  # ours: earlier requests (first sentence) pinned beside the rules
+    manual_tail: bool = True  # as OpenCode 1.18: a manual compaction keeps the turns that fit
     summary_share: float = 0.03  # ours: summary target ≈ usable × share (clamped 300..4000)
 
     USER_KEYS: ClassVar[tuple[str, ...]] = (
@@ -100,7 +101,7 @@ class CompactionConfig:
         base = dict(
             tail_turns=0, summary_input="messages", scale_prune=False, pin=False, prune_tail=False,
             restate=False, fallbacks=False, guard=False, smart_replay=False,
-            skip_turn_end_continue=False,
+            skip_turn_end_continue=False, manual_tail=False,
         )
         base.update(changes)
         return cls(**base)

@@ -23,8 +23,12 @@ SUMMARY_TEMPLATE = (
 )
 TRANSCRIPT_INTRO = "Below is the conversation to summarise, as a transcript."
 PREVIOUS_INTRO = (
-    "This is the summary written at the previous compaction. Update it with the conversation "
-    "below instead of starting over; drop what is no longer true."
+    "This is the summary written at the previous compaction. It covers everything before the "
+    "transcript below and is discarded after this: what you do not carry into the new summary is "
+    "lost. Merge the two instead of starting over: carry forward the goal, the user's constraints "
+    "and preferences, the decisions and the work still open, even where the transcript does not "
+    "mention them, and drop only what is finished and no longer needed. The transcript is newer: "
+    "where the two disagree, it wins; state the corrected fact and drop the old one."
 )
 PINNED_NOTE = (
     "The user's rules and recent requests, and where the tool outputs are saved, are added to your "

@@ -47,8 +47,8 @@ from .search import DEFAULT_RANKING, PLAIN_BM25, Hit, MemoryIndex, Ranking, Stat
 __all__ = [
     "Remembered", "remember", "remember_project", "recall", "injection", "injection_part", "index_for",
     "options", "tool_enabled", "inject_enabled", "RecallTool", "after_turn", "Hit", "MemoryIndex",
-    "project_key", "project_dir", "KINDS", "TITLES", "embedder", "prepare", "Embedder", "Endpoint", "Ranking",
-    "Status", "MemoryWarning", "DEFAULT_RANKING", "PLAIN_BM25",
+    "project_key", "project_dir", "KINDS", "TITLES", "embedder", "prepare", "Embedder", "Endpoint",
+    "Ranking", "Status", "MemoryWarning", "DEFAULT_RANKING", "PLAIN_BM25",
 ]
 
 DEFAULTS = MEMORY_DEFAULTS
@@ -194,16 +194,16 @@ def after_turn(session: Any) -> Remembered | None:
     done = None
     if opts["auto_remember"]:
         try:
-            mode = "llm" if opts["extractor"] == "llm" else "rules"  # "auto" costs no model call per turn
+            mode = "llm" if opts["extractor"] == "llm" else "rules"  # "auto": no model call per turn
             complete = _session_complete(session) if mode == "llm" else None
-            done = remember(session.store, session.info.id, session.settings, extractor=mode, complete=complete,
-                            history=session.history, info=session.info)
+            done = remember(session.store, session.info.id, session.settings, extractor=mode,
+                            complete=complete, history=session.history, info=session.info)
         except Exception as err:  # memory must never break a turn
-            warnings.warn(f"memory: could not remember {session.info.id}: {type(err).__name__}: {err}",
-                          stacklevel=2)
+            warnings.warn(f"memory: could not remember {session.info.id}: "
+                          f"{type(err).__name__}: {err}", stacklevel=2)
     if (tool_enabled(session.settings) or inject_enabled(session.settings)) and opts["embeddings"]:
-        threading.Thread(target=prepare, args=(session.store, session.settings), name="memory-prepare",
-                         daemon=True).start()
+        threading.Thread(target=prepare, args=(session.store, session.settings),
+                         name="memory-prepare", daemon=True).start()
     return done
 
 
@@ -249,8 +249,9 @@ def embedder(settings: Any) -> Embedder | None:
 def recall(store: Any, settings: Any, query: str, *, directory: str | os.PathLike | None = None,
            scope: str | None = None, k: int | None = None, threshold: float | None = None,
            exclude_session: str | None = None, sources: Sequence[str] | None = None,
-           embed: Embedder | Callable | None = None, embed_model: str = "", include_superseded: bool = False,
-           supersede: bool = True, wait: float | None = None) -> list[Hit]:
+           embed: Embedder | Callable | None = None, embed_model: str = "",
+           include_superseded: bool = False, supersede: bool = True,
+           wait: float | None = None) -> list[Hit]:
     """The best notes and history passages for ``query`` (see :mod:`.search`).
 
     ``scope`` "project" (default) searches the project of ``directory`` (default
@@ -272,12 +273,13 @@ def recall(store: Any, settings: Any, query: str, *, directory: str | os.PathLik
     index = index_for(store, settings.data_dir)
     args = dict(project=project, k=int(k or opts["top_k"]),
                 threshold=float(opts["threshold"] if threshold is None else threshold),
-                exclude_session=exclude_session, sources=sources, include_superseded=include_superseded,
-                supersede=supersede)
+                exclude_session=exclude_session, sources=sources,
+                include_superseded=include_superseded, supersede=supersede)
     try:
         floor = opts["cosine_threshold"]
-        floor = float(embed.threshold if floor is None and embed is not None else floor if floor is not None else 1.0)
-        return index.search(query, embedder=embed, cosine_threshold=floor,
+        if floor is None:  # the model's own scale
+            floor = embed.threshold if embed is not None else 1.0
+        return index.search(query, embedder=embed, cosine_threshold=float(floor),
                             wait=float(opts["embeddings_wait"] if wait is None else wait), **args)
     except Exception as err:
         if embed is None:

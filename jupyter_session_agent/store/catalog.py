@@ -22,7 +22,9 @@ import os
 from pathlib import Path
 
 from .problems import _BadFile
-from .schema import _EMPTY, _NAMES, DERIVED, KINDS, RAW_TYPES, TYPED, _quote, _read_json, derived, typed
+from .schema import (
+    _EMPTY, _NAMES, DERIVED, KINDS, RAW_TYPES, TYPED, _quote, _read_json, derived, typed,
+)
 
 _RAW_SPEC = json.dumps(RAW_TYPES)
 _STORED = ", ".join(list(RAW_TYPES) + list(TYPED))  # the columns of _tail.rows and of every file
@@ -34,7 +36,8 @@ _MESSAGES = "(FROM _tail.rows WHERE kind = 'message')"
 
 def _newer(a: str, b: str, *, strict: bool = False) -> str:
     """SQL: row ``a`` is a newer revision than row ``b`` (rev, then writer, as the events order)."""
-    return f"({a}.rev > {b}.rev OR ({a}.rev = {b}.rev AND {a}.writer {'>' if strict else '>='} {b}.writer))"
+    than = ">" if strict else ">="
+    return f"({a}.rev > {b}.rev OR ({a}.rev = {b}.rev AND {a}.writer {than} {b}.writer))"
 
 
 def typed_parquet(paths, typed_files: bool, src: int, where: str = "true") -> str:
@@ -43,7 +46,8 @@ def typed_parquet(paths, typed_files: bool, src: int, where: str = "true") -> st
     if typed_files:
         return (f"SELECT {_STORED}, {src} AS src FROM read_parquet({files}, union_by_name=true) "
                 f"WHERE kind IN {_KINDS} AND ({where})")
-    raw = f"SELECT {_NAMES}::JSON AS data FROM read_parquet({files}, union_by_name=true) WHERE id IS NOT NULL"
+    raw = (f"SELECT {_NAMES}::JSON AS data FROM read_parquet({files}, union_by_name=true) "
+           "WHERE id IS NOT NULL")
     return f"SELECT *, {src} AS src FROM ({typed(raw)}) WHERE {where}"
 
 
@@ -83,9 +87,11 @@ class _Catalog:
         for scratch in ("batch", "hit", "touched"):
             con.execute(f"DROP TABLE IF EXISTS _tail.{scratch}")
         con.execute(f"CREATE OR REPLACE TABLE _tail.rows AS {typed(_EMPTY)}")
-        con.execute("CREATE OR REPLACE TABLE _tail.tombstone (id VARCHAR, rev BIGINT, writer VARCHAR, session_id VARCHAR)")
+        con.execute("CREATE OR REPLACE TABLE _tail.tombstone "
+                    "(id VARCHAR, rev BIGINT, writer VARCHAR, session_id VARCHAR)")
         for kind in DERIVED:
-            con.execute(f"CREATE OR REPLACE TABLE _tail.{kind} AS {derived(kind, _PARTS, _MESSAGES, 'false')}")
+            none = derived(kind, _PARTS, _MESSAGES, "false")
+            con.execute(f"CREATE OR REPLACE TABLE _tail.{kind} AS {none}")
         self.created = True
 
     def refresh(self, con, plan, typed_file) -> bool:
@@ -117,7 +123,8 @@ class _Catalog:
         if legacy:
             sources.append(typed_parquet(legacy, False, 1))
         if whole:
-            sources.append(f"SELECT *, 0 AS src FROM ({typed(f'SELECT {_NAMES} FROM {_read_json(whole)}')})")
+            raw = f"SELECT {_NAMES} FROM {_read_json(whole)}"
+            sources.append(f"SELECT *, 0 AS src FROM ({typed(raw)})")
         if chunks:
             params.append(b"".join(chunks).decode("utf-8", "replace"))
             raw = (f"SELECT unnest(TRY(from_json(line, {_quote(_RAW_SPEC)}))) "
@@ -150,7 +157,7 @@ class _Catalog:
                 if st.st_size <= offset:
                     offsets[path] = (st.st_ino, offset)
                 elif offset == 0 and st.st_size >= self.WHOLE_FILE:
-                    whole.append(path)  # read_json may see more lines; they are read again later, harmlessly
+                    whole.append(path)  # read_json may see more lines: read again later, harmlessly
                     offsets[path] = (st.st_ino, _last_line_end(fd, st.st_size))
                 else:
                     data = os.pread(fd, st.st_size - offset, offset)
@@ -166,8 +173,9 @@ class _Catalog:
 
     def _probe(self, con, plan) -> bool:
         """Copy in the base rows of sessions the tail touches that the base also holds."""
-        keys = {k for (k,) in con.execute(f"SELECT DISTINCT {_KEY} FROM _tail.rows UNION "
-                                          f"SELECT DISTINCT {_KEY} FROM _tail.tombstone").fetchall()}
+        keys = {k for (k,) in con.execute(
+            f"SELECT DISTINCT {_KEY} FROM _tail.rows UNION "
+            f"SELECT DISTINCT {_KEY} FROM _tail.tombstone").fetchall()}
         new = keys - self.probed
         if not new:
             return False
@@ -183,8 +191,8 @@ class _Catalog:
             where = " OR ".join(filter(None, [
                 f"session_id IN ({', '.join(_quote(k) for k in named)})" if named else "",
                 "session_id IS NULL" if "" in wanted else ""]))
-            hits = {k for (k,) in con.execute(
-                f"SELECT DISTINCT {_KEY} FROM read_parquet([{_quote(path)}]) WHERE {where}").fetchall()}
+            hits = {k for (k,) in con.execute(f"SELECT DISTINCT {_KEY} FROM read_parquet("
+                                              f"[{_quote(path)}]) WHERE {where}").fetchall()}
             if not hits:
                 continue
             self._ingest(con, typed_parquet([path], True, -1, where), [])
@@ -199,9 +207,9 @@ class _Catalog:
         try:
             # several rows of an id in one batch: all but the newest lose; a Parquet file beats
             # the journal it was compacted from (its unfinished tools are settled)
-            con.execute(f"CREATE TABLE _tail.batch AS SELECT * EXCLUDE (src) FROM ({source}) WHERE id IS NOT NULL "
-                        "QUALIFY row_number() OVER (PARTITION BY id ORDER BY rev DESC, writer DESC, src DESC) = 1",
-                        params)
+            con.execute(f"CREATE TABLE _tail.batch AS SELECT * EXCLUDE (src) FROM ({source}) "
+                        "WHERE id IS NOT NULL QUALIFY row_number() OVER "
+                        "(PARTITION BY id ORDER BY rev DESC, writer DESC, src DESC) = 1", params)
             self._apply(con, first=self.empty)
             con.execute("DROP TABLE _tail.batch")
             con.execute("COMMIT")
@@ -217,22 +225,25 @@ class _Catalog:
         Joins go from the small batch to the bigger tables (hash tables are built on the
         batch side); the first load, into empty tables, skips them.
         """
-        deleted, buried = con.execute("SELECT count(*) FILTER (WHERE deleted), (SELECT count(*) FROM "
-                                      "_tail.tombstone) FROM _tail.batch").fetchone()
+        deleted, buried = con.execute(
+            "SELECT count(*) FILTER (WHERE deleted), (SELECT count(*) FROM _tail.tombstone) "
+            "FROM _tail.batch").fetchone()
         if deleted:
             con.execute(f"DELETE FROM _tail.tombstone t USING _tail.batch b "
                         f"WHERE b.deleted AND t.id = b.id AND {_newer('b', 't')}")
-            con.execute("INSERT INTO _tail.tombstone SELECT id, rev, writer, session_id FROM _tail.batch b "
-                        "WHERE b.deleted "
+            con.execute("INSERT INTO _tail.tombstone SELECT id, rev, writer, session_id "
+                        "FROM _tail.batch b WHERE b.deleted "
                         "AND NOT EXISTS (SELECT 1 FROM _tail.tombstone t WHERE t.id = b.id)")
-        buried = "false" if not (deleted or buried) else f"EXISTS (SELECT 1 FROM _tail.tombstone t WHERE t.id = b.id AND {_newer('t', 'b', strict=True)})"
+        newer = _newer("t", "b", strict=True)
+        buried = "false" if not (deleted or buried) else (
+            f"EXISTS (SELECT 1 FROM _tail.tombstone t WHERE t.id = b.id AND {newer})")
         rows = f"SELECT * FROM _tail.batch b WHERE b.deleted IS NOT TRUE AND NOT {buried}"
         if first:
             con.execute(f"INSERT INTO _tail.rows BY NAME {rows}")
         else:
             # ids the table has already: replace the older revisions, keep the newer ones
-            con.execute(f"CREATE OR REPLACE TABLE _tail.hit AS SELECT t.id, {_newer('b', 't')} AS newer "
-                        "FROM _tail.batch b JOIN _tail.rows t ON t.id = b.id")
+            con.execute(f"CREATE OR REPLACE TABLE _tail.hit AS SELECT t.id, {_newer('b', 't')} "
+                        "AS newer FROM _tail.batch b JOIN _tail.rows t ON t.id = b.id")
             con.execute("DELETE FROM _tail.rows WHERE id IN (SELECT id FROM _tail.hit WHERE newer)")
             con.execute(f"INSERT INTO _tail.rows BY NAME {rows} "
                         "AND b.id NOT IN (SELECT id FROM _tail.hit WHERE NOT newer)")
@@ -242,13 +253,14 @@ class _Catalog:
                 con.execute(f"INSERT INTO _tail.{kind} {derived(kind, _PARTS, _MESSAGES)}")
         else:  # rebuild the rows of the batch's parts and its messages' parts
             types = ", ".join(f"'{t}'" for t in ("step-finish", "tool"))
-            con.execute("CREATE TABLE _tail.touched AS SELECT id FROM _tail.batch WHERE kind = 'part' "
-                        "UNION SELECT p.id FROM _tail.rows p WHERE p.kind = 'part' AND p.message_id IN "
-                        f"(SELECT id FROM _tail.batch WHERE kind = 'message') AND p.type IN ({types})")
+            con.execute("CREATE TABLE _tail.touched AS SELECT id FROM _tail.batch "
+                        "WHERE kind = 'part' UNION SELECT p.id FROM _tail.rows p WHERE "
+                        "p.kind = 'part' AND p.message_id IN (SELECT id FROM _tail.batch "
+                        f"WHERE kind = 'message') AND p.type IN ({types})")
             for kind in DERIVED:
                 con.execute(f"DELETE FROM _tail.{kind} WHERE id IN (SELECT id FROM _tail.touched)")
-                con.execute(f"INSERT INTO _tail.{kind} "
-                            + derived(kind, _PARTS, _MESSAGES, "p.id IN (SELECT id FROM _tail.touched)"))
+                touched = "p.id IN (SELECT id FROM _tail.touched)"
+                con.execute(f"INSERT INTO _tail.{kind} {derived(kind, _PARTS, _MESSAGES, touched)}")
             con.execute("DROP TABLE _tail.touched")
 
 

@@ -18,7 +18,9 @@ from pathlib import Path
 
 from ..errors import UsageError
 from .catalog import _Catalog
-from .schema import _EMPTY, DERIVED, KINDS, _quote, derived, select_list, table_columns, typed
+from .schema import (
+    _EMPTY, DERIVED, DERIVED_COLUMNS, KINDS, _quote, derived, select_list, table_columns, typed,
+)
 from .segment import connect
 from .views import _VIEWS
 
@@ -37,8 +39,9 @@ EXPORTED = {
     "daily_cost": ("daily_cost", "day"),
 }
 _HOST = "regexp_extract(writer, '^(.*)-[0-9]+-[0-9a-f]+$', 1)"  # the writing process's machine
-_SPARK_TYPES = {"JSON": "VARCHAR", "UBIGINT": "BIGINT", "UINTEGER": "BIGINT", "USMALLINT": "INTEGER",
-                "UTINYINT": "SMALLINT", "HUGEINT": "BIGINT", "UHUGEINT": "BIGINT", "UUID": "VARCHAR"}
+_SPARK_TYPES = {"JSON": "VARCHAR", "UBIGINT": "BIGINT", "UINTEGER": "BIGINT",
+                "USMALLINT": "INTEGER", "UTINYINT": "SMALLINT", "HUGEINT": "BIGINT",
+                "UHUGEINT": "BIGINT", "UUID": "VARCHAR"}
 
 
 class _Export:
@@ -61,10 +64,12 @@ class _Export:
             self._guarded(attempt, settle=True)
         return con
 
-    def export_parquet(self, directory: str | os.PathLike, *, user: str | None = None) -> dict[str, int]:
+    def export_parquet(self, directory: str | os.PathLike, *,
+                       user: str | None = None) -> dict[str, int]:
         """Write the history as Parquet, Hive-partitioned by day, for Spark, Trino or DuckDB.
 
-        Layout (``docs/analytics.md``): ``<directory>/<table>/date=YYYY-MM-DD/<user>-<host>-0.parquet``
+        Layout (``docs/analytics.md``):
+        ``<directory>/<table>/date=YYYY-MM-DD/<user>-<host>-0.parquet``
         for the tables of :data:`EXPORTED`, with ``user`` (default: this login) and ``host``
         columns, so many people's exports can share one folder. Incremental: only the days
         whose rows changed since this user's last export from this machine are written again
@@ -95,8 +100,8 @@ class _Export:
                         f"FROM {source}")
                 hashed = "date, data" if "data" in columns else "date"  # data: its rev tells
                 fingerprints = {str(d): [n, str(f)] for d, n, f in con.execute(
-                    f"SELECT date, count(*), bit_xor(hash(*COLUMNS(* EXCLUDE ({hashed})))) FROM ({rows}) "
-                    "GROUP BY date", [user]).fetchall()}
+                    f"SELECT date, count(*), bit_xor(hash(*COLUMNS(* EXCLUDE ({hashed})))) "
+                    f"FROM ({rows}) GROUP BY date", [user]).fetchall()}
                 new_state[table] = fingerprints
                 old = state.get(table, {})
                 changed = [d for d, f in fingerprints.items() if old.get(d) != f
@@ -105,10 +110,11 @@ class _Export:
                 counts[table] = 0
                 if changed:
                     days = ", ".join(f"DATE {_quote(d)}" for d in changed)
+                    pattern = _quote(prefix + "-{i}")
                     counts[table] = con.execute(
-                        f"COPY (SELECT * FROM ({rows}) WHERE date IN ({days})) TO {_quote(tmp / table)} "
-                        f"(FORMAT parquet, PARTITION_BY (date), FILENAME_PATTERN {_quote(prefix + '-{i}')})",
-                        [user]).fetchone()[0]
+                        f"COPY (SELECT * FROM ({rows}) WHERE date IN ({days})) TO "
+                        f"{_quote(tmp / table)} (FORMAT parquet, PARTITION_BY (date), "
+                        f"FILENAME_PATTERN {pattern})", [user]).fetchone()[0]
                 for d in changed + gone:  # replace this user's files, partition by partition
                     partition = out / table / f"date={d}"
                     new = sorted((tmp / table / f"date={d}").glob("*.parquet"))
@@ -138,22 +144,23 @@ class _Export:
 
         target = Path(path).expanduser().absolute()
         if target.is_dir():
-            raise UsageError(f"{target} is a folder — give a file name, e.g. {target / 'history.duckdb'}")
+            raise UsageError(f"{target} is a folder — give a file name, "
+                             f"e.g. {target / 'history.duckdb'}")
         target.parent.mkdir(parents=True, exist_ok=True)
         con = self._reader()
         try:
             try:
-                # a new file in the oldest storage format our tables need: DuckDB 1.0 and later (the
-                # CLI, DBeaver's driver) open it; a newer DuckDB's default would lock older ones out.
-                # An existing file keeps its own format.
+                # a new file in the oldest storage format our tables need: DuckDB 1.0 and later
+                # (the CLI, DBeaver's driver) open it; a newer DuckDB's default would lock older
+                # ones out. An existing file keeps its own format.
                 new = not target.exists() or target.stat().st_size == 0
                 version = " (STORAGE_VERSION 'v1.0.0')" if new else ""
                 con.execute(f"ATTACH {_quote(target)} AS out{version}")
             except duckdb.Error as err:
                 text = str(err).strip().splitlines()[0]
                 if "lock" in text.lower():
-                    raise UsageError(f"{target} is open in another program (DuckDB allows one writer) — "
-                                     "close it there and export again") from None
+                    raise UsageError(f"{target} is open in another program (DuckDB allows one "
+                                     "writer) — close it there and export again") from None
                 raise UsageError(f"cannot open {target} as a DuckDB database ({text}) — "
                                  "give another file name") from None
             return _sync_duckdb(con)
@@ -170,16 +177,18 @@ def _sync_duckdb(con) -> dict[str, int]:
         "AND table_name = $2 ORDER BY column_index", [s, t]).fetchall()]
         for s, t in con.execute("SELECT schema_name, table_name FROM duckdb_tables() "
                                 "WHERE database_name = 'out'").fetchall()}
-    fresh = any(existing.get(("_store", t)) != table_columns(t) if t in KINDS
-                else existing.get(("_store", t)) != [c for c, _ in _derived_columns(t)] for t in tables) \
-        or ("_store", "exported") not in existing
-    sessions = " UNION ALL ".join(f"SELECT {_SKEY} k, hash(id, {'rev' if k in KINDS else 0}, '{k}') h "
-                                  f"FROM _store.{k}" for k in tables)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE now AS SELECT k, count(*) n, bit_xor(h) f FROM ({sessions}) "
-                "GROUP BY k")
+    wanted = {t: table_columns(t) if t in KINDS else list(DERIVED_COLUMNS[t]) for t in tables}
+    fresh = ("_store", "exported") not in existing or any(
+        existing.get(("_store", t)) != columns for t, columns in wanted.items())
+    sessions = " UNION ALL ".join(
+        f"SELECT {_SKEY} k, hash(id, {'rev' if k in KINDS else 0}, '{k}') h FROM _store.{k}"
+        for k in tables)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE now AS SELECT k, count(*) n, bit_xor(h) f "
+                f"FROM ({sessions}) GROUP BY k")
     if fresh:  # first export to this file, or one by another version: start again
         for t in tables:
-            con.execute(f"CREATE OR REPLACE TABLE out._store.{t} AS SELECT * FROM _store.{t} WHERE false")
+            con.execute(f"CREATE OR REPLACE TABLE out._store.{t} AS "
+                        f"SELECT * FROM _store.{t} WHERE false")
         con.execute("CREATE OR REPLACE TABLE out._store.exported (k VARCHAR, n BIGINT, f UBIGINT)")
     # sessions whose rows changed (or are gone) since the last export
     con.execute("CREATE OR REPLACE TEMP TABLE changed AS (SELECT k FROM now EXCEPT "
@@ -211,14 +220,8 @@ def _sync_duckdb(con) -> dict[str, int]:
 _SKEY = "coalesce(session_id, '')"
 
 
-def _derived_columns(kind: str) -> list[tuple[str, str]]:
-    from .schema import DERIVED_COLUMNS
-
-    return [(c, c) for c in DERIVED_COLUMNS[kind]]
-
-
 def _spark_columns(con, source: str) -> dict[str, str]:
-    """column → its select expression with a type any Parquet reader knows (JSON → text, …)."""
+    """column → its select expression, with a type any Parquet reader knows (JSON → text)."""
     columns = {}
     for name, typ, *_ in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall():
         cast = _SPARK_TYPES.get(typ)
@@ -249,7 +252,7 @@ def export_views_sql(directory: str | os.PathLike) -> str:
 
 
 def open_export(directory: str | os.PathLike):
-    """A DuckDB connection (yours: writable) with every view over an ``export_parquet`` directory."""
+    """A DuckDB connection (yours: writable) with every view over an export_parquet folder."""
     con = connect()
     con.execute(export_views_sql(directory))
     return con

@@ -42,7 +42,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .schema import DERIVED, KINDS, _quote, derived, typed
+from .schema import _NAMES, DERIVED, KINDS, LAYOUT, _quote, derived, typed
 from .segment import ORDER, connect, copy, fsync_dir, parquet_problem, read_meta, stat_key
 
 MERGED = "merged-"
@@ -62,7 +62,8 @@ class Partition:
     lo: str | None
     hi: str | None
     rows: int
-    layout: str | None = None  # the file's column layout (schema.LAYOUT of the version that wrote it)
+    layout: str | None = None  # its column layout (schema.LAYOUT of the version that wrote it)
+    derived: tuple = ()  # (kind, path) of the files of its step and tool_call rows
 
     def holds(self, key: str) -> bool:
         return (self.lo is None or key >= self.lo) and (self.hi is None or key < self.hi)
@@ -102,7 +103,9 @@ def read_manifest(path: str) -> _Generation | None:
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read(1 << 24))
-        files = tuple({"name": str(f["name"]), "lo": f["lo"], "hi": f["hi"], "rows": int(f["rows"])}
+        files = tuple({"name": str(f["name"]), "lo": f["lo"], "hi": f["hi"], "rows": int(f["rows"]),
+                       "layout": f.get("layout"),
+                       "derived": {str(k): str(v) for k, v in f.get("derived", {}).items()}}
                       for f in data["files"])
         return _Generation(int(data["generation"]), files, frozenset(map(str, data["consumed"])))
     except (OSError, ValueError, KeyError, TypeError):
@@ -125,34 +128,47 @@ def plan(live: tuple[str, ...], parquet: tuple[str, ...], names: frozenset, mani
         for f in current.files:
             if f["name"] in by_name:  # else left out of reads (a warning says why)
                 path = by_name[f["name"]]
-                base.append(Partition(path, f["lo"], f["hi"], f["rows"], (meta(path) or {}).get("layout")))
-        ignored |= {f["name"] for f in current.files}
+                layout = f.get("layout") or (meta(path) or {}).get("layout")
+                derived = tuple((k, by_name[n]) for k, n in sorted(f["derived"].items())
+                                if n in by_name)
+                base.append(Partition(path, f["lo"], f["hi"], f["rows"], layout, derived))
+        ignored |= {n for f in current.files for n in _names(f)}
     small = []
     for name, path in by_name.items():
         if name in ignored:
             continue
-        if name.startswith(MERGED) and current is not None:
-            info = meta(path)
-            if info is not None and info.get("level") == 1 and int(info.get("generation", 0)) < current.number:
+        if name.startswith(MERGED):
+            info = meta(path) or {}
+            if info.get("level") == 1 and info.get("derived"):
+                continue  # step or tool_call rows of a generation not in use: computed again
+            older = current is not None and info.get("level") == 1 \
+                and int(info.get("generation", 0)) < current.number
+            if older:
                 continue  # an older generation's: its rows are in the current one
         small.append(path)
-    stems = {Path(name).stem for name in ignored} | {Path(p).stem for p in small}
-    live = tuple(p for p in live if Path(p).stem not in stems)  # compacted: its Parquet file is read
-    return Plan(live, tuple(sorted(small)), tuple(sorted(base, key=lambda p: (p.lo is not None, p.lo or ""))),
-                current.number if current is not None else 0)
+    stems = {_stem(name) for name in ignored} | {_stem(p) for p in small}
+    live = tuple(p for p in live if _stem(p) not in stems)  # compacted: its file is read
+    base.sort(key=lambda p: (p.lo is not None, p.lo or ""))
+    number = current.number if current is not None else 0
+    return Plan(live, tuple(sorted(small)), tuple(base), number)
+
+
+def _stem(path: str) -> str:
+    """A file's name without folder and extension (``Path(path).stem``, cheaper)."""
+    return os.path.splitext(os.path.basename(path))[0]
 
 
 def _current(manifests: dict, names: frozenset) -> _Generation | None:
     """The newest valid generation whose files all exist."""
     for number in sorted(manifests, reverse=True):
         gen = manifests[number]
-        if gen is not None and all(f["name"] in names for f in gen.files):
+        if gen is not None and all(n in names for f in gen.files for n in _names(f)):
             return gen
     return None
 
 
 def list_manifests(folder: Path, cache: dict) -> dict:
-    """generation → manifest (None if damaged) of ``folder``; ``cache`` maps path → (stat, value)."""
+    """generation → manifest (None if damaged) in ``folder``; ``cache``: path → (stat, it)."""
     found = {}
     try:
         names = os.listdir(folder)
@@ -168,7 +184,8 @@ def list_manifests(folder: Path, cache: dict) -> dict:
         if hit is None or hit[0] != key:
             hit = cache[path] = (key, read_manifest(path))
         gen = hit[1]
-        found[int(match.group(1))] = gen if gen is None or gen.number == int(match.group(1)) else None
+        number = int(match.group(1))
+        found[number] = gen if gen is None or gen.number == number else None
     return found
 
 
@@ -246,12 +263,14 @@ class _Merge:
         size = sum(os.path.getsize(p) for p in inputs)
         if not inputs or (not force and len(inputs) < min_files and size < MIN_BYTES):
             return None
-        number = max([0, *manifests] + [int((self.meta(p) or {}).get("generation", 0)) for p in parquet]) + 1
+        seen = [int((self.meta(p) or {}).get("generation", 0)) for p in parquet]
+        number = max([0, *manifests, *seen]) + 1
         written, consumed = self._write(number, now, inputs)
         kept = [f for f in (current.files if current else ()) if f["name"] not in consumed]
-        manifest = {"format": 2, "generation": number, "files": kept + written, "consumed": sorted(consumed)}
-        for f in written:  # step 2: into place (a reader reads them as small files until step 3)
-            os.rename(self.folder / f".{f['name']}.tmp", self.folder / f["name"])
+        manifest = {"format": 2, "generation": number, "files": kept + written,
+                    "consumed": sorted(consumed)}
+        for name in (n for f in written for n in _names(f)):  # step 2: into place (until step 3
+            os.rename(self.folder / f".{name}.tmp", self.folder / name)  # read as small files)
         fsync_dir(self.folder)
         tmp = self.folder / f".generation-{number}.json.tmp"
         with open(tmp, "w") as f:
@@ -274,12 +293,17 @@ class _Merge:
         for name in names:
             if name == self.spill.name:
                 continue
-            if name.startswith((".merge-", ".generation-")) or (name.startswith(".merged-") and name.endswith(".tmp")):
+            temporary = name.startswith((".merge-", ".generation-")) or (
+                name.startswith(".merged-") and name.endswith(".tmp"))
+            if temporary:
                 path = self.folder / name
-                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
         if current is None:
             return  # never delete a large file without a generation that holds its rows
-        listed = {f["name"] for f in current.files}
+        listed = {n for f in current.files for n in _names(f)}
         for path in parquet:
             name = os.path.basename(path)
             if name in current.consumed:
@@ -290,7 +314,8 @@ class _Merge:
                     continue  # not ours
                 number = int(info.get("generation", 0))
                 if number < current.number or (number > current.number and number not in manifests):
-                    Path(path).unlink(missing_ok=True)  # older (merged since) or never committed (its inputs remain)
+                    # older (merged since), or never committed (its inputs are still there)
+                    Path(path).unlink(missing_ok=True)
 
     def _write(self, number: int, now: Plan, inputs: list[str]) -> tuple[list[dict], set[str]]:
         """Step 2's files (hidden names, fsynced): the affected partitions rewritten with the
@@ -300,11 +325,11 @@ class _Merge:
         legacy = [p for p in inputs if self.meta(p) is None]
         sources = []
         if typed_in:
-            sources.append(f"SELECT *, 1 AS src FROM read_parquet({_list(typed_in)}, union_by_name=true) "
-                           f"WHERE kind IN {_KINDS}")
+            sources.append(f"SELECT *, 1 AS src FROM read_parquet({_list(typed_in)}, "
+                           f"union_by_name=true) WHERE kind IN {_KINDS}")
         if legacy:
-            raw = f"SELECT kind, id, session_id, message_id, rev, writer, deleted, time_created, time_updated, " \
-                  f"data::JSON AS data FROM read_parquet({_list(legacy)}, union_by_name=true) WHERE id IS NOT NULL"
+            raw = (f"SELECT {_NAMES}::JSON AS data FROM read_parquet({_list(legacy)}, "
+                   "union_by_name=true) WHERE id IS NOT NULL")
             sources.append(f"SELECT *, 1 AS src FROM ({typed(raw)})")
         # a view: each range below scans the inputs again, min/max statistics skipping the row
         # groups of other sessions (they are sorted by session), so no copy of them is held
@@ -316,20 +341,24 @@ class _Merge:
         for key in keys:
             index = max(bisect.bisect_right(lows, key) - 1, 0)
             if not parts[index].holds(key):  # the generation does not cover every session
-                raise RuntimeError(f"history merge: no file of generation {now.generation} holds {key!r}")
+                raise RuntimeError(f"history merge: no file of generation {now.generation} "
+                                   f"holds {key!r}")
             affected.setdefault(index, []).append(key)
         written, consumed = [], {os.path.basename(p) for p in inputs}
         token = secrets.token_hex(3)
         for index in sorted(affected):
             part = parts[index]
-            old = (f"SELECT *, 0 AS src FROM read_parquet([{_quote(part.path)}], union_by_name=true) "
-                   f"WHERE kind IN {_KINDS}") if part.path else None
+            old = (f"SELECT *, 0 AS src FROM read_parquet([{_quote(part.path)}], "
+                   f"union_by_name=true) WHERE kind IN {_KINDS}") if part.path else None
             if part.path:
                 consumed.add(os.path.basename(part.path))
+                consumed |= {os.path.basename(path) for _, path in part.derived}
             for lo, hi in self._ranges(old, part):
-                name = f"{MERGED}{number}-{token}-{len(written)}.parquet"
-                rows = self._write_range(old, lo, hi, self.folder / f".{name}.tmp", number)
-                written.append({"name": name, "lo": lo, "hi": hi, "rows": rows})
+                stem = f"{MERGED}{number}-{token}-{len(written)}"
+                entry = {"name": f"{stem}.parquet", "lo": lo, "hi": hi, "layout": LAYOUT,
+                         "derived": {kind: f"{stem}-{kind}.parquet" for kind in DERIVED}}
+                entry["rows"] = self._write_range(old, entry, number)
+                written.append(entry)
         con.execute("DROP VIEW inp")
         return written, consumed
 
@@ -339,7 +368,8 @@ class _Merge:
         counts = f"SELECT {_KEY} k, count(*) n FROM inp WHERE {within} GROUP BY k"
         if old:
             counts += f" UNION ALL SELECT {_KEY} k, count(*) n FROM ({old}) GROUP BY k"
-        rows = self.con.execute(f"SELECT k, sum(n) FROM ({counts}) GROUP BY k ORDER BY k").fetchall()
+        rows = self.con.execute(f"SELECT k, sum(n) FROM ({counts}) GROUP BY k ORDER BY k"
+                                ).fetchall()
         cuts, total = [], 0
         for key, n in rows:
             if total >= self.target_rows:
@@ -349,15 +379,18 @@ class _Merge:
         bounds = [part.lo, *cuts, part.hi]
         return list(zip(bounds[:-1], bounds[1:]))
 
-    def _write_range(self, old: str | None, lo, hi, tmp: Path, number: int) -> int:
+    def _write_range(self, old: str | None, entry: dict, number: int) -> int:
+        """The files of one range (``entry``: its names and bounds), under hidden names; its
+        step and tool_call rows in files of their own, so that a scan of them reads nothing else."""
         con = self.con
-        within = _within(lo, hi)
+        within = _within(entry["lo"], entry["hi"])
         union = f"SELECT * FROM inp WHERE {within}"
         if old:
             union = f"SELECT * FROM ({old}) WHERE {within} UNION ALL BY NAME {union}"
         # newest revision per id; most ids have one row, so only those with more are ranked
         con.execute(f"CREATE OR REPLACE TEMP VIEW u AS {union}")
-        con.execute("CREATE OR REPLACE TEMP TABLE dup AS SELECT id FROM u GROUP BY id HAVING count(*) > 1")
+        con.execute("CREATE OR REPLACE TEMP TABLE dup AS "
+                    "SELECT id FROM u GROUP BY id HAVING count(*) > 1")
         con.execute("CREATE OR REPLACE TEMP TABLE c AS SELECT * EXCLUDE (src) FROM u "
                     "WHERE id NOT IN (SELECT id FROM dup) UNION ALL SELECT * EXCLUDE (src) FROM u "
                     "WHERE id IN (SELECT id FROM dup) QUALIFY row_number() OVER "
@@ -365,10 +398,13 @@ class _Merge:
         con.execute("DROP VIEW u")
         parts = "(FROM c WHERE kind = 'part' AND deleted IS NOT TRUE)"
         messages = "(FROM c WHERE kind = 'message' AND deleted IS NOT TRUE)"
-        rows = " UNION ALL BY NAME ".join(
-            ["SELECT * FROM c"] + [f"SELECT '{kind}' AS kind, * FROM ({derived(kind, parts, messages)})"
-                                   for kind in DERIVED])
-        n = copy(con, f"SELECT * FROM ({rows}) ORDER BY {ORDER}", tmp, {"level": 1, "generation": number})
+        hidden = self.folder / f".{entry['name']}.tmp"
+        n = copy(con, f"SELECT * FROM c ORDER BY {ORDER}", hidden,
+                 {"level": 1, "generation": number})
+        for kind, name in entry["derived"].items():
+            copy(con, f"SELECT '{kind}' AS kind, * FROM ({derived(kind, parts, messages)}) "
+                 "ORDER BY session_id, id", self.folder / f".{name}.tmp",
+                 {"level": 1, "generation": number, "derived": kind})
         con.execute("DROP TABLE c")
         con.execute("DROP TABLE dup")
         return n
@@ -376,6 +412,11 @@ class _Merge:
 
 _KEY = "coalesce(session_id, '')"
 _KINDS = "(" + ", ".join(f"'{k}'" for k in KINDS) + ")"
+
+
+def _names(entry: dict) -> list[str]:
+    """The files of one manifest entry: its rows' and its derived rows'."""
+    return [entry["name"], *entry.get("derived", {}).values()]
 
 
 def _list(paths) -> str:
@@ -389,5 +430,6 @@ def _within(lo: str | None, hi: str | None) -> str:
     if lo is not None:  # a cut is never "" (the first key never starts a new range)
         terms.append(f"session_id >= {_quote(lo)}")
     if hi is not None:
-        terms.append(f"(session_id < {_quote(hi)}" + (" OR session_id IS NULL)" if lo is None else ")"))
+        nulls = " OR session_id IS NULL" if lo is None else ""
+        terms.append(f"(session_id < {_quote(hi)}{nulls})")
     return " AND ".join(terms) or "true"

@@ -72,7 +72,8 @@ class _Query:
         with self._read_lock:
             con = self._prepare()
             if self._catalog is not None and self._catalog.loaded:
-                return self._over_views(con, lambda c: c.execute(tables_sql, params or []).fetchall())
+                return self._over_views(
+                    con, lambda c: c.execute(tables_sql, params or []).fetchall())
             return self._over_files(con, lambda c, events: c.execute(
                 files_sql.replace("__events__", events), params or []).fetchall())
 
@@ -139,7 +140,8 @@ class _Query:
         if key == self._defined:
             return
         self._defined = None
-        define_views(con, files, catalog.shadowed, public=not self._views_made, tail=catalog.created)
+        define_views(con, files, catalog.shadowed, public=not self._views_made,
+                     tail=catalog.created)
         self._views_made = True
         self._defined = key
 
@@ -248,8 +250,8 @@ class _Query:
 
     def _usable(self, path: str, parquet: bool) -> bool:
         """Whether a listed file is read: not left out (unless it changed since), and for a
-        Parquet file, whole (its magic number at both ends: not cut short by a copy or sync)
-        with a footer that can be read."""
+        Parquet file, whole (its magic number at both ends: not cut short by a copy or sync).
+        A footer that cannot be read is found when the file is read (``_guarded``)."""
         if path in self._bad:
             if stat_key(path) == self._bad[path]:
                 return False
@@ -257,11 +259,6 @@ class _Query:
         if not parquet or path in self._verified:
             return True
         reason = parquet_problem(path)
-        if reason is None:
-            try:
-                self._meta(path)
-            except _BadFile as bad:
-                reason = bad.reason
         if reason is None:
             self._verified.add(path)
             return True
@@ -312,7 +309,14 @@ class _Query:
                 report_file(self._root, str(folder / f"generation-{number}.json"),
                             "not a readable generation manifest; its files are read one by one")
         return plan(tuple(p for p in live if self._usable(p, False)), usable, names, manifests,
-                    lambda path: self._metas.get(path, (None, None))[1])
+                    self._meta_or_none)
+
+    def _meta_or_none(self, path: str) -> dict | None:
+        """The footer entry, or None if it cannot be read (the read of the file says why)."""
+        try:
+            return self._meta(path)
+        except _BadFile:
+            return None
 
     def _sweep(self) -> None:
         me = self._journal.writer if self._journal is not None else None
@@ -336,7 +340,8 @@ class _Query:
             return
         try:
             waiting = [entry.stat().st_size for entry in os.scandir(folder)
-                       if entry.name.endswith(".parquet") and not entry.name.startswith((".", "merged-"))]
+                       if entry.name.endswith(".parquet")
+                       and not entry.name.startswith((".", "merged-"))]
         except OSError:
             return
         if len(waiting) < MIN_FILES and sum(waiting) < MIN_BYTES:
@@ -353,7 +358,8 @@ def _quiet_merge(history: Path) -> None:
         pass
 
 
-def define_views(con, files: Plan, shadowed: dict, *, public: bool = True, tail: bool = True) -> None:
+def define_views(con, files: Plan, shadowed: dict, *, public: bool = True,
+                 tail: bool = True) -> None:
     """``_store.<kind>`` over this plan and the tail's tables (made by its first rows: an empty
     tail has none), then the public views over them when ``public``."""
     con.execute("CREATE SCHEMA IF NOT EXISTS _store")
@@ -370,18 +376,24 @@ def _kind_sql(kind: str, files: Plan, shadowed: dict, layouts: tuple, tail: bool
     """``_store.<kind>``: the base files' rows of ``kind`` (sessions the tail holds left out of
     their file) and the tail's."""
     columns = select_list(kind)
-    where = f"kind = '{kind}'" + ("" if kind in DERIVED else " AND deleted IS NOT TRUE")
+    # a derived kind's rows have files of their own; the journal kinds share one per range
+    where = "true" if kind in DERIVED else f"kind = '{kind}' AND deleted IS NOT TRUE"
     branches = []
-    plain = [p.path for p in files.base if p.path not in shadowed]
+
+    def path_of(part):
+        return dict(part.derived).get(kind) if kind in DERIVED else part.path
+
+    plain = [path_of(p) for p in files.base if p.path not in shadowed and path_of(p)]
     unify = ", union_by_name=true" if len(set(layouts)) > 1 else ""  # files of several versions
     if plain:
-        branches.append(f"SELECT {columns} FROM read_parquet([{', '.join(map(_quote, plain))}]{unify}) "
-                        f"WHERE {where}")
+        listed = ", ".join(map(_quote, plain))
+        branches.append(f"SELECT {columns} FROM read_parquet([{listed}]{unify}) WHERE {where}")
     for part in files.base:
         keys = shadowed.get(part.path)
-        if keys:
-            branches.append(f"SELECT {columns} FROM read_parquet([{_quote(part.path)}]) WHERE {where} "
-                            f"AND {_KEY} NOT IN ({', '.join(map(_quote, sorted(keys)))})")
+        if keys and path_of(part):
+            left_out = ", ".join(map(_quote, sorted(keys)))
+            branches.append(f"SELECT {columns} FROM read_parquet([{_quote(path_of(part))}]) "
+                            f"WHERE {where} AND {_KEY} NOT IN ({left_out})")
     if tail:
         branches.append(f"SELECT * FROM _tail.{kind}" if kind in DERIVED
                         else f"SELECT {columns} FROM _tail.rows WHERE kind = '{kind}'")

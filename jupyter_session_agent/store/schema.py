@@ -20,9 +20,10 @@ RAW_TYPES = {"kind": "VARCHAR", "id": "VARCHAR", "session_id": "VARCHAR", "messa
              "rev": "BIGINT", "writer": "VARCHAR", "deleted": "BOOLEAN", "time_created": "BIGINT",
              "time_updated": "BIGINT", "data": "JSON"}
 RAW = tuple(RAW_TYPES)
-COLUMNS = "{" + ", ".join(f"{name}: '{typ}'" for name, typ in RAW_TYPES.items()) + "}"  # read_json's
+COLUMNS = "{" + ", ".join(f"{name}: '{typ}'" for name, typ in RAW_TYPES.items()) + "}"  # read_json
 _NAMES = ", ".join(RAW)
-_EMPTY = "SELECT " + ", ".join(f"NULL::{typ} {name}" for name, typ in RAW_TYPES.items()) + " WHERE false"
+_EMPTY = ("SELECT " + ", ".join(f"NULL::{typ} {name}" for name, typ in RAW_TYPES.items())
+          + " WHERE false")  # the relation a history with no files yet reads as
 _BASE = ("id", "session_id", "message_id", "rev", "writer", "time_created", "time_updated", "data")
 
 
@@ -109,7 +110,7 @@ def _merge_spec(into: dict, spec: dict, path: str = "") -> dict:
         if isinstance(value, dict) and isinstance(into.get(key, {}), dict):
             into[key] = _merge_spec(into.get(key, {}), value, f"{path}.{key}")
         elif into.setdefault(key, value) != value:
-            raise AssertionError(f"typed columns: {path}.{key} has two types")  # caught by the tests
+            raise AssertionError(f"typed columns: {path}.{key} has two types")
     return into
 
 
@@ -187,13 +188,13 @@ _DERIVED_SQL: dict[str, tuple[str, str]] = {
         p.data->'state'->'metadata'->'mcp'->>'server' AS mcp_server"""),
 }
 DERIVED_COLUMNS = {
-    "step": ("session_id", "message_id", "id", "provider", "model", "agent", "summary", "input_tokens",
-             "output_tokens", "reasoning_tokens", "cache_read_tokens", "cache_write_tokens", "prompt_tokens",
-             "context_tokens", "cost", "estimated", "latency_ms", "first_token_ms", "attempts",
-             "finish_reason", "time"),
-    "tool_call": ("session_id", "message_id", "id", "call_id", "tool", "status", "error", "error_class",
-                  "failed", "duration_ms", "output_length", "pruned", "pruned_at", "provider", "model",
-                  "time", "mcp_server"),
+    "step": ("session_id", "message_id", "id", "provider", "model", "agent", "summary",
+             "input_tokens", "output_tokens", "reasoning_tokens", "cache_read_tokens",
+             "cache_write_tokens", "prompt_tokens", "context_tokens", "cost", "estimated",
+             "latency_ms", "first_token_ms", "attempts", "finish_reason", "time"),
+    "tool_call": ("session_id", "message_id", "id", "call_id", "tool", "status", "error",
+                  "error_class", "failed", "duration_ms", "output_length", "pruned", "pruned_at",
+                  "provider", "model", "time", "mcp_server"),
 }
 PART_TYPES = {kind: part_type for kind, (part_type, _) in _DERIVED_SQL.items()}
 
@@ -208,5 +209,5 @@ def derived(kind: str, parts: str, messages: str, where: str = "true") -> str:
 
 # A signature of the stored columns: files that share it have the same schema, so one scan reads
 # them without unifying their schemas (``union_by_name``, which costs a bind per query).
-LAYOUT = hashlib.sha1("|".join([*RAW, *TYPED, *(f"{k}.{c}" for k in DERIVED for c in DERIVED_COLUMNS[k])])
-                      .encode()).hexdigest()[:12]
+_STORED = [*RAW, *TYPED, *(f"{k}.{c}" for k in DERIVED for c in DERIVED_COLUMNS[k])]
+LAYOUT = hashlib.sha1("|".join(_STORED).encode()).hexdigest()[:12]

@@ -44,8 +44,8 @@ def connect(memory_limit: str | None = None, temp: Path | None = None):
 def copy(con, select: str, path: Path, meta: dict, params: list | None = None) -> int:
     """Write the rows of ``select`` to ``path`` (fsynced, not yet visible if the name is hidden)."""
     meta = {"format": FORMAT, "layout": LAYOUT, **meta}
-    rows = con.execute(f"COPY ({select}) TO {_quote(path)} (FORMAT parquet, "
-                       f"KV_METADATA {{{META_KEY}: {_quote(json.dumps(meta))}}})", params or []).fetchone()[0]
+    options = f"FORMAT parquet, KV_METADATA {{{META_KEY}: {_quote(json.dumps(meta))}}}"
+    rows = con.execute(f"COPY ({select}) TO {_quote(path)} ({options})", params or []).fetchone()[0]
     with open(path, "rb") as f:
         os.fsync(f.fileno())
     return rows
@@ -116,7 +116,8 @@ def compact(journal: Path, history: Path) -> None:
     try:
         # Older revisions in one journal can never win, so only the newest per id is kept.
         # Its writer is finished, so its unfinished tools were interrupted: settle them here too.
-        raw = (f"SELECT * REPLACE ({_SETTLED} AS data) FROM {_read_json([journal])} WHERE id IS NOT NULL "
+        raw = (f"SELECT * REPLACE ({_SETTLED} AS data) FROM {_read_json([journal])} "
+               "WHERE id IS NOT NULL "
                "QUALIFY row_number() OVER (PARTITION BY id ORDER BY rev DESC) = 1")
         rows = copy(con, f"{typed(raw)} ORDER BY {ORDER}", tmp, {"level": 0}, [now_ms()])
     finally:

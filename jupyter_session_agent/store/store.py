@@ -150,11 +150,11 @@ class Store(_Query, _Export):
 
     # ---- reading -----------------------------------------------------------
     #
-    # Two sources answer the same questions. The catalog (``_store.*`` tables, kept current
-    # by ``_Catalog.refresh``) is loaded by the first sql() query; until then, reads go
-    # straight to the files (``_events_sql``), filtered to what they need (Parquet row
-    # groups of other sessions are skipped), so a fresh store opens one session without
-    # first loading the whole history.
+    # Two sources answer the same questions. The views (``_store.*``: the merged files
+    # scanned in place plus the tail kept current by ``_Catalog.refresh``) are defined by the
+    # first sql() query; until then, reads go straight to the files (``_events_sql``),
+    # filtered to what they need (Parquet row groups of other sessions are skipped), so a
+    # fresh store opens one session without first reading the journals of other sessions.
 
     def session(self, session_id: str) -> Session:
         """The session with this id, or with this unique id prefix."""
@@ -351,8 +351,8 @@ _shared_lock = threading.Lock()
 
 
 def shared(data_dir: str | os.PathLike) -> "Store":
-    """The process-wide Store for ``data_dir``: one journal and one catalog per history
-    (the magics and ``jupyter_session_agent.sql()`` use it, so the catalog loads once)."""
+    """The process-wide Store for ``data_dir``: one journal and one tail per history
+    (the magics and ``jupyter_session_agent.sql()`` use it, so the tail is read once)."""
     key = Path(data_dir).expanduser().absolute()
     with _shared_lock:
         store = _shared.get(key)
@@ -367,7 +367,7 @@ def _from_files(kind: str, where: str, columns: str = "id, data::VARCHAR") -> st
 
 
 def _message_rows(data: bool, ids: bool = False) -> tuple[str, str]:
-    """(catalog SQL, files SQL) for a session's messages and parts ($1): ``id, message_id,
+    """(views SQL, files SQL) for a session's messages and parts ($1): ``id, message_id,
     rev, time_created, writer`` [``, data``], only the ids in list $2 when ``ids``."""
     columns = "id, message_id, rev, time_created, writer" + (", coalesce(data::VARCHAR, '{}')" if data else "")
     where = "session_id = $1" + (" AND list_contains($2, id)" if ids else "")

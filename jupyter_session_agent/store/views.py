@@ -1,10 +1,11 @@
-"""The public views (docs/analytics.md) over the catalog's ``_store.<kind>`` tables: plain SQL."""
+"""The public views (docs/analytics.md) over ``_store.<kind>`` (the files and the tail, defined
+by ``query.define_views``): plain SQL."""
 
 from __future__ import annotations
 
 
 def _latest(kind: str) -> str:
-    """Newest revision per id of one kind, tombstones removed: the catalog's table.
+    """Newest revision per id of one kind, tombstones removed: ``_store.<kind>``.
 
     Ends in a WHERE clause so a view can go on with ``AND …``.
     """
@@ -74,7 +75,7 @@ _VIEWS["todo"] = f"""SELECT session_id, TRY_CAST(item->>'position' AS INTEGER) A
 # Analytics views (docs/analytics.md): one row per LLM call, tool call, session, and day × model.
 # Plain SQL over the views above; times are UTC TIMESTAMPs; costs in USD.
 _UTC = "make_timestamp({} * 1000)"  # epoch milliseconds → TIMESTAMP (UTC)
-_VIEWS["step"] = "SELECT * FROM _store.step"  # rows kept by the catalog (_DERIVED)
+_VIEWS["step"] = "SELECT * FROM _store.step"  # rows derived from parts (schema.derived)
 _VIEWS["tool_call"] = "SELECT * FROM _store.tool_call"
 # What an imported session's own row recorded (OpenCode keeps totals on the session), shown only
 # where it differs from what its messages add up to (NULL otherwise, and for our sessions).

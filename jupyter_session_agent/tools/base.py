@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,9 @@ class ToolContext:
     directory: Path
     data_dir: Path
     shell: Any | None = None
+    # Would ``read`` of this path pass without asking? Tools that read many files on their
+    # own (``grep``) leave out the others; ``None``: no rules apply (tools run directly).
+    may_read: Callable[[str], bool] | None = None
 
 
 @dataclass(frozen=True)

@@ -238,6 +238,10 @@ class GrepTool:
                 p for p in walk_files(root, limits)
                 if include is None or matches(include, p.relative_to(root).as_posix())
             ]
+        hidden = 0
+        if ctx.may_read is not None and not root.is_file():  # a file named directly was asked
+            readable = [p for p in files if ctx.may_read(str(p))]
+            hidden, files = len(files) - len(readable), readable
         # Newest files first, as OpenCode sorts matches by file modification time.
         files.sort(key=_mtime, reverse=True)
 
@@ -260,6 +264,10 @@ class GrepTool:
             more = more or file_more
 
         note = limits.note()
+        if hidden:
+            note = "; ".join(filter(None, [note, (
+                f"{hidden} file(s) not searched: reading them asks or is denied (e.g. .env); "
+                "use read on one to ask")]))
         if not groups:
             return ToolResult("No files found" + _notes(note), title=args["pattern"],
                               metadata={"matches": 0, "truncated": bool(note)})
