@@ -56,9 +56,10 @@ def questions() -> dict[str, str]:
 
 
 EXTRA = {  # the issue's own example: the first group-by over part
-    "part: group by session": "SELECT session_id, count(*) parts, sum(cost) cost, sum(output_tokens) output, "
-                              "count(*) FILTER (WHERE type = 'tool') tools FROM part GROUP BY session_id "
-                              "ORDER BY cost DESC",
+    "part: group by session": "SELECT session_id, count(*) parts, sum(cost) cost, "
+                              "sum(output_tokens) output, "
+                              "count(*) FILTER (WHERE type = 'tool') tools "
+                              "FROM part GROUP BY session_id ORDER BY cost DESC",
 }
 
 
@@ -66,7 +67,20 @@ def raw_rows(turns: int, parts: int, t0: int, first: int, last: int) -> str:
     """SQL: the journal rows of turns [first, last) (2 messages and 6 parts each), as
     ``bench_analytics.turn`` writes them, plus each session's row."""
     big = BIG_TURNS
-    pid = "'prt_' || lpad(lower(hex(5000000000000 + n * 8 + {k})), 12, '0') || left(md5(n::VARCHAR), 14)"
+
+    def ident(prefix: str, value: str, seed: str = "n") -> str:  # an id as ids.py makes them
+        return (f"'{prefix}_' || lpad(lower(hex({value})), 12, '0') || "
+                f"left(md5({seed}::VARCHAR), 14)")
+
+    part = {k: ident("prt", f"5000000000000 + n * 8 + {k}") for k in range(8)}
+    tokens = ("json_object('input', inp, 'output', 120, 'reasoning', 0, "
+              "'cache', json_object('read', cr, 'write', 0))")
+    tool = ("json_object('type', 'tool', 'callID', 'call_1', 'tool', tool, 'state', {state})")
+    failed = ("json_object('status', 'error', 'input', json_object('command', 'ls -la'), "
+              "'error', 'exit 2', 'time', json_object('start', t, 'end', t + 30))")
+    done = ("json_object('status', 'completed', 'input', json_object('command', 'ls -la'), "
+            "'output', repeat('file.txt' || chr(10), 30), 'title', 'ls -la', "
+            "'metadata', json_object('exit', 0), 'time', json_object('start', t, 'end', t + 30))")
     return f"""
 WITH t AS (
   SELECT n, CASE WHEN n < {big} THEN 0 ELSE 1 + (n - {big}) // 20 END AS s,
@@ -75,33 +89,48 @@ WITH t AS (
          ['gpt-4o','gpt-4o-mini','claude-sonnet-4-5'][n % 3 + 1] AS model,
          900 + n % 500 AS inp, 400 * (n % 2) AS cr, ['bash','read','grep'][n % 3 + 1] AS tool
   FROM range({first}, {last}) r(n)),
-ids AS (SELECT *, 'ses_' || lpad(lower(hex((~(7000000000000 + s)) & 281474976710655)), 12, '0')
-                  || left(md5(s::VARCHAR), 14) AS sid,
-         'msg_' || lpad(lower(hex(5000000000000 + n * 8)), 12, '0') || left(md5(n::VARCHAR), 14) AS um,
-         'msg_' || lpad(lower(hex(5000000000000 + n * 8 + 2)), 12, '0') || left(md5(n::VARCHAR), 14) AS am
+ids AS (SELECT *, {ident("ses", "(~(7000000000000 + s)) & 281474976710655", "s")} AS sid,
+         {ident("msg", "5000000000000 + n * 8")} AS um,
+         {ident("msg", "5000000000000 + n * 8 + 2")} AS am
        FROM t),
 rows AS (
   SELECT 'session' kind, sid id, sid session_id, NULL::VARCHAR message_id, t, 0 k, n,
-    printf('{{"directory":"/w","title":"s%d","time":{{"created":%d,"updated":%d}},"slug":"","projectID":"global","version":""}}', n, t, t) data
+    json_object('directory', '/w', 'title', 's' || n,
+                'time', json_object('created', t, 'updated', t),
+                'slug', '', 'projectID', 'global', 'version', '') data
   FROM ids WHERE n = 0 OR (n >= {big} AND (n - {big}) % 20 = 0)
   UNION ALL SELECT 'message', um, sid, NULL, t, 1, n,
-    printf('{{"role":"user","time":{{"created":%d}},"model":{{"providerID":"%s","modelID":"%s"}},"agent":"build"}}', t, provider, model) FROM ids
-  UNION ALL SELECT 'part', {pid.format(k=1)}, sid, um, t, 2, n,
-    '{{"type":"text","text":"' || repeat('please list the files ', 5) || '"}}' FROM ids
+    json_object('role', 'user', 'time', json_object('created', t),
+                'model', json_object('providerID', provider, 'modelID', model), 'agent', 'build')
+  FROM ids
+  UNION ALL SELECT 'part', {part[1]}, sid, um, t, 2, n,
+    json_object('type', 'text', 'text', repeat('please list the files ', 5)) FROM ids
   UNION ALL SELECT 'message', am, sid, NULL, t, 3, n,
-    printf('{{"role":"assistant","parentID":"%s","time":{{"created":%d,"completed":%d}},"providerID":"%s","modelID":"%s","agent":"build","mode":"build","path":{{"cwd":"/w","root":"/w"}},"cost":0.0012,"tokens":{{"input":%d,"output":120,"reasoning":0,"cache":{{"read":%d,"write":0}}}},"finish":"tool-calls"}}', um, t, t + 900, provider, model, inp, cr) FROM ids
-  UNION ALL SELECT 'part', {pid.format(k=3)}, sid, am, t, 4, n, '{{"type":"step-start"}}' FROM ids
-  UNION ALL SELECT 'part', {pid.format(k=4)}, sid, am, t, 5, n,
-    printf('{{"type":"reasoning","text":"%s","time":{{"start":%d}}}}', repeat('I should run ls. ', 8), t) FROM ids
-  UNION ALL SELECT 'part', {pid.format(k=5)}, sid, am, t, 6, n,
-    CASE WHEN n % 7 = 0 THEN printf('{{"type":"tool","callID":"call_1","tool":"%s","state":{{"status":"error","input":{{"command":"ls -la"}},"error":"exit 2","time":{{"start":%d,"end":%d}}}}}}', tool, t, t + 30)
-    ELSE printf('{{"type":"tool","callID":"call_1","tool":"%s","state":{{"status":"completed","input":{{"command":"ls -la"}},"output":"%s","title":"ls -la","metadata":{{"exit":0}},"time":{{"start":%d,"end":%d}}}}}}', tool, repeat('file.txt\\n', 30), t, t + 30) END FROM ids
-  UNION ALL SELECT 'part', {pid.format(k=6)}, sid, am, t, 7, n,
-    printf('{{"type":"text","text":"Here are the files.","time":{{"start":%d,"end":%d}}}}', t, t + 5) FROM ids
-  UNION ALL SELECT 'part', {pid.format(k=7)}, sid, am, t, 8, n,
-    printf('{{"type":"step-finish","reason":"tool-calls","cost":0.0012,"tokens":{{"input":%d,"output":120,"reasoning":0,"cache":{{"read":%d,"write":0}}}},"metadata":{{"latencyMs":%d,"firstTokenMs":%d,"attempts":1}}}}', inp, cr, 400 + n % 900, 100 + n % 200) FROM ids)
-SELECT kind, id, session_id, message_id, 1700000000000000000 + n * 16 + k AS rev, 'bench-1-00000000' AS writer,
-       false AS deleted, t AS time_created, t AS time_updated, data::JSON AS data FROM rows"""
+    json_object('role', 'assistant', 'parentID', um,
+                'time', json_object('created', t, 'completed', t + 900),
+                'providerID', provider, 'modelID', model, 'agent', 'build', 'mode', 'build',
+                'path', json_object('cwd', '/w', 'root', '/w'), 'cost', 0.0012, 'tokens', {tokens},
+                'finish', 'tool-calls')
+  FROM ids
+  UNION ALL SELECT 'part', {part[3]}, sid, am, t, 4, n, json_object('type', 'step-start') FROM ids
+  UNION ALL SELECT 'part', {part[4]}, sid, am, t, 5, n,
+    json_object('type', 'reasoning', 'text', repeat('I should run ls. ', 8),
+                'time', json_object('start', t))
+  FROM ids
+  UNION ALL SELECT 'part', {part[5]}, sid, am, t, 6, n,
+    CASE WHEN n % 7 = 0 THEN {tool.format(state=failed)} ELSE {tool.format(state=done)} END FROM ids
+  UNION ALL SELECT 'part', {part[6]}, sid, am, t, 7, n,
+    json_object('type', 'text', 'text', 'Here are the files.',
+                'time', json_object('start', t, 'end', t + 5))
+  FROM ids
+  UNION ALL SELECT 'part', {part[7]}, sid, am, t, 8, n,
+    json_object('type', 'step-finish', 'reason', 'tool-calls', 'cost', 0.0012, 'tokens', {tokens},
+                'metadata', json_object('latencyMs', 400 + n % 900, 'firstTokenMs', 100 + n % 200,
+                                        'attempts', 1))
+  FROM ids)
+SELECT kind, id, session_id, message_id, 1700000000000000000 + n * 16 + k AS rev,
+       'bench-1-00000000' AS writer, false AS deleted, t AS time_created, t AS time_updated,
+       data::JSON AS data FROM rows"""
 
 
 def generate(data_dir: Path, parts: int) -> dict:
@@ -118,7 +147,8 @@ def generate(data_dir: Path, parts: int) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     con = connect("3GB", data_dir / "spill")
     start = time.perf_counter()
-    bounds = [BIG_TURNS] + [BIG_TURNS + (turns - BIG_TURNS) * (i + 1) // files for i in range(files)]
+    bounds = [BIG_TURNS] + [BIG_TURNS + (turns - BIG_TURNS) * (i + 1) // files
+                            for i in range(files)]
     bounds[-1] = turns
     for i, (first, last) in enumerate(zip([0] + bounds[:-1], bounds)):  # the big session first
         copy(con, f"{typed(raw_rows(turns, parts, t0, first, last))} ORDER BY {ORDER}",
@@ -130,7 +160,8 @@ def generate(data_dir: Path, parts: int) -> dict:
     took = time.perf_counter() - start
     shutil.rmtree(data_dir / "spill", ignore_errors=True)
     size = sum(p.stat().st_size for p in folder.glob("*.parquet"))
-    return {"turns": turns, "generated_s": generated, "merge_s": took, "merge": merged, "bytes": size}
+    return {"turns": turns, "generated_s": generated, "merge_s": took, "merge": merged,
+            "bytes": size}
 
 
 CHILD = """
@@ -176,8 +207,8 @@ print(json.dumps({{"s": took, "cpu": cpu, "rss_mb": peak / 1024, "rows": len(fra
 
 def child(mode: str, data_dir: Path, query: str) -> dict:
     code = CHILD.format(root=str(ROOT))
-    done = subprocess.run([sys.executable, "-c", code, mode, str(data_dir), query], capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run([sys.executable, "-c", code, mode, str(data_dir), query],
+                          capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(done.stderr)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -203,11 +234,11 @@ def main() -> None:
     try:
         from jupyter_session_agent.store import Store
 
-        big = Store(data_dir).sql("SELECT session_id FROM session_summary ORDER BY steps DESC LIMIT 1"
-                                  ).session_id[0]
-        print("first query in a fresh process, median of fresh processes: wall s (CPU s) and peak RSS")
-        print(f"{'question':<46} {'ours':>13} {'baseline':>13} {'ratio':>11} {'ours MB':>8} {'base MB':>8} "
-              f"{'ratio':>6}")
+        big = Store(data_dir).sql("SELECT session_id FROM session_summary "
+                                  "ORDER BY steps DESC LIMIT 1").session_id[0]
+        print("first query in a fresh process, median of fresh processes: wall s (CPU s), peak RSS")
+        print(f"{'question':<46} {'ours':>13} {'baseline':>13} {'ratio':>11} {'ours MB':>8} "
+              f"{'base MB':>8} {'ratio':>6}")
         ratios = []
         for label, query in {**EXTRA, **questions()}.items():
             ours, base = [], []
@@ -216,18 +247,20 @@ def main() -> None:
                 base.append(child("baseline", data_dir, query))
             assert ours[0]["rows"] == base[0]["rows"], (label, ours[0], base[0])
             (o_s, o_c, o_m), (b_s, b_c, b_m) = (
-                tuple(statistics.median(r[k] for r in x) for k in ("s", "cpu", "rss_mb")) for x in (ours, base))
+                tuple(statistics.median(r[k] for r in x) for k in ("s", "cpu", "rss_mb"))
+                for x in (ours, base))
             ratios.append((o_s / b_s, o_c / b_c, o_m / b_m))
-            print(f"{label[:46]:<46} {o_s:>6.3f} ({o_c:.2f}) {b_s:>6.3f} ({b_c:.2f}) {o_s / b_s:>4.2f}x "
-                  f"({o_c / b_c:.2f}) {o_m:>8.0f} {b_m:>8.0f} {o_m / b_m:>5.2f}x")
+            print(f"{label[:46]:<46} {o_s:>6.3f} ({o_c:.2f}) {b_s:>6.3f} ({b_c:.2f}) "
+                  f"{o_s / b_s:>4.2f}x ({o_c / b_c:.2f}) {o_m:>8.0f} {b_m:>8.0f} "
+                  f"{o_m / b_m:>5.2f}x")
         for i, what in enumerate(("wall time", "CPU time", "peak RSS")):
             print(f"{what} ratio: median {statistics.median(r[i] for r in ratios):.2f}x, "
                   f"worst {max(r[i] for r in ratios):.2f}x")
         print("targets: time <= 1.5x, memory <= 2x")
         loads = [child("load", data_dir, big) for _ in range(args.runs)]
-        print(f"messages() of the 10,000-message session, fresh process: median "
-              f"{statistics.median(r['s'] for r in loads):.3f} s (CPU {statistics.median(r['cpu'] for r in loads):.3f}"
-              f" s), peak RSS {statistics.median(r['rss_mb'] for r in loads):.0f} MB")
+        wall, cpu, peak = (statistics.median(r[k] for r in loads) for k in ("s", "cpu", "rss_mb"))
+        print(f"messages() of the 10,000-message session, fresh process: median {wall:.3f} s "
+              f"(CPU {cpu:.3f} s), peak RSS {peak:.0f} MB")
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

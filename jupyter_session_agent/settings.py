@@ -23,7 +23,8 @@ COMPACTION_DEFAULTS: Mapping[str, Any] = {
     "reserved": None,  # None: min(20_000, max output tokens), as OpenCode
     "prune_protect": 40_000,
     "prune_minimum": 20_000,
-    "tail_turns": 1,  # recent turns kept verbatim (the latest request is restated when it does not fit)
+    "tail_turns": 1,  # recent turns kept verbatim (the latest request is restated when it does not fit);
+    # a manual compaction keeps every recent turn preserve_recent_tokens holds, as OpenCode 1.18
     "preserve_recent_tokens": None,  # None: clamp(usable × 0.25, 2_000, 15_000), as upstream
     "threshold": 1.0,  # compact at usable × threshold (0 < r <= 1); per model: model_overrides compaction_threshold
     "protected_tools": ("skill",),  # never pruned

@@ -11,7 +11,9 @@ knows exactly which rows are durable.
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -56,6 +58,7 @@ def main(data_dir: str, mode: str, *args: str) -> None:
         store.flush()
         print(f"flushed {index} {values[0].id}", flush=True)
         index += 1
+        time.sleep(float(os.environ.get("JSA_WRITER_PAUSE", "0")))  # lets a reader see it write
     store.close()
 
 

@@ -266,15 +266,16 @@ def test_magics_refuse_writes_with_one_line(ip, magics, store):
 # live writers, the catalog's bookkeeping
 
 
-def spawn(data_dir: Path, *args: str) -> subprocess.Popen:
+def spawn(data_dir: Path, *args: str, pause: float = 0.0) -> subprocess.Popen:
+    env = {**os.environ, "JSA_WRITER_PAUSE": str(pause)}
     return subprocess.Popen([sys.executable, str(WRITER), str(data_dir), *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, env=env)
 
 
 def test_queries_run_while_another_process_writes(tmp_path):
     reader = Store(tmp_path)
     reader.sql("SELECT count(*) FROM session_summary")  # its first query's setup, before the writer runs
-    writer = spawn(tmp_path, "turns", "80", "w")
+    writer = spawn(tmp_path, "turns", "80", "w", pause=0.03)  # >= 2.4 s of writing
     seen = []
     while writer.poll() is None:
         frame = reader.sql("SELECT count(*) sessions, sum(tool_calls) tools, sum(turns) turns FROM session_summary")

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jupyter_session_agent.budget import estimate_chat
 from jupyter_session_agent.scripted_server import Reply
 
 from .harness import RunResult, _retained, bench_fixed_tokens, recoverable, view_text
@@ -57,24 +58,33 @@ TOOLS = ("bash", "read", "edit")
 
 
 def tokens_of(obj: Any) -> int:
-    return math.ceil(len(json.dumps(obj)) / 4)
+    """A context's size as ours' compactor measures it (an image counts as an image)."""
+    return estimate_chat(obj)
 
 
 def request_tokens(body: dict) -> int:
-    """The server's estimate of a request (what its usage reports and its limit checks)."""
+    """A request's context size, measured as ours' compaction events measure theirs."""
     return tokens_of([*(body.get("messages") or []), *(body.get("tools") or [])])
+
+
+def billed_tokens(body: dict) -> int:
+    """The server's count of a request (its usage reports, its limit checks): ours' summary
+    input is the usage the server reported for the summary call."""
+    sent = [*(body.get("messages") or []), *(body.get("tools") or [])]
+    return math.ceil(len(json.dumps(sent)) / 4)
 
 
 @dataclass
 class Req:
     kind: str  # main | summary | title
     body: dict
-    size: int
+    size: int  # request_tokens
     turn: int  # scenario turn index (-1: the probe)
     arrived: float
     done: float = 0.0
     reply: Reply | None = None
     refused: bool = False  # answered with the hard limit's context_length_exceeded
+    billed: int = 0  # billed_tokens
 
 
 class RecordingServer(BenchServer):
@@ -91,7 +101,8 @@ class RecordingServer(BenchServer):
         kind = (
             "title" if is_title_request(body) else "summary" if is_summary_request(body) else "main"
         )
-        rec = Req(kind, body, request_tokens(body), self.turn, time.monotonic())
+        rec = Req(kind, body, request_tokens(body), self.turn, time.monotonic(),
+                  billed=billed_tokens(body))
         before = self.overflows
         n, reply = super()._take(body)
         rec.reply, rec.refused = reply, self.overflows > before
@@ -136,7 +147,7 @@ def fixed_overhead(binary: Path) -> int:
             serve.prompt(serve.new_session(), "hi")
         body = next(b for b in seen if b.get("tools"))
         users = [m for m in body["messages"] if m.get("role") == "user"]
-        _FIXED[key] = request_tokens(body) - tokens_of(users)
+        _FIXED[key] = billed_tokens(body) - billed_tokens({"messages": users})
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
@@ -213,14 +224,8 @@ def pruned_outputs(db: Path) -> dict[str, int]:
     return {pid: math.ceil(len(out or "") / 4) for pid, out in rows}
 
 
-def run_opencode_scenario(
-    scn: Scenario,
-    *,
-    binary: Path | None = None,
-    driver: str = "serve",
-    normalise: bool = True,
-    keep: Path | None = None,
-) -> RunResult:
+def run_opencode_scenario(scn: Scenario, *, binary: Path | None = None, driver: str = "serve",
+                          normalise: bool = True, keep: Path | None = None) -> RunResult:
     """Run ``scn`` through the real OpenCode; ``driver``: ``serve`` (HTTP API of ``opencode
     serve``) or ``run`` (one ``opencode run --attach`` per turn). ``keep``: copy the sandbox
     (database, requests) there."""
@@ -250,24 +255,14 @@ def run_opencode_scenario(
 
     server = RecordingServer(respond, context).start()
     started = time.perf_counter()
-    sandbox = Sandbox(
-        root,
-        binary,
-        server.base_url,
-        context,
-        scn.output,
-        tools=TOOLS,
-        instructions=scn.extra.get("system"),
-    )
+    sandbox = Sandbox(root, binary, server.base_url, context, scn.output, tools=TOOLS,
+                      instructions=scn.extra.get("system"))
     _write_files(scn, sandbox.project)
-    died, completed, prunes, turn_starts, manual_at = (
-        None,
-        0,
-        [],
-        {},
-        set(scn.extra.get("manual", ())),
-    )
+    died, completed, manual_at = None, 0, set(scn.extra.get("manual", ()))
+    prunes: list[dict] = []
+    turn_starts: dict[int, float] = {}
     manual_calls: list[tuple[float, float]] = []  # (start, end) of each summarize call
+    probe_start: int | None = None  # where the probe's requests begin in the log
     seen_pruned: dict[str, int] = {}
     serve: Serve | None = None
     try:
@@ -289,23 +284,7 @@ def run_opencode_scenario(
             now = pruned_outputs(sandbox.db)
             fresh = {k: v for k, v in now.items() if k not in seen_pruned}
             if fresh:
-                prunes.append(
-                    {
-                        "kind": "prune",
-                        "cause": "auto",
-                        "outcome": "ok",
-                        "turn": turn.index,
-                        "parts_pruned": len(fresh),
-                        "tokens_pruned": sum(fresh.values()),
-                        "tokens_before": 0,
-                        "tokens_after": 0,
-                        "usable": 0,
-                        "trigger": 0,
-                        "llm_calls": 0,
-                        "summary_input_tokens": 0,
-                        "duration_ms": 0,
-                    }
-                )
+                prunes.append(_prune_event(turn.index, fresh))
                 seen_pruned.update(fresh)
         agent.turn, server.turn, state["probe"] = None, -1, True
         probe_start = len(server.log)
@@ -319,35 +298,26 @@ def run_opencode_scenario(
         server.stop()
     try:
         db = _Db.read(sandbox.db)
-        result = _score(
-            scn,
-            server.log,
-            probe_start if "probe_start" in locals() else len(server.log),
-            turn_starts,
-            manual_calls,
-            db,
-            agent,
-            context,
-            completed,
-            died,
-            prunes,
-        )
+        result = _score(scn, server.log, len(server.log) if probe_start is None else probe_start,
+                        turn_starts, manual_calls, db, agent, context, completed, died, prunes)
         result.cost, result.seconds = db.cost, time.perf_counter() - started
         result.extra["window_extra"] = extra
         if keep is not None:
             shutil.copytree(root, keep, dirs_exist_ok=True)
-            (keep / "requests.jsonl").write_text(
-                "".join(
-                    json.dumps(
-                        {"kind": r.kind, "turn": r.turn, "refused": r.refused, "body": r.body}
-                    )
-                    + "\n"
-                    for r in server.log
-                )
-            )
+            (keep / "requests.jsonl").write_text("".join(
+                json.dumps({"kind": r.kind, "turn": r.turn, "refused": r.refused,
+                            "body": r.body}) + "\n" for r in server.log))
         return result
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _prune_event(turn: int, cleared: dict[str, int]) -> dict:
+    """A turn after which OpenCode's database shows newly cleared outputs."""
+    return {"kind": "prune", "cause": "auto", "outcome": "ok", "turn": turn,
+            "parts_pruned": len(cleared), "tokens_pruned": sum(cleared.values()),
+            "tokens_before": 0, "tokens_after": 0, "usable": 0, "trigger": 0, "llm_calls": 0,
+            "summary_input_tokens": 0, "duration_ms": 0}
 
 
 def _refuse(why: str) -> Reply:
@@ -533,7 +503,7 @@ def _score(
                 "usable": usable,
                 "trigger": usable,
                 "llm_calls": len(group),
-                "summary_input_tokens": sum(r.size for r in group),
+                "summary_input_tokens": sum(r.billed for r in group),
                 "summary_output_tokens": sum(
                     math.ceil(len(r.reply.text) / 4) for r in group if r.reply
                 ),

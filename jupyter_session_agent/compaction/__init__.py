@@ -16,7 +16,8 @@ plus what its users asked for. One :class:`Compactor` per turn does three things
 * **summary compaction**: a request (user message with a
   ``compaction`` part), a summary (assistant, ``summary: true``, agent
   ``compaction``) of the *head*, the *tail* kept verbatim (``tail_start_id``;
-  default: the current turn), then a synthetic continue message (auto only)
+  default: the current turn; a manual compaction keeps every recent turn the tail budget
+  holds, as OpenCode 1.18), then a synthetic continue message (auto only)
   or the replayed request after an overflow error. *Ours, on top:* the head
   is sent as a text transcript (tool outputs cut at 2,000 characters; 3× fewer
   tokens than the raw history in CompactBench); the summary is asked to stay

@@ -21,6 +21,7 @@ from .catalog import _Catalog
 from .schema import (
     _EMPTY, DERIVED, DERIVED_COLUMNS, KINDS, _quote, derived, select_list, table_columns, typed,
 )
+from .merge import MEMORY_LIMIT
 from .segment import connect
 from .views import _VIEWS
 
@@ -48,12 +49,13 @@ class _Export:
     """``Store.export_parquet`` and ``Store.export_duckdb`` (a mixin of Store; uses its
     ``_prepare``, ``_guarded``, ``_typed`` and ``_read_lock``)."""
 
-    def _reader(self):
-        """A private connection (not locked down: it writes the export) with the views."""
+    def _reader(self, spill: Path):
+        """A private connection (not locked down: it writes the export) with the views, in at
+        most ``MEMORY_LIMIT`` of memory (spilling to ``spill``: the export streams the files)."""
         from .query import define_views
 
         self._prepare()
-        con = connect()
+        con = connect(MEMORY_LIMIT, spill)
         catalog = _Catalog(con)
 
         def attempt(files):
@@ -87,20 +89,20 @@ class _Export:
             state = json.loads(state_path.read_text())
         except (OSError, ValueError):
             state = {}
-        con = self._reader()
         tmp = out / f".export-{secrets.token_hex(4)}"
+        tmp.mkdir(parents=True)
+        con = None
         counts: dict[str, int] = {}
         try:
-            tmp.mkdir(parents=True)
+            con = self._reader(tmp / "spill")
             new_state: dict[str, dict] = {}
             for table, (source, day) in EXPORTED.items():
                 columns = _spark_columns(con, source)
                 extra = f"{_HOST} AS host" if "writer" in columns else f"{_quote(host)} AS host"
                 rows = (f"SELECT {', '.join(columns.values())}, $1 AS user, {extra}, {day} AS date "
                         f"FROM {source}")
-                hashed = "date, data" if "data" in columns else "date"  # data: its rev tells
                 fingerprints = {str(d): [n, str(f)] for d, n, f in con.execute(
-                    f"SELECT date, count(*), bit_xor(hash(*COLUMNS(* EXCLUDE ({hashed})))) "
+                    f"SELECT date, count(*), bit_xor(hash({_fingerprint(con, source)})) "
                     f"FROM ({rows}) GROUP BY date", [user]).fetchall()}
                 new_state[table] = fingerprints
                 old = state.get(table, {})
@@ -129,7 +131,8 @@ class _Export:
             part.write_text(json.dumps(new_state))
             os.replace(part, state_path)
         finally:
-            con.close()
+            if con is not None:
+                con.close()
             shutil.rmtree(tmp, ignore_errors=True)
         (out / "views.sql").write_text(export_views_sql(out))
         return counts
@@ -147,7 +150,8 @@ class _Export:
             raise UsageError(f"{target} is a folder — give a file name, "
                              f"e.g. {target / 'history.duckdb'}")
         target.parent.mkdir(parents=True, exist_ok=True)
-        con = self._reader()
+        spill = target.parent / f".{target.name}.spill-{secrets.token_hex(4)}"
+        con = self._reader(spill)
         try:
             try:
                 # a new file in the oldest storage format our tables need: DuckDB 1.0 and later
@@ -166,6 +170,7 @@ class _Export:
             return _sync_duckdb(con)
         finally:
             con.close()
+            shutil.rmtree(spill, ignore_errors=True)
 
 
 def _sync_duckdb(con) -> dict[str, int]:
@@ -218,6 +223,16 @@ def _sync_duckdb(con) -> dict[str, int]:
 
 
 _SKEY = "coalesce(session_id, '')"
+
+
+def _fingerprint(con, source: str) -> str:
+    """What identifies a row's content: its columns but ``data`` (its ``rev`` tells), doubles
+    rounded (a sum over the same rows can differ in its last bit from one run to the next)."""
+    terms = []
+    for name, typ, *_ in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall():
+        if name != "data":
+            terms.append(f"round({name}, 9)" if typ in ("DOUBLE", "FLOAT") else name)
+    return ", ".join(terms)
 
 
 def _spark_columns(con, source: str) -> dict[str, str]:

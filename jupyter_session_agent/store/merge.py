@@ -269,8 +269,9 @@ class _Merge:
         kept = [f for f in (current.files if current else ()) if f["name"] not in consumed]
         manifest = {"format": 2, "generation": number, "files": kept + written,
                     "consumed": sorted(consumed)}
-        for name in (n for f in written for n in _names(f)):  # step 2: into place (until step 3
-            os.rename(self.folder / f".{name}.tmp", self.folder / name)  # read as small files)
+        # step 2: into place (until step 3, readers read them like small files)
+        for name in (n for f in written for n in _names(f)):
+            os.rename(self.folder / f".{name}.tmp", self.folder / name)
         fsync_dir(self.folder)
         tmp = self.folder / f".generation-{number}.json.tmp"
         with open(tmp, "w") as f:
