@@ -254,6 +254,15 @@ def run_opencode_scenario(scn: Scenario, *, binary: Path | None = None, driver: 
         return agent.reply(body)
 
     server = RecordingServer(respond, context).start()
+    try:
+        return _drive(scn, root, binary, server, agent, state, context, extra, driver, keep)
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _drive(scn, root, binary, server, agent, state, context, extra, driver, keep) -> RunResult:
+    """Run the turns, then the probe, and score what the server saw (see the module docstring)."""
     started = time.perf_counter()
     sandbox = Sandbox(root, binary, server.base_url, context, scn.output, tools=TOOLS,
                       instructions=scn.extra.get("system"))
@@ -296,20 +305,17 @@ def run_opencode_scenario(scn: Scenario, *, binary: Path | None = None, driver: 
         if serve is not None:
             serve.stop()
         server.stop()
-    try:
-        db = _Db.read(sandbox.db)
-        result = _score(scn, server.log, len(server.log) if probe_start is None else probe_start,
-                        turn_starts, manual_calls, db, agent, context, completed, died, prunes)
-        result.cost, result.seconds = db.cost, time.perf_counter() - started
-        result.extra["window_extra"] = extra
-        if keep is not None:
-            shutil.copytree(root, keep, dirs_exist_ok=True)
-            (keep / "requests.jsonl").write_text("".join(
-                json.dumps({"kind": r.kind, "turn": r.turn, "refused": r.refused,
-                            "body": r.body}) + "\n" for r in server.log))
-        return result
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    db = _Db.read(sandbox.db)
+    result = _score(scn, server.log, len(server.log) if probe_start is None else probe_start,
+                    turn_starts, manual_calls, db, agent, context, completed, died, prunes)
+    result.cost, result.seconds = db.cost, time.perf_counter() - started
+    result.extra["window_extra"] = extra
+    if keep is not None:
+        shutil.copytree(root, keep, dirs_exist_ok=True)
+        (keep / "requests.jsonl").write_text("".join(
+            json.dumps({"kind": r.kind, "turn": r.turn, "refused": r.refused,
+                        "body": r.body}) + "\n" for r in server.log))
+    return result
 
 
 def _prune_event(turn: int, cleared: dict[str, int]) -> dict:
@@ -371,7 +377,10 @@ def _prompt(serve: Serve, sandbox: Sandbox, session: str, turn, driver: str) -> 
             (m for m in reversed(messages) if m.get("info", {}).get("role") == "assistant"), None
         )
     else:
-        reply = serve.prompt(session, turn.request, files)
+        try:
+            reply = serve.prompt(session, turn.request, files)
+        except RuntimeError as err:  # the server refused the prompt itself (one line)
+            return str(err)[:200]
     error = (reply or {}).get("info", {}).get("error")
     if error:
         data = error.get("data") or {}
