@@ -1,21 +1,26 @@
 """The task suite (``tasksuite.py``) through ``%%agent`` on the embedded model, as a newcomer.
 
 No API key, the default model (SmolLM2-135M on the embedded llama.cpp server), a fresh
-server state directory (so the first turn starts the server), a new session per task and a
-user who answers "always" when the python tool asks. Each task's turn is checked
-automatically (the kernel's variables, the python outputs, the answer). Prints the success
-rate by kind, the first turn (server start included) and the median warm turn, and a
-Markdown table for ``docs/benchmarks.md``. The server is stopped at the end.
+server run directory (so the first turn starts the server), and for each task a fresh IPython
+shell in its own process (the task's ``df`` and nothing else defined; code the model writes
+may loop in C where no interrupt reaches it, so a task that outlives ``TURN_LIMIT`` is killed
+and fails), one ``%%agent`` turn in a new session, and a user who answers "always" when the
+python tool asks. Each turn is checked automatically (the kernel's variables, the python
+outputs, the answer). Prints the success rate by kind, the first turn (server start
+included), the median warm turn and the steps per turn. The server is stopped at the end.
 
 Run: ``python benchmarks/bench_local_tasks.py [--protocol code|native] [--tasks a,b] [-v]``
-(needs the [local] extra; about 1–3 minutes on 2 idle cores).
+(needs the [local] extra; about 2 minutes on 2 idle cores).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tasksuite  # noqa: E402
 
+TURN_LIMIT = 120  # seconds for one task's turn; then it is interrupted (or its process killed)
+
 
 @dataclass(frozen=True)
 class Result:
@@ -34,19 +41,21 @@ class Result:
     passed: bool
     seconds: float
     steps: int
-    asked: int
-    outcome: tasksuite.Outcome
+    asked: int  # approval questions (the user answered "always")
+    codes: tuple[str, ...] = ()
+    answer: str = ""
     error: str = ""
 
 
-def outcome_of(session, namespace, added, prompt: str = "") -> tasksuite.Outcome:
+def outcome_of(namespace, added, prompt: str = "") -> tasksuite.Outcome:
     """What the turn shows: its final text, the python calls' code and outputs, the kernel."""
     codes, outputs = [], []
     for message in added:
         for part in message.parts:
             if part.type == "tool" and part.tool == "python":
                 codes.append(str((part.state.input or {}).get("code", "")))
-                outputs.append(str(getattr(part.state, "output", None) or getattr(part.state, "error", "") or ""))
+                outputs.append(str(getattr(part.state, "output", None) or getattr(part.state, "error", "")
+                                   or ""))
     answer = ""
     for message in reversed(added):
         texts = [p.text for p in message.parts if p.type == "text" and p.text and not p.synthetic]
@@ -57,66 +66,81 @@ def outcome_of(session, namespace, added, prompt: str = "") -> tasksuite.Outcome
 
 
 def run(tasks, *, protocol: str = "code", max_steps: int = 3, local_context: int = 4096,
-        verbose: bool = False, stop: bool = True) -> list[Result]:
-    """Run ``tasks`` in this process's IPython shell, in a fresh run directory (the first turn
-    starts the server) and data directory, with no API key. Returns one Result each."""
-    from IPython.core.interactiveshell import InteractiveShell
-
+        run_dir: str | None = None, verbose: bool = False, stop: bool = True) -> list[Result]:
+    """Each task in its own process, all on one server in ``run_dir`` (default: a fresh one,
+    so that the first task's turn starts the server). Returns one Result per task."""
     from jupyter_session_agent.local import stop_server
 
-    run_dir = os.environ.setdefault("JUPYTER_SESSION_AGENT_RUN_DIR", tempfile.mkdtemp(prefix="jsa-run-"))
-    os.environ.pop("OPENAI_API_KEY", None)
-    os.environ.pop("OPENAI_BASE_URL", None)
+    run_dir = run_dir or tempfile.mkdtemp(prefix="jsa-run-")
+    data_dir = tempfile.mkdtemp(prefix="jsa-bench-tasks-")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
+    env["JUPYTER_SESSION_AGENT_RUN_DIR"] = str(run_dir)
+    results = []
+    try:
+        for task in tasks:
+            command = [sys.executable, __file__, "--one", task.name, "--protocol", protocol,
+                       "--max-steps", str(max_steps), "--context", str(local_context), "--data", data_dir]
+            try:
+                done = subprocess.run(command, env=env, capture_output=True, text=True,
+                                      timeout=TURN_LIMIT + 60)
+                row = json.loads(done.stdout.strip().splitlines()[-1])
+            except subprocess.TimeoutExpired:
+                row = {"passed": False, "seconds": float(TURN_LIMIT + 60), "steps": 0, "asked": 0,
+                       "error": "killed: the turn outlived the time limit"}
+            except (ValueError, IndexError):
+                row = {"passed": False, "seconds": 0.0, "steps": 0, "asked": 0,
+                       "error": "no result: " + (done.stderr.strip().splitlines() or ["?"])[-1]}
+            result = Result(task, row["passed"], row["seconds"], row["steps"], row["asked"],
+                            tuple(row.get("codes", ())), row.get("answer", ""), row.get("error", ""))
+            results.append(result)
+            if verbose:
+                mark = "ok  " if result.passed else "FAIL"
+                print(f"{mark} {task.name:9s} {result.seconds:5.1f}s {result.steps} step(s) "
+                      f"codes={list(result.codes)!r} answer={result.answer[:80]!r} {result.error}", flush=True)
+    finally:
+        if stop:
+            stop_server(run_dir)
+    return results
+
+
+def _press_stop(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def one(name: str, *, protocol: str, max_steps: int, local_context: int, data_dir: str) -> dict:
+    """One task's turn in this process's IPython shell (the child side of :func:`run`)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from jupyter_session_agent.approval import ScriptedApprover
+
+    (task,) = tasksuite.by_name([name])
     ip = InteractiveShell.instance()
     ip.run_line_magic("load_ext", "jupyter_session_agent")
     magics = ip.magics_manager.registry["AgentMagics"]
-    magics.data_dir = tempfile.mkdtemp(prefix="jsa-bench-tasks-")
-    magics.max_steps, magics.titles, magics.live = max_steps, False, False
-    magics.local_context = local_context
-    magics.request_timeout = 300.0
+    magics.data_dir, magics.max_steps, magics.titles, magics.live = data_dir, max_steps, False, False
+    magics.local_context, magics.request_timeout = local_context, float(TURN_LIMIT)
     magics.code_actions = "auto" if protocol == "code" else "off"
     if protocol == "native":
         magics.permission = {"*": "deny", "python": "ask"}  # only python offered, as with code actions
-    try:
-        return run_tasks(ip, magics, tasks, verbose=verbose)
-    finally:
-        ip.run_line_magic("unload_ext", "jupyter_session_agent")
-        if stop:
-            stop_server(run_dir)
-
-
-def run_tasks(ip, magics, tasks, *, verbose: bool = False) -> list[Result]:
-    """Each task in a new session of ``magics``, from the same kernel state (``SETUP``), with
-    a user who answers "always" when a tool asks."""
-    from jupyter_session_agent.approval import ScriptedApprover
-
-    results = []
     ip.run_cell(tasksuite.SETUP, silent=True)
-    baseline = set(ip.user_ns)
-    for task in tasks:
-        for name in set(ip.user_ns) - baseline:  # each task starts from the same kernel
-            del ip.user_ns[name]
-        ip.run_cell(tasksuite.SETUP, silent=True)  # a task may have changed df
-        session = magics.current(new=True)
-        approver = session.approver = ScriptedApprover(["always"] * 10)
-        before = len(session.history)
-        error = ""
-        t0 = time.perf_counter()
-        try:
-            added = list(session.prompt(task.prompt).messages)
-        except Exception as err:  # noqa: BLE001 - a failed turn is a failed task, reported
-            error = f"{type(err).__name__}: {err}"
-            added = session.history[before + 1:]
-        seconds = time.perf_counter() - t0
-        outcome = outcome_of(session, ip.user_ns, added, task.prompt)
-        steps = sum(1 for m in added if m.info.role == "assistant")
-        passed = not error and task.passed(outcome)
-        results.append(Result(task, passed, seconds, steps, len(approver.asked), outcome, error))
-        if verbose:
-            mark = "ok  " if passed else "FAIL"
-            print(f"{mark} {task.name:9s} {seconds:5.1f}s {steps} step(s) codes={list(outcome.codes)!r} "
-                  f"answer={outcome.answer[:80]!r} {error}", flush=True)
-    return results
+    session = magics.current(new=True)
+    approver = session.approver = ScriptedApprover(["always"] * 10)
+    error = ""
+    signal.signal(signal.SIGALRM, _press_stop)
+    signal.alarm(TURN_LIMIT)  # code that loops in Python: the user presses ■
+    t0 = time.perf_counter()
+    try:
+        added = list(session.prompt(task.prompt).messages)
+    except (Exception, KeyboardInterrupt) as err:  # noqa: BLE001 - a failed turn fails the task
+        error = f"{type(err).__name__}: {err}"
+        added = [m for m in session.history if m.info.role == "assistant"]
+    finally:
+        signal.alarm(0)
+    seconds = time.perf_counter() - t0
+    outcome = outcome_of(ip.user_ns, added, task.prompt)
+    return {"passed": not error and task.passed(outcome), "seconds": seconds,
+            "steps": sum(1 for m in added if m.info.role == "assistant"), "asked": len(approver.asked),
+            "codes": list(outcome.codes), "answer": outcome.answer, "error": error}
 
 
 def report(results: list[Result], label: str) -> str:
@@ -147,11 +171,19 @@ def main() -> None:
     parser.add_argument("--protocol", choices=("code", "native"), default="code")
     parser.add_argument("--tasks", default="", help="comma-separated task names (default: all)")
     parser.add_argument("--max-steps", type=int, default=3)
+    parser.add_argument("--context", type=int, default=4096)
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # the child: one task, a JSON line
+    parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one, protocol=args.protocol, max_steps=args.max_steps,
+                             local_context=args.context, data_dir=args.data)))
+        return
     tasks = tasksuite.by_name(args.tasks.split(",") if args.tasks else None)
     t0 = time.perf_counter()
-    results = run(tasks, protocol=args.protocol, max_steps=args.max_steps, verbose=args.verbose)
+    results = run(tasks, protocol=args.protocol, max_steps=args.max_steps, local_context=args.context,
+                  verbose=args.verbose)
     print(report(results, f"{args.protocol} protocol"))
     print(f"(wall time {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.1f})")
 

@@ -268,7 +268,7 @@ def _chat_impl(
             args = args.strip()
             if not _parses(args):  # cut by max_tokens mid-object: one more, sampled, try
                 again, fin2, used = complete(prompt + f"functions.{target}:\n", gram, max_tokens=max_tokens,
-                                             stop=stops, temperature=CODE_RESAMPLE_TEMPERATURE, seed=CODE_RETRY_SEED)
+                                             stop=stops, temperature=CODE_RESAMPLE_TEMPERATURE, seed=CODE_SEED)
                 spent += used
                 if _parses(again.strip()):
                     args, fin = again.strip(), fin2
@@ -356,13 +356,11 @@ def _chat_impl(
 
 CODE_STEP_TOKENS = 320  # a step's reply: a short answer or one block of code
 CODE_ANSWER_TOKENS = 96  # the one-line answer after a run
-CODE_RETRIES = 1  # failed runs in a row after which the model must answer instead
 CODE_REPEAT_PENALTY = 1.0
-CODE_RETRY_TEMPERATURE = 0.7  # a retry at temperature 0 repeats the failed code word for word
-CODE_RETRY_SEED = 7
+CODE_SEED = 7
 CODE_RESAMPLES = 2  # more candidates for a block that cannot run (syntax error, undefined name)
 CODE_RESAMPLE_TEMPERATURE = 0.7
-CODE_COMMENT = False  # start the first block of a turn with the request as a comment
+CODE_COMMENT = True  # start the first block of a turn with the request as a comment (measured: +2 tasks)
 _ONE_LINE = r"root ::= [^\n`]+"  # the answer after a run: one line, no code
 _NO_CODE = r"root ::= [^`]+"  # without the python tool: text, no fences
 
@@ -372,24 +370,21 @@ def _code_chat(llama: Any, messages: list[dict], *, offered: bool, stream: bool,
     """One step of the code-action protocol (see :mod:`.codeaction`) for the embedded model.
 
     The history is rendered as text (:func:`codeaction.code_messages`); the reply streams as
-    text until a python block opens, then as a ``python`` tool call: its header at once, its
-    ``code`` when the block is over and checked (a block that cannot run is written again,
-    see ``steps``); generation stops when the block closes. After a successful
-    run, or after more than ``CODE_RETRIES`` failed runs in a row, the reply is one line of
-    text (a grammar without newlines and backticks); after a failed run the reply starts
-    inside a new block (the model retries with the error in view, sampled at
-    ``CODE_RETRY_TEMPERATURE``: at 0 it writes the failed code again). Without the python
-    tool (the max-steps step; python denied) it is text without backticks: nothing runs.
+    text until a python block opens; when the block is over and checked (a block that cannot
+    run is written again, see ``steps``) it follows as a ``python`` tool call; generation stops
+    when the block closes. After a run, the reply is one line of text (a grammar without
+    newlines and backticks): the answer. (Retrying a failed block once, with the error in
+    view, was measured on the task suite and gained nothing for this model: not done.)
+    Without the python tool (the max-steps step; python denied) it is text without
+    backticks: nothing runs.
     """
     import uuid
 
     from llama_cpp import llama_grammar
 
-    errors, after_result = codeaction.trailing_errors(messages)
-    answer = offered and after_result and (errors == 0 or errors > CODE_RETRIES)
-    retry = offered and after_result and not answer
+    after_result = bool(messages) and messages[-1].get("role") in ("tool", "function")
+    answer = offered and after_result
     prompt = render_prompt(codeaction.code_messages(messages))
-    prefill = "```python\n" if retry else ""
     limit = CODE_ANSWER_TOKENS if answer else CODE_STEP_TOKENS
     limit = min(limit, max_tokens) if max_tokens else limit
     n_ctx = llama.n_ctx()
@@ -397,14 +392,11 @@ def _code_chat(llama: Any, messages: list[dict], *, offered: bool, stream: bool,
     def count(text: str) -> int:
         return len(llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)) if text else 0
 
-    prompt_tokens = count(prompt + prefill)
+    prompt_tokens = count(prompt)
     if prompt_tokens >= n_ctx:
         raise _Overflow(prompt_tokens, n_ctx, max_tokens)
     rule = _ONE_LINE if answer else None if offered else _NO_CODE
     grammar = llama_grammar.LlamaGrammar.from_string(rule, verbose=False) if rule else None
-    if retry:
-        sampling = {**sampling, "temperature": max(float(sampling.get("temperature") or 0.0), CODE_RETRY_TEMPERATURE),
-                    "seed": CODE_RETRY_SEED}
     stops = [_IM_END] + ([stop] if isinstance(stop, str) else list(stop or []))
     cid, created, call_id = "chatcmpl-" + uuid.uuid4().hex, int(time.time()), "call_" + uuid.uuid4().hex[:24]
 
@@ -447,35 +439,38 @@ def _code_chat(llama: Any, messages: list[dict], *, offered: bool, stream: bool,
     def steps() -> Iterator[tuple[str, str]]:
         """("text", s) | ("open", "") | ("args", s) | ("finish", reason) | ("usage", completion text).
 
-        Text streams as it comes; a block's code is held until the block is over, and when it
-        cannot run (a syntax error, a name nothing defines: ``codeaction.problem``; or cut off)
-        it is written again from the fence, sampled, up to ``CODE_RESAMPLES`` times; the first
-        candidate that can run is sent, else the first one."""
+        Text streams as it comes; a block is held until it is over, and when it cannot run (a
+        syntax error, no code, a name nothing defines, a range that would run for hours:
+        ``codeaction.problem``; or cut off) it is written again from the fence, sampled, up to
+        ``CODE_RESAMPLES`` times. The first candidate that can run is sent, else the first
+        complete one; when every candidate would run for hours, none is: the code is shown as
+        text and the turn ends."""
         spent: list[str] = []
         parser = codeaction.BlockParser()
-        events = block(generate(prompt + prefill), parser, spent)
-        if prefill:
-            events = itertools.chain(parser.feed(prefill), events)
+        events = block(generate(prompt), parser, spent)
         before = ""  # the text streamed before the block
+        head = "```python\n" + comment  # how every candidate block starts
         candidates: list[tuple[str, str]] = []  # (kind: close | cut, code)
         finish = "stop"
+
+        def candidate(temperature: float | None = None, seed: int | None = None) -> None:
+            nonlocal finish
+            again = codeaction.BlockParser()
+            for kind, text in itertools.chain(again.feed(head), block(
+                    generate(prompt + before + head, temperature, seed), again, spent)):
+                if kind in ("close", "cut"):
+                    candidates.append((kind, text))
+                elif kind == "end":
+                    finish = text
+
         for kind, text in events:
             if kind == "text":
                 before += text
                 yield "text", text
-            elif kind == "open":
-                yield "open", ""
-                if comment:  # the block starts with the request as a comment: start it again so
-                    events.close()
-                    head = "```python\n" + comment
-                    parser = codeaction.BlockParser()
-                    events = itertools.chain(parser.feed(head), block(generate(prompt + before + head), parser, spent))
-                    for kind2, text2 in events:
-                        if kind2 in ("close", "cut"):
-                            candidates.append((kind2, text2))
-                        elif kind2 == "end":
-                            finish = text2
-                    break
+            elif kind == "open" and comment:  # start the block again, the request as its comment
+                events.close()
+                candidate()
+                break
             elif kind in ("close", "cut"):
                 candidates.append((kind, text))
             elif kind == "end":
@@ -483,16 +478,19 @@ def _code_chat(llama: Any, messages: list[dict], *, offered: bool, stream: bool,
         for attempt in range(1, CODE_RESAMPLES + 1):
             if not candidates or (candidates[-1][0] == "close" and not codeaction.problem(candidates[-1][1], known)):
                 break
-            again = codeaction.BlockParser()
-            fence = "```python\n"
-            for kind, text in itertools.chain(again.feed(fence), block(
-                    generate(prompt + before + fence,
-                             CODE_RESAMPLE_TEMPERATURE, CODE_RETRY_SEED + attempt), again, spent)):
-                if kind in ("close", "cut"):
-                    candidates.append((kind, text))
+            candidate(CODE_RESAMPLE_TEMPERATURE, CODE_SEED + attempt)
         if candidates:
-            good = [c for c in candidates if c[0] == "close" and not codeaction.problem(c[1], known)]
-            kind, code = (good or [c for c in candidates if c[0] == "close"] or candidates)[0]
+            checked = [(kind, code, codeaction.problem(code, known)) for kind, code in candidates]
+            safe = [c for c in checked if not c[2].endswith(codeaction.HOURS)]  # a hang is worse
+            if not safe:  # every candidate would hold the kernel: show the code, run nothing
+                kind, code, problem = checked[0]
+                yield "text", f"{codeaction.fence(code)}\n(not run: {problem})"
+                yield "finish", "stop"
+                yield "usage", "".join(spent)
+                return
+            ranked = [c for c in safe if c[0] == "close" and not c[2]] or [c for c in safe if c[0] == "close"]
+            kind, code, _ = (ranked or safe)[0]
+            yield "open", ""
             yield "args", '{"code": ' + json.dumps(code, ensure_ascii=False)[:-1]
             if kind == "close":
                 yield "args", '"}'

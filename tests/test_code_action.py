@@ -265,7 +265,6 @@ def test_code_messages_render_calls_results_and_the_max_steps_note():
                                     "Stop running code now: answer in one short sentence."},
     ]
     assert not codeaction.offers_python([{"type": "function", "function": {"name": "python"}}], messages)
-    assert codeaction.trailing_errors(messages[:4]) == (1, True)
 
 
 def test_the_system_prompt_names_the_users_variables():
@@ -292,6 +291,9 @@ def test_a_block_that_cannot_run_is_recognised_without_running_it():
     assert codeaction.problem("[y * y for y in range(3)]\nfor i in range(2):\n    print(i)") == ""
     assert codeaction.problem("df['age'].mean()", {"df"}) == ""
     assert codeaction.problem("# compute it\n\n") == "the block has no code (only comments)"
+    assert codeaction.problem("max(range(1000000000000))") == "range(1,000,000,000,000) would run for hours"
+    assert codeaction.problem("sum(range(1, 2 * 10 ** 9, 2))").endswith("would run for hours")
+    assert codeaction.problem("sum(range(1, 101))") == "" and codeaction.problem("list(range(n))", {"n"}) == ""
     call = {"function": {"name": "python", "arguments": json.dumps({"code": "import os\nz = 1"})}}
     assert codeaction.known_names([{"role": "system", "content": "s"},
                                    {"role": "assistant", "tool_calls": [call]}]) == {"os", "z"}

@@ -1,7 +1,7 @@
 """Code actions on the embedded model (``-m local``): the ``jsa-chatml-tools`` handler turns a
-```python block into a streamed ``python`` tool call, answers in one line after a run, retries
-once inside a block after a failure, and runs nothing on the max-steps step; through
-``%%agent`` the permission gate asks before the block runs."""
+```python block into a streamed ``python`` tool call, answers in one line after a run, and runs
+nothing on the max-steps step; through ``%%agent`` the permission gate asks before the block
+runs."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from jupyter_session_agent import codeaction
 from jupyter_session_agent.approval import ScriptedApprover
 from jupyter_session_agent.history import MAX_STEPS_TEXT
 from jupyter_session_agent.local import LocalServer, running_servers, stop_server
@@ -57,23 +58,27 @@ FAILED = ('Traceback (most recent call last):\n  File "<python-tool c1>", line 1
           "NameError: name 'y' is not defined")
 
 
-def test_after_a_failed_run_the_reply_is_a_streamed_python_call(client):
+def test_a_python_block_arrives_as_a_streamed_python_call(client):
+    ask = [{"role": "system", "content": codeaction.system_prompt({})},
+           {"role": "user", "content": "Use python to compute 2 to the power of 10 and store it in result."}]
     chunks = list(client.chat.completions.create(
-        model="smollm2+code", messages=conversation(FAILED), tools=PYTHON, stream=True, temperature=0,
+        model="smollm2+code", messages=ask, tools=PYTHON, stream=True, temperature=0,
         stream_options={"include_usage": True}))
     deltas = [c.choices[0].delta for c in chunks if c.choices]
     calls = [tc for d in deltas for tc in (d.tool_calls or [])]
     assert calls[0].function.name == "python" and calls[0].id.startswith("call_")
-    assert calls[0].function.arguments == "" and len(calls) >= 2  # the header first, then the code
-    args = json.loads("".join(tc.function.arguments or "" for tc in calls))
-    assert isinstance(args["code"], str) and "```" not in args["code"]
+    assert calls[0].function.arguments == "" and len(calls) >= 2  # the header, then the code
+    code = json.loads("".join(tc.function.arguments or "" for tc in calls))["code"]
+    assert "```" not in code and codeaction.problem(code) == "" and "result" in code
+    assert code.startswith("# Use python to compute 2 to the power of 10")  # the request, as a comment
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
     assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens > 0
     assert chunks[-1].model == "smollm2"
 
 
-def test_after_a_successful_run_the_reply_is_one_line_of_text(client):
-    reply = client.chat.completions.create(model="smollm2+code", messages=conversation("(no output)"),
+@pytest.mark.parametrize("result", ["(no output)", FAILED])
+def test_after_a_run_the_reply_is_one_line_of_text(client, result):
+    reply = client.chat.completions.create(model="smollm2+code", messages=conversation(result),
                                            tools=PYTHON, temperature=0)
     message = reply.choices[0].message
     assert not message.tool_calls and message.content.strip()
