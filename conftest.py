@@ -27,7 +27,7 @@ def pytest_collection_modifyitems(session, config, items):
     if not notebooks or _server is not None:
         return
     _server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_session_agent.scripted_server", "--port", "0"],
+        [sys.executable, "-m", "jupyter_session_agent.testing.scripted_server", "--port", "0"],
         stdout=subprocess.PIPE, text=True,
     )
     base_url = _base_url = _server.stdout.readline().strip()

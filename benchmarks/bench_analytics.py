@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jupyter_session_agent import ids  # noqa: E402
-from jupyter_session_agent.messages import (  # noqa: E402
+from jupyter_session_agent.core import ids  # noqa: E402
+from jupyter_session_agent.core.messages import (  # noqa: E402
     AssistantMessage, ModelRef, ReasoningPart, Session, StepFinishPart, StepStartPart, TextPart, Tokens,
     ToolCompleted, ToolError, ToolPart, UserMessage,
 )

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jupyter_session_agent.local import LocalServer  # noqa: E402
+from jupyter_session_agent.providers.local import LocalServer  # noqa: E402
 
 MESSAGES = [{"role": "user", "content": "Say hello in five words."}]
 LONG = [{"role": "user", "content": "Write a long story about a dragon who learns to cook."}]

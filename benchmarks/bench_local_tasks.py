@@ -69,7 +69,7 @@ def run(tasks, *, protocol: str = "code", max_steps: int = 3, local_context: int
         run_dir: str | None = None, verbose: bool = False, stop: bool = True) -> list[Result]:
     """Each task in its own process, all on one server in ``run_dir`` (default: a fresh one,
     so that the first task's turn starts the server). Returns one Result per task."""
-    from jupyter_session_agent.local import stop_server
+    from jupyter_session_agent.providers.local import stop_server
 
     run_dir = run_dir or tempfile.mkdtemp(prefix="jsa-run-")
     data_dir = tempfile.mkdtemp(prefix="jsa-bench-tasks-")
@@ -111,7 +111,7 @@ def one(name: str, *, protocol: str, max_steps: int, local_context: int, data_di
     """One task's turn in this process's IPython shell (the child side of :func:`run`)."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from jupyter_session_agent.approval import ScriptedApprover
+    from jupyter_session_agent.session.approval import ScriptedApprover
 
     (task,) = tasksuite.by_name([name])
     ip = InteractiveShell.instance()

@@ -22,7 +22,7 @@ import time
 def run(warm: int, tools: bool) -> tuple[float, list[float], list[int]]:
     from IPython.core.interactiveshell import InteractiveShell
 
-    from jupyter_session_agent.local import stop_server
+    from jupyter_session_agent.providers.local import stop_server
 
     data_dir = tempfile.mkdtemp(prefix="jsa-bench-local-")
     run_dir = tempfile.mkdtemp(prefix="jsa-run-")  # a fresh server: the first turn starts it

@@ -45,9 +45,9 @@ def import_time(body: str, runs: int) -> float:
 def turn_overhead(turns: int, delay: float) -> tuple[float, float]:
     import openai
 
-    from jupyter_session_agent.scripted_server import Reply, ScriptedServer
-    from jupyter_session_agent.session import AgentSession
-    from jupyter_session_agent.settings import Settings
+    from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
+    from jupyter_session_agent.session.agent_session import AgentSession
+    from jupyter_session_agent.core.settings import Settings
 
     with ScriptedServer() as server, tempfile.TemporaryDirectory() as tmp:
         os.environ["OPENAI_BASE_URL"] = server.base_url

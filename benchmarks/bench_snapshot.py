@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from jupyter_session_agent.snapshot import Snapshot
+from jupyter_session_agent.session.snapshot import Snapshot
 
 
 def make(root: Path, kind: str) -> Path:

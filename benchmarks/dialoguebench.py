@@ -244,7 +244,7 @@ def generate(seed: int, index: int, sessions: tuple[int, int] = (20, 30)) -> Con
 
 def bundles(conv: Conversation, directory: str, seed: int) -> list[dict]:
     """One ``%agent export --format json`` bundle per session."""
-    from jupyter_session_agent.messages import (
+    from jupyter_session_agent.core.messages import (
         AssistantMessage,
         ModelRef,
         Session,
@@ -252,7 +252,7 @@ def bundles(conv: Conversation, directory: str, seed: int) -> list[dict]:
         UserMessage,
         WithParts,
     )
-    from jupyter_session_agent.transfer import BUNDLE_FORMAT, BUNDLE_VERSION
+    from jupyter_session_agent.exchange.transfer import BUNDLE_FORMAT, BUNDLE_VERSION
 
     out = []
     a = conv.speakers[0]
@@ -299,7 +299,7 @@ def import_all(
     store, convs: list[Conversation], root: Path, seed: int, one_project: bool = False
 ) -> dict:
     """Write every session's bundle under ``root`` and import it (``%agent import``'s function)."""
-    from jupyter_session_agent.transfer import import_bundle
+    from jupyter_session_agent.exchange.transfer import import_bundle
 
     dirs = {}
     started = time.perf_counter()

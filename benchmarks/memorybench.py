@@ -283,8 +283,8 @@ def make_plan(n_sessions: int = 48, seed: int = 7, facts: tuple[Fact, ...] = FAC
 
 def write_via_api(plan: Plan, settings, store, directory: str) -> list[str]:
     """Every turn through AgentSession.prompt against the scripted server (real HTTP/SSE)."""
-    from jupyter_session_agent.scripted_server import Reply, ScriptedServer
-    from jupyter_session_agent.session import AgentSession
+    from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
+    from jupyter_session_agent.session.agent_session import AgentSession
     import os
 
     ids = []
@@ -311,8 +311,8 @@ def write_via_api(plan: Plan, settings, store, directory: str) -> list[str]:
 
 def write_via_store(plan: Plan, store, directory: str) -> list[str]:
     """The same conversations written directly through the Store API, one session per day."""
-    from jupyter_session_agent import ids as I
-    from jupyter_session_agent.messages import (
+    from jupyter_session_agent.core import ids as I
+    from jupyter_session_agent.core.messages import (
         AssistantMessage, ModelRef, Session, StepFinishPart, StepStartPart, TextPart, Tokens, ToolCompleted,
         ToolPart, UserMessage,
     )
@@ -424,7 +424,7 @@ def run(n_sessions: int = 48, seed: int = 7, via: str = "api", extractor: str = 
         data_dir: str | None = None, thresholds: tuple[float, ...] = (), heldout: bool = False,
         embeddings: str | None = None, cosine_thresholds: tuple[float, ...] = ()) -> dict:
     from jupyter_session_agent import memory
-    from jupyter_session_agent.settings import Settings
+    from jupyter_session_agent.core.settings import Settings
     from jupyter_session_agent.store import Store
 
     tmp = tempfile.TemporaryDirectory(prefix="memorybench-")

@@ -38,7 +38,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from jupyter_session_agent.scripted_server import Reply
+from jupyter_session_agent.testing.scripted_server import Reply
 
 from .compactbench.llm import BenchServer, extractive_summary, is_summary_request, is_title_request
 from .compactbench.opencode_cli import VERSION, Sandbox, Serve, ensure_opencode, session_of

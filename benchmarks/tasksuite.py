@@ -38,7 +38,7 @@ class Outcome:
     @property
     def results(self) -> str:
         """The outputs of the calls that ran without an error (a traceback quotes the code)."""
-        from jupyter_session_agent.codeaction import is_error
+        from jupyter_session_agent.core.codeaction import is_error
 
         return "\n".join(o for o in self.outputs if not is_error(o))
 

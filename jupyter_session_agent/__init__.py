@@ -11,13 +11,13 @@ __all__ = ["load_ipython_extension", "unload_ipython_extension", "sql", "__versi
 
 
 def load_ipython_extension(ipython) -> None:
-    from .magics import load
+    from .ui.magics import load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
-    from .magics import unload
+    from .ui.magics import unload
 
     unload(ipython)
 
@@ -33,7 +33,7 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 
 def sql(query: str, data_dir: str | None = None, params: list | dict | None = None):
     """Run read-only SQL over the history; returns a pandas DataFrame (views: docs/analytics.md)."""
-    from .settings import resolve_data_dir
+    from .core.settings import resolve_data_dir
     from .store import shared
 
     return shared(resolve_data_dir(data_dir)).sql(query, params)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from jupyter_session_agent import ids
-from jupyter_session_agent.compaction import CompactionEvent
-from jupyter_session_agent.messages import (
+from jupyter_session_agent.core import ids
+from jupyter_session_agent.loop.compaction import CompactionEvent
+from jupyter_session_agent.core.messages import (
     AssistantMessage, ModelRef, Session, StepFinishPart, TextPart, Tokens, ToolCompleted, ToolError,
     ToolPart, UserMessage,
 )

@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jupyter_session_agent.session import AgentSession  # noqa: E402
-from jupyter_session_agent.settings import Settings  # noqa: E402
+from jupyter_session_agent.session.agent_session import AgentSession  # noqa: E402
+from jupyter_session_agent.core.settings import Settings  # noqa: E402
 from jupyter_session_agent.store import Store  # noqa: E402
 
 

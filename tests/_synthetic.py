@@ -4,8 +4,8 @@ tests and the browser test. Pure values: nothing here touches a store."""
 
 from __future__ import annotations
 
-from jupyter_session_agent import ids
-from jupyter_session_agent.messages import (
+from jupyter_session_agent.core import ids
+from jupyter_session_agent.core.messages import (
     AgentPart, AssistantMessage, CompactionPart, FilePart, ModelRef, PatchPart, ReasoningPart, RetryPart,
     Session, SnapshotPart, StepFinishPart, StepStartPart, SubtaskPart, TextPart, Tokens, ToolCompleted,
     ToolError, ToolPart, ToolPending, ToolRunning, UserMessage, WithParts, error_data,

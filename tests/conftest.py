@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_session_agent.scripted_server import ScriptedServer
+from jupyter_session_agent.testing.scripted_server import ScriptedServer
 
 
 @pytest.fixture(scope="session")

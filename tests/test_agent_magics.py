@@ -8,9 +8,9 @@ import json
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.errors import AgentError, ProviderError, ReadOnlyError, SessionNotFoundError
-from jupyter_session_agent.history import MAX_STEPS_TEXT
-from jupyter_session_agent.scripted_server import Reply
+from jupyter_session_agent.core.errors import AgentError, ProviderError, ReadOnlyError, SessionNotFoundError
+from jupyter_session_agent.core.chat import MAX_STEPS_TEXT
+from jupyter_session_agent.testing.scripted_server import Reply
 
 
 def run(ip, prompt, line=""):

@@ -16,11 +16,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from jupyter_session_agent import analytics, ids
+from jupyter_session_agent import analytics
+from jupyter_session_agent.core import ids
 from jupyter_session_agent import sql as package_sql
-from jupyter_session_agent.compaction import CompactionEvent
-from jupyter_session_agent.errors import ReadOnlyError, UsageError
-from jupyter_session_agent.messages import (
+from jupyter_session_agent.loop.compaction import CompactionEvent
+from jupyter_session_agent.core.errors import ReadOnlyError, UsageError
+from jupyter_session_agent.core.messages import (
     AssistantMessage, CompactionPart, ModelRef, Session, StepFinishPart, StepStartPart, TextPart, Tokens,
     ToolCompleted, ToolError, ToolPart, UserMessage, error_data, replace,
 )
@@ -451,7 +452,7 @@ def test_export_parquet_layout_and_round_trip(history, tmp_path, capsys):
 def test_catalog_prefers_the_parquet_file_of_a_journal_read_in_the_same_batch(tmp_path):
     """Between a compaction's rename and its unlink both files hold the same rows (same rev, same
     writer): the Parquet file's settled tool wins, and nothing is counted twice."""
-    from jupyter_session_agent.store import _compact
+    from jupyter_session_agent.store import compact
 
     live = tmp_path / "history" / "live"
     live.mkdir(parents=True)
@@ -467,7 +468,7 @@ def test_catalog_prefers_the_parquet_file_of_a_journal_read_in_the_same_batch(tm
             dict(kind="part", id=ids.ascending("part"), session_id=s.id, message_id=u.id, rev=3, data=tool, **keys)]
     text = "".join(json.dumps(r) + "\n" for r in rows)
     journal.write_text(text)
-    _compact(journal, tmp_path / "history")  # host-7-dead.parquet, its tool settled; the journal removed …
+    compact(journal, tmp_path / "history")  # host-7-dead.parquet, its tool settled; the journal removed …
     journal.write_text(text)  # … as if the unlink had not happened yet
     with open(journal) as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # "alive", so no reader compacts it again

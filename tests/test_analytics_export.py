@@ -14,10 +14,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from jupyter_session_agent import ids
-from jupyter_session_agent.__main__ import main
-from jupyter_session_agent.errors import UsageError
-from jupyter_session_agent.messages import Session, replace
+from jupyter_session_agent.core import ids
+from jupyter_session_agent.ui.cli import main
+from jupyter_session_agent.core.errors import UsageError
+from jupyter_session_agent.core.messages import Session, replace
 from jupyter_session_agent.store import Store
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from jupyter_session_agent.scripted_server import Reply, ScriptedServer
+from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 from jupyter_session_agent.store import Store
 
 pytestmark = pytest.mark.slow

@@ -9,15 +9,16 @@ from decimal import Decimal
 
 import pytest
 
-from jupyter_session_agent import budget, catalog
-from jupyter_session_agent.errors import ConfigError
-from jupyter_session_agent.messages import Tokens
+from jupyter_session_agent.core import budget
+from jupyter_session_agent.providers import prices
+from jupyter_session_agent.core.errors import ConfigError
+from jupyter_session_agent.core.messages import Tokens
 
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch):
     """Any network access during a lookup fails the test."""
-    catalog.clear_cache()
+    prices.clear_cache()
 
     def refuse(*args, **kwargs):
         raise AssertionError("catalog touched the network")
@@ -26,12 +27,12 @@ def offline(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setattr(socket, "getaddrinfo", refuse)
     yield
-    catalog.clear_cache()
+    prices.clear_cache()
 
 
 def test_import_is_lazy():
     code = (
-        "import sys, jupyter_session_agent.catalog as c; "
+        "import sys, jupyter_session_agent.providers.prices as c; "
         "assert 'genai_prices' not in sys.modules, 'imported at module load'; "
         "c.model_info('openai', 'gpt-4o-mini'); assert 'genai_prices' in sys.modules"
     )
@@ -39,7 +40,7 @@ def test_import_is_lazy():
 
 
 def test_gpt_4o_mini():
-    info = catalog.model_info("openai", "gpt-4o-mini")
+    info = prices.model_info("openai", "gpt-4o-mini")
     assert info.source == "catalogue"
     assert (info.provider_id, info.model_id) == ("openai", "gpt-4o-mini")
     assert info.context == 128_000
@@ -50,19 +51,19 @@ def test_gpt_4o_mini():
 
 
 def test_dated_and_prefixed_ids_resolve():
-    base = catalog.model_info("openai", "gpt-4o-mini")
-    assert catalog.model_info("openai", "gpt-4o-mini-2024-07-18").prices == base.prices
-    assert catalog.model_info("openai", "openai/gpt-4o-mini").prices == base.prices
+    base = prices.model_info("openai", "gpt-4o-mini")
+    assert prices.model_info("openai", "gpt-4o-mini-2024-07-18").prices == base.prices
+    assert prices.model_info("openai", "openai/gpt-4o-mini").prices == base.prices
 
 
 def test_openrouter_ids_keep_their_prefix():
-    info = catalog.model_info("openrouter", "openai/gpt-4o-mini")
+    info = prices.model_info("openrouter", "openai/gpt-4o-mini")
     assert info.source == "catalogue" and info.context == 128_000
     assert info.extra["genai_prices_provider"] == "openrouter"
 
 
 def test_anthropic_has_cache_write_and_200k_tier():
-    info = catalog.model_info("anthropic", "claude-sonnet-4-5")
+    info = prices.model_info("anthropic", "claude-sonnet-4-5")
     assert info.context == 200_000
     assert info.prices == budget.Prices(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)
     assert info.prices_over_200k == budget.Prices(input=6.0, output=22.5, cache_read=0.6, cache_write=7.5)
@@ -81,21 +82,21 @@ def test_anthropic_has_cache_write_and_200k_tier():
     ],
 )
 def test_provider_aliases(provider, model, genai_provider):
-    info = catalog.model_info(provider, model)
+    info = prices.model_info(provider, model)
     assert info.source == "catalogue"
     assert info.extra["genai_prices_provider"] == genai_provider
     assert info.prices.input > 0 and info.prices.output > 0
 
 
 def test_tier_at_other_threshold_is_kept_aside():
-    info = catalog.model_info("openai", "gpt-5.4")
+    info = prices.model_info("openai", "gpt-5.4")
     assert info.prices_over_200k is None  # budget.cost's tier is fixed at 200k
     (tier,) = info.extra["price_tiers"]
     assert tier["above"] == 272_000 and tier["prices"].input > info.prices.input
 
 
 def test_xai_199999_tier_counts_as_200k():
-    assert catalog.model_info("xai", "grok-4.20").prices_over_200k is not None
+    assert prices.model_info("xai", "grok-4.20").prices_over_200k is not None
 
 
 @pytest.mark.parametrize(
@@ -103,7 +104,7 @@ def test_xai_199999_tier_counts_as_200k():
     [("openai", "no-such-model-xyz"), ("nope", "gpt-4o"), ("local", "smollm2-135m"), ("ollama", "llama3.2")],
 )
 def test_unknown_is_zeros(provider, model):
-    info = catalog.model_info(provider, model)
+    info = prices.model_info(provider, model)
     assert info.source == "unknown"
     assert (info.context, info.output, info.input) == (0, 0, 0)
     assert info.prices == budget.Prices()
@@ -112,9 +113,9 @@ def test_unknown_is_zeros(provider, model):
 
 
 def test_lookups_are_cached():
-    first = catalog.model_info("openai", "gpt-4o")
-    assert ("openai", "gpt-4o") in catalog._cache
-    assert catalog.model_info("openai", "gpt-4o") is first
+    first = prices.model_info("openai", "gpt-4o")
+    assert ("openai", "gpt-4o") in prices._cache
+    assert prices.model_info("openai", "gpt-4o") is first
 
 
 @pytest.mark.parametrize(
@@ -126,7 +127,7 @@ def test_cost_matches_genai_prices(input_tokens, cache_read, cache_write, output
     import genai_prices
 
     for provider, model in (("anthropic", "claude-sonnet-4-5"), ("openai", "gpt-4o-mini")):
-        info = catalog.model_info(provider, model)
+        info = prices.model_info(provider, model)
         tokens = Tokens(input=input_tokens, output=output, cache_read=cache_read, cache_write=cache_write)
         usage = genai_prices.Usage(
             input_tokens=input_tokens + cache_read + cache_write,  # genai-prices' input includes cache
@@ -146,7 +147,7 @@ def test_cost_matches_genai_prices(input_tokens, cache_read, cache_write, output
 
 
 def test_override_bare_model_id():
-    info = catalog.model_info("openai", "gpt-4o-mini", {"gpt-4o-mini": {"context": 32_000, "price_input": 1}})
+    info = prices.model_info("openai", "gpt-4o-mini", {"gpt-4o-mini": {"context": 32_000, "price_input": 1}})
     assert info.source == "override"
     assert info.context == 32_000
     assert info.prices.input == 1.0 and info.prices.output == 0.6  # others kept
@@ -158,12 +159,12 @@ def test_override_provider_model_wins_over_bare():
         "openai/gpt-4o-mini": {"context": 2000},
         "anthropic/gpt-4o-mini": {"context": 3000},  # another provider: ignored
     }
-    info = catalog.model_info("openai", "gpt-4o-mini", overrides)
+    info = prices.model_info("openai", "gpt-4o-mini", overrides)
     assert (info.context, info.output) == (2000, 100)
 
 
 def test_override_makes_unknown_models_usable():
-    info = catalog.model_info(
+    info = prices.model_info(
         "local", "smollm2", {"local/smollm2": {"context": 8192, "output": 2048, "price_output": 0}}
     )
     assert info.source == "override"
@@ -172,20 +173,20 @@ def test_override_makes_unknown_models_usable():
 
 
 def test_override_context_drops_catalogue_input_limit_and_prices_drop_tier():
-    base = catalog.model_info("anthropic", "claude-sonnet-4-5")
-    with_input = catalog._apply(base, {"input": 150_000})
+    base = prices.model_info("anthropic", "claude-sonnet-4-5")
+    with_input = prices._apply(base, {"input": 150_000})
     assert with_input.input == 150_000
-    assert catalog._apply(with_input, {"context": 100_000}).input == 0
-    assert catalog._apply(with_input, {"context": 100_000, "input": 90_000}).input == 90_000
-    repriced = catalog.model_info("anthropic", "claude-sonnet-4-5", {"claude-sonnet-4-5": {"price_output": 10}})
+    assert prices._apply(with_input, {"context": 100_000}).input == 0
+    assert prices._apply(with_input, {"context": 100_000, "input": 90_000}).input == 90_000
+    repriced = prices.model_info("anthropic", "claude-sonnet-4-5", {"claude-sonnet-4-5": {"price_output": 10}})
     assert repriced.prices_over_200k is None
-    limits_only = catalog.model_info("anthropic", "claude-sonnet-4-5", {"claude-sonnet-4-5": {"output": 64_000}})
+    limits_only = prices.model_info("anthropic", "claude-sonnet-4-5", {"claude-sonnet-4-5": {"output": 64_000}})
     assert limits_only.prices_over_200k == base.prices_over_200k
 
 
 def test_override_does_not_touch_the_cache():
-    catalog.model_info("openai", "gpt-4o-mini", {"gpt-4o-mini": {"context": 5}})
-    assert catalog.model_info("openai", "gpt-4o-mini").context == 128_000
+    prices.model_info("openai", "gpt-4o-mini", {"gpt-4o-mini": {"context": 5}})
+    assert prices.model_info("openai", "gpt-4o-mini").context == 128_000
 
 
 @pytest.mark.parametrize(
@@ -204,19 +205,19 @@ def test_override_does_not_touch_the_cache():
 )
 def test_bad_overrides(overrides, fragment):
     with pytest.raises(ConfigError) as info:
-        catalog.model_info("openai", "gpt-4o-mini", overrides)
+        prices.model_info("openai", "gpt-4o-mini", overrides)
     message = str(info.value)
     assert fragment in message
     assert "\n" not in message
     if "unknown key" in fragment:
-        assert all(k in message for k in catalog.OVERRIDE_KEYS)  # names the valid keys
+        assert all(k in message for k in prices.OVERRIDE_KEYS)  # names the valid keys
 
 
 def test_apply_overrides_to_a_model_info_from_elsewhere():
     local = budget.ModelInfo(provider_id="local", model_id="smollm2", context=8192, output=2048, source="local")
-    assert catalog.apply_overrides(local, None) is local
-    assert catalog.apply_overrides(local, {"other": {"context": 1}}) is local
-    patched = catalog.apply_overrides(local, {"local/smollm2": {"context": 4096}})
+    assert prices.apply_overrides(local, None) is local
+    assert prices.apply_overrides(local, {"other": {"context": 1}}) is local
+    patched = prices.apply_overrides(local, {"local/smollm2": {"context": 4096}})
     assert (patched.context, patched.output, patched.source) == (4096, 2048, "override")
     with pytest.raises(ConfigError, match="valid keys"):
-        catalog.apply_overrides(local, {"smollm2": {"ctx": 1}})
+        prices.apply_overrides(local, {"smollm2": {"ctx": 1}})

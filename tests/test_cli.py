@@ -3,7 +3,7 @@ README's main job; it runs the quickstart notebook, which nbval covers)."""
 
 from __future__ import annotations
 
-from jupyter_session_agent.__main__ import main
+from jupyter_session_agent.ui.cli import main
 
 
 def test_sql_and_stop_local(data_dir, capsys, tmp_path, monkeypatch):

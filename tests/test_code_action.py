@@ -14,11 +14,12 @@ import time
 
 import pytest
 
-from jupyter_session_agent import codeaction
-from jupyter_session_agent.approval import ScriptedApprover
-from jupyter_session_agent.codeaction import BlockParser, code_messages, enabled
-from jupyter_session_agent.history import MAX_STEPS_TEXT
-from jupyter_session_agent.scripted_server import Reply
+from jupyter_session_agent.core import codeaction
+from jupyter_session_agent.tools import kernel
+from jupyter_session_agent.session.approval import ScriptedApprover
+from jupyter_session_agent.core.codeaction import BlockParser, code_messages, enabled
+from jupyter_session_agent.core.chat import MAX_STEPS_TEXT
+from jupyter_session_agent.testing.scripted_server import Reply
 
 
 @pytest.fixture
@@ -68,9 +69,9 @@ def test_the_call_starts_while_the_block_streams(server, magics, cip):
     """The tool part appears when the fence opens, before the code has finished streaming."""
     code = "\n".join(f"v{i} = {i}" for i in range(30))
     server.enqueue(Reply(text=f"```python\n{code}\n```\n", chunk_chars=4, delay=0.02), Reply(text="done"))
-    provider = magics.current()._provider("openai/scripted")[0]
+    provider = magics.current().provider("openai/scripted")[0]
     wrapped = codeaction.CodeActionProvider(provider, server_side=False)
-    from jupyter_session_agent.provider import ChatRequest
+    from jupyter_session_agent.providers.openai_provider import ChatRequest
 
     tool = [{"type": "function", "function": {"name": "python", "parameters": {}}}]
     seen = []
@@ -192,7 +193,7 @@ def test_other_models_keep_native_tool_calls(ip, server, magics, store):
 
 
 def test_the_setting_is_checked_when_assigned(magics):
-    from jupyter_session_agent.errors import ConfigError
+    from jupyter_session_agent.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as info:
         magics.code_actions = "sometimes"
@@ -275,12 +276,12 @@ def test_the_system_prompt_names_the_users_variables():
 
     frame = pd.DataFrame({"name": ["a", "b"], "age": [1, 2]})
     namespace = {"df": frame, "x": 42, "double": double, "_hidden": 1, "json": json, "In": []}
-    text = codeaction.system_prompt(namespace, {"In": namespace["In"]})
+    text = codeaction.system_prompt(kernel.variables_line(namespace, {"In": namespace["In"]}))
     assert text.startswith(codeaction.PROMPT)
     assert text.endswith("Variables in the kernel: df (DataFrame, 2 × 2, columns name, age), x (int, 42); "
                          "also double.")
     assert codeaction.known_names([{"role": "system", "content": text}]) == {"df", "x", "double"}
-    assert codeaction.system_prompt({}) == codeaction.PROMPT
+    assert codeaction.system_prompt(kernel.variables_line({})) == codeaction.PROMPT
 
 
 def test_a_block_that_cannot_run_is_recognised_without_running_it():

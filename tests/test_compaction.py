@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_session_agent import ids
-from jupyter_session_agent.agent import TurnSetup, run_turn
-from jupyter_session_agent.budget import ModelInfo, Prices, estimate
-from jupyter_session_agent.compaction import (
+from jupyter_session_agent.core import ids
+from jupyter_session_agent.loop.turn import TurnSetup, run_turn
+from jupyter_session_agent.core.budget import ModelInfo, Prices, estimate
+from jupyter_session_agent.loop.compaction import (
     CONTINUE_TEXT,
     PRUNE_MINIMUM,
     PRUNE_PROTECT,
@@ -25,15 +25,15 @@ from jupyter_session_agent.compaction import (
     transcript,
     water_fill,
 )
-from jupyter_session_agent.errors import ConfigError
-from jupyter_session_agent.history import (
+from jupyter_session_agent.core.errors import ConfigError
+from jupyter_session_agent.core.chat import (
     COMPACTION_QUESTION,
     PRUNED_OUTPUT,
     filter_compacted,
     to_chat_messages,
     without_failed_compactions,
 )
-from jupyter_session_agent.messages import (
+from jupyter_session_agent.core.messages import (
     AssistantMessage,
     CompactionPart,
     FilePart,
@@ -46,9 +46,9 @@ from jupyter_session_agent.messages import (
     WithParts,
     error_data,
 )
-from jupyter_session_agent.provider import ChatRequest, OpenAIProvider
-from jupyter_session_agent.scripted_server import Reply
-from jupyter_session_agent.settings import Settings
+from jupyter_session_agent.providers.openai_provider import ChatRequest, OpenAIProvider
+from jupyter_session_agent.testing.scripted_server import Reply
+from jupyter_session_agent.core.settings import Settings
 from jupyter_session_agent.store import Store
 
 S = "ses_test"
@@ -134,12 +134,12 @@ def test_threshold_and_per_model_override():
 
 
 def test_model_override_key_compaction_threshold():
-    from jupyter_session_agent import catalog
+    from jupyter_session_agent.providers import prices
 
-    info = catalog.model_info("openai", "scripted", {"openai/scripted": {"context": 9000, "compaction_threshold": 0.8}})
+    info = prices.model_info("openai", "scripted", {"openai/scripted": {"context": 9000, "compaction_threshold": 0.8}})
     assert info.extra["compaction_threshold"] == 0.8
     with pytest.raises(ConfigError, match="compaction_threshold"):
-        catalog.model_info("openai", "scripted", {"openai/scripted": {"compaction_threshold": 0}})
+        prices.model_info("openai", "scripted", {"openai/scripted": {"compaction_threshold": 0}})
 
 
 def test_token_estimate():
@@ -444,7 +444,7 @@ def _setup(server, store, tmp_path, compaction, context=12_000):
 
 
 def test_auto_false_makes_a_provider_overflow_a_one_line_error(server, tmp_path):
-    from jupyter_session_agent.agent import ContextLimitError
+    from jupyter_session_agent.loop.turn import ContextLimitError
 
     store = Store(tmp_path / "data")
     server.enqueue(Reply(**OVERFLOW_400))
@@ -538,7 +538,7 @@ def test_end_to_end_prune_then_summary_through_the_magic(ip, server, magics, sto
 
 
 def test_manual_compact_command_and_errors(ip, server, magics, store):
-    from jupyter_session_agent.errors import UsageError
+    from jupyter_session_agent.core.errors import UsageError
 
     magics.titles = False
     with pytest.raises(UsageError, match="no current session"):

@@ -8,9 +8,9 @@ import json
 
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.compaction import SUMMARY_SYSTEM
-from jupyter_session_agent.history import COMPACTION_QUESTION
-from jupyter_session_agent.scripted_server import Reply
+from jupyter_session_agent.loop.compaction import SUMMARY_SYSTEM
+from jupyter_session_agent.core.chat import COMPACTION_QUESTION
+from jupyter_session_agent.testing.scripted_server import Reply
 
 
 def _turns(ip, server, n: int, start: int = 1) -> None:

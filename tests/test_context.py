@@ -12,8 +12,8 @@ import os
 import pytest
 
 from jupyter_session_agent.context import ContextError
-from jupyter_session_agent.messages import FilePart, TextPart
-from jupyter_session_agent.scripted_server import Reply
+from jupyter_session_agent.core.messages import FilePart, TextPart
+from jupyter_session_agent.testing.scripted_server import Reply
 
 
 def run(ip, prompt, line=""):
@@ -460,7 +460,7 @@ def test_overflow_replays_a_real_image_attachment_with_media_stripped(
 
 
 def test_transcript_shows_attachment_chips(ip, server, store, magics, tmp_path):
-    from jupyter_session_agent.display import MIME_TYPE, TranscriptView
+    from jupyter_session_agent.ui.display import MIME_TYPE, TranscriptView
 
     (tmp_path / "notes.txt").write_text("alpha\n")
     (tmp_path / "shot.png").write_bytes(png_bytes())
@@ -479,7 +479,7 @@ def test_transcript_shows_attachment_chips(ip, server, store, magics, tmp_path):
 
 
 def test_cell_errors_are_recorded_only_while_loaded(ip, server):
-    from jupyter_session_agent.context.kernel import cell_log
+    from jupyter_session_agent.tools.kernel import cell_log
 
     number = cell(ip, "raise KeyError('while loaded')")
     assert "KeyError: 'while loaded'" in cell_log(ip).error(number).traceback

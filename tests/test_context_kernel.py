@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from jupyter_session_agent.scripted_server import Reply, ScriptedServer
+from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 
 pytestmark = pytest.mark.slow
 

@@ -12,18 +12,20 @@ import pytest
 from _synthetic import BIG_OUTPUT, PRUNED_OUTPUT, synthetic_session
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent import display as D
-from jupyter_session_agent import ids
-from jupyter_session_agent.budget import ModelInfo, Prices, budget
-from jupyter_session_agent.compaction import CompactionConfig, plan_prune
-from jupyter_session_agent.display import MIME_TYPE, BudgetView, LiveView, TranscriptView, part_data, tool_status
-from jupyter_session_agent.errors import SessionNotFoundError, UsageError
-from jupyter_session_agent.messages import (
+from jupyter_session_agent.ui import display as D
+from jupyter_session_agent.core import ids
+from jupyter_session_agent.core.budget import ModelInfo, Prices, budget
+from jupyter_session_agent.loop.compaction import CompactionConfig, plan_prune
+from jupyter_session_agent.ui.display import MIME_TYPE, BudgetView, LiveView, TranscriptView, part_data
+from jupyter_session_agent.core.messages import tool_status
+from jupyter_session_agent.core.errors import SessionNotFoundError, UsageError
+from jupyter_session_agent.core.messages import (
     PART_TYPES, AssistantMessage, FilePart, ModelRef, StepFinishPart, TextPart, Tokens, ToolCompleted, ToolPart,
     UserMessage, WithParts, part_from_data,
 )
-from jupyter_session_agent.report import BudgetReport, budget_report, session_rows
-from jupyter_session_agent.scripted_server import Reply
+from jupyter_session_agent.loop.budget_report import BudgetReport, budget_report
+from jupyter_session_agent.analytics.sessions import session_rows
+from jupyter_session_agent.testing.scripted_server import Reply
 
 MODEL = ModelInfo("openai", "scripted", context=100_000, output=4_096, prices=Prices(1.0, 2.0))
 BIG = ModelInfo("openai", "big", context=1_000_000, output=32_000)  # prune limits not capped by the window
@@ -329,7 +331,7 @@ def test_session_rows_from_sql(ip, server, store, magics):
 def test_browser_widget_lists_and_opens_sessions(ip, server, store, magics):
     import ipywidgets
 
-    from jupyter_session_agent.widgets import COLUMNS, SessionBrowser, row_cells, table
+    from jupyter_session_agent.ui.widgets import COLUMNS, SessionBrowser, row_cells, table
 
     session, history = _store_synthetic(store)
     server.enqueue(Reply(text="hi"))
@@ -383,7 +385,7 @@ def _descendants(widget):
 
 
 def test_gauge_colours():
-    from jupyter_session_agent.widgets import BudgetGauge
+    from jupyter_session_agent.ui.widgets import BudgetGauge
 
     _, history = synthetic_session()
     nearly = dataclasses.replace(MODEL, context=7_500, output=1_000)  # usable 5,500: 2,160 is 39%
@@ -396,8 +398,8 @@ def test_gauge_colours():
 
 
 def test_live_view_through_an_automatic_compaction(ip, server, data_dir):
-    from jupyter_session_agent.session import AgentSession
-    from jupyter_session_agent.settings import Settings
+    from jupyter_session_agent.session.agent_session import AgentSession
+    from jupyter_session_agent.core.settings import Settings
 
     settings = Settings(model="openai/scripted", data_dir=data_dir, titles=False, permission={"python": "allow"},
                         model_overrides={"openai/scripted": {"context": 20_000, "output": 2_000}})

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from jupyter_session_agent.display import MIME_TYPE
-from jupyter_session_agent.scripted_server import Reply, ScriptedServer
+from jupyter_session_agent.ui.display import MIME_TYPE
+from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 
 pytestmark = pytest.mark.slow
 

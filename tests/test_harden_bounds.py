@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.display import LiveView
-from jupyter_session_agent.errors import ProviderError
-from jupyter_session_agent.scripted_server import Reply
+from jupyter_session_agent.ui.display import LiveView
+from jupyter_session_agent.core.errors import ProviderError
+from jupyter_session_agent.testing.scripted_server import Reply
 
 
 def run(ip, prompt):
@@ -126,7 +126,7 @@ def test_wait_settings_are_checked_when_set(magics):
         with pytest.raises(Exception) as info:
             setattr(magics, name, -1)
         assert name in one_line(info.value)
-    from jupyter_session_agent.settings import Settings
+    from jupyter_session_agent.core.settings import Settings
 
     defaults = Settings()
     assert (defaults.max_retry_wait, defaults.first_byte_timeout, defaults.idle_timeout,
@@ -195,7 +195,7 @@ _RSS_SCRIPT = textwrap.dedent("""
     import json, os, resource, sys
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
-    from jupyter_session_agent.scripted_server import Reply, ScriptedServer
+    from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 
     work, data, call = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     os.chdir(work)

@@ -13,8 +13,8 @@ import sys
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.display import MIME_TYPE, LiveView
-from jupyter_session_agent.scripted_server import Reply
+from jupyter_session_agent.ui.display import MIME_TYPE, LiveView
+from jupyter_session_agent.testing.scripted_server import Reply
 
 CALLS = (
     {"name": "python", "arguments": {"code": "print('before the error')\ndef broken(:\n    pass"}},

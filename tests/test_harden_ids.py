@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent import ids, snapshot
-from jupyter_session_agent.errors import SessionNotFoundError, UsageError
-from jupyter_session_agent.messages import Session, now_ms
-from jupyter_session_agent.scripted_server import Reply
-from jupyter_session_agent.session import AgentSession
-from jupyter_session_agent.snapshot import Snapshot, repo_path
+from jupyter_session_agent.core import ids
+from jupyter_session_agent.session import snapshot
+from jupyter_session_agent.core.errors import SessionNotFoundError, UsageError
+from jupyter_session_agent.core.messages import Session, now_ms
+from jupyter_session_agent.testing.scripted_server import Reply
+from jupyter_session_agent.session.agent_session import AgentSession
+from jupyter_session_agent.session.snapshot import Snapshot, repo_path
 from jupyter_session_agent.store import Store
 
 _GIT = subprocess.run(["git", "--version"], capture_output=True).returncode == 0

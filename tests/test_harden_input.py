@@ -11,11 +11,11 @@ import os
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.commands import load_all
-from jupyter_session_agent.errors import AgentError, ConfigError, UsageError
-from jupyter_session_agent.magics import AgentMagics, SettingError
-from jupyter_session_agent.scripted_server import Reply
-from jupyter_session_agent.settings import Settings
+from jupyter_session_agent.ui.commands import load_all
+from jupyter_session_agent.core.errors import AgentError, ConfigError, UsageError
+from jupyter_session_agent.ui.magics import AgentMagics, SettingError
+from jupyter_session_agent.testing.scripted_server import Reply
+from jupyter_session_agent.core.settings import Settings
 
 # Argument forms a careless user (or a fuzzer) types after any subcommand.
 BAD_ARGUMENTS = [
@@ -312,7 +312,7 @@ def test_help_lists_every_setting(ip, magics):
 
 
 def test_a_setting_the_schema_does_not_list_is_checked_by_its_trait_type(ip, magics, monkeypatch):
-    from jupyter_session_agent import settings
+    from jupyter_session_agent.core import settings
 
     for name in ("request_timeout", "max_retries", "title_model", "titles"):
         monkeypatch.delitem(settings.SCHEMA, name)  # as a setting added without a schema entry

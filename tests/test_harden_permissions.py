@@ -21,9 +21,9 @@ import subprocess
 
 import pytest
 
-from jupyter_session_agent import permission as P
-from jupyter_session_agent.approval import ScriptedApprover, StdinApprover, prompt_line, prompt_text
-from jupyter_session_agent.scripted_server import Reply
+from jupyter_session_agent.core import permission as P
+from jupyter_session_agent.session.approval import ScriptedApprover, StdinApprover, prompt_line, prompt_text
+from jupyter_session_agent.testing.scripted_server import Reply
 
 
 def run(ip, prompt, line=""):

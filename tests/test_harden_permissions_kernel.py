@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_session_agent.scripted_server import Reply
+from jupyter_session_agent.testing.scripted_server import Reply
 from test_approval_kernel import fresh, kernel, server, tools  # noqa: F401  (module fixtures)
 
 pytestmark = pytest.mark.slow

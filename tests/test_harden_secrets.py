@@ -20,7 +20,7 @@ import time
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.scripted_server import Reply, ScriptedServer
+from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 
 # Values of their own: a value once in the environment stays known to the process, and other
 # test files assert the labels of theirs.
@@ -165,7 +165,7 @@ def test_a_key_removed_from_the_environment_is_still_redacted(tmp_path):
         import json, os, sys
         from IPython.core.interactiveshell import InteractiveShell
         from IPython.utils.capture import capture_output
-        from jupyter_session_agent.scripted_server import Reply, ScriptedServer
+        from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
         ip = InteractiveShell.instance()
         ip.run_line_magic("load_ext", "jupyter_session_agent")
         ip.run_cell("import os; secret = os.environ.pop('LEGACY_SERVICE_TOKEN')")
@@ -260,8 +260,8 @@ def test_a_key_the_model_writes_is_redacted_in_memory_and_in_every_view(ip, serv
 def test_a_streaming_key_is_never_shown_as_a_prefix():
     """The live view holds back the unfinished last word, so no update shows a key's first
     characters before the whole key is there to be recognised."""
-    from jupyter_session_agent.display import LiveView
-    from jupyter_session_agent.messages import AssistantMessage, TextPart
+    from jupyter_session_agent.ui.display import LiveView
+    from jupyter_session_agent.core.messages import AssistantMessage, TextPart
 
     view = LiveView(live=False)
     message = AssistantMessage(id="msg_2", session_id="ses_1", parent_id="msg_1", time_created=1,

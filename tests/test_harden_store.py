@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.errors import UsageError
-from jupyter_session_agent.messages import TextPart, ToolPart, UnknownPart
-from jupyter_session_agent.scripted_server import Reply
+from jupyter_session_agent.core.errors import UsageError
+from jupyter_session_agent.core.messages import TextPart, ToolPart, UnknownPart
+from jupyter_session_agent.testing.scripted_server import Reply
 from jupyter_session_agent.store import HistoryWarning, HistoryWriteError, Store
 
 HERE = Path(__file__).parent

@@ -17,8 +17,8 @@ import textwrap
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.scripted_server import Reply
-from jupyter_session_agent.text import decode, has_surrogates, safe_text, safe_value
+from jupyter_session_agent.testing.scripted_server import Reply
+from jupyter_session_agent.core.text import decode, has_surrogates, safe_text, safe_value
 
 NAME = b"caf\xe9.txt"  # latin-1 bytes: not UTF-8
 SHOWN = "caf\\xe9.txt"  # how every outbound path writes the name: the byte in Python's notation
@@ -154,7 +154,7 @@ def test_a_truncated_output_with_latin1_names_is_saved_as_utf8(ip, server, store
 
 
 def test_an_imported_bundle_with_surrogates_is_stored_encodable(ip, store, magics, tmp_path):
-    from jupyter_session_agent.transfer import import_bundle
+    from jupyter_session_agent.exchange.transfer import import_bundle
 
     bundle = {"info": {"id": "ses_fffffffffffe0000000000abcd", "title": "t \ud800",
                        "directory": str(tmp_path), "version": "0.1.0",
@@ -202,7 +202,7 @@ def test_safe_text():
 
 
 def test_a_secret_with_undecodable_bytes_is_still_redacted():
-    from jupyter_session_agent import redact as R
+    from jupyter_session_agent.core import redact as R
 
     secret = os.fsdecode(b"pa\xe9ss-word-123456")
     R.remember(secret, "ODD_PASSWORD")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_session_agent.scripted_server import Reply
+from jupyter_session_agent.testing.scripted_server import Reply
 
 
 def run(ip, prompt, line=""):
@@ -95,7 +95,7 @@ def test_a_part_with_fields_of_the_wrong_shape_never_breaks_the_session(
 
     from IPython.utils.capture import capture_output
 
-    from jupyter_session_agent.messages import UnknownPart
+    from jupyter_session_agent.core.messages import UnknownPart
 
     server.enqueue(Reply(text="answer"))
     run(ip, "question")
@@ -128,7 +128,7 @@ def test_a_part_with_fields_of_the_wrong_shape_never_breaks_the_session(
 def test_a_boolean_is_not_a_number_of_seconds(ip, magics, caplog, name):
     import logging
 
-    from jupyter_session_agent.magics import SettingError
+    from jupyter_session_agent.ui.magics import SettingError
 
     before = getattr(magics, name)
     for bad in (True, False):

@@ -26,17 +26,3 @@ def test_load_ext_loads_nothing_heavy():
         "assert 'agent' in ip.magics_manager.magics['cell']\n"
     )
     assert _loaded_after(code) == set()
-
-
-def test_only_the_store_imports_duckdb_and_only_the_provider_imports_openai():
-    import pathlib
-    import re
-
-    package = pathlib.Path(__file__).resolve().parents[1] / "jupyter_session_agent"
-    owners = {"duckdb": lambda rel: rel.parts[0] == "store", "openai": lambda rel: rel.name == "provider.py"}
-    for path in package.rglob("*.py"):
-        text = path.read_text()
-        rel = path.relative_to(package)
-        for module, allowed in owners.items():
-            if re.search(rf"^\s*(import {module}\b|from {module}\b)", text, re.M):
-                assert allowed(rel), f"{rel} imports {module}"

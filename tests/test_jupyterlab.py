@@ -31,9 +31,9 @@ from pathlib import Path
 import pytest
 from _synthetic import BIG_OUTPUT, synthetic_session
 
-from jupyter_session_agent.budget import ModelInfo, Prices
-from jupyter_session_agent.display import MIME_TYPE, BudgetView, TranscriptView
-from jupyter_session_agent.report import budget_report
+from jupyter_session_agent.core.budget import ModelInfo, Prices
+from jupyter_session_agent.ui.display import MIME_TYPE, BudgetView, TranscriptView
+from jupyter_session_agent.loop.budget_report import budget_report
 
 pytestmark = pytest.mark.slow
 
@@ -134,7 +134,7 @@ class Scripted:
 @pytest.fixture(scope="module")
 def scripted():
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_session_agent.scripted_server", "--port", "0"],
+        [sys.executable, "-m", "jupyter_session_agent.testing.scripted_server", "--port", "0"],
         stdout=subprocess.PIPE, text=True)
     try:
         yield Scripted(proc.stdout.readline().strip())
@@ -311,8 +311,8 @@ def _our_errors(page) -> list[str]:
 
 def _failed_call_bundle() -> dict:
     """A turn whose python call raised: stored completed (its prints matter), shown failed."""
-    from jupyter_session_agent import ids
-    from jupyter_session_agent.messages import (AssistantMessage, ModelRef, TextPart, ToolCompleted,
+    from jupyter_session_agent.core import ids
+    from jupyter_session_agent.core.messages import (AssistantMessage, ModelRef, TextPart, ToolCompleted,
                                                 ToolPart, UserMessage, WithParts)
 
     sid, t0 = ids.descending("session"), 1_760_000_000_000
@@ -853,10 +853,10 @@ def _attachments_notebook(path: Path, files: Path) -> None:
     import pandas as pd
     from PIL import Image
 
-    from jupyter_session_agent import ids
+    from jupyter_session_agent.core import ids
     from jupyter_session_agent.context import attach
     from jupyter_session_agent.context.prompt import Prompt, build, parts
-    from jupyter_session_agent.messages import ModelRef, TextPart, UserMessage, WithParts
+    from jupyter_session_agent.core.messages import ModelRef, TextPart, UserMessage, WithParts
 
     (files / "notes.md").write_text("# Source\nthe survey of March\n")
     image = io.BytesIO()

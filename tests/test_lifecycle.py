@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent import lifecycle, transfer
-from jupyter_session_agent.errors import AgentError, SessionNotFoundError, UsageError
-from jupyter_session_agent.messages import AssistantMessage, UserMessage
-from jupyter_session_agent.scripted_server import Reply
-from jupyter_session_agent.session import AgentSession
+from jupyter_session_agent.session import lifecycle
+from jupyter_session_agent.exchange import transfer
+from jupyter_session_agent.core.errors import AgentError, SessionNotFoundError, UsageError
+from jupyter_session_agent.core.messages import AssistantMessage, UserMessage
+from jupyter_session_agent.testing.scripted_server import Reply
+from jupyter_session_agent.session.agent_session import AgentSession
 from jupyter_session_agent.store import Store
-from jupyter_session_agent.title import TITLE_PROMPT, clean_title
+from jupyter_session_agent.session.title import TITLE_PROMPT, clean_title
 
 PRICE_IN, PRICE_OUT = 1.0, 2.0  # per million tokens, from the ip fixture's overrides
 

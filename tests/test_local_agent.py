@@ -24,7 +24,7 @@ pytestmark = [
 def local_dir(tmp_path_factory):
     """The history of these tests; their llama.cpp server lives under ``local_dir / "run"``
     (never the user's) and is stopped at the end."""
-    from jupyter_session_agent.local import running_servers, stop_server
+    from jupyter_session_agent.providers.local import running_servers, stop_server
 
     path = tmp_path_factory.mktemp("local-data")
     yield path
@@ -89,10 +89,10 @@ def test_tool_round_trip_keeps_the_loop_consistent(lip, magics):
 
 def test_non_streamed_completion_and_stock_server_usage_is_estimated(local_dir, tmp_path, monkeypatch):
     """The stock llama.cpp chat handler sends no usage in streams: we count and flag it."""
-    from jupyter_session_agent.local import LocalServer
-    from jupyter_session_agent.provider import ChatRequest, OpenAIProvider
-    from jupyter_session_agent.session import AgentSession
-    from jupyter_session_agent.settings import Settings
+    from jupyter_session_agent.providers.local import LocalServer
+    from jupyter_session_agent.providers.openai_provider import ChatRequest, OpenAIProvider
+    from jupyter_session_agent.session.agent_session import AgentSession
+    from jupyter_session_agent.core.settings import Settings
 
     stock = LocalServer(n_ctx=2048, chat_format=None, run_dir=tmp_path / "stock")
     try:
@@ -114,7 +114,7 @@ def test_non_streamed_completion_and_stock_server_usage_is_estimated(local_dir, 
 
 
 def test_killed_server_is_restarted_on_the_next_turn(lip, magics, local_dir):
-    from jupyter_session_agent.local import LocalServer
+    from jupyter_session_agent.providers.local import LocalServer
 
     lip.run_cell_magic("agent", "--new", "Hello")
     state = LocalServer(n_ctx=4096, run_dir=local_dir / "run").status()

@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from jupyter_session_agent import codeaction
-from jupyter_session_agent.approval import ScriptedApprover
-from jupyter_session_agent.history import MAX_STEPS_TEXT
-from jupyter_session_agent.local import LocalServer, running_servers, stop_server
+from jupyter_session_agent.core import codeaction
+from jupyter_session_agent.session.approval import ScriptedApprover
+from jupyter_session_agent.core.chat import MAX_STEPS_TEXT
+from jupyter_session_agent.providers.local import LocalServer, running_servers, stop_server
 
 pytestmark = [
     pytest.mark.local,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_session_agent import local
-from jupyter_session_agent.local import LocalServer, running_servers, stop_server
+from jupyter_session_agent.providers import local
+from jupyter_session_agent.providers.local import LocalServer, running_servers, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [
@@ -63,7 +63,7 @@ def test_an_idle_server_stops_itself_and_starts_again_on_demand(run_dir):
 _CLIENT = textwrap.dedent(
     """
     import json, sys
-    from jupyter_session_agent.local import LocalServer
+    from jupyter_session_agent.providers.local import LocalServer
     s = LocalServer(n_ctx=int(sys.argv[2]), run_dir=sys.argv[1], client_grace=float(sys.argv[3]))
     s.ensure()
     print(json.dumps({"pid": s.status().pid}))
@@ -97,8 +97,8 @@ def test_a_kernel_that_uses_the_server_keeps_it(run_dir):
 
 
 def test_one_server_per_user_and_model_whatever_the_data_directory(run_dir, tmp_path, monkeypatch):
-    from jupyter_session_agent.session import AgentSession
-    from jupyter_session_agent.settings import Settings
+    from jupyter_session_agent.session.agent_session import AgentSession
+    from jupyter_session_agent.core.settings import Settings
 
     monkeypatch.setenv("JUPYTER_SESSION_AGENT_RUN_DIR", str(run_dir))
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
@@ -109,7 +109,7 @@ def test_one_server_per_user_and_model_whatever_the_data_directory(run_dir, tmp_
                             titles=False, max_steps=1, permission={"*": "deny"}, local_idle_timeout=300)
         session = AgentSession.create(settings, directory=tmp_path)
         session.prompt("Say hi.")
-        urls.append(session._provider("local/smollm2")[0].base_url)
+        urls.append(session.provider("local/smollm2")[0].base_url)
     assert urls[0] == urls[1]
     ((folder, state),) = running_servers(run_dir)
     cmdline = Path(f"/proc/{state.pid}/cmdline").read_bytes().split(b"\0")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nbformat
 
-from jupyter_session_agent.scripted_server import ScriptedServer
+from jupyter_session_agent.testing.scripted_server import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[1]
 

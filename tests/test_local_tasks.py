@@ -28,7 +28,7 @@ FLOOR = 6  # of the 8 FAST tasks
 
 
 def test_the_fast_subset_passes_a_floor(tmp_path):
-    from jupyter_session_agent.local import running_servers
+    from jupyter_session_agent.providers.local import running_servers
 
     run_dir = tmp_path / "run"
     results = bench_local_tasks.run(tasksuite.by_name(tasksuite.FAST), run_dir=str(run_dir))

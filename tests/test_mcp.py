@@ -16,17 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_session_agent.errors import ConfigError
-from jupyter_session_agent.scripted_server import Reply
+from jupyter_session_agent.core.errors import ConfigError
+from jupyter_session_agent.testing.scripted_server import Reply
 from jupyter_session_agent.tools import mcp_client
-from jupyter_session_agent.tools.mcp import (
-    MAX_NAME,
-    convert,
-    opencode_files,
-    parse_servers,
-    strip_jsonc,
-    tool_name,
-)
+from jupyter_session_agent.tools.mcp import MAX_NAME, convert, opencode_files, strip_jsonc, tool_name
+from jupyter_session_agent.core.mcp_config import parse_servers
 
 pytest.importorskip("mcp", reason="the mcp SDK is not installed (pip install -e '.[mcp]')")
 
@@ -470,7 +464,7 @@ def test_restart_command_and_status_listing(ip, magics, capsys):
     )
     ip.run_line_magic("agent", "mcp stop time")
     assert "stopped" in ip.run_line_magic("agent", "mcp").text
-    from jupyter_session_agent.errors import UsageError
+    from jupyter_session_agent.core.errors import UsageError
 
     with pytest.raises(UsageError, match="no MCP server 'nope' is configured"):
         ip.run_line_magic("agent", "mcp restart nope")
@@ -481,7 +475,7 @@ def test_servers_stop_when_the_process_exits(tmp_path):
     script = tmp_path / "kernel.py"
     script.write_text(textwrap.dedent(f"""
         import json, os
-        from jupyter_session_agent.settings import Settings
+        from jupyter_session_agent.core.settings import Settings
         from jupyter_session_agent.tools.mcp_client import mcp_tools
         settings = Settings(mcp={{"time": {TIME!r}}}, data_dir={str(tmp_path / "data")!r})
         tools = mcp_tools(settings, {str(tmp_path)!r}, taken=set())
@@ -507,8 +501,8 @@ def test_servers_stop_when_the_process_exits(tmp_path):
 def test_import_stays_cheap():
     code = (
         "import sys, jupyter_session_agent, jupyter_session_agent.tools.mcp, "
-        "jupyter_session_agent.tools.mcp_client, jupyter_session_agent.commands.mcp; "
-        "from jupyter_session_agent.settings import Settings; "
+        "jupyter_session_agent.tools.mcp_client, jupyter_session_agent.ui.commands.mcp; "
+        "from jupyter_session_agent.core.settings import Settings; "
         "Settings(mcp={'t': {'type': 'local', 'command': ['x']}}); print('mcp' in sys.modules)"
     )
     out = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)

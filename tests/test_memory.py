@@ -15,15 +15,16 @@ from pathlib import Path
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent import ids, memory
-from jupyter_session_agent.errors import ConfigError, ProviderError, UsageError
+from jupyter_session_agent.core import ids
+from jupyter_session_agent import memory
+from jupyter_session_agent.core.errors import ConfigError, ProviderError, UsageError
 from jupyter_session_agent.memory import extract, files, text
-from jupyter_session_agent.messages import (
+from jupyter_session_agent.core.messages import (
     AssistantMessage, ModelRef, Session, TextPart, UserMessage, WithParts,
 )
-from jupyter_session_agent.scripted_server import Reply
-from jupyter_session_agent.session import AgentSession
-from jupyter_session_agent.settings import Settings
+from jupyter_session_agent.testing.scripted_server import Reply
+from jupyter_session_agent.session.agent_session import AgentSession
+from jupyter_session_agent.core.settings import Settings
 from jupyter_session_agent.store import Store
 
 DAY = 86_400_000
@@ -266,9 +267,9 @@ def test_embeddings_setting_falls_back_to_bm25_when_the_server_has_no_endpoint(e
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     write_session(store, project, [("The warehouse is only reachable through vpn-gw-17.", "ok")], T0)
-    from jupyter_session_agent.session import _build_provider
+    from jupyter_session_agent.providers.registry import resolve
 
-    provider, _, _ = _build_provider("openai/scripted", settings)
+    provider, _, _ = resolve("openai/scripted", settings)
     with pytest.raises(ProviderError):
         provider.embed(["x"], model="text-embedding-3-small")
     configured = Settings(model="openai/scripted", data_dir=settings.data_dir, memory={"embeddings": "emb"})
@@ -422,7 +423,7 @@ def test_injection_adds_a_visible_synthetic_part_that_is_sent_once(ip, server, m
     assistant = store.messages(magics.session.info.id)[1].info
     assert assistant.tokens.input >= tokens
     # the display marks it
-    from jupyter_session_agent.display import render_part
+    from jupyter_session_agent.ui.display import render_part
 
     assert "(synthetic)" in render_part(injected)
     run(ip, "And production?")

@@ -17,20 +17,21 @@ from pathlib import Path
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent import ids, memory
+from jupyter_session_agent.core import ids
+from jupyter_session_agent import memory
 from jupyter_session_agent.memory import embed as embeddings
 from jupyter_session_agent.memory import text
 from jupyter_session_agent.memory import vectors
 from jupyter_session_agent.memory.search import BACKGROUND, PLAIN_BM25, MemoryIndex
-from jupyter_session_agent.messages import (
+from jupyter_session_agent.core.messages import (
     AssistantMessage,
     ModelRef,
     Session,
     TextPart,
     UserMessage,
 )
-from jupyter_session_agent.scripted_server import Reply
-from jupyter_session_agent.settings import Settings
+from jupyter_session_agent.testing.scripted_server import Reply
+from jupyter_session_agent.core.settings import Settings
 from jupyter_session_agent.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -218,7 +219,7 @@ SCRIPT = textwrap.dedent("""
     {prelude}
     from jupyter_session_agent import memory
     from jupyter_session_agent.memory import embed
-    from jupyter_session_agent.settings import Settings
+    from jupyter_session_agent.core.settings import Settings
     from jupyter_session_agent.store import Store
 
     calls = []
@@ -489,7 +490,7 @@ def test_dialoguebench_small_run_meets_floors(tmp_path):
 
 
 def test_the_new_memory_settings_are_validated(tmp_path):
-    from jupyter_session_agent.errors import ConfigError
+    from jupyter_session_agent.core.errors import ConfigError
 
     for bad in ({"cosine_threshold": 2}, {"embeddings_wait": -1}, {"embeddings": ""},
                 {"embeddings": 3}, {"cosine_threshold": "high"}):

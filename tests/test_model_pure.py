@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_session_agent import ids
-from jupyter_session_agent.budget import ModelInfo, Prices, budget, cost, estimate, is_overflow, normalise_usage
-from jupyter_session_agent.history import (
+from jupyter_session_agent.core import ids
+from jupyter_session_agent.core.budget import ModelInfo, Prices, budget, cost, estimate, is_overflow, normalise_usage
+from jupyter_session_agent.core.chat import (
     COMPACTION_QUESTION,
     INTERRUPTED_OUTPUT,
     PRUNED_OUTPUT,
@@ -15,7 +15,7 @@ from jupyter_session_agent.history import (
     filter_compacted,
     to_chat_messages,
 )
-from jupyter_session_agent.messages import (
+from jupyter_session_agent.core.messages import (
     PART_TYPES,
     AssistantMessage,
     CompactionPart,

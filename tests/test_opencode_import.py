@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.errors import UsageError
-from jupyter_session_agent.messages import PART_TYPES
-from jupyter_session_agent.opencode_import import import_opencode
+from jupyter_session_agent.core.errors import UsageError
+from jupyter_session_agent.core.messages import PART_TYPES
+from jupyter_session_agent.exchange.opencode import import_opencode
 from jupyter_session_agent.store import Store
 
 SCHEMA = """

@@ -20,9 +20,9 @@ from IPython.utils.capture import capture_output
 
 from benchmarks.compactbench.opencode_cli import Sandbox, find_opencode, session_of
 from benchmarks.opencode_fixture import digest
-from jupyter_session_agent.history import COMPACTION_QUESTION
-from jupyter_session_agent.opencode_import import import_opencode
-from jupyter_session_agent.scripted_server import Reply, ScriptedServer
+from jupyter_session_agent.core.chat import COMPACTION_QUESTION
+from jupyter_session_agent.exchange.opencode import import_opencode
+from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 from jupyter_session_agent.store import Store
 
 FIXTURE = Path(__file__).parent / "fixtures" / "opencode-1.18"

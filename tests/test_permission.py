@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from jupyter_session_agent import permission as P
-from jupyter_session_agent.approval import ScriptedApprover, StdinApprover, parse_answer, prompt_line
-from jupyter_session_agent.errors import ConfigError, UsageError
-from jupyter_session_agent.permission import (
+from jupyter_session_agent.core import permission as P
+from jupyter_session_agent.session.approval import ScriptedApprover, StdinApprover, parse_answer, prompt_line
+from jupyter_session_agent.core.errors import ConfigError, UsageError
+from jupyter_session_agent.core.permission import (
     ApprovalUnavailable,
     Broker,
     CorrectedError,
@@ -23,7 +23,7 @@ from jupyter_session_agent.permission import (
     from_config,
     merge,
 )
-from jupyter_session_agent.scripted_server import Reply
+from jupyter_session_agent.testing.scripted_server import Reply
 
 HOME = os.path.expanduser("~")
 
@@ -476,7 +476,7 @@ def test_a_star_deny_hides_the_tool_from_the_model(ip, server, magics):
 
 
 def test_session_rules_persist_and_cell_rules_last_one_cell(ip, server, store, magics, tmp_path):
-    from jupyter_session_agent.session import AgentSession
+    from jupyter_session_agent.session.agent_session import AgentSession
 
     magics.permission = {}
     ip.run_line_magic("agent", "permit python allow")

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from jupyter_session_agent.errors import ConfigError
-from jupyter_session_agent.presets import Resolved, default_model, describe, detect, resolve
+from jupyter_session_agent.core.errors import ConfigError
+from jupyter_session_agent.providers.presets import Resolved, default_model, describe, detect, resolve
 
 
 def test_openai_needs_a_key():

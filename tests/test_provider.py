@@ -13,11 +13,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import openai
 import pytest
 
-from jupyter_session_agent import budget, retry
-from jupyter_session_agent.errors import AuthError, ContextOverflowError, ProviderError
-from jupyter_session_agent.events import Finish, ReasoningDelta, TextDelta, ToolCall, ToolInputStart
-from jupyter_session_agent.provider import ChatRequest, OpenAIProvider, finish_reason
-from jupyter_session_agent.scripted_server import Reply, ScriptedServer
+from jupyter_session_agent.core import budget, retry
+from jupyter_session_agent.core.errors import AuthError, ContextOverflowError, ProviderError
+from jupyter_session_agent.core.stream import Finish, ReasoningDelta, TextDelta, ToolCall, ToolInputStart
+from jupyter_session_agent.providers.openai_provider import ChatRequest, OpenAIProvider, finish_reason
+from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "list the files"}]
 TOOLS = [
@@ -532,5 +532,5 @@ def test_official_api_uses_max_completion_tokens():
 
 
 def test_importing_provider_does_not_import_openai():
-    code = "import sys, jupyter_session_agent.provider; assert 'openai' not in sys.modules"
+    code = "import sys, jupyter_session_agent.providers.openai_provider; assert 'openai' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

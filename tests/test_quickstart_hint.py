@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_session_agent.scripted_server import ScriptedServer
+from jupyter_session_agent.testing.scripted_server import ScriptedServer
 
 pytestmark = pytest.mark.slow
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from jupyter_session_agent import retry
-from jupyter_session_agent.errors import AuthError, ContextOverflowError, ProviderError
+from jupyter_session_agent.core import retry
+from jupyter_session_agent.core.errors import AuthError, ContextOverflowError, ProviderError
 
 
 def api_error(headers: dict | None = None, **kw) -> ProviderError:

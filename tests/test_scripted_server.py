@@ -14,7 +14,7 @@ import urllib.request
 import openai
 import pytest
 
-from jupyter_session_agent.scripted_server import Reply, ScriptedServer
+from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 
 USER = [{"role": "user", "content": "hello there"}]
 
@@ -305,7 +305,7 @@ def _post(url: str, body) -> dict:
 def test_cli_control_api_from_another_process(tmp_path):
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([{"text": "from file"}]))
-    cmd = [sys.executable, "-m", "jupyter_session_agent.scripted_server", "--script", str(script)]
+    cmd = [sys.executable, "-m", "jupyter_session_agent.testing.scripted_server", "--script", str(script)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         base_url = proc.stdout.readline().strip()

@@ -14,8 +14,8 @@ import logging
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent import redact as R
-from jupyter_session_agent.scripted_server import Reply
+from jupyter_session_agent.core import redact as R
+from jupyter_session_agent.testing.scripted_server import Reply
 
 OPENAI = "sk-proj-" + "Ab3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6kL9"
 ANTHROPIC = "sk-ant-api03-" + "Zy8Xw7Vu6Ts5Rq4Po3Nm2Lk1Jh0Gf9Ed8"
@@ -127,7 +127,7 @@ def test_no_key_in_history_exports_outputs_or_logs(ip, server, store, magics, tm
 
 def test_the_store_redacts_every_line_it_writes(tmp_path):
     """The last line of defence: whatever produced a value, its journal line holds no key."""
-    from jupyter_session_agent.messages import Session, TextPart
+    from jupyter_session_agent.core.messages import Session, TextPart
     from jupyter_session_agent.store import Store
 
     store = Store(tmp_path)

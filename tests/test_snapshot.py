@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_session_agent.scripted_server import Reply
-from jupyter_session_agent.snapshot import Snapshot, copy_repo, repo_path
+from jupyter_session_agent.testing.scripted_server import Reply
+from jupyter_session_agent.session.snapshot import Snapshot, copy_repo, repo_path
 
 pytestmark = pytest.mark.skipif(subprocess.run(["git", "--version"], capture_output=True).returncode != 0,
                                 reason="git is not installed")
@@ -196,7 +196,7 @@ def test_snapshots_can_be_turned_off(ip, server, store, magics, tmp_path):
 
 
 def test_unknown_snapshot_setting_is_a_config_error(ip, magics):
-    from jupyter_session_agent.errors import ConfigError
+    from jupyter_session_agent.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="max_file_size"):  # refused when assigned
         magics.snapshot = {"max_size": 1}
@@ -204,7 +204,7 @@ def test_unknown_snapshot_setting_is_a_config_error(ip, magics):
 
 
 def test_an_interrupted_step_still_records_its_patch(ip, server, store, magics, tmp_path):
-    from jupyter_session_agent.errors import AgentError
+    from jupyter_session_agent.core.errors import AgentError
 
     code = "open('made.txt', 'w').write('before the interrupt')\nraise KeyboardInterrupt"
     server.enqueue(Reply(tool_calls=({"name": "python", "arguments": {"code": code}},)))

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_session_agent import ids
-from jupyter_session_agent.errors import ReadOnlyError, SessionNotFoundError, UsageError
-from jupyter_session_agent.messages import (
+from jupyter_session_agent.core import ids
+from jupyter_session_agent.core.errors import ReadOnlyError, SessionNotFoundError, UsageError
+from jupyter_session_agent.core.messages import (
     AgentPart, AssistantMessage, CompactionPart, FilePart, ModelRef, PatchPart, ReasoningPart, RetryPart,
     Session, SnapshotPart, StepFinishPart, StepStartPart, SubtaskPart, TextPart, Tokens, ToolCompleted,
     ToolError, ToolPart, ToolPending, ToolRunning, UserMessage, WithParts, error_data, now_ms, replace,
@@ -291,7 +291,7 @@ def journals(data_dir: Path) -> list[Path]:
 
 def test_writing_never_opens_duckdb_and_reading_creates_no_file(tmp_path):
     code = ("import sys; from jupyter_session_agent.store import Store; "
-            "from jupyter_session_agent.messages import Session; "
+            "from jupyter_session_agent.core.messages import Session; "
             f"s = Store({str(tmp_path)!r}); s.put(Session(id='ses_1', directory='/', title='t', "
             "time_created=1, time_updated=1)); s.flush(); assert 'duckdb' not in sys.modules; "
             "import os; os._exit(0)")
@@ -405,7 +405,7 @@ def test_live_writers_tool_is_not_interrupted_and_dead_journals_compact(tmp_path
     assert Store(tmp_path).messages(session.id)[0].parts[0] == tool  # its writer still holds the lock
     assert journals(tmp_path) == [live._journal.path]  # and nobody compacted it
     code = ("import os, sys; sys.path.insert(0, '.'); from jupyter_session_agent.store import Store; "
-            "from jupyter_session_agent.messages import Session; "
+            "from jupyter_session_agent.core.messages import Session; "
             f"s = Store({str(tmp_path)!r}); s.put(Session(id='ses_dead', directory='/', title='t', "
             "time_created=1, time_updated=1)); s.flush(); print(s._journal.writer); os._exit(0)")
     dead = subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, capture_output=True,

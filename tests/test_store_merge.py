@@ -17,26 +17,26 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from jupyter_session_agent import ids
-from jupyter_session_agent.compaction import CompactionEvent
-from jupyter_session_agent.messages import Session, ToolPart, replace
+from jupyter_session_agent.core import ids
+from jupyter_session_agent.loop.compaction import CompactionEvent
+from jupyter_session_agent.core.messages import Session, ToolPart, replace
 from jupyter_session_agent.store import COLUMNS, HistoryWarning, Store, merge
 from jupyter_session_agent.store.merge import read_manifest
-from jupyter_session_agent.store.views import _VIEWS
+from jupyter_session_agent.store.views import VIEWS as ALL_VIEWS
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("_merge_worker.py")
 sys.path.insert(0, str(Path(__file__).parent))
 from _merge_worker import session_values  # noqa: E402
 
-VIEWS = sorted(_VIEWS)
+VIEW_NAMES = sorted(ALL_VIEWS)
 
 
 def snapshot(store: Store) -> dict[str, str]:
     """Every public view, in a stable order, as JSON text."""
     return {view: store.sql(f"SELECT * FROM {view} ORDER BY ALL").to_json(orient="records",
                                                                          date_format="iso")
-            for view in VIEWS}
+            for view in VIEW_NAMES}
 
 
 def history_of(store: Store) -> dict:
@@ -153,7 +153,7 @@ def test_a_dead_writers_running_tool_is_settled_the_same_before_and_after_a_merg
         "sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})",
         "from _merge_worker import session_values",
         "from jupyter_session_agent.store import Store",
-        "from jupyter_session_agent.messages import ToolPart, ToolRunning, replace",
+        "from jupyter_session_agent.core.messages import ToolPart, ToolRunning, replace",
         "s = Store({data!r})",
         "v = [replace(x, state=ToolRunning(input={{}}, time_start=1)) if isinstance(x, ToolPart)",
         "     else x for x in session_values('dead', 0)]",

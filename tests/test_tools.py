@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_session_agent.errors import ToolFailure
+from jupyter_session_agent.core.errors import ToolFailure
 from jupyter_session_agent.tools import (
     ToolContext,
     ToolResult,

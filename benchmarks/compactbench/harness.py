@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jupyter_session_agent import ids
-from jupyter_session_agent.agent import ContextLimitError, TurnSetup, run_turn, system_prompt
-from jupyter_session_agent.budget import ModelInfo, Prices, estimate
-from jupyter_session_agent.compaction import CompactionConfig, Compactor
-from jupyter_session_agent.errors import ProviderError
-from jupyter_session_agent.messages import FilePart, ModelRef, TextPart, UserMessage, WithParts, now_ms
-from jupyter_session_agent.provider import ChatRequest, OpenAIProvider
+from jupyter_session_agent.core import ids
+from jupyter_session_agent.loop.turn import ContextLimitError, TurnSetup, run_turn, system_prompt
+from jupyter_session_agent.core.budget import ModelInfo, Prices, estimate
+from jupyter_session_agent.loop.compaction import CompactionConfig, Compactor
+from jupyter_session_agent.core.errors import ProviderError
+from jupyter_session_agent.core.messages import FilePart, ModelRef, TextPart, UserMessage, WithParts, now_ms
+from jupyter_session_agent.providers.openai_provider import ChatRequest, OpenAIProvider
 from jupyter_session_agent.store import Store
 from jupyter_session_agent.tools import ToolContext, ToolResult, run_tool
 
@@ -164,13 +164,13 @@ def run_scenario(scn: Scenario, policy: str, config: CompactionConfig, *, base_u
 
     def respond(body: dict):
         if shadowing["on"]:
-            from jupyter_session_agent.scripted_server import Reply
+            from jupyter_session_agent.testing.scripted_server import Reply
 
             return Reply(text=extractive_summary(body))
         if is_summary_request(body):
             counts["summary"] += 1
             latest["pending"] = True
-            from jupyter_session_agent.scripted_server import Reply
+            from jupyter_session_agent.testing.scripted_server import Reply
 
             return Reply(text=extractive_summary(body))
         counts["main"] += 1

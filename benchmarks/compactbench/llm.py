@@ -33,8 +33,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from jupyter_session_agent.compaction import SUMMARY_SYSTEM
-from jupyter_session_agent.scripted_server import Reply, ScriptedServer, is_title_request
+from jupyter_session_agent.loop.compaction import SUMMARY_SYSTEM
+from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer, is_title_request
 
 CAP_SHARE, CAP_MIN, CAP_MAX = 8, 300, 4_000  # summary ≈ 1/8 of what it reads, 300–4,000 tokens
 SALIENT = re.compile(

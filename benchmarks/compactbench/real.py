@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jupyter_session_agent.budget import estimate_chat
-from jupyter_session_agent.scripted_server import Reply
+from jupyter_session_agent.core.budget import estimate_chat
+from jupyter_session_agent.testing.scripted_server import Reply
 
 from .harness import RunResult, _retained, bench_fixed_tokens, recoverable, view_text
 from .llm import BenchServer, RuleAgent, extractive_summary, is_summary_request, is_title_request

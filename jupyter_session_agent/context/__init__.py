@@ -21,7 +21,7 @@ before a session is created or a request sent. Importing this package imports no
 
 from __future__ import annotations
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 
 class ContextError(UsageError):

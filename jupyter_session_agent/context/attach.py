@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import ContextError
-from .kernel import human
+from ..tools.kernel import human
 from .markdown import code_spans
 
 MAX_FILES = 20  # attachments per prompt
@@ -110,7 +110,7 @@ def _expand(pattern: str, cwd: Path) -> list[Path]:
 def from_path(path: Path, cwd: Path, *, given: str | None = None,
               mention: Mapping[str, Any] | None = None) -> Attachment:
     """The attachment for one existing file (its kind found from its bytes)."""
-    from ..errors import ToolFailure
+    from ..core.errors import ToolFailure
     from ..tools.paths import is_binary, open_regular
 
     real = Path(os.path.realpath(path))
@@ -291,8 +291,8 @@ def from_value(ref: str, namespace: Mapping[str, Any], extra: Mapping[str, Any] 
                ) -> Attachment:
     """``-a ref``: the value ``ref`` names (a name, ``.attr``/``[index]`` lookups) as an
     attachment: a figure or an image as a PNG, anything else as its description."""
-    from ..redact import clean
-    from . import kernel
+    from ..core.redact import clean
+    from ..tools import kernel
     from .interpolate import is_reference, resolve
 
     if not is_reference(ref):

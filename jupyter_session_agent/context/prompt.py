@@ -38,7 +38,7 @@ class Prompt:
 def namespace_of(shell: Any) -> tuple[dict, dict]:
     """The user's namespace and what interpolation adds: ``Err`` (the cell log's errors) and
     ``In`` (what each cell's user typed, magics as typed)."""
-    from .kernel import ErrorTable, cell_log
+    from ..tools.kernel import ErrorTable, cell_log
 
     if shell is None:
         return {}, {}
@@ -90,9 +90,9 @@ def _unquote(word: str) -> str:
 
 def parts(prompt: Prompt | None, session_id: str, message_id: str) -> tuple:
     """The parts ``prompt``'s attachments add to its user message (after its text part)."""
-    from .. import ids
-    from ..messages import FilePart, TextPart
-    from ..redact import clean, clean_value
+    from ..core import ids
+    from ..core.messages import FilePart, TextPart
+    from ..core.redact import clean, clean_value
 
     out: list = []
     for item in prompt.attachments if prompt is not None else ():

@@ -21,7 +21,7 @@ accumulates a memory:
   like any other.
 
 Settings: ``%config AgentMagics.memory = {...}`` with the keys of
-:data:`~jupyter_session_agent.settings.MEMORY_DEFAULTS`.
+:data:`~jupyter_session_agent.core.settings.MEMORY_DEFAULTS`.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .. import ids
-from ..budget import estimate
-from ..messages import ModelRef, TextPart, WithParts, now_ms
-from ..settings import MEMORY_DEFAULTS
+from ..core import ids
+from ..core.budget import estimate
+from ..core.messages import ModelRef, TextPart, WithParts, now_ms
+from ..core.settings import MEMORY_DEFAULTS
 from .extract import KINDS, TITLES, Extraction, extract_llm, extract_rules, render_sections
 from .files import consolidate, pinned_items, project_dir, project_key, write_session
 from .embed import Embedder, Endpoint, MemoryWarning, warn_once
@@ -46,7 +46,7 @@ from .search import DEFAULT_RANKING, PLAIN_BM25, Hit, MemoryIndex, Ranking, Stat
 
 __all__ = [
     "Remembered", "remember", "remember_project", "recall", "injection", "injection_part", "index_for",
-    "options", "tool_enabled", "inject_enabled", "RecallTool", "after_turn", "Hit", "MemoryIndex",
+    "options", "tool_enabled", "inject_enabled",  "after_turn", "Hit", "MemoryIndex",
     "project_key", "project_dir", "KINDS", "TITLES", "embedder", "prepare", "Embedder", "Endpoint",
     "Ranking", "Status", "MemoryWarning", "DEFAULT_RANKING", "PLAIN_BM25",
 ]
@@ -97,14 +97,14 @@ class Remembered:
 
 def llm_complete(settings: Any, model: str | None = None, *, explicit: bool = False) -> tuple[Callable | None, str]:
     """(complete(messages) -> str, "provider/model") for extraction, or (None, why not)."""
-    from .. import presets
-    from ..provider import ChatRequest
-    from ..session import _build_provider
+    from ..providers import presets
+    from ..providers.openai_provider import ChatRequest
+    from ..providers.registry import resolve
 
     spec = model or getattr(settings, "model", "") or presets.default_model(os.environ)
     if ModelRef.parse(spec).provider_id == "local" and not explicit:
         return None, "the embedded local model is too small to extract reliably"
-    provider, info, resolved = _build_provider(spec, settings)
+    provider, info, resolved = resolve(spec, settings)
     max_tokens = min(1500, info.max_output_tokens) if getattr(info, "output", 0) else 1500
 
     def complete(messages: list[dict]) -> str:
@@ -129,7 +129,7 @@ def remember(store: Any, session_id: str, settings: Any, *, extractor: str | Non
     """
     mode = extractor or options(settings)["extractor"]
     if mode not in EXTRACTORS:
-        from ..errors import UsageError
+        from ..core.errors import UsageError
 
         raise UsageError(f"unknown extractor {mode!r} — use one of {', '.join(EXTRACTORS)}")
     info = info or store.session(session_id)
@@ -140,7 +140,7 @@ def remember(store: Any, session_id: str, settings: Any, *, extractor: str | Non
         try:
             label = "llm"
             if complete is None:
-                from ..report import history_model
+                from ..core.chat import history_model
 
                 spec = model or getattr(settings, "model", "") or history_model(history)
                 complete, label = llm_complete(settings, spec, explicit=mode == "llm")
@@ -209,9 +209,9 @@ def after_turn(session: Any) -> Remembered | None:
 
 def _session_complete(session: Any) -> Callable[[list[dict]], str]:
     """Extraction calls through the session's own (cached) provider."""
-    from ..provider import ChatRequest
+    from ..providers.openai_provider import ChatRequest
 
-    provider, _, spec = session._provider(session.settings.model or session.last_model())
+    provider, _, spec = session.provider(session.settings.model or session.last_model())
 
     def complete(messages: list[dict]) -> str:
         return provider.complete(ChatRequest(model=spec.model_id, messages=messages, temperature=0,
@@ -378,4 +378,4 @@ def injection_part(store: Any, settings: Any, prompt: str, *, directory: str, se
 # --------------------------------------------------------------------------
 # the agent's tool
 
-from .tool import RecallTool  # noqa: E402  (the tool module imports this package lazily)
+

@@ -126,7 +126,7 @@ def _openmp_setter(package: Path) -> Callable[[int], None]:
     candidates = sorted(package.parent.glob(package.name + ".libs/lib*omp*.so*"))
     try:  # a build from source links the system's runtime: find it among the loaded libraries
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
-            candidates += sorted({line.split()[-1] for line in fh
+            candidates += sorted({Path(line.split()[-1]) for line in fh
                                   if re.search(r"/lib(g|i)?omp[^/]*\.so", line)})
     except OSError:
         pass
@@ -205,9 +205,9 @@ def resolve(settings: Any, choice: Any) -> Embedder | None:
 
 
 def _endpoint(settings: Any, choice: str) -> Embedder | None:
-    from .. import presets
-    from ..messages import ModelRef
-    from ..settings import is_model_id
+    from ..providers import presets
+    from ..core.messages import ModelRef
+    from ..core.settings import is_model_id
 
     if is_model_id(choice):
         spec, model = choice, ModelRef.parse(choice).model_id
@@ -218,10 +218,10 @@ def _endpoint(settings: Any, choice: str) -> Embedder | None:
     with _shared_lock:
         found = _shared.get(key)
         if found is None:
-            from ..session import _build_provider
+            from ..providers.registry import resolve as resolve_provider
 
             try:
-                provider, _, resolved = _build_provider(spec, settings)
+                provider, _, resolved = resolve_provider(spec, settings)
             except Exception as err:
                 warn_once(("endpoint", spec, model),
                           f"memory: embeddings unavailable ({type(err).__name__}: {err}); "

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from ..messages import AssistantMessage, TextPart, ToolCompleted, ToolError, ToolPart, UserMessage, WithParts
+from ..core.messages import AssistantMessage, TextPart, ToolCompleted, ToolError, ToolPart, UserMessage, WithParts
 from .text import one_line, sentences, tokens
 
 KINDS = ("decisions", "preferences", "facts", "tasks")

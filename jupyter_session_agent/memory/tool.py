@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ToolFailure
+from ..core.errors import ToolFailure
 from ..tools.base import ToolContext, ToolResult
 
 MAX_K = 20

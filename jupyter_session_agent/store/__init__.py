@@ -18,7 +18,7 @@ the next reader). Small files are merged into generations (``merge``) at a
 kernel's exit or in the background. Nothing ever holds a DuckDB file lock:
 DuckDB only reads, from a private in-memory database.
 
-SQL runs over views (``_VIEWS``, docs/analytics.md) that scan the current
+SQL runs over views (``VIEWS``, docs/analytics.md) that scan the current
 generation's files in place and the tail (live journals, small files) that
 :class:`_Catalog` keeps deduplicated and typed in memory, refreshed
 incrementally before each query: a query's memory follows the query.
@@ -45,7 +45,7 @@ Modules, by responsibility:
 from __future__ import annotations
 
 from .export import export_views_sql, open_export
-from .journal import COLUMNS, Kind, _compact
+from .journal import COLUMNS, Kind, compact
 from .merge import merge
 from .problems import HistoryWarning, HistoryWriteError
 from .query import scratch_connection
@@ -53,5 +53,5 @@ from .schema import KINDS
 from .store import Store, shared
 
 # What the rest of the package, the tests, benchmarks and notebooks import from here.
-__all__ = ["COLUMNS", "KINDS", "HistoryWarning", "HistoryWriteError", "Kind", "Store", "_compact",
+__all__ = ["COLUMNS", "KINDS", "HistoryWarning", "HistoryWriteError", "Kind", "Store", "compact",
            "export_views_sql", "merge", "open_export", "scratch_connection", "shared"]

@@ -21,15 +21,15 @@ import json
 import os
 from pathlib import Path
 
-from .problems import _BadFile
+from .problems import BadFile
 from .schema import (
-    _EMPTY, _NAMES, DERIVED, KINDS, RAW_TYPES, TYPED, _quote, _read_json, derived, typed,
+    EMPTY_RELATION, COLUMN_LIST, DERIVED, KINDS, RAW_TYPES, TYPED, quote, read_json_sql, derived, typed,
 )
 
 _RAW_SPEC = json.dumps(RAW_TYPES)
 _STORED = ", ".join(list(RAW_TYPES) + list(TYPED))  # the columns of _tail.rows and of every file
 _KINDS = "(" + ", ".join(f"'{k}'" for k in KINDS) + ")"
-_KEY = "coalesce(session_id, '')"
+KEY = "coalesce(session_id, '')"
 _PARTS = "(FROM _tail.rows WHERE kind = 'part')"
 _MESSAGES = "(FROM _tail.rows WHERE kind = 'message')"
 
@@ -42,16 +42,16 @@ def _newer(a: str, b: str, *, strict: bool = False) -> str:
 
 def typed_parquet(paths, typed_files: bool, src: int, where: str = "true") -> str:
     """The stored columns of the journal kinds' rows of Parquet files (typed, or typed here)."""
-    files = "[" + ", ".join(_quote(p) for p in paths) + "]"
+    files = "[" + ", ".join(quote(p) for p in paths) + "]"
     if typed_files:
         return (f"SELECT {_STORED}, {src} AS src FROM read_parquet({files}, union_by_name=true) "
                 f"WHERE kind IN {_KINDS} AND ({where})")
-    raw = (f"SELECT {_NAMES}::JSON AS data FROM read_parquet({files}, union_by_name=true) "
+    raw = (f"SELECT {COLUMN_LIST}::JSON AS data FROM read_parquet({files}, union_by_name=true) "
            "WHERE id IS NOT NULL")
     return f"SELECT *, {src} AS src FROM ({typed(raw)}) WHERE {where}"
 
 
-class _Catalog:
+class Catalog:
     """The tail's rows (see the module docstring).
 
     ``refresh()`` brings the tables up to date: each batch is deduplicated (newest ``rev``, then
@@ -86,7 +86,7 @@ class _Catalog:
         con.execute("CREATE SCHEMA IF NOT EXISTS _tail")
         for scratch in ("batch", "hit", "touched"):
             con.execute(f"DROP TABLE IF EXISTS _tail.{scratch}")
-        con.execute(f"CREATE OR REPLACE TABLE _tail.rows AS {typed(_EMPTY)}")
+        con.execute(f"CREATE OR REPLACE TABLE _tail.rows AS {typed(EMPTY_RELATION)}")
         con.execute("CREATE OR REPLACE TABLE _tail.tombstone "
                     "(id VARCHAR, rev BIGINT, writer VARCHAR, session_id VARCHAR)")
         for kind in DERIVED:
@@ -123,11 +123,11 @@ class _Catalog:
         if legacy:
             sources.append(typed_parquet(legacy, False, 1))
         if whole:
-            raw = f"SELECT {_NAMES} FROM {_read_json(whole)}"
+            raw = f"SELECT {COLUMN_LIST} FROM {read_json_sql(whole)}"
             sources.append(f"SELECT *, 0 AS src FROM ({typed(raw)})")
         if chunks:
             params.append(b"".join(chunks).decode("utf-8", "replace"))
-            raw = (f"SELECT unnest(TRY(from_json(line, {_quote(_RAW_SPEC)}))) "
+            raw = (f"SELECT unnest(TRY(from_json(line, {quote(_RAW_SPEC)}))) "
                    "FROM unnest(string_split($1, chr(10))) t(line) WHERE line <> ''")
             sources.append(f"SELECT *, 0 AS src FROM ({typed(raw)})")
         read = bool(sources)
@@ -148,7 +148,7 @@ class _Catalog:
             except FileNotFoundError:
                 continue  # compacted meanwhile: its Parquet file is in the next listing
             except OSError as err:
-                raise _BadFile(path, os.strerror(err.errno or 0)) from None
+                raise BadFile(path, os.strerror(err.errno or 0)) from None
             try:
                 st = os.fstat(fd)
                 inode, offset = self.journals.get(path, (st.st_ino, 0))
@@ -166,7 +166,7 @@ class _Catalog:
                         chunks.append(data[:end])
                     offsets[path] = (st.st_ino, offset + end)
             except OSError as err:  # e.g. EIO, or a folder renamed into its place meanwhile
-                raise _BadFile(path, os.strerror(err.errno or 0)) from None
+                raise BadFile(path, os.strerror(err.errno or 0)) from None
             finally:
                 os.close(fd)
         return whole, chunks, offsets
@@ -174,8 +174,8 @@ class _Catalog:
     def _probe(self, con, plan) -> bool:
         """Copy in the base rows of sessions the tail touches that the base also holds."""
         keys = {k for (k,) in con.execute(
-            f"SELECT DISTINCT {_KEY} FROM _tail.rows UNION "
-            f"SELECT DISTINCT {_KEY} FROM _tail.tombstone").fetchall()}
+            f"SELECT DISTINCT {KEY} FROM _tail.rows UNION "
+            f"SELECT DISTINCT {KEY} FROM _tail.tombstone").fetchall()}
         new = keys - self.probed
         if not new:
             return False
@@ -189,10 +189,10 @@ class _Catalog:
         for path, wanted in by_file.items():
             named = [k for k in wanted if k]
             where = " OR ".join(filter(None, [
-                f"session_id IN ({', '.join(_quote(k) for k in named)})" if named else "",
+                f"session_id IN ({', '.join(quote(k) for k in named)})" if named else "",
                 "session_id IS NULL" if "" in wanted else ""]))
-            hits = {k for (k,) in con.execute(f"SELECT DISTINCT {_KEY} FROM read_parquet("
-                                              f"[{_quote(path)}]) WHERE {where}").fetchall()}
+            hits = {k for (k,) in con.execute(f"SELECT DISTINCT {KEY} FROM read_parquet("
+                                              f"[{quote(path)}]) WHERE {where}").fetchall()}
             if not hits:
                 continue
             self._ingest(con, typed_parquet([path], True, -1, where), [])

@@ -8,16 +8,16 @@ import gc
 import json
 from typing import Any
 
-from .. import messages as M
-from ..errors import UsageError
-from ..messages import Session, ToolError, ToolPart, now_ms
-from ..redact import redact as _redact
-from ..text import has_surrogates, safe_text
+from ..core import messages as M
+from ..core.errors import UsageError
+from ..core.messages import Session, ToolError, ToolPart, now_ms
+from ..core.redact import redact as _redact
+from ..core.text import has_surrogates, safe_text
 from .journal import Kind
 from .problems import report, report_row
 
 
-def _kind(value: Any) -> Kind:
+def kind_of(value: Any) -> Kind:
     if isinstance(value, Session):
         return "session"
     if isinstance(value, (M.UserMessage, M.AssistantMessage)):
@@ -29,7 +29,7 @@ def _kind(value: Any) -> Kind:
     raise UsageError(f"cannot store a {type(value).__name__} — put() takes a Session, message, part or event")
 
 
-def _encode(row: dict) -> bytes:
+def encode(row: dict) -> bytes:
     """One journal line, always valid UTF-8 JSON. A lone surrogate (a latin-1 file name, a
     broken prompt) is written as ``text.safe_text`` shows it (``\\xe9``), the same text every
     other outbound path gives. Secrets are redacted (``redact.py``): nothing written to a
@@ -45,14 +45,14 @@ def _encode(row: dict) -> bytes:
 
 
 @functools.cache
-def _decoders():
+def decoders():
     """(UserMessage decoder, AssistantMessage decoder, part type → decoder)."""
     return (M.decoder(M.UserMessage), M.decoder(M.AssistantMessage),
             {name: M.decoder(cls) for name, cls in M.PART_TYPES.items()})
 
 
 @contextlib.contextmanager
-def _gc_paused():
+def gc_paused():
     """No collection while decoding; afterwards the new (long-lived, cached) objects go
     straight to the oldest generation.
 
@@ -73,7 +73,7 @@ def _gc_paused():
             gc.enable()
 
 
-def _decode(kind: str, data: dict):
+def decode(kind: str, data: dict):
     """A value from OpenCode JSON: ``kind`` is "session", "message" or "part" (a part this
     version cannot read is an ``UnknownPart``; anything else unreadable raises)."""
     if kind == "part":
@@ -83,7 +83,7 @@ def _decode(kind: str, data: dict):
     return M.decoder(Session)(data)
 
 
-def _undecodable(row: tuple, data: Any, session_id: str, err: Exception):
+def undecodable(row: tuple, data: Any, session_id: str, err: Exception):
     """What a message or part row that its decoder refused becomes: an ``UnknownPart`` (kept,
     reported once) for a part stored as a JSON object, else None (left out, reported once).
     ``row`` is ``(id, message_id, …)``, ``data`` its JSON with the ids already set."""
@@ -103,7 +103,7 @@ def _undecodable(row: tuple, data: Any, session_id: str, err: Exception):
     return None
 
 
-def _interrupted(part: ToolPart) -> ToolPart:
+def interrupted(part: ToolPart) -> ToolPart:
     """A dead writer's unfinished tool call, as OpenCode shows it after a crash."""
     state, now = part.state, now_ms()
     metadata = {**(getattr(state, "metadata", None) or {}), "interrupted": True}

@@ -16,14 +16,14 @@ import shutil
 import socket
 from pathlib import Path
 
-from ..errors import UsageError
-from .catalog import _Catalog
+from ..core.errors import UsageError
+from .catalog import Catalog
 from .schema import (
-    _EMPTY, DERIVED, DERIVED_COLUMNS, KINDS, _quote, derived, select_list, table_columns, typed,
+    EMPTY_RELATION, DERIVED, DERIVED_COLUMNS, KINDS, quote, derived, select_list, table_columns, typed,
 )
 from .merge import MEMORY_LIMIT
 from .segment import connect
-from .views import _VIEWS
+from .views import VIEWS
 
 # What export_parquet writes: the journal kinds' rows (typed), the derived rows, and the views
 # the analytics questions of docs/analytics.md read, each partitioned by this UTC day.
@@ -45,7 +45,7 @@ _SPARK_TYPES = {"JSON": "VARCHAR", "UBIGINT": "BIGINT", "UINTEGER": "BIGINT",
                 "UHUGEINT": "BIGINT", "UUID": "VARCHAR"}
 
 
-class _Export:
+class ExportMixin:
     """``Store.export_parquet`` and ``Store.export_duckdb`` (a mixin of Store; uses its
     ``_prepare``, ``_guarded``, ``_typed`` and ``_read_lock``)."""
 
@@ -56,7 +56,7 @@ class _Export:
 
         self._prepare()
         con = connect(MEMORY_LIMIT, spill)
-        catalog = _Catalog(con)
+        catalog = Catalog(con)
 
         def attempt(files):
             catalog.refresh(con, files, self._typed)
@@ -98,7 +98,7 @@ class _Export:
             new_state: dict[str, dict] = {}
             for table, (source, day) in EXPORTED.items():
                 columns = _spark_columns(con, source)
-                extra = f"{_HOST} AS host" if "writer" in columns else f"{_quote(host)} AS host"
+                extra = f"{_HOST} AS host" if "writer" in columns else f"{quote(host)} AS host"
                 rows = (f"SELECT {', '.join(columns.values())}, $1 AS user, {extra}, {day} AS date "
                         f"FROM {source}")
                 fingerprints = {str(d): [n, str(f)] for d, n, f in con.execute(
@@ -111,11 +111,11 @@ class _Export:
                 gone = [d for d in old if d not in fingerprints]
                 counts[table] = 0
                 if changed:
-                    days = ", ".join(f"DATE {_quote(d)}" for d in changed)
-                    pattern = _quote(prefix + "-{i}")
+                    days = ", ".join(f"DATE {quote(d)}" for d in changed)
+                    pattern = quote(prefix + "-{i}")
                     counts[table] = con.execute(
                         f"COPY (SELECT * FROM ({rows}) WHERE date IN ({days})) TO "
-                        f"{_quote(tmp / table)} (FORMAT parquet, PARTITION_BY (date), "
+                        f"{quote(tmp / table)} (FORMAT parquet, PARTITION_BY (date), "
                         f"FILENAME_PATTERN {pattern})", [user]).fetchone()[0]
                 for d in changed + gone:  # replace this user's files, partition by partition
                     partition = out / table / f"date={d}"
@@ -159,7 +159,7 @@ class _Export:
                 # ones out. An existing file keeps its own format.
                 new = not target.exists() or target.stat().st_size == 0
                 version = " (STORAGE_VERSION 'v1.0.0')" if new else ""
-                con.execute(f"ATTACH {_quote(target)} AS out{version}")
+                con.execute(f"ATTACH {quote(target)} AS out{version}")
             except duckdb.Error as err:
                 text = str(err).strip().splitlines()[0]
                 if "lock" in text.lower():
@@ -214,7 +214,7 @@ def _sync_duckdb(con) -> dict[str, int]:
         raise
     con.execute("USE out")
     try:
-        for name, body in _VIEWS.items():
+        for name, body in VIEWS.items():
             con.execute(f"CREATE OR REPLACE VIEW main.{name} AS {body}")
     finally:
         con.execute("USE memory")
@@ -251,18 +251,18 @@ def export_views_sql(directory: str | os.PathLike) -> str:
     lines = [f"-- jupyter-session-agent views over {root} (written by export_parquet)",
              "CREATE SCHEMA IF NOT EXISTS _store;"]
     for kind in (*KINDS, *DERIVED):
-        files = _quote(f"{root / kind}/*/*.parquet")
+        files = quote(f"{root / kind}/*/*.parquet")
         if any((root / kind).glob("*/*.parquet")):
             data = " REPLACE (data::JSON AS data)" if kind in KINDS else ""
             source = (f"SELECT *{data} FROM read_parquet({files}, hive_partitioning=true, "
                       "union_by_name=true)")
         elif kind in KINDS:
-            source = f"SELECT {select_list(kind)} FROM ({typed(_EMPTY)})"
+            source = f"SELECT {select_list(kind)} FROM ({typed(EMPTY_RELATION)})"
         else:
-            empty = f"(SELECT * FROM ({typed(_EMPTY)}))"
+            empty = f"(SELECT * FROM ({typed(EMPTY_RELATION)}))"
             source = derived(kind, empty, empty, "false")
         lines.append(f"CREATE OR REPLACE VIEW _store.{kind} AS {source};")
-    lines += [f"CREATE OR REPLACE VIEW {name} AS {body};" for name, body in _VIEWS.items()]
+    lines += [f"CREATE OR REPLACE VIEW {name} AS {body};" for name, body in VIEWS.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Literal
 
 from .problems import HistoryWriteError, report, report_file, write_error
-from .schema import COLUMNS, _EMPTY, _NAMES, KINDS, _quote, _read_json  # noqa: F401 - re-exported
-from .segment import compact as _compact
+from .schema import COLUMNS, EMPTY_RELATION, COLUMN_LIST, KINDS, quote, read_json_sql  # noqa: F401 - re-exported
+from .segment import compact
 
 Kind = Literal["session", "message", "part", "event"]  # event: e.g. compaction.CompactionEvent
 
@@ -28,7 +28,7 @@ _rev_lock = threading.Lock()
 _last_rev = 0
 
 
-def _next_rev() -> int:
+def next_rev() -> int:
     """A revision strictly greater than every earlier one in this process."""
     global _last_rev
     with _rev_lock:
@@ -40,7 +40,7 @@ def _next_rev() -> int:
 # writing
 
 
-class _Journal:
+class Journal:
     """This process's journal: a buffer of snapshot lines and the locked file they go to."""
 
     def __init__(self, history: Path) -> None:
@@ -100,7 +100,7 @@ class _Journal:
             with self.lock:
                 if self.fd is not None:
                     try:
-                        _compact(self.path, self.history)
+                        compact(self.path, self.history)
                     except Exception:
                         pass  # the journal stays; a later reader compacts it as a dead writer's
                     fcntl.flock(self.fd, fcntl.LOCK_UN)
@@ -119,7 +119,7 @@ def _create_locked(path: Path) -> int:
     return fd
 
 
-def _alive(path: Path) -> bool:
+def writer_alive(path: Path) -> bool:
     """Whether the journal's writer still runs: it holds LOCK_EX on it for life."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never wait on a FIFO put in its place
@@ -136,7 +136,7 @@ def _alive(path: Path) -> bool:
         os.close(fd)  # also releases the probe's lock
 
 
-def _claim(path: Path) -> int | None:
+def claim(path: Path) -> int | None:
     """A dead writer's journal, locked for compaction; None if alive, gone or claimed."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -152,7 +152,7 @@ def _claim(path: Path) -> int | None:
     return None
 
 
-def _listdir(folder: Path, suffix: str) -> tuple[str, ...]:
+def list_files(folder: Path, suffix: str) -> tuple[str, ...]:
     """The regular files named ``*suffix`` in ``folder`` (not hidden), sorted. Anything else
     with that name (a folder, a link, a FIFO) is left out with one warning."""
     try:
@@ -175,13 +175,13 @@ def _listdir(folder: Path, suffix: str) -> tuple[str, ...]:
     return tuple(sorted(files))
 
 
-def _events_sql(jsonl: tuple[str, ...], parquet: tuple[str, ...]) -> str:
+def events_sql(jsonl: tuple[str, ...], parquet: tuple[str, ...]) -> str:
     """Every row of the journals and Parquet files (journal kinds: derived rows left out)."""
     parts = []
     if jsonl:
-        parts.append(f"SELECT {_NAMES} FROM {_read_json(jsonl)} WHERE id IS NOT NULL")
+        parts.append(f"SELECT {COLUMN_LIST} FROM {read_json_sql(jsonl)} WHERE id IS NOT NULL")
     if parquet:
-        files = ", ".join(_quote(p) for p in parquet)
-        parts.append(f"SELECT {_NAMES}::JSON AS data FROM read_parquet([{files}], union_by_name=true) "
+        files = ", ".join(quote(p) for p in parquet)
+        parts.append(f"SELECT {COLUMN_LIST}::JSON AS data FROM read_parquet([{files}], union_by_name=true) "
                      f"WHERE kind IN ({', '.join(repr(k) for k in KINDS)})")
-    return " UNION ALL ".join(parts) or _EMPTY
+    return " UNION ALL ".join(parts) or EMPTY_RELATION

@@ -42,7 +42,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .schema import _NAMES, DERIVED, KINDS, LAYOUT, _quote, derived, typed
+from .schema import COLUMN_LIST, DERIVED, KINDS, LAYOUT, quote, derived, typed
 from .segment import ORDER, connect, copy, fsync_dir, parquet_problem, read_meta, stat_key
 
 MERGED = "merged-"
@@ -329,7 +329,7 @@ class _Merge:
             sources.append(f"SELECT *, 1 AS src FROM read_parquet({_list(typed_in)}, "
                            f"union_by_name=true) WHERE kind IN {_KINDS}")
         if legacy:
-            raw = (f"SELECT {_NAMES}::JSON AS data FROM read_parquet({_list(legacy)}, "
+            raw = (f"SELECT {COLUMN_LIST}::JSON AS data FROM read_parquet({_list(legacy)}, "
                    "union_by_name=true) WHERE id IS NOT NULL")
             sources.append(f"SELECT *, 1 AS src FROM ({typed(raw)})")
         # a view: each range below scans the inputs again, min/max statistics skipping the row
@@ -349,7 +349,7 @@ class _Merge:
         token = secrets.token_hex(3)
         for index in sorted(affected):
             part = parts[index]
-            old = (f"SELECT *, 0 AS src FROM read_parquet([{_quote(part.path)}], "
+            old = (f"SELECT *, 0 AS src FROM read_parquet([{quote(part.path)}], "
                    f"union_by_name=true) WHERE kind IN {_KINDS}") if part.path else None
             if part.path:
                 consumed.add(os.path.basename(part.path))
@@ -421,7 +421,7 @@ def _names(entry: dict) -> list[str]:
 
 
 def _list(paths) -> str:
-    return "[" + ", ".join(_quote(p) for p in paths) + "]"
+    return "[" + ", ".join(quote(p) for p in paths) + "]"
 
 
 def _within(lo: str | None, hi: str | None) -> str:
@@ -429,8 +429,8 @@ def _within(lo: str | None, hi: str | None) -> str:
     on the column, so that min/max statistics skip the row groups outside the range."""
     terms = []
     if lo is not None:  # a cut is never "" (the first key never starts a new range)
-        terms.append(f"session_id >= {_quote(lo)}")
+        terms.append(f"session_id >= {quote(lo)}")
     if hi is not None:
         nulls = " OR session_id IS NULL" if lo is None else ""
-        terms.append(f"(session_id < {_quote(hi)}{nulls})")
+        terms.append(f"(session_id < {quote(hi)}{nulls})")
     return " AND ".join(terms) or "true"

@@ -15,7 +15,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from ..errors import AgentError
+from ..core.errors import AgentError
 
 
 class HistoryWarning(UserWarning):
@@ -27,7 +27,7 @@ class HistoryWriteError(AgentError):
     memory: the unsaved rows stay buffered and the next successful flush writes them."""
 
 
-class _BadFile(Exception):
+class BadFile(Exception):
     """A file of the history that a read cannot use: ``path`` is left out, ``reason`` says why."""
 
     def __init__(self, path: str, reason: str) -> None:

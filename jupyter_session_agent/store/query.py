@@ -27,18 +27,18 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import UsageError
-from .catalog import _KEY, _Catalog
-from .journal import _EMPTY, _claim, _compact, _events_sql, _listdir, _quote
+from ..core.errors import UsageError
+from .catalog import KEY, Catalog
+from .journal import EMPTY_RELATION, claim, compact, events_sql, list_files, quote
 from .merge import MIN_BYTES, MIN_FILES, Plan, list_manifests, merge, plan
-from .problems import HistoryWriteError, _BadFile, report_file
-from .readonly import _check_read_only, _one_line
+from .problems import HistoryWriteError, BadFile, report_file
+from .readonly import check_read_only, one_line
 from .schema import DERIVED, KINDS, derived, select_list, typed
 from .segment import parquet_problem, read_meta, stat_key
-from .views import _VIEWS
+from .views import VIEWS
 
 
-class _Query:
+class QueryMixin:
     """Store's SQL methods (see the module docstring)."""
 
     # ---- SQL -----------------------------------------------------------------
@@ -55,7 +55,7 @@ class _Query:
         import duckdb
 
         with self._read_lock:
-            _check_read_only(self._connection(), query)
+            check_read_only(self._connection(), query)
             con = self._prepare()
             run = (lambda c, *_: c.execute(query, params).df()) if params else (lambda c, *_: c.execute(query).df())
             try:
@@ -64,7 +64,7 @@ class _Query:
                     return self._over_files(con, run, view=True)
                 return self._over_views(con, run)
             except duckdb.Error as err:
-                raise UsageError(_one_line(err)) from None
+                raise UsageError(one_line(err)) from None
 
     def _read(self, tables_sql: str, files_sql: str, params: list | None = None) -> list[tuple]:
         """Rows of ``tables_sql`` over the views once the tail is loaded, else of ``files_sql``
@@ -124,7 +124,7 @@ class _Query:
         """Bring the tail up to date with the files and define the views over the plan (again
         if a journal was compacted meanwhile, so it also reads the file that replaced it)."""
         if self._catalog is None:  # the first query: the tables, then the views over them
-            self._catalog = _Catalog(con)
+            self._catalog = Catalog(con)
             self._defined = None
         catalog = self._catalog
 
@@ -134,7 +134,7 @@ class _Query:
 
         self._guarded(attempt, settle=True)
 
-    def _define(self, con, files: Plan, catalog: _Catalog) -> None:
+    def _define(self, con, files: Plan, catalog: Catalog) -> None:
         """(Re)create ``_store.<kind>`` for this plan, then the public views once."""
         key = (files.base, tuple(sorted(catalog.shadowed.items())), catalog.created)
         if key == self._defined:
@@ -160,7 +160,7 @@ class _Query:
         try:
             meta = read_meta(self._connection(), path)
         except (duckdb.Error, UnicodeDecodeError) as err:
-            raise _BadFile(path, _one_line_of(err)) from None
+            raise BadFile(path, _one_line_of(err)) from None
         self._metas[path] = (key, meta)
         return meta
 
@@ -170,10 +170,10 @@ class _Query:
 
         def attempt(files):
             if not view:
-                return fn(con, f"({_events_sql(*files.files)})")
+                return fn(con, f"({events_sql(*files.files)})")
             if files != self._files:
                 self._files = None
-                con.execute(f"CREATE OR REPLACE VIEW events AS {_events_sql(*files.files)}")  # opens them
+                con.execute(f"CREATE OR REPLACE VIEW events AS {events_sql(*files.files)}")  # opens them
                 self._files = files
             try:
                 return fn(con, "events")
@@ -201,7 +201,7 @@ class _Query:
             files = self._listing()
             try:
                 result = attempt(files)
-            except _BadFile as bad:
+            except BadFile as bad:
                 if self._is_own(bad.path):  # this process's journal is never a stray
                     raise UsageError(f"this kernel's journal {bad.path} cannot be read "
                                      f"({bad.reason}) — check the drive") from None
@@ -231,7 +231,7 @@ class _Query:
             return named[0], text
         con = self._connection()
         for path in listed:
-            sql = _events_sql(*(((path,), ()) if path in live else ((), (path,))))
+            sql = events_sql(*(((path,), ()) if path in live else ((), (path,))))
             try:
                 con.execute(f"SELECT {_READ_EVERY_COLUMN} FROM ({sql})").fetchall()
             except Exception as probe:  # noqa: BLE001 - whatever DuckDB makes of a broken file
@@ -281,13 +281,13 @@ class _Query:
                 # Parquet footers are read once per file: the store never changes a file in place
                 # (each is written whole, then renamed), so a cached footer is never stale
                 "SET parquet_metadata_cache=true",
-                f"SET allowed_directories=[{_quote(str(self._root) + os.sep)}]",
+                f"SET allowed_directories=[{quote(str(self._root) + os.sep)}]",
                 "SET enable_progress_bar=false",  # long first loads must not print into the cell
                 "SET enable_external_access=false",
                 "SET lock_configuration=true",
             ):
                 con.execute(setting)
-            con.execute(f"CREATE VIEW events AS {_EMPTY}")
+            con.execute(f"CREATE VIEW events AS {EMPTY_RELATION}")
             self._con, self._con_pid, self._files, self._catalog = con, os.getpid(), (), None
             self._defined, self._views_made = None, False
         return self._con
@@ -296,8 +296,8 @@ class _Query:
         """The plan of a read: usable journals and Parquet files (``_usable``), split into the
         tail and the current generation by ``merge.plan``."""
         folder = self._root / "parquet"
-        live = _listdir(self._root / "live", ".jsonl")
-        parquet = _listdir(folder, ".parquet")
+        live = list_files(self._root / "live", ".jsonl")
+        parquet = list_files(folder, ".parquet")
         try:
             names = frozenset(os.listdir(folder))
         except OSError:
@@ -315,18 +315,18 @@ class _Query:
         """The footer entry, or None if it cannot be read (the read of the file says why)."""
         try:
             return self._meta(path)
-        except _BadFile:
+        except BadFile:
             return None
 
     def _sweep(self) -> None:
         me = self._journal.writer if self._journal is not None else None
-        for path in _listdir(self._root / "live", ".jsonl"):
+        for path in list_files(self._root / "live", ".jsonl"):
             if Path(path).stem == me:
                 continue
-            fd = _claim(Path(path))
+            fd = claim(Path(path))
             if fd is not None:
                 try:
-                    _compact(Path(path), self._root)
+                    compact(Path(path), self._root)
                 except Exception:
                     pass  # stays a journal; still readable
                 finally:
@@ -368,7 +368,7 @@ def define_views(con, files: Plan, shadowed: dict, *, public: bool = True,
         body = _kind_sql(kind, files, shadowed, layouts, tail)
         con.execute(f"CREATE OR REPLACE VIEW _store.{kind} AS {body}")
     if public:
-        for name, body in _VIEWS.items():
+        for name, body in VIEWS.items():
             con.execute(f"CREATE OR REPLACE VIEW {name} AS {body}")
 
 
@@ -386,21 +386,21 @@ def _kind_sql(kind: str, files: Plan, shadowed: dict, layouts: tuple, tail: bool
     plain = [path_of(p) for p in files.base if p.path not in shadowed and path_of(p)]
     unify = ", union_by_name=true" if len(set(layouts)) > 1 else ""  # files of several versions
     if plain:
-        listed = ", ".join(map(_quote, plain))
+        listed = ", ".join(map(quote, plain))
         branches.append(f"SELECT {columns} FROM read_parquet([{listed}]{unify}) WHERE {where}")
     for part in files.base:
         keys = shadowed.get(part.path)
         if keys and path_of(part):
-            left_out = ", ".join(map(_quote, sorted(keys)))
-            branches.append(f"SELECT {columns} FROM read_parquet([{_quote(path_of(part))}]) "
-                            f"WHERE {where} AND {_KEY} NOT IN ({left_out})")
+            left_out = ", ".join(map(quote, sorted(keys)))
+            branches.append(f"SELECT {columns} FROM read_parquet([{quote(path_of(part))}]) "
+                            f"WHERE {where} AND {KEY} NOT IN ({left_out})")
     if tail:
         branches.append(f"SELECT * FROM _tail.{kind}" if kind in DERIVED
                         else f"SELECT {columns} FROM _tail.rows WHERE kind = '{kind}'")
     if not branches:  # no file, no row yet: the columns alone
-        empty = f"(SELECT * FROM ({typed(_EMPTY)}))"
+        empty = f"(SELECT * FROM ({typed(EMPTY_RELATION)}))"
         return (derived(kind, empty, empty, "false") if kind in DERIVED
-                else f"SELECT {columns} FROM ({typed(_EMPTY)}) WHERE false")
+                else f"SELECT {columns} FROM ({typed(EMPTY_RELATION)}) WHERE false")
     return " UNION ALL BY NAME ".join(branches)
 
 

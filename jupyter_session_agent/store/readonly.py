@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import ReadOnlyError, UsageError
+from ..core.errors import ReadOnlyError, UsageError
 
 # Table functions that change state or write files although they run inside a SELECT.
 _UNSAFE_FUNCTIONS = re.compile(
@@ -14,18 +14,18 @@ _UNSAFE_FUNCTIONS = re.compile(
 _EXPLAIN = re.compile(r"^\s*EXPLAIN(\s+ANALY[SZ]E)?\s+", re.IGNORECASE)
 
 
-def _one_line(err: Exception) -> str:
+def one_line(err: Exception) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
-def _check_read_only(con, query: str) -> None:
+def check_read_only(con, query: str) -> None:
     """Raise unless every statement only reads (SELECT, or EXPLAIN of a SELECT)."""
     import duckdb
 
     try:
         statements = con.extract_statements(query)
     except duckdb.ParserException as err:
-        raise UsageError(_one_line(err)) from None
+        raise UsageError(one_line(err)) from None
     except ValueError:  # a statement type this duckdb build cannot even name
         raise ReadOnlyError("sql() is read-only — only SELECT queries are allowed") from None
     if not statements:
@@ -36,7 +36,7 @@ def _check_read_only(con, query: str) -> None:
             inner = _EXPLAIN.sub("", statement.query, count=1)
             if inner == statement.query:
                 raise ReadOnlyError("sql() is read-only — use EXPLAIN [ANALYZE] SELECT …")
-            _check_read_only(con, inner)
+            check_read_only(con, inner)
         elif kind != duckdb.StatementType.SELECT:
             raise ReadOnlyError(f"sql() is read-only: {kind.name} is not allowed — only SELECT "
                                 "(copy rows into your own duckdb.connect() to change them)")

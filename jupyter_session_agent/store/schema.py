@@ -21,13 +21,13 @@ RAW_TYPES = {"kind": "VARCHAR", "id": "VARCHAR", "session_id": "VARCHAR", "messa
              "time_updated": "BIGINT", "data": "JSON"}
 RAW = tuple(RAW_TYPES)
 COLUMNS = "{" + ", ".join(f"{name}: '{typ}'" for name, typ in RAW_TYPES.items()) + "}"  # read_json
-_NAMES = ", ".join(RAW)
-_EMPTY = ("SELECT " + ", ".join(f"NULL::{typ} {name}" for name, typ in RAW_TYPES.items())
+COLUMN_LIST = ", ".join(RAW)
+EMPTY_RELATION = ("SELECT " + ", ".join(f"NULL::{typ} {name}" for name, typ in RAW_TYPES.items())
           + " WHERE false")  # the relation a history with no files yet reads as
 _BASE = ("id", "session_id", "message_id", "rev", "writer", "time_created", "time_updated", "data")
 
 
-def _quote(path) -> str:
+def quote(path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
@@ -37,8 +37,8 @@ def _quote(path) -> str:
 MAX_LINE = (1 << 32) - 1
 
 
-def _read_json(paths) -> str:
-    files = ", ".join(_quote(p) for p in paths)
+def read_json_sql(paths) -> str:
+    files = ", ".join(quote(p) for p in paths)
     return (f"read_json([{files}], format='newline_delimited', ignore_errors=true, "
             f"maximum_object_size={MAX_LINE}, columns={COLUMNS})")
 
@@ -142,7 +142,7 @@ def typed(source: str) -> str:
     ``data`` JSON): the JSON is parsed once per row."""
     typed_list = ", ".join(f"{expr} AS {name}" for name, expr in TYPED.items())
     raw = ", ".join(f"b.{name}" for name in RAW)
-    return (f"SELECT {raw}, {typed_list} FROM (SELECT *, from_json(data, {_quote(_SPEC)}) j "
+    return (f"SELECT {raw}, {typed_list} FROM (SELECT *, from_json(data, {quote(_SPEC)}) j "
             f"FROM ({source})) b")
 
 

@@ -18,8 +18,8 @@ import json
 import os
 from pathlib import Path
 
-from ..messages import now_ms
-from .schema import LAYOUT, _quote, _read_json, typed
+from ..core.messages import now_ms
+from .schema import LAYOUT, quote, read_json_sql, typed
 
 META_KEY = "jupyter_session_agent"
 FORMAT = 2
@@ -44,8 +44,8 @@ def connect(memory_limit: str | None = None, temp: Path | None = None):
 def copy(con, select: str, path: Path, meta: dict, params: list | None = None) -> int:
     """Write the rows of ``select`` to ``path`` (fsynced, not yet visible if the name is hidden)."""
     meta = {"format": FORMAT, "layout": LAYOUT, **meta}
-    options = f"FORMAT parquet, KV_METADATA {{{META_KEY}: {_quote(json.dumps(meta))}}}"
-    rows = con.execute(f"COPY ({select}) TO {_quote(path)} ({options})", params or []).fetchone()[0]
+    options = f"FORMAT parquet, KV_METADATA {{{META_KEY}: {quote(json.dumps(meta))}}}"
+    rows = con.execute(f"COPY ({select}) TO {quote(path)} ({options})", params or []).fetchone()[0]
     with open(path, "rb") as f:
         os.fsync(f.fileno())
     return rows
@@ -53,7 +53,7 @@ def copy(con, select: str, path: Path, meta: dict, params: list | None = None) -
 
 def read_meta(con, path: str) -> dict | None:
     """The file's ``jupyter_session_agent`` footer entry, or None (an older or foreign file)."""
-    rows = con.execute(f"SELECT decode(value) FROM parquet_kv_metadata({_quote(path)}) "
+    rows = con.execute(f"SELECT decode(value) FROM parquet_kv_metadata({quote(path)}) "
                        f"WHERE decode(key) = '{META_KEY}'").fetchall()
     if not rows:
         return None
@@ -116,7 +116,7 @@ def compact(journal: Path, history: Path) -> None:
     try:
         # Older revisions in one journal can never win, so only the newest per id is kept.
         # Its writer is finished, so its unfinished tools were interrupted: settle them here too.
-        raw = (f"SELECT * REPLACE ({_SETTLED} AS data) FROM {_read_json([journal])} "
+        raw = (f"SELECT * REPLACE ({_SETTLED} AS data) FROM {read_json_sql([journal])} "
                "WHERE id IS NOT NULL "
                "QUALIFY row_number() OVER (PARTITION BY id ORDER BY rev DESC) = 1")
         rows = copy(con, f"{typed(raw)} ORDER BY {ORDER}", tmp, {"level": 0}, [now_ms()])

@@ -12,22 +12,22 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from ..errors import SessionNotFoundError, UsageError
-from ..messages import Session, ToolPart, WithParts, now_ms
-from .catalog import _Catalog
-from .codec import _decode, _decoders, _encode, _gc_paused, _interrupted, _kind, _undecodable
-from .export import _Export
-from .journal import Kind, _alive, _Journal, _next_rev, _quote
+from ..core.errors import SessionNotFoundError, UsageError
+from ..core.messages import Session, ToolPart, WithParts, now_ms
+from .catalog import Catalog
+from .codec import decode, decoders, encode, gc_paused, interrupted, kind_of, undecodable
+from .export import ExportMixin
+from .journal import Kind, writer_alive, Journal, next_rev, quote
 from .merge import merge
 from .problems import report_row
-from .query import _Query
-from .watch import _Watch
+from .query import QueryMixin
+from .watch import Watch
 
 # --------------------------------------------------------------------------
 # the store
 
 
-class Store(_Query, _Export):
+class Store(QueryMixin, ExportMixin):
     """The history of every session, shared by all processes using ``data_dir``.
 
     Writing (``put``/``delete``/``flush``) touches only this process's journal
@@ -42,7 +42,7 @@ class Store(_Query, _Export):
     def __init__(self, data_dir: str | os.PathLike) -> None:
         self.data_dir = Path(data_dir).expanduser().absolute()
         self._history = self.data_dir / "history"
-        self._journal: _Journal | None = None
+        self._journal: Journal | None = None
         self._finalizer: weakref.finalize | None = None
         self._write_lock = threading.Lock()
         self._known: dict[str, tuple] = {}  # id → (session, message, time_created) of ids this process wrote
@@ -52,11 +52,11 @@ class Store(_Query, _Export):
         self._con_pid = 0
         self._root = self._history  # resolved when DuckDB first reads
         self._files: tuple | None = None
-        self._catalog: _Catalog | None = None  # created by the first sql() query
+        self._catalog: Catalog | None = None  # created by the first sql() query
         self._next_sweep = 0.0
         self._bad: dict[str, tuple | None] = {}  # files left out of reads → their stat then
         self._verified: set[str] = set()  # Parquet files found whole
-        self._watches: dict[str, _Watch] = {}  # session → what other writers wrote (foreign())
+        self._watches: dict[str, Watch] = {}  # session → what other writers wrote (foreign())
         self._metas: dict[str, tuple] = {}  # Parquet file → (its stat, its footer entry)
         self._manifests: dict[str, tuple] = {}  # generation manifest → (its stat, its contents)
         self._defined = None  # the plan the _store.* views were defined for
@@ -73,7 +73,7 @@ class Store(_Query, _Export):
         """
         now = now_ms()
         for value in values:
-            kind = _kind(value)
+            kind = kind_of(value)
             data = value.to_data()
             data.pop("id", None)
             session_id = value.id if kind == "session" else data.pop("sessionID", None)
@@ -113,22 +113,22 @@ class Store(_Query, _Export):
             known = (session_id, message_id, created or (hit[1] if hit else now))
             self._known[id] = known
         journal = self._writer()
-        rev = _next_rev()
+        rev = next_rev()
         row = {"kind": kind, "id": id, "session_id": session_id, "message_id": message_id, "rev": rev,
                "writer": journal.writer, "deleted": deleted, "time_created": known[2],
                "time_updated": now, "data": data}
-        line = _encode(row)
+        line = encode(row)
         with journal.lock:
             journal.buffer[id] = line
         return rev, known[2]
 
-    def _writer(self) -> _Journal:
+    def _writer(self) -> Journal:
         """This process's journal; a new one after close() or in a forked child."""
         with self._write_lock:
             if self._journal is None or self._journal.pid != os.getpid():
                 if self._journal is not None:
                     self._journal.close()  # in a child: only drops the inherited fd
-                self._journal = _Journal(self._history)
+                self._journal = Journal(self._history)
                 self._finalizer = weakref.finalize(self, self._journal.close)
             return self._journal
 
@@ -186,7 +186,7 @@ class Store(_Query, _Export):
         """The session row decoded, or None (reported once) when this version cannot read it."""
         try:
             value = json.loads(data)
-            return _decode("session", {**value, "id": id})
+            return decode("session", {**value, "id": id})
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             report_row("session", id, None, f"{type(err).__name__}: {err}")
             return None
@@ -214,7 +214,7 @@ class Store(_Query, _Export):
         infos: dict[str, Any] = {}
         parts: dict[str, list] = {}
         unfinished: list[ToolPart] = []
-        with _gc_paused():  # tens of thousands of acyclic objects: collection passes are pure cost
+        with gc_paused():  # tens of thousands of acyclic objects: collection passes are pure cost
             if cache:
                 values = [hit[2] if (hit := cache.get(row[0])) is not None and hit[0] == row[2] else None
                           for row in rows]
@@ -223,7 +223,7 @@ class Store(_Query, _Export):
                 values, stale = [None] * len(rows), range(len(rows))
             if stale:  # one json.loads for all of them is ~30% cheaper than one per row
                 decoded = json.loads("[" + ",".join([rows[i][5] for i in stale]) + "]")
-                user, assistant, part = _decoders()
+                user, assistant, part = decoders()
                 for i, data in zip(stale, decoded):
                     row = rows[i]
                     id = row[0]
@@ -236,7 +236,7 @@ class Store(_Query, _Export):
                             data["messageID"] = row[1]
                             value = part[data["type"]](data)
                     except Exception as err:  # noqa: BLE001 - one bad row must not hide the session
-                        value = _undecodable(row, data, session_id, err)  # UnknownPart / None
+                        value = undecodable(row, data, session_id, err)  # UnknownPart / None
                     values[i] = value
                     if value is not None:  # a row left out is read (and left out) again next time
                         cache[id] = (row[2], row[3], value)
@@ -273,9 +273,9 @@ class Store(_Query, _Export):
         for part in unfinished:
             writer = writers.get(part.id)
             if writer not in alive:
-                alive[writer] = writer == me or writer is None or _alive(self._journal_path(writer))
+                alive[writer] = writer == me or writer is None or writer_alive(self._journal_path(writer))
             if not alive[writer]:
-                fixed[part.id] = _interrupted(part)
+                fixed[part.id] = interrupted(part)
         if fixed:
             self.put(*fixed.values())
             self.flush()
@@ -292,7 +292,7 @@ class Store(_Query, _Export):
         call (``watch.py``); this process's own journal is never read.
         """
         with self._read_lock:
-            watch = self._watches.pop(session_id, None) or _Watch(session_id)
+            watch = self._watches.pop(session_id, None) or Watch(session_id)
             self._watches[session_id] = watch  # most recently used last
             while len(self._watches) > self.CACHE_SESSIONS:
                 del self._watches[next(iter(self._watches))]
@@ -305,7 +305,7 @@ class Store(_Query, _Export):
 
         con = self._prepare()
         try:
-            return con.execute(f"SELECT count(*) FROM read_parquet([{_quote(path)}]) "
+            return con.execute(f"SELECT count(*) FROM read_parquet([{quote(path)}]) "
                                "WHERE session_id = $1", [session_id]).fetchone()[0]
         except duckdb.Error:
             return 0
@@ -318,7 +318,7 @@ class Store(_Query, _Export):
             "SELECT writer FROM __events__ WHERE id = $1 ORDER BY rev DESC LIMIT 1", [id])
         writer = rows[0][0] if rows else None
         me = self._journal.writer if self._journal is not None else None
-        if writer is None or writer == me or not _alive(self._journal_path(writer)):
+        if writer is None or writer == me or not writer_alive(self._journal_path(writer)):
             return None
         return writer
 

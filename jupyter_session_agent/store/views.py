@@ -16,7 +16,7 @@ def _num(path: str, typ: str = "BIGINT") -> str:
     return f"TRY_CAST(data{path} AS {typ})"
 
 
-_VIEWS = {
+VIEWS = {
     "session": """SELECT id, project_id, workspace_id, parent_id, slug, directory, title, version, time_created,
         time_updated, time_archived, data FROM _store.session""",
     "message": """SELECT id, session_id, time_created, time_updated, data, role, parent_id, agent, provider_id,
@@ -47,7 +47,7 @@ _VIEWS = {
 }
 
 # Compaction events (compaction.CompactionEvent, journal kind "event"): one row per prune or summary.
-_VIEWS["compaction_event"] = f"""SELECT id, session_id, time_created, data->>'kind' kind,
+VIEWS["compaction_event"] = f"""SELECT id, session_id, time_created, data->>'kind' kind,
     data->>'cause' cause, data->>'outcome' outcome, {_num("->>'tokensBefore'")} tokens_before,
     {_num("->>'tokensAfter'")} tokens_after,
     {_num("->>'tokensBefore'")} - {_num("->>'tokensAfter'")} tokens_freed,
@@ -65,7 +65,7 @@ _VIEWS["compaction_event"] = f"""SELECT id, session_id, time_created, data->>'ki
 
 # Todo lists imported from OpenCode (opencode_import.TodoList, journal kind "event", type "todos":
 # one list per session, the latest import wins): one row per item, in the list's order.
-_VIEWS["todo"] = f"""SELECT session_id, TRY_CAST(item->>'position' AS INTEGER) AS position,
+VIEWS["todo"] = f"""SELECT session_id, TRY_CAST(item->>'position' AS INTEGER) AS position,
     item->>'content' AS content, item->>'status' AS status, item->>'priority' AS priority,
     TRY_CAST(item->'time'->>'created' AS BIGINT) AS time_created,
     TRY_CAST(item->'time'->>'updated' AS BIGINT) AS time_updated, source
@@ -75,8 +75,8 @@ _VIEWS["todo"] = f"""SELECT session_id, TRY_CAST(item->>'position' AS INTEGER) A
 # Analytics views (docs/analytics.md): one row per LLM call, tool call, session, and day × model.
 # Plain SQL over the views above; times are UTC TIMESTAMPs; costs in USD.
 _UTC = "make_timestamp({} * 1000)"  # epoch milliseconds → TIMESTAMP (UTC)
-_VIEWS["step"] = "SELECT * FROM _store.step"  # rows derived from parts (schema.derived)
-_VIEWS["tool_call"] = "SELECT * FROM _store.tool_call"
+VIEWS["step"] = "SELECT * FROM _store.step"  # rows derived from parts (schema.derived)
+VIEWS["tool_call"] = "SELECT * FROM _store.tool_call"
 # What an imported session's own row recorded (OpenCode keeps totals on the session), shown only
 # where it differs from what its messages add up to (NULL otherwise, and for our sessions).
 _RECORDED = ",\n        ".join(
@@ -87,7 +87,7 @@ _RECORDED = ",\n        ".join(
         *((f"{n}_tokens", f"TRY_CAST(s.data->'tokens'->{path} AS BIGINT)", f"st.{n}_tokens", "0")
           for n, path in (("input", "'input'"), ("output", "'output'"), ("reasoning", "'reasoning'"),
                           ("cache_read", "'cache'->'read'"), ("cache_write", "'cache'->'write'")))])
-_VIEWS["session_summary"] = f"""WITH
+VIEWS["session_summary"] = f"""WITH
     steps AS (SELECT session_id, count(*) steps, arg_max(model, id) model, arg_max(provider, id) provider,
         sum(input_tokens)::BIGINT input_tokens, sum(output_tokens)::BIGINT output_tokens,
         sum(reasoning_tokens)::BIGINT reasoning_tokens,
@@ -119,7 +119,7 @@ _VIEWS["session_summary"] = f"""WITH
     LEFT JOIN steps st ON st.session_id = s.id LEFT JOIN msgs ON msgs.session_id = s.id
     LEFT JOIN turns ON turns.session_id = s.id LEFT JOIN tools ON tools.session_id = s.id
     LEFT JOIN compactions c ON c.session_id = s.id"""
-_VIEWS["daily_cost"] = f"""WITH calls AS (
+VIEWS["daily_cost"] = f"""WITH calls AS (
         SELECT CAST(time AS DATE) AS day, provider, model, 'step' AS kind, session_id, input_tokens, output_tokens,
             reasoning_tokens, cache_read_tokens, cache_write_tokens, cost FROM step
         UNION ALL

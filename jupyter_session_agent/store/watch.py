@@ -16,7 +16,7 @@ from pathlib import Path
 _BLOCK = 16 << 20  # bytes read at a time from a journal
 
 
-class _Watch:
+class Watch:
     """The mark of one session: (hits in other writers' journals, its rows in new Parquet files)."""
 
     def __init__(self, session_id: str) -> None:

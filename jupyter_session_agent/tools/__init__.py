@@ -71,7 +71,7 @@ def redact_result(result: ToolResult) -> ToolResult:
     """The result with API keys replaced by ``[REDACTED:<kind>]`` and lone surrogates (latin-1
     file names) escaped (``redact.clean``), before anything is saved (full outputs of
     truncated calls included), shown or sent to the model."""
-    from ..redact import clean, clean_value
+    from ..core.redact import clean, clean_value
 
     return ToolResult(output=clean(result.output, refresh=True), title=clean(result.title),
                       metadata=clean_value(dict(result.metadata)), attachments=result.attachments)

@@ -54,7 +54,7 @@ class Tool(Protocol):
 
     ``run`` gets arguments already validated by :func:`run_tool` (known keys
     only, types checked, ``null`` optional values removed). It reports errors
-    the model should fix by raising :class:`~jupyter_session_agent.errors.ToolFailure`.
+    the model should fix by raising :class:`~jupyter_session_agent.core.errors.ToolFailure`.
     """
 
     name: str

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import ToolFailure
+from ..core.errors import ToolFailure
 from .base import ToolContext, ToolResult
 from .paths import display, is_binary, open_regular, resolve, special_kind
 from .truncation import MAX_BYTES

@@ -31,8 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import AgentError
-from .mcp import McpFailure, McpTool, ServerConfig, resolve, sanitise, tools_of
+from ..core.errors import AgentError
+from ..core.mcp_config import McpFailure, ServerConfig, sanitise
+from .mcp import McpTool, resolve, tools_of
 
 LOG_DIR = "mcp"
 MAX_LOG_BYTES = 5 * 1024 * 1024  # a larger log is moved to <name>.log.1 at the next start
@@ -201,7 +202,7 @@ class Server:
         self._client = None
 
     def _line(self, what: str, error: str | None) -> str:
-        from ..redact import redact
+        from ..core.redact import redact
 
         reason = f": {redact(error)}" if error else ""
         return (
@@ -211,7 +212,7 @@ class Server:
 
     def _tail(self) -> str:
         """The last non-empty line the server wrote since its latest start (redacted), or ""."""
-        from ..redact import redact
+        from ..core.redact import redact
 
         try:
             with open(self.log_path, "rb") as f:
@@ -251,7 +252,7 @@ class Server:
 
     async def _own(self, ready: asyncio.Future, stop: asyncio.Event, dead: asyncio.Event) -> None:
         """The owner task: connect, list the tools, then hold the session until stopped or dead."""
-        from ..redact import redact
+        from ..core.redact import redact
 
         log = open(self.log_path, "a", encoding="utf-8", buffering=1)
         log.write(

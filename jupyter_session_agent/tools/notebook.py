@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..context import kernel
-from ..errors import ToolFailure
+from . import kernel
+from ..core.errors import ToolFailure
 from .base import ToolContext, ToolResult
 
 MAX_VARIABLES = 200

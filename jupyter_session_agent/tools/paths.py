@@ -16,8 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
-from ..errors import ToolFailure
-from ..text import safe_text
+from ..core.errors import ToolFailure
+from ..core.text import safe_text
 from .base import ToolContext
 
 # Directories no listing or search descends into: VCS data, caches, environments.

@@ -40,8 +40,8 @@ import traceback
 from contextlib import ExitStack, contextmanager, redirect_stderr, redirect_stdout, suppress
 from typing import Any, Callable, Iterator
 
-from ..redact import clean, clean_value
-from ..text import decode
+from ..core.redact import clean, clean_value
+from ..core.text import decode
 from .base import ToolContext, ToolResult
 
 TITLE_LENGTH = 60

@@ -18,7 +18,7 @@ import re
 from collections import deque
 from pathlib import Path
 
-from ..errors import ToolFailure
+from ..core.errors import ToolFailure
 from .base import ToolContext, ToolResult
 from .paths import (
     IGNORED_DIRS,

@@ -28,7 +28,7 @@ import signal
 import subprocess
 import time
 
-from ..errors import ToolFailure
+from ..core.errors import ToolFailure
 from .base import ToolContext, ToolResult
 from .truncation import OutputSpool
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import ToolFailure
+from ..core.errors import ToolFailure
 from .base import ToolContext, ToolResult
 
 RunChild = Callable[[str, str, str | None, str | None], tuple[str, str, float, str]]

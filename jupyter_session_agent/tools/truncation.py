@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .. import ids
+from ..core import ids
 
 MAX_LINES = 2000
 MAX_BYTES = 50 * 1024
@@ -146,7 +146,7 @@ class OutputSpool:
     def close(self) -> None:
         """Write what is pending and close the saved file (idempotent)."""
         if self._file is not None:
-            from ..redact import clean
+            from ..core.redact import clean
 
             self._file.write(clean(self._pending))
             self._pending = ""
@@ -197,7 +197,7 @@ class OutputSpool:
             self._tail_chars = len(end)
 
     def _to_file(self, text: str) -> None:
-        from ..redact import clean
+        from ..core.redact import clean
 
         pending = self._pending + text
         cut = pending.rfind("\n") + 1

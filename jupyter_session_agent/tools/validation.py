@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ToolFailure
+from ..core.errors import ToolFailure
 
 _TYPE_WORDS = {
     "string": "a string",

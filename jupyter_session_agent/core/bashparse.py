@@ -1,0 +1,1199 @@
+"""What a bash command line would run, read with a real parser, for the permission rules.
+
+:func:`analyse` parses a command line with tree-sitter-bash and returns
+
+* ``commands``: every simple command the line runs, each checked against the rules on its
+  own: the parts of lists, pipelines, subshells, ``{ …; }`` groups, ``if``/``for``/``while``
+  bodies, command and process substitutions (wherever they appear: arguments, double
+  quotes, assignments, redirections), and the command that a wrapper runs (``env X=1 cmd``,
+  ``command``, ``nohup``, ``timeout``, ``xargs``, ``find -exec``, ``sudo``, …);
+* ``paths``: the path words (arguments, assignment values, redirection targets) with ``~``,
+  ``~+``, ``$HOME`` and ``$PWD`` expanded;
+* ``unresolved``: words whose value cannot be known without running the line (a variable, a
+  command substitution, a brace expansion…): they may name any path;
+* ``unsupported``: why the line cannot be fully accounted for (``opaque``: the reasons that
+  may also hide a command or a path, e.g. a string run as code). The checker **fails closed**:
+  ANSI-C (``$'…'``) and locale (``$"…"``) quoting, heredocs, ``eval``, ``source``/``.``,
+  ``exec``, ``alias``, ``trap``, function definitions, ``bash -c``/``sh -c`` strings (and
+  shells reading commands from stdin), arithmetic, ``case``, parameter expansions other than
+  ``$NAME``/``${NAME}``, a computed command name, backticks holding backslashes, control or
+  odd whitespace characters, text the parser skipped, and parse errors. The permission gate
+  asks about such a line instead of allowing it.
+
+Pure apart from the parser: no file system access (``core/permission.py`` resolves the paths).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Mapping, Sequence
+
+# How many words name a command, for "always" patterns (OpenCode's BashArity, trimmed).
+BASH_ARITY: Mapping[str, int] = {
+    "git": 2, "git config": 3, "git remote": 3, "git stash": 3, "git submodule": 3,
+    "git worktree": 3,
+    "npm": 2, "npm run": 3, "npm exec": 3, "pnpm": 2, "pnpm run": 3, "yarn": 2, "yarn run": 3,
+    "bun": 2, "bun run": 3, "npx": 2,
+    "pip": 2, "pip3": 2, "uv": 2, "uv pip": 3, "uv run": 2, "conda": 2, "mamba": 2, "poetry": 2,
+    "poetry run": 3, "python -m": 3, "python3 -m": 3, "python -m pip": 4, "python3 -m pip": 4,
+    "cargo": 2, "go": 2, "docker": 2, "docker compose": 3, "kubectl": 2, "helm": 2,
+    "make": 2, "jupyter": 2, "apt": 2, "apt-get": 2, "brew": 2, "systemctl": 2, "gh": 3,
+}
+
+_OPENERS = frozenset({"${", "$(", "$((", "`", "$["})
+_ARITY_WORDS = max(len(key.split()) for key in BASH_ARITY)
+
+# Builtins that run a string or a file as shell code, or change how later words are read.
+CODE_BUILTINS = frozenset({
+    "eval", "source", ".", "exec", "alias", "trap", "fc", "coproc", "enable", "bind", "complete",
+    "compgen", "let", "history",
+})
+SHELLS = frozenset({
+    "bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh", "rbash",
+})
+
+# Wrappers: the command they run follows their options. Options taking a value are listed;
+# any other option ends the analysis as unsupported (a wrapper we cannot read fails closed).
+_WRAPPERS: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
+    # name: (flags without a value, options with a value)
+    "env": (frozenset({"-i", "-0", "--ignore-environment", "--null", "-v", "--debug", "-"}),
+            frozenset({"-u", "--unset", "-C", "--chdir"})),
+    "command": (frozenset({"-p"}), frozenset()),
+    "builtin": (frozenset(), frozenset()),
+    "nohup": (frozenset(), frozenset()),
+    "time": (frozenset({"-p"}), frozenset()),
+    "nice": (frozenset(), frozenset({"-n", "--adjustment"})),
+    "setsid": (frozenset({"-f", "-w", "--fork", "--wait"}), frozenset()),
+    "stdbuf": (frozenset(), frozenset({"-i", "-o", "-e", "--input", "--output", "--error"})),
+    "timeout": (frozenset({"--foreground", "--preserve-status", "-v", "--verbose"}),
+                frozenset({"-s", "--signal", "-k", "--kill-after"})),
+    "sudo": (frozenset({"-E", "-H", "-n", "-P", "-S", "-b", "-k", "--preserve-env",
+                        "--non-interactive", "--set-home"}),
+             frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "--user",
+                        "--group"})),
+    "doas": (frozenset({"-n"}), frozenset({"-u"})),
+    "xargs": (frozenset({"-0", "-r", "-t", "-p", "-x", "--null", "--no-run-if-empty", "--verbose",
+                         "--interactive", "--exit", "--open-tty", "-o"}),
+              frozenset({"-a", "-E", "-I", "-L", "-n", "-P", "-s", "-d", "--arg-file",
+                         "--delimiter",
+                         "--max-args", "--max-lines", "--max-procs", "--max-chars", "--eof",
+                         "--replace"})),
+    "busybox": (frozenset(), frozenset()),
+}
+_WRAPPER_OPERANDS = {"timeout": 1}  # positional words before the command (the duration)
+_FIND = frozenset({"find"})
+_FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=")
+# A literal that bash may evaluate as an arithmetic subscript: a[$(cmd)], a[`cmd`], a[${x}].
+_SUBSCRIPT_CODE = re.compile(r"\[[^\]]*[$`]")
+_PLAIN_WORD = re.compile(r"^[^\s'\"\\]+$")
+_ARITHMETIC_TESTS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
+_NUMERIC_SPECIALS = frozenset({"?", "#", "$", "!"})
+_STATEMENTS = frozenset({
+    "command", "redirected_statement", "list", "pipeline", "subshell", "compound_statement",
+    "if_statement", "while_statement", "for_statement", "negated_command", "test_command",
+    "variable_assignment", "variable_assignments", "declaration_command", "unset_command",
+})
+# Keywords and operators a statement container may hold.
+_CONTAINER_TOKENS = frozenset({
+    ";", "&", "&&", "||", "|", "|&", "(", ")", "{", "}", "if", "then", "fi", "elif", "else",
+    "do", "done", "while", "until", "for", "in", "!", "$(", "`", "<(", ">(", ";;",
+})
+_REDIRECT_OPS = frozenset({">", ">>", "<", "&>", "&>>", "<&", ">&", ">|", "<&-", ">&-"})
+_FD_TARGET = re.compile(r"^(\d+-?|-)$")
+# Nodes whose text the checker decodes itself (it does not look inside them).
+_ATOMIC = frozenset({
+    "word", "raw_string", "string_content", "number", "comment", "variable_name",
+    "special_variable_name", "test_operator", "regex", "extglob_pattern", "file_descriptor",
+    "ansi_c_string", "heredoc_body", "heredoc_start", "heredoc_end", "heredoc_content",
+})
+# Pieces of a word, and the nodes made of joined pieces (where no blank separates them).
+_WORDLIKE = frozenset({
+    "word", "string", "raw_string", "concatenation", "simple_expansion", "expansion", "number",
+    "command_substitution", "process_substitution", "ansi_c_string", "translated_string",
+    "brace_expression", "arithmetic_expansion", "command_name", "extglob_pattern", "array",
+})
+_JOINED = frozenset({"concatenation", "string", "command_name", "variable_assignment", "expansion",
+                     "simple_expansion", "subscript"})
+# Containers whose children may be separated by newlines (statement lists).
+_NEWLINE_OK = frozenset({
+    "program", "compound_statement", "subshell", "do_group", "if_statement", "elif_clause",
+    "else_clause", "while_statement", "for_statement", "command_substitution",
+    "process_substitution", "list", "pipeline", "redirected_statement", "negated_command",
+    "heredoc_redirect",
+})
+
+
+@dataclass(frozen=True)
+class Command:
+    """One simple command: ``words`` as bash passes them (leading assignments included)."""
+
+    words: tuple[str, ...]
+    text: str  # what the rules match: the words (quoted where needed), then the redirections
+    prefix: str  # the "always" prefix: ``git checkout``, ``ls``
+
+
+@dataclass(frozen=True)
+class PathWord:
+    """A word that may name a file: its value, ``~``/``~+``/``$HOME``/``$PWD`` expanded."""
+
+    value: str
+    glob: bool = False  # unquoted ``*``, ``?`` or ``[`` (bash expands it against the disk)
+    redirect: bool = False
+    exact: bool = True  # as a glob, ``value`` means what bash means (no quoted ``*?[``, no ``[:``)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    commands: tuple[Command, ...]
+    paths: tuple[PathWord, ...]
+    unresolved: tuple[str, ...]
+    unsupported: tuple[str, ...]  # every reason the line asks
+    opaque: tuple[str, ...] = ()  # reasons that may hide a command or a path (the rest only ask)
+
+    @property
+    def complete(self) -> bool:
+        """Every command and path of the line is accounted for."""
+        return not self.unsupported and not self.unresolved
+
+
+def analyse(command: str, *, home: str | None = None, pwd: str | None = None) -> Analysis:
+    """The commands, paths, unresolved words and unsupported constructs of ``command``."""
+    home = home if home is not None else os.environ.get("HOME") or os.path.expanduser("~")
+    return _analyse(str(command), home, pwd or "")
+
+
+@lru_cache(maxsize=512)
+def _analyse(command: str, home: str, pwd: str) -> Analysis:
+    walker = _Walker(command, home, pwd)
+    walker.run()
+    return Analysis(
+        commands=tuple(dict.fromkeys(walker.commands + walker.nested)),
+        paths=tuple(dict.fromkeys(walker.paths)),
+        unresolved=tuple(dict.fromkeys(walker.unresolved)),
+        unsupported=tuple(dict.fromkeys(walker.reasons + walker.soft)),
+        opaque=tuple(dict.fromkeys(walker.reasons)),
+    )
+
+
+def prefix(words: Sequence[str]) -> str:
+    """The arity prefix of a command's words (assignments skipped):
+    ``git checkout main`` → ``git checkout``."""
+    tokens = list(words)
+    while tokens and _ASSIGNMENT.match(tokens[0]):
+        tokens = tokens[1:]
+    if not tokens:
+        return " ".join(words)
+    for length in range(min(len(tokens), _ARITY_WORDS), 0, -1):
+        arity = BASH_ARITY.get(" ".join(tokens[:length]))
+        if arity is not None:
+            return " ".join(tokens[:arity])
+    return tokens[0]
+
+
+def quote(word: str) -> str:
+    """A word as the rules see it: plain words as they are, others in single quotes."""
+    if _PLAIN_WORD.match(word):
+        return word
+    return "'" + word.replace("'", "'\"'\"'") + "'"
+
+
+@lru_cache(maxsize=1)
+def _parser() -> Any:
+    import tree_sitter
+    import tree_sitter_bash
+
+    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+
+
+# --------------------------------------------------------------------------
+# values
+
+
+@dataclass
+class _Val:
+    """A word's value: ``chars`` with a per-character ``mask`` (``u`` unquoted, ``q`` quoted)."""
+
+    chars: str = ""
+    mask: str = ""
+    known: bool = True
+    brace: bool = False  # a brace expansion ({a,b}, {1..3})
+
+    def add(self, other: "_Val") -> "_Val":
+        return _Val(self.chars + other.chars, self.mask + other.mask, self.known and other.known,
+                    self.brace or other.brace)
+
+
+def _lit(text: str, quoted: bool) -> _Val:
+    return _Val(text, ("q" if quoted else "u") * len(text))
+
+
+_UNKNOWN = _Val("", "", False)
+
+
+class _Walker:
+    def __init__(self, command: str, home: str, pwd: str) -> None:
+        self.command = command
+        self.src = command.encode("utf-8", "surrogatepass")
+        self.home = home
+        self.pwd = pwd
+        self.commands: list[Command] = []
+        self.nested: list[Command] = []
+        self.paths: list[PathWord] = []
+        self.unresolved: list[str] = []
+        self.reasons: list[str] = []  # may hide commands or paths
+        self.soft: list[str] = []  # unusual, asks, hides nothing: every command and path is seen
+        self.depth = 0  # inside command substitutions
+        self.dashes: set[int] = set()  # redirected statements whose command lost a `-` argument
+
+    # -- entry ---------------------------------------------------------------
+
+    def run(self) -> None:
+        odd = _odd_characters(self.command)
+        if odd:
+            self.reasons.append(f"{odd} in the command")
+        try:
+            tree = _parser().parse(self.src)
+        except Exception as err:  # a parser failure is an unsupported line, never an allowed one
+            self.reasons.append(f"the bash parser failed ({type(err).__name__})")
+            return
+        root = tree.root_node
+        if root.has_error:
+            self.reasons.append("bash syntax the parser cannot read")
+        self._gap(0, root.start_byte, "program")
+        self._gap(root.end_byte, len(self.src), "program")
+        try:
+            self._gaps(root)
+            self._statements(root)
+        except RecursionError:
+            self.reasons.append("a line nested too deeply to check")
+
+    def text(self, node: Any) -> str:
+        return self.src[node.start_byte:node.end_byte].decode("utf-8", "surrogatepass")
+
+    def unsupported(self, reason: str, node: Any = None) -> None:
+        self.reasons.append(reason)
+        if node is not None:
+            self._salvage(node)
+
+    def _salvage(self, node: Any) -> None:
+        """Commands inside a construct we cannot account for are still checked (a deny denies)."""
+        for child in node.named_children:
+            if child.type in ("command_substitution", "process_substitution"):
+                self._substitution(child)
+            elif child.type in ("command", "redirected_statement", "list", "pipeline"):
+                self._statement(child)
+            else:
+                self._salvage(child)
+
+    # -- text the parser skipped ---------------------------------------------
+
+    def _gaps(self, root: Any) -> None:
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if node.type in _ATOMIC or not node.children:
+                continue
+            pos = node.start_byte
+            previous = None
+            for child in node.children:
+                if (node.type == "redirected_statement" and child.type == "heredoc_redirect"
+                        and previous is not None and previous.type == "command"
+                        and self.src[pos:child.start_byte].strip(b" \t") == b"-"):
+                    # tree-sitter drops a lone `-` before `<<` (`python3 - <<'EOF'`): put it back
+                    self.dashes.add(node.id)
+                else:
+                    self._gap(pos, child.start_byte, node.type)
+                if (previous is not None and previous.end_byte == child.start_byte
+                        and node.type not in _JOINED and _wordlike(previous) and _wordlike(child)):
+                    # bash reads two pieces with nothing between them as one word
+                    joined = self.text(previous) + self.text(child)
+                    self.reasons.append(f"a word the parser split (`{joined}`)")
+                if not child.is_named and not child.children and not self._same_token(node, child):
+                    # a token the parser renamed (`-<<` read as `<<`): bash may read it otherwise
+                    self.reasons.append(f"the token `{self.text(child)}` read as `{child.type}`")
+                stack.append(child)
+                pos = child.end_byte
+                previous = child
+            self._gap(pos, node.end_byte, node.type)
+
+    def _same_token(self, parent: Any, token: Any) -> bool:
+        """Is ``token``'s text its type? Inside double quotes the parser puts the blanks
+        before ``${``, ``$(``, ``$((`` or a backtick into that token: allowed (and kept)."""
+        text = self.text(token)
+        if text == token.type:
+            return True
+        grand = parent.parent
+        return (token.type in _OPENERS and grand is not None and grand.type == "string"
+                and text.endswith(token.type) and not text[:-len(token.type)].strip(" \t\n"))
+
+    def _gap(self, start: int, end: int, parent: str) -> None:
+        """Text between tokens must be blanks (a newline only between statements)."""
+        if start >= end:
+            return
+        gap = self.src[start:end].decode("utf-8", "surrogatepass")
+        rest = re.sub(r"(?<=[ \t])\\\n", "", gap)  # a line continuation after a blank
+        if parent not in _NEWLINE_OK:
+            ok = set(" \t")
+        else:
+            ok = set(" \t\n")
+        if rest.strip(" \t\n") or not set(rest) <= ok:
+            self.reasons.append("text the parser could not place (a backslash-newline in a word?)")
+
+    # -- statements ------------------------------------------------------------
+
+    def _statements(self, node: Any) -> None:
+        for child in node.children:
+            if not child.is_named:
+                if child.type not in _CONTAINER_TOKENS:
+                    self.unsupported(f"`{child.type}`")
+                continue
+            self._statement(child)
+
+    def _statement(self, node: Any) -> None:
+        kind = node.type
+        if kind == "comment":
+            self._comment(node)
+        elif kind in ("program", "list", "pipeline", "subshell", "do_group", "elif_clause",
+                      "else_clause", "if_statement", "negated_command"):
+            self._statements(node)
+        elif kind == "compound_statement":
+            if node.children and node.children[0].type == "((":
+                self.unsupported("arithmetic (( … ))", node)
+            else:
+                self._statements(node)
+        elif kind == "while_statement":
+            self._statements(node)
+        elif kind == "for_statement":
+            self._for(node)
+        elif kind == "redirected_statement":
+            self._redirected(node)
+        elif kind == "command":
+            self._command(node)
+        elif kind in ("variable_assignment", "variable_assignments"):
+            self._assignments(node)
+        elif kind == "declaration_command":
+            self._declaration(node)
+        elif kind == "unset_command":
+            self._unset(node)
+        elif kind == "test_command":
+            self._test(node)
+        elif kind == "function_definition":
+            # asks, but its body is read like any other statement (a call of it runs nothing else)
+            self.soft.append("a function definition")
+            for child, field in _fielded(node):
+                if field == "body":
+                    self._statement(child)
+                elif child.type == "comment":
+                    self._comment(child)
+        elif kind == "case_statement":
+            self.unsupported("case", node)
+        elif kind == "c_style_for_statement":
+            self.unsupported("arithmetic for (( … ))", node)
+        elif kind == "heredoc_body":
+            self.unsupported("a heredoc body the parser placed oddly", node)
+        else:
+            self.unsupported(f"`{kind}`", node)
+
+    def _comment(self, node: Any) -> None:
+        """A comment is only a comment where bash also reads one: ``#`` starting a word."""
+        start = node.start_byte
+        text = self.text(node)
+        before = self.src[:start].decode("utf-8", "surrogatepass")
+        if "\n" in text or not text.startswith("#"):
+            self.reasons.append("a comment the parser read differently")
+            return
+        if not before or before[-1] in "\n;&|()":
+            return
+        if before[-1] in " \t":
+            backslashes = len(before[:-1]) - len(before[:-1].rstrip("\\"))
+            if backslashes % 2 == 0:
+                return
+        self.reasons.append("a `#` that bash may not read as a comment")
+
+    def _for(self, node: Any) -> None:
+        first = node.children[0].type if node.children else ""
+        if first != "for":
+            self.unsupported(f"`{first}`", node)
+            return
+        for child, field in _fielded(node):
+            if not child.is_named:
+                if child.type not in _CONTAINER_TOKENS:
+                    self.unsupported(f"`{child.type}`")
+                continue
+            if field == "variable":
+                continue
+            if field == "body" or child.type == "do_group":
+                self._statements(child)
+            elif child.type == "comment":
+                self._comment(child)
+            else:
+                self._argument(child)
+
+    def _redirected(self, node: Any) -> None:
+        redirects: list[str] = []
+        body = None
+        for child, field in _fielded(node):
+            if field == "body":
+                body = child
+            elif child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
+                redirects.append(self._redirect(child))
+            elif child.type == "comment":
+                self._comment(child)
+            else:
+                self.unsupported(f"`{child.type}` in a redirection", child)
+        if body is None:
+            if redirects:
+                self._add([], redirects)
+            return
+        if body.type == "command":
+            self._command(body, redirects, dash=node.id in self.dashes)
+        else:
+            self._statement(body)  # the group's redirection targets are checked as paths
+
+    # -- simple commands -------------------------------------------------------
+
+    def _command(self, node: Any, redirects: Sequence[str] = (), dash: bool = False) -> None:
+        words: list[_Val] = []
+        texts: list[str] = []
+        redirs = list(redirects)
+        name_seen = False
+        for child, field in _fielded(node):
+            kind = child.type
+            if kind == "variable_assignment":
+                value = self._assignment(child)
+                words.append(value)
+                texts.append(self._shown(value, child))
+            elif kind == "command_name":
+                name_seen = True
+                inner = child.named_children
+                if len(inner) != 1:
+                    self.unsupported("a command name the parser split", child)
+                    continue
+                value = self._value(inner[0])
+                if not value.known or value.brace or _has_glob(value):
+                    self.unsupported(f"a computed command name `{self.text(child)}`", child)
+                words.append(value)
+                texts.append(self._shown(value, child))
+                if "/" in value.chars and value.known:
+                    self.paths.append(PathWord(value.chars))
+            elif kind in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
+                redirs.append(self._redirect(child))
+            elif kind == "comment":
+                self._comment(child)
+            elif child.is_named and field == "argument":
+                value = self._argument(child)
+                words.append(value)
+                texts.append(self._shown(value, child))
+            else:
+                self.unsupported(f"`{self.text(child)}` in a command", child)
+        if not name_seen and not words:
+            if redirs:
+                self._add([], redirs)
+            return
+        if dash:
+            words.append(_lit("-", False))
+            texts.append("-")
+        static = [w.chars if w.known else None for w in words]
+        self._add_command(static, texts, redirs)
+
+    def _add_command(self, static: list[str | None], texts: list[str],
+                     redirects: Sequence[str] = ()) -> None:
+        """Record a command from its words (``None``: not static) and look at what it runs."""
+        text = " ".join([*texts, *redirects])
+        known = [w for w in static if w is not None]
+        words = tuple(known if len(known) == len(static) else texts)
+        command = Command(words, text, prefix(known or texts))
+        (self.nested if self.depth else self.commands).append(command)
+        self._semantics(static, texts)
+
+    def _add(self, texts: list[str], redirects: Sequence[str]) -> None:
+        text = " ".join([*texts, *redirects])
+        (self.nested if self.depth else self.commands).append(Command((), text, text))
+
+    def _semantics(self, words: list[str | None], texts: list[str]) -> None:
+        """What the command itself runs: code builtins, shells, and the command a wrapper runs."""
+        i = 0
+        while i < len(words) and _ASSIGNMENT.match(words[i] if words[i] is not None else texts[i]):
+            i += 1
+        if i >= len(words):
+            return
+        if i:  # `A=1 cmd` is also checked as `cmd`: a rule for cmd applies whatever the assignments
+            self._inner(words[i:], texts[i:], "an assignment")
+            return
+        name = words[i]
+        args = words[i + 1:]
+        if name is None:
+            return  # already unsupported (a computed name)
+        base = name.rsplit("/", 1)[-1]
+        if _SUBSCRIPT_CODE.search(" ".join(w for w in words if w)):
+            self.reasons.append("a subscript holding an expansion (bash may evaluate it)")
+        if base in CODE_BUILTINS or name in CODE_BUILTINS:
+            self.reasons.append(f"`{base}` runs code the checker cannot see")
+            return
+        if base in ("mapfile", "readarray") and any(w and w[:1] == "-" and "C" in w for w in args):
+            self.reasons.append(f"`{base} -C` runs a callback")
+            return
+        if base in ("declare", "typeset", "local", "readonly", "export"):
+            self._declare_options([w for w in args if w is not None])
+            return
+        if base in ("cd", "pushd", "popd"):
+            self._cd(base, args)
+            return
+        if base in SHELLS:
+            self._shell(base, args)
+            return
+        if base in _FIND:
+            self._find(args, texts[i + 1:])
+            return
+        if base in _WRAPPERS:
+            self._wrapper(base, args, texts[i + 1:])
+            return
+
+    def _inner(self, words: list[str | None], texts: list[str], via: str) -> None:
+        if not words:
+            return
+        if words[0] is None:
+            self.reasons.append(f"`{via}` runs a computed command")
+            return
+        self.depth += 1
+        try:
+            self._add_command(words, texts)
+        finally:
+            self.depth -= 1
+
+    def _wrapper(self, name: str, args: list[str | None], texts: list[str]) -> None:
+        flags, valued = _WRAPPERS[name]
+        i = 0
+        operands = _WRAPPER_OPERANDS.get(name, 0)
+        while i < len(args):
+            word = args[i]
+            if word is None:
+                self.reasons.append(f"`{name}` with a computed option")
+                return
+            if word == "--":
+                i += 1
+                break
+            if word.startswith("-") and word != "-" or (name == "env" and word == "-"):
+                option = word.split("=", 1)[0]
+                if name == "command" and option in ("-v", "-V"):
+                    return  # a lookup, runs nothing
+                if option in flags:
+                    i += 1
+                    continue
+                if option in valued:
+                    i += 1 if "=" in word else 2
+                    continue
+                attached = option[:2]
+                if len(option) > 2 and not option.startswith("--") and attached in valued:
+                    i += 1
+                    continue
+                if name == "xargs" and option.startswith(("-i", "-l", "-e")):
+                    i += 1  # -i[R], -l[N], -e[EOF]: optional attached values
+                    continue
+                self.reasons.append(f"`{name} {word}` (an option the checker does not know)")
+                return
+            break
+        if name == "env":
+            while i < len(args) and args[i] is not None and _ASSIGNMENT.match(args[i] or ""):
+                i += 1
+        i += operands
+        inner, shown = args[i:], texts[i:]
+        if name == "xargs" and not inner:
+            inner, shown = ["echo"], ["echo"]
+        self._inner(inner, shown, name)
+
+    def _find(self, args: list[str | None], texts: list[str]) -> None:
+        i = 0
+        while i < len(args):
+            if args[i] in _FIND_EXEC:
+                start = i + 1
+                end = start
+                while end < len(args) and args[end] not in (";", "+"):
+                    end += 1
+                self._inner(args[start:end], texts[start:end], f"find {args[i]}")
+                i = end
+            i += 1
+
+    def _shell(self, name: str, args: list[str | None]) -> None:
+        script = False
+        for word in args:
+            if word is None:
+                self.reasons.append(f"`{name}` with a computed argument")
+                return
+            if word[:1] == "-" and word[:2] != "--" and set(word) & set("csi"):
+                self.reasons.append(f"`{name} {word}` runs a string as shell code")
+                return
+            if word in ("--command", "--init-file", "--rcfile"):
+                self.reasons.append(f"`{name} {word}`")
+                return
+            if not word.startswith(("-", "+")):
+                script = True
+                break
+        if not script:
+            self.reasons.append(f"`{name}` reading commands from its input")
+
+    def _declare_options(self, args: list[str]) -> None:
+        for word in args:
+            if word.startswith(("-", "+")) and set(word[1:]) & set("inaAf"):
+                self.reasons.append(f"`{word}` (arrays, integers and name references evaluate "
+                                    "their values)")
+                return
+
+    def _cd(self, name: str, args: list[str | None]) -> None:
+        operands = [w for w in args if w is None or not w.startswith("-") or w == "-"]
+        if name == "popd" or (name == "pushd" and not operands):
+            self.unresolved.append(name)
+            return
+        if not operands:
+            self.paths.append(PathWord(self.home))
+            return
+        target = operands[0]
+        if target is None:
+            return  # already unresolved
+        if target == "-" or target.startswith(("+", "-")):
+            self.unresolved.append(f"{name} {target}")
+        elif (os.environ.get("CDPATH") and not target.startswith(("/", "./", "../"))
+              and target not in (".", "..")):
+            self.unresolved.append(f"{name} {target} (CDPATH is set)")
+
+    # -- other statements ---------------------------------------------------------
+
+    def _assignments(self, node: Any) -> None:
+        nodes = [node] if node.type == "variable_assignment" else list(node.named_children)
+        static: list[str | None] = []
+        texts: list[str] = []
+        for child in nodes:
+            if child.type != "variable_assignment":
+                self.unsupported(f"`{child.type}` in an assignment", child)
+                continue
+            value = self._assignment(child)
+            static.append(value.chars if value.known else None)
+            texts.append(self._shown(value, child))
+        if texts:
+            self._add_command(static, texts)
+
+    def _assignment(self, node: Any) -> _Val:
+        """``NAME=value`` (or ``+=``): the whole word; the value is checked as a path list."""
+        name = ""
+        op = ""
+        value = _Val()
+        has_value = False
+        for child, field in _fielded(node):
+            if field == "name":
+                if child.type != "variable_name":
+                    self.unsupported("an array subscript assignment (bash evaluates the subscript)",
+                                     child)
+                    return _UNKNOWN
+                name = self.text(child)
+            elif not child.is_named and child.type in ("=", "+="):
+                op = child.type
+            elif child.type == "array":
+                has_value = True
+                value = value.add(self._array(child))
+            elif child.is_named:
+                has_value = True
+                value = value.add(self._value(child))
+            else:
+                self.unsupported(f"`{child.type}` in an assignment", child)
+        if not _NAME.match(name) or not op:
+            self.unsupported("an assignment the parser split")
+            return _UNKNOWN
+        if has_value:
+            value = self._tilde(value, assignment=True)
+            if value.known:
+                for part in value.chars.split(":"):
+                    self._path(part, value)
+            else:
+                self.unresolved.append(self.text(node))
+        return _lit(name + op, True).add(value)
+
+    def _array(self, node: Any) -> _Val:
+        for child in node.named_children:
+            if child.type == "comment":
+                self._comment(child)
+            else:
+                self._argument(child)
+        return _Val("(…)", "qqq", False)
+
+    def _declaration(self, node: Any) -> None:
+        static: list[str | None] = []
+        texts: list[str] = []
+        for child in node.children:
+            if not child.is_named:
+                static.append(child.type)
+                texts.append(child.type)
+            elif child.type == "variable_assignment":
+                value = self._assignment(child)
+                static.append(value.chars if value.known else None)
+                texts.append(self._shown(value, child))
+            elif child.type == "variable_name":
+                static.append(self.text(child))
+                texts.append(self.text(child))
+            else:
+                value = self._argument(child)
+                static.append(value.chars if value.known else None)
+                texts.append(self._shown(value, child))
+        self._add_command(static, texts)
+
+    def _unset(self, node: Any) -> None:
+        static: list[str | None] = []
+        texts: list[str] = []
+        for child in node.children:
+            if not child.is_named:
+                static.append(child.type)
+                texts.append(child.type)
+                continue
+            if child.type == "variable_name":
+                value = _lit(self.text(child), True)
+            else:
+                value = self._value(child)
+            if "[" in value.chars or not value.known:
+                self.reasons.append("`unset` of an array element (bash evaluates the subscript)")
+            static.append(value.chars if value.known else None)
+            texts.append(self._shown(value, child))
+        self._add_command(static, texts)
+
+    def _test(self, node: Any) -> None:
+        """``[ … ]`` and ``[[ … ]]``: a command whose words are the tokens."""
+        double = bool(node.children) and node.children[0].type == "[["
+        static: list[str | None] = []
+        texts: list[str] = []
+
+        def visit(n: Any) -> None:
+            if not n.is_named:
+                static.append(n.type)
+                texts.append(n.type)
+                return
+            if n.type in ("binary_expression", "unary_expression", "parenthesized_expression",
+                          "postfix_expression", "ternary_expression"):
+                for c in n.children:
+                    visit(c)
+                return
+            if n.type == "test_operator":
+                op = self.text(n)
+                if double and op in _ARITHMETIC_TESTS:
+                    self.reasons.append(f"`[[ … {op} … ]]` evaluates its operands as "
+                                        "arithmetic")
+                static.append(op)
+                texts.append(op)
+                return
+            if n.type in ("regex", "extglob_pattern"):
+                static.append(self.text(n))
+                texts.append(self.text(n))
+                return
+            if n.type == "comment":
+                self._comment(n)
+                return
+            value = self._argument(n)
+            static.append(value.chars if value.known else None)
+            texts.append(self._shown(value, n))
+
+        for child in node.children:
+            visit(child)
+        self._add_command(static, texts)
+
+    # -- words ------------------------------------------------------------------
+
+    def _argument(self, node: Any) -> _Val:
+        """A word in argument position: evaluated, then recorded as a path or as unresolved."""
+        value = self._tilde(self._value(node))
+        if value.brace:
+            value = _Val(value.chars, value.mask, False, True)
+        if not value.known:
+            if node.type != "process_substitution":
+                self.unresolved.append(self.text(node))
+            return value
+        self._path(value.chars, value)
+        if value.chars.startswith("-"):
+            head, eq, tail = value.chars.partition("=")
+            if eq:
+                self._path(self._tilde_text(tail), value)
+            elif len(value.chars) > 2 and not value.chars.startswith("--"):
+                self._path(value.chars[2:], value)
+        elif "=" in value.chars:
+            tail = value.chars.partition("=")[2]
+            self._path(self._tilde_text(tail), value)
+        return value
+
+    def _path(self, text: str, value: _Val, redirect: bool = False) -> None:
+        if text:
+            glob = _has_glob(value)
+            self.paths.append(PathWord(text, glob, redirect, not glob or _exact_glob(value)))
+
+    def _redirect(self, node: Any) -> str:
+        if node.type == "heredoc_redirect":
+            return self._heredoc(node)
+        if node.type == "herestring_redirect":
+            for child in node.named_children:
+                value = self._value(child)
+                opaque = child.type in ("command_substitution", "string", "concatenation")
+                if not value.known and not opaque:
+                    self.unresolved.append(self.text(child))
+            return self.text(node)
+        fd = ""
+        op = ""
+        shown: list[str] = []
+        for child in node.children:
+            if child.type == "file_descriptor":
+                fd = self.text(child)
+            elif not child.is_named:
+                if child.type not in _REDIRECT_OPS or self.text(child) != child.type:
+                    self.unsupported(f"the redirection `{self.text(child)}`")
+                op = child.type
+            elif child.type == "comment":
+                self._comment(child)
+            else:
+                value = self._tilde(self._value(child))
+                if child.type == "process_substitution":
+                    shown.append(self.text(child))
+                    continue
+                if not value.known or value.brace:
+                    self.unresolved.append(self.text(child))
+                    shown.append(self.text(child))
+                    continue
+                shown.append(quote(value.chars))
+                if op in (">&", "<&") and _FD_TARGET.match(value.chars):
+                    continue
+                self._path(value.chars, value, redirect=True)
+        if fd or op in (">&", "<&"):
+            return f"{fd}{op}{''.join(shown)}"
+        return f"{op} {' '.join(shown)}" if shown else op
+
+    def _heredoc(self, node: Any) -> str:
+        """``<<WORD`` / ``<<-WORD``: asks, and hides nothing when its delimiter is a plain word
+        that bash and the parser both end the body at, and its body is data (a quoted
+        delimiter, or no ``$``, backtick or backslash in it)."""
+        self.soft.append("a heredoc")
+        op, start, end, body = "", "", None, None
+        for child in node.children:
+            kind = child.type
+            if kind == "heredoc_start":
+                start = self.text(child)
+            elif kind == "heredoc_end":
+                end = child
+            elif kind == "heredoc_body":
+                body = child
+            elif not child.is_named:
+                if kind in ("<<", "<<-") and self.text(child) == kind:
+                    op = op or kind
+                elif kind not in _CONTAINER_TOKENS:
+                    self.unsupported(f"`{kind}` after a heredoc")
+            elif kind in ("file_redirect", "herestring_redirect"):
+                self._redirect(child)
+            elif kind == "comment":
+                self._comment(child)
+            elif kind in _STATEMENTS:
+                self._statement(child)  # the rest of the line (`<<EOF > f && cmd`)
+            else:
+                self.unsupported(f"`{kind}` in a heredoc", child)
+        match = re.fullmatch(r"([A-Za-z0-9_.-]+)|'([A-Za-z0-9_.-]+)'|\"([A-Za-z0-9_.-]+)\"", start)
+        if not op or match is None or end is None:
+            self.unsupported("a heredoc the checker cannot delimit", node)
+            return self.text(node)
+        word = next(g for g in match.groups() if g)
+        quoted = match.group(1) is None
+        line_start = self.src.rfind(b"\n", 0, end.start_byte) + 1
+        line_end = self.src.find(b"\n", end.end_byte)
+        line = self.src[line_start:len(self.src) if line_end == -1 else line_end].decode(
+            "utf-8", "surrogatepass")
+        text = self.text(body) if body is not None else ""
+        lines = text.split("\n")
+        strip = (lambda t: t.lstrip("\t")) if op == "<<-" else (lambda t: t)
+        if self.text(end) != word or strip(line) != word or any(strip(t) == word for t in lines):
+            self.unsupported("a heredoc whose end the parser may misplace", node)
+        elif not quoted and any(c in text for c in "$`\\"):
+            self.unsupported("a heredoc whose body bash expands", node)
+        return f"{op}{start}"
+
+    def _shown(self, value: _Val, node: Any) -> str:
+        return quote(value.chars) if value.known else self.text(node)
+
+    def _value(self, node: Any) -> _Val:
+        kind = node.type
+        if kind == "word":
+            return self._word(node)
+        if kind == "number":
+            return _lit(self.text(node), False)
+        if kind == "raw_string":
+            text = self.text(node)
+            if len(text) < 2 or text[0] != "'" or text[-1] != "'":
+                self.unsupported("a single-quoted string the parser split")
+                return _UNKNOWN
+            return _lit(text[1:-1], True)
+        if kind == "string":
+            return self._string(node)
+        if kind == "concatenation":
+            value = _Val()
+            for child in node.children:
+                if not child.is_named:
+                    self.unsupported(f"`{child.type}` inside a word")
+                    return _UNKNOWN
+                value = value.add(self._value(child))
+            return _braces(value)
+        if kind == "simple_expansion":
+            return self._simple_expansion(node)
+        if kind == "expansion":
+            return self._expansion(node)
+        if kind == "command_substitution":
+            self._substitution(node)
+            return _UNKNOWN
+        if kind == "process_substitution":
+            self._substitution(node)
+            return _UNKNOWN
+        if kind == "brace_expression":
+            return _Val(self.text(node), "u" * len(self.text(node)), False, True)
+        if kind == "ansi_c_string":
+            # Asks as a bash construct (fail closed), but its value is known for the path check.
+            decoded = _ansi_c(self.text(node))
+            if decoded is None:
+                self.unsupported("ANSI-C quoting $'…'")
+                return _UNKNOWN
+            self.soft.append("ANSI-C quoting $'…'")
+            return _lit(decoded, True)
+        if kind == "translated_string":
+            self.unsupported('locale quoting $"…"', node)
+            return _UNKNOWN
+        if kind == "arithmetic_expansion":
+            self.unsupported("arithmetic expansion $(( … ))", node)
+            return _UNKNOWN
+        if kind in ("extglob_pattern", "regex"):
+            return _Val(self.text(node), "u" * len(self.text(node)), False)
+        self.unsupported(f"`{kind}` in a word", node)
+        return _UNKNOWN
+
+    def _word(self, node: Any) -> _Val:
+        text = self.text(node)
+        if text.startswith("#"):
+            self.unsupported("a word starting with `#`")
+            return _UNKNOWN
+        chars: list[str] = []
+        mask: list[str] = []
+        i = 0
+        while i < len(text):
+            c = text[i]
+            if c == "\\":
+                if i + 1 >= len(text):
+                    self.unsupported("a trailing backslash")
+                    return _UNKNOWN
+                nxt = text[i + 1]
+                if nxt != "\n":
+                    chars.append(nxt)
+                    mask.append("q")
+                i += 2
+                continue
+            if c in " \t\n;&|()<>$`'\"":
+                self.unsupported(f"`{c}` inside a word the parser read")
+                return _UNKNOWN
+            chars.append(c)
+            mask.append("u")
+            i += 1
+        return _Val("".join(chars), "".join(mask))
+
+    def _string(self, node: Any) -> _Val:
+        children = node.children
+        if len(children) < 2 or children[0].type != '"' or children[-1].type != '"':
+            self.unsupported("a double-quoted string the parser split", node)
+            return _UNKNOWN
+        value = _Val()
+        for child in children[1:-1]:
+            kind = child.type
+            if kind == "string_content":
+                value = value.add(_lit(_dquote(self.text(child)), True))
+            elif kind in ("simple_expansion", "expansion", "command_substitution",
+                          "arithmetic_expansion"):
+                text = self.text(child)
+                blanks = text[:len(text) - len(text.lstrip(" \t\n"))]
+                value = value.add(_lit(blanks, True))  # the parser's opening token holds them
+                inner = self._value(child)
+                value = value.add(_Val(inner.chars, "q" * len(inner.chars), inner.known))
+            else:
+                self.unsupported(f"`{kind}` inside double quotes", child)
+                return _UNKNOWN
+        return value
+
+    def _simple_expansion(self, node: Any) -> _Val:
+        names = node.named_children
+        if len(names) != 1 or len(node.children) != 2 or node.children[0].type != "$":
+            self.unsupported(f"the expansion `{self.text(node)}`", node)
+            return _UNKNOWN
+        return self._variable(names[0])
+
+    def _expansion(self, node: Any) -> _Val:
+        children = node.children
+        if (len(children) == 3 and children[0].type == "${" and children[2].type == "}"
+                and children[1].type in ("variable_name", "special_variable_name")):
+            return self._variable(children[1])
+        self.unsupported(f"the parameter expansion `{self.text(node)}`", node)
+        return _UNKNOWN
+
+    def _variable(self, node: Any) -> _Val:
+        name = self.text(node)
+        if node.type == "special_variable_name":
+            if name in _NUMERIC_SPECIALS:
+                return _lit("0", True)  # a number: it cannot name another directory
+            return _UNKNOWN
+        if node.type != "variable_name" or not (_NAME.match(name) or name.isdigit()):
+            self.unsupported(f"the variable `{name}`")
+            return _UNKNOWN
+        if name == "HOME" and self.home:
+            return _lit(self.home, True)
+        if name == "PWD" and self.pwd:
+            return _lit(self.pwd, True)
+        return _UNKNOWN
+
+    def _substitution(self, node: Any) -> None:
+        if node.children and node.children[0].type == "`" and "\\" in self.text(node):
+            self.unsupported("backticks holding backslashes (bash reads them again)")
+        self.depth += 1
+        try:
+            self._statements(node)
+        finally:
+            self.depth -= 1
+
+    def _tilde(self, value: _Val, assignment: bool = False) -> _Val:
+        """Unquoted ``~``, ``~+``, ``~/…`` at the start (and after ``:`` in an assignment)."""
+        if not value.known or not value.chars.startswith("~") or value.mask[:1] != "u":
+            return value
+        end = value.chars.find("/")
+        end = len(value.chars) if end == -1 else end
+        head = value.chars[:end]
+        if value.mask[:end] != "u" * end:
+            return value
+        if head == "~" and self.home:
+            expanded = self.home
+        elif head == "~+" and self.pwd:
+            expanded = self.pwd
+        else:
+            return _Val(value.chars, value.mask, False, value.brace)  # ~-, ~user: not known here
+        mask = "q" * len(expanded) + value.mask[end:]
+        return _Val(expanded + value.chars[end:], mask, True, value.brace)
+
+    def _tilde_text(self, text: str) -> str:
+        if text == "~" or text.startswith("~/"):
+            return self.home + text[1:]
+        if text == "~+" or text.startswith("~+/"):
+            return self.pwd + text[2:]
+        return text
+
+
+# --------------------------------------------------------------------------
+# helpers
+
+
+def _fielded(node: Any) -> list[tuple[Any, str | None]]:
+    """``node``'s children with their field names."""
+    out: list[tuple[Any, str | None]] = []
+    cursor = node.walk()
+    if cursor.goto_first_child():
+        out.append((cursor.node, cursor.field_name))
+        while cursor.goto_next_sibling():
+            out.append((cursor.node, cursor.field_name))
+    return out
+
+
+def _wordlike(node: Any) -> bool:
+    return node.type in _WORDLIKE or (not node.is_named and node.type == "$")
+
+
+def _has_glob(value: _Val) -> bool:
+    return any(c in "*?[" and m == "u" for c, m in zip(value.chars, value.mask))
+
+
+def _exact_glob(value: _Val) -> bool:
+    """Would a plain glob of ``value.chars`` match what bash matches? Not when a glob
+    character is quoted (bash takes it literally) or a POSIX class ``[:…:]`` appears."""
+    quoted = any(c in "*?[" and m != "u" for c, m in zip(value.chars, value.mask))
+    return not quoted and "[:" not in value.chars
+
+
+def _braces(value: _Val) -> _Val:
+    """Mark an unquoted ``{a,b}`` or ``{x..y}``: bash turns it into several words."""
+    chars, mask = value.chars, value.mask
+    depth_start = -1
+    for i, (c, m) in enumerate(zip(chars, mask)):
+        if m != "u":
+            continue
+        if c == "{":
+            depth_start = i
+        elif c == "}" and depth_start != -1:
+            inner = [(x, y) for x, y in zip(chars[depth_start + 1:i], mask[depth_start + 1:i])]
+            text = "".join(x if y == "u" else "\0" for x, y in inner)
+            if "," in text or ".." in text:
+                return _Val(chars, mask, value.known, True)
+            depth_start = -1
+    return value
+
+
+def _dquote(text: str) -> str:
+    """Inside double quotes a backslash escapes only ``$ ` " \\`` and a newline."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text) and text[i + 1] in '$`"\\\n':
+            if text[i + 1] != "\n":
+                out.append(text[i + 1])
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+_C_ESCAPES = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r",
+              "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+
+
+def _ansi_c(text: str) -> str | None:
+    """The value of ``$'…'``; ``None`` when it holds an escape this decoder does not know."""
+    if not (text.startswith("$'") and text.endswith("'") and len(text) >= 3):
+        return None
+    body, out, i = text[2:-1], [], 0
+    while i < len(body):
+        c = body[i]
+        if c != "\\":
+            out.append(c)
+            i += 1
+            continue
+        nxt = body[i + 1:i + 2]
+        if nxt in _C_ESCAPES:
+            out.append(_C_ESCAPES[nxt])
+            i += 2
+            continue
+        rest = body[i + 1:]
+        match = (re.match(r"[0-7]{1,3}", rest) or re.match(r"x([0-9A-Fa-f]{1,2})", rest)
+                 or re.match(r"u([0-9A-Fa-f]{1,4})", rest)
+                 or re.match(r"U([0-9A-Fa-f]{1,8})", rest))
+        if not match:
+            return None
+        digits = match.group(1) if match.groups() else match.group(0)
+        code = int(digits, 8 if not match.groups() else 16)
+        if code == 0 or code > 0x10FFFF:
+            return None  # bash cuts the string at a NUL
+        out.append(chr(code))
+        i += 1 + match.end()
+    return "".join(out)
+
+
+_ODD = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})  # control, format, separators…
+
+
+def _odd_characters(text: str) -> str:
+    """A description of the first character bash and the parser might read differently."""
+    for c in text:
+        if c in "\t\n":
+            continue
+        category = unicodedata.category(c)
+        if category in _ODD or (category == "Zs" and c != " "):
+            return f"the character U+{ord(c):04X}"
+    return ""
+
+
+__all__ = ["Analysis", "Command", "PathWord", "analyse", "prefix", "quote", "BASH_ARITY"]

@@ -1,0 +1,526 @@
+"""Code actions: a small model writes a fenced ``python`` block instead of a JSON tool call.
+
+Tiny local models (SmolLM2-135M) write short code far more reliably than JSON function
+calls. With code actions on, the model answers in plain text; a fenced ```` ```python ````
+block in its reply becomes a call of the ``python`` tool (the same tool part, permission
+check, output and history as a native call), and a reply without one is the answer. The
+loop, the store, the display and compaction never see the difference.
+
+Who translates:
+
+* the embedded model: the ``jsa-chatml-tools`` handler in the llama.cpp server
+  (:mod:`.local_server`), asked for it by the model name ``smollm2+code``
+  (:data:`CODE_SUFFIX`); it streams the block as an OpenAI tool call while it is generated,
+  stops generating when the block closes, and answers in one line (no code) after a
+  successful run or after a second failure in a row;
+* any other model (``%config AgentMagics.code_actions = ["ollama/*"]``):
+  :class:`CodeActionProvider` here, on the kernel side, over any OpenAI-compatible server.
+
+Both use the same pieces: :func:`code_messages` (history → text protocol, with the worked
+examples), :class:`BlockParser` (streamed text → text / block events) and
+:func:`system_prompt` (the short prompt). Pure: no I/O, no third-party imports.
+
+Rules of the protocol: a block opens with a line ```` ```python ```` (also ``py``,
+``python3``, ``ipython``; up to three spaces of indent) and closes with a line ```` ``` ````.
+Blocks in another language or without one stay text. Each python block is one call, in
+order; the embedded server stops after the first (the model sees its output before it
+writes more). A block still open when the reply ends is a call if the model ended it
+(``finish_reason`` stop) and an error the model can read if the output limit cut it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import uuid
+from dataclasses import replace
+from typing import Any, Iterable, Iterator, Mapping
+
+from .stream import Finish, TextDelta, ToolCall, ToolInputStart
+from .chat import MAX_STEPS_TEXT
+
+CODE_SUFFIX = "+code"  # appended to the embedded server's model name: "use code actions"
+TOOL = "python"
+LANGUAGES = frozenset({"python", "py", "python3", "ipython"})
+CUT_TEXT = ("the code block was cut off at the output limit before its closing ``` — "
+            "write shorter code")
+VARIABLES_HEAD = "Variables in the kernel:"
+MAX_RESULT_CHARS = 1500
+HUGE_RANGE = 10 ** 8  # a range this long would hold the kernel for minutes (a C loop: no interrupt)
+HOURS = "would run for hours"
+STOP_TEXT = "Stop running code now: answer in one short sentence."  # the max-steps step
+
+_FENCE = re.compile(r"^ {0,3}```[ \t]*([\w+.-]*)[ \t]*$")
+
+PROMPT = (
+    "You are a helpful assistant inside a Jupyter notebook. Answer in one short sentence. "
+    "To compute something or to set a variable, reply with one ```python code block instead; "
+    "it runs in the user's kernel and you will see its output."
+)
+
+#: Worked examples (question, code, output, answer), sent after the system prompt as earlier
+#: turns. Measured on the task suite (docs/benchmarks.md): these eight beat five or ten. The
+#: code that runs without the example's data prints values no task expects (579, 'ABC', 5, …),
+#: so a model that copies an example cannot pass a task by accident.
+EXAMPLES: tuple[tuple[str, str, str, str], ...] = (
+    ("Use python to compute 123 + 456.", "123 + 456", "579", "123 + 456 is 579."),
+    ("Use python to make 'abc' upper case.", "'abc'.upper()", "'ABC'",
+     "'abc' in upper case is 'ABC'."),
+    ("Use python to count the spaces in 'a b c d e f'.", "'a b c d e f'.count(' ')", "5",
+     "'a b c d e f' has 5 spaces."),
+    ("Set name to 'Ada' in python.", "name = 'Ada'\nname", "'Ada'", "name is now 'Ada'."),
+    ("Create a list called colors with 'red' and 'blue', in python.",
+     "colors = ['red', 'blue']\ncolors", "['red', 'blue']", "colors is now ['red', 'blue']."),
+    ("Use python to compute two times pi.", "import math\n2 * math.pi", "6.283185307179586",
+     "Two times pi is 6.283185307179586."),
+    ("What is the mean of the price column of the DataFrame sales? Use python.",
+     "sales['price'].mean()", "12.5", "The mean price is 12.5."),
+    ("How many rows of the DataFrame sales have a price over 20? Use python.",
+     "len(sales[sales['price'] > 20])", "8", "8 rows of sales have a price over 20."),
+)
+
+
+# ---------------------------------------------------------------------------
+# which models
+
+
+def enabled(setting: Any, provider_id: str, model_id: str) -> bool:
+    """Whether ``provider_id/model_id`` uses code actions under the ``code_actions`` setting.
+
+    ``"auto"`` (default): the embedded model only (``local/*``); ``True``/``"on"``: every
+    model; ``False``/``"off"``: none; a list of ``provider/model`` patterns
+    (``fnmatch``: ``"ollama/*"``): exactly those.
+    """
+    spec = f"{provider_id}/{model_id}"
+    if setting is None or setting == "auto":
+        return provider_id == "local"
+    if setting is True or setting == "on":
+        return True
+    if setting is False or setting == "off":
+        return False
+    if isinstance(setting, str):
+        setting = [setting]
+    return any(fnmatch.fnmatchcase(spec, str(p)) for p in setting)
+
+
+# ---------------------------------------------------------------------------
+# the prompt
+
+
+def system_prompt(variables: str = "") -> str:
+    """The short system prompt, plus one line naming the user's kernel variables (``variables``
+    as ``tools.kernel.variables_line`` writes it; none when empty)."""
+    return PROMPT + (f"\n{VARIABLES_HEAD} {variables}." if variables else "")
+
+
+def known_names(messages: list[dict]) -> set[str]:
+    """Names the kernel holds as far as the conversation shows: the variables line of the
+    system prompt and every name bound by code already sent as a python call."""
+    import ast
+
+    known: set[str] = set()
+    if messages and messages[0].get("role") == "system":
+        for line in _text(messages[0].get("content")).splitlines():
+            if line.startswith(VARIABLES_HEAD):
+                body = line[len(VARIABLES_HEAD):].strip().rstrip(".")
+                described, _, older = body.partition("; also ")
+                known |= set(re.findall(r"(?:^|\), )([A-Za-z_]\w*) \(", described))
+                known |= {n.strip() for n in older.split(",") if n.strip().isidentifier()}
+    for msg in messages:
+        for call in msg.get("tool_calls") or ():
+            code = _args((call.get("function") or {}).get("arguments")).get("code")
+            if isinstance(code, str):
+                try:
+                    known |= _bound(ast.parse(code))
+                except (SyntaxError, ValueError):
+                    pass
+    return known
+
+
+def problem(code: str, known: Iterable[str] = ()) -> str:
+    """Why ``code`` cannot run, found without running it ("" when none is seen): a syntax
+    error, no statement at all, a name it reads that nothing defines (not a builtin, not
+    bound in the code, not in ``known``), or a ``range`` of ``HUGE_RANGE`` or more (``max(range(
+    10**12))`` loops in C for hours and no interrupt stops it). Flow-insensitive and lenient: a
+    name bound anywhere counts as defined."""
+    import ast
+    import builtins
+
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as err:
+        return f"SyntaxError: {err.msg}"
+    except ValueError as err:  # null bytes
+        return f"ValueError: {err}"
+    if not tree.body:
+        return "the block has no code (only comments)"
+    defined = _bound(tree) | set(known) | set(dir(builtins))
+    defined |= {"display", "get_ipython", "In", "Out"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in defined:
+            return f"NameError: name '{node.id}' is not defined"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
+            sizes = [_constant(a) for a in node.args]
+            if any(n is not None and abs(n) >= HUGE_RANGE for n in sizes):
+                return f"range({max(abs(n) for n in sizes if n is not None):,}) {HOURS}"
+    return ""
+
+
+def _constant(node: Any, depth: int = 0) -> int | None:
+    """The value of an integer constant expression (``10**12``, ``2 * 10 ** 9``), else None."""
+    import ast
+
+    if depth > 8:
+        return None
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        value = _constant(node.operand, depth + 1)
+        return -value if value is not None else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Pow)):
+        left, right = _constant(node.left, depth + 1), _constant(node.right, depth + 1)
+        if left is None or right is None:
+            return None
+        if isinstance(node.op, ast.Pow):
+            return left ** right if 0 <= right <= 64 and abs(left) <= 10 ** 6 else None
+        return {ast.Add: left + right, ast.Sub: left - right, ast.Mult: left * right}[type(node.op)]
+    return None
+
+
+def _bound(tree: Any) -> set[str]:
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names |= set(node.names)
+        elif isinstance(node, ast.MatchAs) and node.name:
+            names.add(node.name)
+    return names
+
+
+# ---------------------------------------------------------------------------
+# history → the text protocol
+
+
+def code_messages(messages: list[dict]) -> list[dict]:
+    """Chat messages (system, user, assistant with ``tool_calls``, ``tool`` results) in the
+    text protocol: the worked examples follow the system message, python calls become fenced
+    blocks, results become user turns (``Output:`` / ``Error:``), and the max-steps
+    instruction becomes a user turn."""
+    out: list[dict] = []
+    msgs = list(messages)
+    if msgs and msgs[0].get("role") == "system":
+        out.append({"role": "system", "content": _text(msgs[0].get("content"))})
+        msgs = msgs[1:]
+    for question, code, output, answer in EXAMPLES:
+        out += [{"role": "user", "content": question},
+                {"role": "assistant", "content": fence(code)},
+                {"role": "user", "content": "Output:\n" + output},
+                {"role": "assistant", "content": answer}]
+    names: dict[str, str] = {}
+    for msg in msgs:
+        role = msg.get("role")
+        content = _text(msg.get("content"))
+        if role == "assistant":
+            if content.strip() == MAX_STEPS_TEXT.strip():
+                out.append({"role": "user", "content": STOP_TEXT})
+                continue
+            body = [content.rstrip()] if content.strip() else []
+            for call in msg.get("tool_calls") or ():
+                fn = call.get("function") or {}
+                name = str(fn.get("name") or "")
+                names[str(call.get("id"))] = name
+                args = _args(fn.get("arguments"))
+                if name == TOOL and isinstance(args.get("code"), str):
+                    body.append(fence(args["code"]))
+                else:  # another tool (a session that switched protocols): its call as text
+                    body.append(f"(called {name} with {json.dumps(args, ensure_ascii=False)})")
+            out.append({"role": "assistant", "content": "\n".join(body)})
+        elif role in ("tool", "function"):
+            out.append({"role": "user", "content": result_text(content)})
+        elif role == "system":
+            out.append({"role": "user", "content": content})
+        else:
+            out.append({"role": role or "user", "content": content})
+    return _merge_users(out)
+
+
+def fence(code: str) -> str:
+    return f"```python\n{code.strip(chr(10))}\n```"
+
+
+def result_text(content: str) -> str:
+    """A tool result as the small model reads it: ``Output:`` and the text, or ``Error:`` and
+    the exception's last line (a traceback is noise to it)."""
+    text = (content or "").strip()
+    if CUT_TEXT in text:
+        return "Error: " + CUT_TEXT
+    if is_error(text):
+        head = text.split("[error]")[0] if "[error]" in text else ""
+        head = head.replace("[stdout]", "").strip()
+        last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "")
+        return (f"Output:\n{head}\n" if head else "") + "Error: " + last
+    if len(text) > MAX_RESULT_CHARS:
+        half = MAX_RESULT_CHARS // 2
+        text = text[:half] + "\n…\n" + text[-half:]
+    return "Output:\n" + (text or "(no output)")
+
+
+def is_error(content: str) -> bool:
+    """Whether a ``python`` result reports an exception (or the call itself failed)."""
+    text = content or ""
+    return ('File "<python-tool' in text or "Traceback (most recent call last)" in text
+            or text.startswith(("Invalid arguments for tool", "Error:")) or CUT_TEXT in text)
+
+
+def _merge_users(messages: list[dict]) -> list[dict]:
+    """Consecutive user turns (several results, a result then a note) as one turn."""
+    out: list[dict] = []
+    for msg in messages:
+        if out and msg["role"] == "user" and out[-1]["role"] == "user":
+            out[-1] = {"role": "user", "content": out[-1]["content"] + "\n\n" + msg["content"]}
+        else:
+            out.append(dict(msg))
+    return out
+
+
+def plain(content: Any) -> str:
+    """Message content (a string, or a list of parts) as text."""
+    return _text(content)
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content
+                         if isinstance(p, dict) and p.get("type") == "text")
+    return str(content)
+
+
+def _args(raw: Any) -> dict:
+    if isinstance(raw, dict):
+        return raw
+    try:
+        value = json.loads(raw or "{}")
+    except (TypeError, ValueError):
+        return {"code": str(raw)}
+    return value if isinstance(value, dict) else {}
+
+
+# ---------------------------------------------------------------------------
+# streamed text → text and blocks
+
+
+class BlockParser:
+    """Incremental: ``feed(text)`` and ``end(cut)`` return events, in order:
+
+    ``("text", s)`` — prose (held back only while a line may still become a fence);
+    ``("open", "")`` — a python block starts; ``("code", s)`` — its code, streamed (a line's
+    newline is sent with the next line, so the code never ends with one);
+    ``("close", code)`` — the block is complete; ``("cut", code)`` — the reply ended inside it
+    because of the output limit.
+    """
+
+    def __init__(self) -> None:
+        self.mode = "text"  # "text" | "code" | "other" (a fenced block in another language)
+        self.line = ""  # the current line so far
+        self.sent = 0  # chars of self.line already emitted
+        self.code: list[str] = []  # complete lines of the open python block
+        self.blocks = 0
+
+    @property
+    def open(self) -> bool:
+        return self.mode == "code"
+
+    def feed(self, text: str) -> list[tuple[str, str]]:
+        events: list[tuple[str, str]] = []
+        while text:
+            head, newline, text = text.partition("\n")
+            self.line += head + newline
+            if newline:
+                events += self._line(self.line)
+                self.line, self.sent = "", 0
+            else:
+                events += self._partial()
+        return _joined(events)
+
+    def end(self, cut: bool = False) -> list[tuple[str, str]]:
+        """The reply is over; ``cut``: because of the output limit."""
+        events: list[tuple[str, str]] = []
+        if self.line:
+            events += self._line(self.line, final=True)
+            self.line, self.sent = "", 0
+        if self.mode == "code":
+            code = "\n".join(self.code)
+            self.mode, self.code = "text", []
+            if not cut:
+                self.blocks += 1
+            events.append(("cut" if cut else "close", code))
+        self.mode = "text"
+        return _joined(events)
+
+    # internals
+
+    def _line(self, line: str, final: bool = False) -> list[tuple[str, str]]:
+        bare = line.rstrip("\n").rstrip("\r")
+        fence = _FENCE.match(bare)
+        lang = fence.group(1).lower() if fence else ""
+        if self.mode == "code":
+            if fence and not lang:
+                code = "\n".join(self.code)
+                self.mode, self.code = "text", []
+                self.blocks += 1
+                return [("close", code)]
+            piece = ("\n" if self.code and self.sent == 0 else "") + bare[self.sent:]
+            self.code.append(bare)
+            return [("code", piece)]
+        if self.mode == "text" and fence and lang in LANGUAGES and not final:
+            self.mode = "code"
+            return [("open", "")]
+        if fence and (self.mode == "text" or not lang):
+            self.mode = "other" if self.mode == "text" else "text"
+        return [("text", line[self.sent:])]
+
+    def _partial(self) -> list[tuple[str, str]]:
+        line = self.line
+        stripped = line.lstrip(" ")
+        if len(line) - len(stripped) <= 3 and ("```".startswith(stripped)
+                                               or stripped.startswith("```")):
+            return []  # may still become a fence line: wait for its end
+        piece = line[self.sent:]
+        if not piece:
+            return []
+        prefix = "\n" if self.mode == "code" and self.code and self.sent == 0 else ""
+        self.sent = len(line)
+        return [("code" if self.mode == "code" else "text", prefix + piece)]
+
+
+def _joined(events: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for kind, text in events:
+        if kind in ("text", "code") and not text:
+            continue
+        if out and kind in ("text", "code") and out[-1][0] == kind:
+            out[-1] = (kind, out[-1][1] + text)
+        else:
+            out.append((kind, text))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# the kernel-side translation (models other than the embedded one)
+
+
+def offers_python(tools: Any, messages: list[dict]) -> bool:
+    """Whether this step may run code: the request offers ``python`` and is not the max-steps
+    step (the loop ends those chats with its max-steps instruction; nothing runs then)."""
+    if messages and messages[-1].get("role") == "assistant" \
+            and _text(messages[-1].get("content")).strip() == MAX_STEPS_TEXT.strip():
+        return False
+    return any(((t or {}).get("function") or {}).get("name") == TOOL for t in tools or ())
+
+
+class CodeActionProvider:
+    """A provider speaking the code-action protocol over ``inner`` (an ``OpenAIProvider``).
+
+    ``server_side`` (the embedded server): requests go out unchanged but for the model name
+    (``+code``) and temperature 0 when unset; the server translates. Otherwise requests are
+    rewritten here (:func:`code_messages`, no ``tools``) and the streamed text is parsed
+    (:class:`BlockParser`) into the same events a native tool call gives. Either way a block
+    cut by the output limit becomes an invalid call naming :data:`CUT_TEXT`.
+    """
+
+    def __init__(self, inner: Any, *, server_side: bool) -> None:
+        self.inner = inner
+        self.server_side = server_side
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def __repr__(self) -> str:
+        return f"CodeActionProvider({self.inner!r}, server_side={self.server_side})"
+
+    def stream(self, request: Any) -> Iterator[Any]:
+        temperature = 0.0 if request.temperature is None else request.temperature
+        if self.server_side:
+            request = replace(request, model=request.model + CODE_SUFFIX, temperature=temperature)
+            yield from _mark_cut(self.inner.stream(request))
+            return
+        python = offers_python(request.tools, request.messages)
+        request = replace(request, messages=code_messages(request.messages), tools=(),
+                          temperature=temperature)
+        if not python:  # the max-steps step (or python denied): text only, nothing runs
+            yield from self.inner.stream(request)
+            return
+        yield from _translate(self.inner.stream(request))
+
+    def complete(self, request: Any) -> str:
+        return self.inner.complete(request)
+
+
+def _mark_cut(events: Iterable[Any]) -> Iterator[Any]:
+    """Hold tool calls until ``Finish``; a python call the output limit cut is invalid (and
+    the step goes on: the model reads the error)."""
+    held: list[ToolCall] = []
+    for event in events:
+        if isinstance(event, ToolCall):
+            held.append(event)
+            continue
+        if isinstance(event, Finish):
+            for call in held:
+                if event.reason == "length" and call.name == TOOL:
+                    call = replace(call, input={}, invalid=CUT_TEXT)
+                yield call
+            if held and event.reason == "length":
+                event = replace(event, reason="tool-calls")  # the model reads the error and goes on
+            held = []
+        yield event
+    yield from held
+
+
+def _translate(events: Iterable[Any]) -> Iterator[Any]:
+    parser = BlockParser()
+    call_id = ""
+    calls = 0
+    for event in events:
+        if isinstance(event, TextDelta):
+            out = parser.feed(event.text)
+        elif isinstance(event, Finish):
+            out = parser.end(cut=event.reason == "length")
+        else:
+            yield event  # reasoning deltas
+            continue
+        for kind, text in out:
+            if kind == "text":
+                yield TextDelta(text)
+            elif kind == "open":
+                call_id = "call_" + uuid.uuid4().hex[:24]
+                yield ToolInputStart(call_id, TOOL)
+            elif kind == "close":
+                calls += 1
+                yield ToolCall(call_id, TOOL, {"code": text}, json.dumps({"code": text}))
+            elif kind == "cut":
+                calls += 1
+                yield ToolCall(call_id, TOOL, {}, json.dumps({"code": text}), invalid=CUT_TEXT)
+        if isinstance(event, Finish):
+            reason = event.reason
+            if calls and reason in ("stop", "unknown", "length"):
+                reason = "tool-calls"  # a cut block too: the model reads the error and goes on
+            yield replace(event, reason=reason)
+            return

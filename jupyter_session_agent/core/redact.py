@@ -1,0 +1,208 @@
+"""Keeping API keys out of the history, the model's context and the notebook.
+
+:func:`redact` replaces what looks like a credential with ``[REDACTED:<kind>]``:
+
+- well-known key formats: OpenAI ``sk-…`` / ``sk-proj-…``, Anthropic
+  ``sk-ant-…``, AWS access key ids ``AKIA…``/``ASIA…``, GitHub ``ghp_…`` (and
+  ``gho_``/``ghu_``/``ghs_``/``ghr_``) and ``github_pat_…``, Slack ``xox?-…``,
+  Google ``AIza…``, and the token of ``Bearer <token>``;
+- the exact values of environment variables whose names contain ``KEY``,
+  ``TOKEN``, ``SECRET``, ``PASSWORD`` or ``PASSWD`` (values of 8+ characters
+  with a letter in them; paths are left alone), as ``[REDACTED:<NAME>]``, and
+  of keys handed to :func:`remember` (the provider registers the key it sends).
+  Also their forms inside JSON, HTML, a Python ``repr`` and a URL.
+
+Known secrets only accumulate: the environment is read when this module is
+imported (at ``%load_ext``) and again on every ``refresh=True`` call (or
+after a second, or when the number of variables changed), and a value once
+seen stays known for the life of the process, so code that removes a key from
+``os.environ`` before printing it is still redacted.
+
+:func:`clean` is what every outbound path applies — :func:`redact`, then
+:func:`~.text.safe_text` (no lone surrogates, ``core/text.py``): the journal
+encoder (``store/codec.py``), tool results (``tools.run_tool``), the display
+bundles (``ui/display.py``), what the ``python`` tool shows in the cell
+(``tools/python.py``), exports (``exchange/transfer.py``), model requests
+(``providers/openai_provider.py``), and every ``AgentError``'s text (``core/errors.py``). The
+replacements contain no quotes or backslashes, so redacting serialised JSON
+keeps it valid JSON. Cheap when there is nothing to find: a few substring
+tests decide whether any regular expression runs at all.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import threading
+import time
+from typing import Any
+from urllib.parse import quote
+
+from .text import safe_text
+
+SECRET_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
+MIN_SECRET_LENGTH = 8
+_ENV_TTL = 1.0  # seconds an environment scan is reused without refresh=True
+_NOT_SECRETS = ("true", "false", "none", "null", "disabled", "enabled")
+
+# (kind, quick substring test, pattern); the pattern's group "secret" (or all of it) is replaced.
+_FORMATS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("anthropic", ("sk-ant-",), r"(?<![\w-])sk-ant-[A-Za-z0-9_-]{20,}"),
+    ("openai", ("sk-",), r"(?<![\w-])sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
+    ("aws", ("AKIA", "ASIA"), r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])"),
+    ("github", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+     r"(?<![\w])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
+    ("slack", ("xox",), r"(?<![\w-])xox[abposr]-[A-Za-z0-9-]{10,}"),
+    ("google", ("AIza",), r"(?<![\w-])AIza[0-9A-Za-z_-]{35}"),
+    ("bearer", ("earer",), r"(?<=[Bb]earer )[A-Za-z0-9._~+/-]{16,}=*"),
+)
+_COMPILED = tuple((kind, probes, re.compile(pattern)) for kind, probes, pattern in _FORMATS)
+
+_lock = threading.Lock()
+_known: dict[str, str] = {}  # secret value (and each escaped form) → label; never shrinks
+_ordered: tuple[tuple[str, str], ...] = ()  # _known's items, longest value first
+_scanned: tuple[float, int] = (0.0, -1)  # (monotonic time, len(os.environ)) of the last scan
+
+
+def _label(name: str) -> str:
+    """``NAME`` as it appears in ``[REDACTED:NAME]``: no quote or backslash can break JSON."""
+    return re.sub(r"[^\w.-]", "_", name)[:64] or "secret"
+
+
+def _forms(value: str) -> set[str]:
+    """``value`` and how it looks inside JSON, HTML, a Python repr and a URL."""
+    forms = {value, json.dumps(value, ensure_ascii=False)[1:-1], html.escape(value),
+             repr(value)[1:-1]}
+    try:
+        forms.add(quote(value, safe=""))
+    except UnicodeEncodeError:  # a lone surrogate: no URL holds it as it is
+        pass
+    return {form for form in forms if len(form) >= MIN_SECRET_LENGTH}
+
+
+def _add(pairs: list[tuple[str, str]]) -> None:
+    global _ordered
+    with _lock:
+        before = len(_known)
+        for value, name in pairs:
+            for form in _forms(value) | _forms(safe_text(value)):
+                _known.setdefault(form, _label(name))
+        if len(_known) != before:
+            _ordered = tuple(sorted(_known.items(), key=lambda item: -len(item[0])))
+
+
+def _plausible(value: str) -> bool:
+    return (len(value) >= MIN_SECRET_LENGTH and not value.startswith(("/", "~", "."))
+            and re.search(r"[A-Za-z]", value) is not None and value.lower() not in _NOT_SECRETS)
+
+
+def remember(value: str | None, name: str = "secret") -> None:
+    """Redact ``value`` from now on, for the life of the process (e.g. the key a provider sends)."""
+    if isinstance(value, str) and _plausible(value.strip()):
+        _add([(value.strip(), name)])
+
+
+def _scan() -> None:
+    global _scanned
+    found = []
+    for name, value in list(os.environ.items()):
+        upper = name.upper()
+        if any(word in upper for word in SECRET_NAME_WORDS) and _plausible(value.strip()):
+            found.append((value.strip(), name))
+    _add(found)
+    _scanned = (time.monotonic(), len(os.environ))
+
+
+def secret_env_values(*, refresh: bool = False) -> tuple[tuple[str, str], ...]:
+    """``(value, NAME)`` of every secret known so far (read from the environment now, at
+    import, or since; removed variables included), longest value first."""
+    stamp, size = _scanned
+    if refresh or time.monotonic() - stamp >= _ENV_TTL or size != len(os.environ):
+        _scan()
+    return _ordered
+
+
+def redact(text: str, *, refresh: bool = False) -> str:
+    """``text`` with secrets replaced by ``[REDACTED:<kind>]``."""
+    if not text or not isinstance(text, str):
+        return text
+    for value, name in secret_env_values(refresh=refresh):
+        if value in text:
+            text = text.replace(value, f"[REDACTED:{name}]")
+    for kind, probes, pattern in _COMPILED:
+        if any(probe in text for probe in probes):
+            text = pattern.sub(f"[REDACTED:{kind}]", text)
+    return text
+
+
+def redact_value(value: Any, *, refresh: bool = False) -> Any:
+    """``redact`` applied to every string inside lists, tuples and dicts (keys too)."""
+    if isinstance(value, str):
+        return redact(value, refresh=refresh)
+    if isinstance(value, dict):
+        return {redact_value(k): redact_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(redact_value(v) for v in value)
+    return value
+
+
+def contains_secret(text: str) -> bool:
+    return redact(text, refresh=True) != text
+
+
+# --------------------------------------------------------------------------
+# clean: redacted and encodable, for everything that leaves the process or is shown
+
+
+def clean(text: str, *, refresh: bool = False) -> str:
+    """``text`` redacted and encodable (:func:`redact`, then ``text.safe_text``)."""
+    if not text or not isinstance(text, str):
+        return text
+    return redact(safe_text(text), refresh=refresh)
+
+
+def clean_value(value: Any, *, refresh: bool = False) -> Any:
+    """:func:`clean` on every string inside dicts (keys too), lists and tuples; bytes that
+    are UTF-8 text too. Returns ``value`` itself (the same object) when nothing changed."""
+    if refresh:
+        secret_env_values(refresh=True)
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, dict):
+        items = [(clean_value(k), clean_value(v)) for k, v in value.items()]
+        if all(a is k and b is v for (a, b), (k, v) in zip(items, value.items())):
+            return value
+        return dict(items)
+    if isinstance(value, (list, tuple)):
+        out = [clean_value(v) for v in value]
+        if all(a is b for a, b in zip(out, value)):
+            return value
+        return out if isinstance(value, list) else tuple(out)
+    if isinstance(value, (bytes, bytearray)) and value:
+        try:
+            text = bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return value  # binary (an image): nothing a text pattern could find
+        cleaned = clean(text)
+        return value if cleaned == text else cleaned.encode("utf-8")
+    return value
+
+
+def clean_record(value: Any) -> Any:
+    """A stored value (session, message, part: ``to_data``/``from_data``) with every string
+    cleaned; ``value`` itself when nothing needed it, so that what a process keeps in
+    memory and shows is what its journal holds."""
+    to_data = getattr(value, "to_data", None)
+    if to_data is None:
+        return value
+    data = to_data()
+    cleaned = clean_value(data)
+    return value if cleaned is data else type(value).from_data(cleaned)
+
+
+_scan()  # at import (``%load_ext``): what the kernel started with is known from the start
+
+__all__ = ["redact", "redact_value", "secret_env_values", "contains_secret", "remember", "clean",
+           "clean_value", "clean_record", "SECRET_NAME_WORDS"]

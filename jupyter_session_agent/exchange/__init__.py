@@ -1,0 +1,3 @@
+"""Sessions in and out: Markdown / HTML / JSON export, bundle import, OpenCode
+import.
+"""

@@ -1,0 +1,33 @@
+"""What a history item is, for compaction: a compaction request, a summary, a message
+the user wrote (and its text); and putting an updated message back into the history."""
+
+from __future__ import annotations
+
+from ...core.messages import AssistantMessage, CompactionPart, FilePart, TextPart, UserMessage, WithParts
+
+def is_request(item: WithParts) -> bool:
+    return isinstance(item.info, UserMessage) and any(isinstance(p, CompactionPart) for p in item.parts)
+
+
+def is_real_user(item: WithParts) -> bool:
+    """A user message the user wrote: not a compaction request, not only synthetic text."""
+    if not isinstance(item.info, UserMessage) or is_request(item):
+        return False
+    return any((isinstance(p, TextPart) and not p.synthetic and not p.ignored) or isinstance(p, FilePart)
+               for p in item.parts)
+
+
+def user_text(item: WithParts) -> str:
+    return "\n\n".join(p.text for p in item.parts if isinstance(p, TextPart) and not p.synthetic and not p.ignored)
+
+
+def is_summary(item: WithParts) -> bool:
+    return isinstance(item.info, AssistantMessage) and bool(item.info.summary)
+
+
+def put_back(history: list[WithParts], item: WithParts) -> None:
+    """Replace the message with ``item``'s id in ``history`` (newest first: it is usually recent)."""
+    for i in range(len(history) - 1, -1, -1):
+        if history[i].info.id == item.info.id:
+            history[i] = item
+            return

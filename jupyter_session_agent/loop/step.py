@@ -1,0 +1,385 @@
+"""One step: one LLM call turned into parts, tool runs, usage and cost.
+
+Follows OpenCode's ``SessionProcessor`` (spec §2.3) with three deliberate
+differences: tools run after the stream ends (chat completions deliver a call
+whole only at the end of the step); a failed attempt's partial text is
+discarded before the retry instead of being left beside the retried text; and
+retries are bounded by ``max_retries``, each recorded as a ``retry`` part.
+
+Persistence: text and reasoning live in memory while they stream and are
+written once, when they end; every tool state change is written at once; the
+step ends with an fsync, so ``kill -9`` loses at most the step in flight.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from ..core import budget, ids, retry
+from ..core.errors import ContextOverflowError, ProviderError, ToolFailure
+from ..core.stream import Finish, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolInputStart
+from ..core.messages import (
+    AssistantMessage,
+    FilePart,
+    Part,
+    PatchPart,
+    ReasoningPart,
+    RetryPart,
+    StepFinishPart,
+    StepStartPart,
+    TextPart,
+    ToolCompleted,
+    ToolError,
+    ToolPart,
+    ToolPending,
+    ToolRunning,
+    Tokens,
+    WithParts,
+    error_data,
+    now_ms,
+    replace,
+)
+from ..core.permission import RejectedError
+from ..core.redact import clean_record
+
+ABORTED_TOOL_ERROR = "Tool execution aborted"
+
+
+class Observer:
+    """Receives what happens during a turn; the live view implements it.
+
+    Called on the kernel's main thread, synchronously: keep it cheap.
+    """
+
+    def on_message(self, message: AssistantMessage) -> None: ...
+    def on_part(self, part: Part) -> None: ...
+    def on_delta(self, part: Part, delta: str) -> None: ...
+    def on_part_removed(self, part_id: str) -> None: ...
+    def on_retry(self, attempt: int, delay: float, reason: str) -> None:
+        """A retry is scheduled in ``delay`` seconds; called again about once a second while
+        waiting, with the seconds left (the retry part's ``time_next`` says when it is due)."""
+
+
+@dataclass
+class StepResult:
+    message: AssistantMessage
+    parts: list[Part]
+    outcome: str  # "continue" | "stop" | "compact"
+    tool_calls: int = 0
+
+
+@dataclass
+class StepProcessor:
+    """Runs one assistant message (one step). Not reusable: one instance per step."""
+
+    store: Any  # store.Store
+    stream: Callable[[], Iterable[StreamEvent]]  # opens a fresh stream per attempt
+    model: budget.ModelInfo
+    tools: dict[str, Any]  # name → tools.Tool
+    run_tool: Callable[[Any, dict, ToolCall], Any]  # (tool, args, call) → ToolResult
+    observer: Observer = field(default_factory=Observer)
+    max_retries: int = 4
+    auto_compact: bool = True
+    reserved: int | None = None
+    sleep: Callable[[float], None] = time.sleep
+    # Bounded waits: a server's retry-after beyond `max_retry_wait` seconds fails the step at once
+    # (retry.next_wait) and the backoff never exceeds it; each attempt is bounded by the provider.
+    max_retry_wait: float = 60.0
+    # Called just before a tool runs: (tool name, args, call); raises a ToolFailure to refuse
+    # (permission.Gate). A RejectedError also stops the turn after this step (OpenCode's "blocked").
+    permit: Callable[[str, dict, ToolCall], None] | None = None
+    # snapshot.Snapshot of the session's directory: tree hashes on step-start/step-finish and a
+    # `patch` part when files changed (§4.2); None: no snapshots. Failures never fail the step.
+    snapshot: Any = None
+
+    def run(self, message: AssistantMessage) -> StepResult:
+        self.message = message
+        self.parts: dict[str, Part] = {}
+        self._open: Part | None = None  # the text/reasoning part being streamed
+        self._chunks: list[str] = []
+        self._written: set[str] = set()
+        self._calls: list[ToolCall] = []
+        self.blocked = False
+        outcome = "continue"
+        self._save_message()
+        self._before, self._patched = self._track(), False
+        self._add(StepStartPart(ids.ascending("part"), message.session_id, message.id, snapshot=self._before),
+                  write=True)
+        try:
+            finish = self._stream_with_retries()
+            self._run_tools()
+            self._finish_step(finish)
+            if self.blocked:
+                outcome = "stop"
+            if not message.summary and budget.is_overflow(
+                finish.tokens, self.model, auto=self.auto_compact, reserved=self.reserved
+            ):
+                outcome = "compact"
+        except ContextOverflowError as err:
+            self.message = replace(self.message, error=error_data("ContextOverflowError", str(err)))
+            outcome = "compact"
+        except ProviderError as err:
+            self.message = replace(self.message, error=_api_error(err))
+            raise
+        except KeyboardInterrupt:
+            self.message = replace(
+                self.message, error=error_data("MessageAbortedError", "The turn was interrupted")
+            )
+            raise
+        except BaseException as err:
+            self.message = replace(self.message, error=error_data("UnknownError", f"{type(err).__name__}: {err}"))
+            raise
+        finally:
+            self._finalise()
+        return StepResult(self.message, list(self.parts.values()), outcome, len(self._calls))
+
+    # -- streaming ---------------------------------------------------------
+
+    def _stream_with_retries(self) -> Finish:
+        attempt = 0
+        self.attempts = 1
+        while True:
+            mark = set(self.parts)
+            try:
+                return self._consume(self.stream())
+            except ProviderError as err:
+                self._discard_since(mark)
+                reason = retry.retry_message(err)
+                if reason is None or attempt >= self.max_retries:
+                    raise
+                delay = retry.next_wait(attempt + 1, err, max_wait=self.max_retry_wait)  # or raises
+                attempt += 1
+                self.attempts = attempt + 1
+                created = now_ms()
+                part = RetryPart(
+                    ids.ascending("part"), self.message.session_id, self.message.id,
+                    attempt=attempt, error=_api_error(err), time_created=created,
+                    time_next=created + int(delay * 1000),
+                )
+                self._add(part, write=True)
+                self.store.flush(sync=False)
+                self._wait(attempt, delay, reason)
+
+    def _wait(self, attempt: int, delay: float, reason: str) -> None:
+        """Sleep ``delay`` seconds in steps of at most one, telling the observer what is left
+        (the live view counts down); an interrupt ends the wait and the turn."""
+        until = time.monotonic() + delay
+        left = delay
+        while True:
+            self.observer.on_retry(attempt, left, reason)
+            if left <= 0:
+                return
+            step = min(1.0, left)
+            self.sleep(step)
+            # an injected sleep may not sleep: count what it was asked for
+            left = max(0.0, min(left - step, until - time.monotonic()))
+            if left < 0.05:  # not worth another update
+                self.sleep(left)
+                return
+
+    def _consume(self, events: Iterable[StreamEvent]) -> Finish:
+        self._calls = []
+        for event in events:
+            if isinstance(event, (TextDelta, ReasoningDelta)):
+                self._delta(event)
+            elif isinstance(event, ToolInputStart):
+                self._end_open()
+                self._tool_part(event.call_id, event.name)
+            elif isinstance(event, ToolCall):
+                self._end_open()
+                self._calls.append(event)
+                if self._find_tool(event.call_id) is None:
+                    self._tool_part(event.call_id, event.name)
+            elif isinstance(event, Finish):
+                self._end_open()
+                return event
+        raise ProviderError("the stream ended without a finish event", retryable=True)
+
+    def _delta(self, event: TextDelta | ReasoningDelta) -> None:
+        kind = TextPart if isinstance(event, TextDelta) else ReasoningPart
+        if not isinstance(self._open, kind):
+            self._end_open()
+            self._open = kind(ids.ascending("part"), self.message.session_id, self.message.id, time_start=now_ms())
+            self._chunks = []
+            self._add(self._open)
+        self._chunks.append(event.text)
+        self.observer.on_delta(self._open, event.text)
+
+    def _end_open(self) -> None:
+        if self._open is None:
+            return
+        text = "".join(self._chunks)
+        part = replace(self._open, text=text.rstrip(), time_end=now_ms())
+        self._open, self._chunks = None, []
+        self._add(part, write=True)
+
+    def _tool_part(self, call_id: str, name: str) -> None:
+        part = ToolPart(ids.ascending("part"), self.message.session_id, self.message.id, call_id=call_id, tool=name)
+        self._add(part, write=True)
+        self.store.flush(sync=False)
+
+    def _find_tool(self, call_id: str) -> ToolPart | None:
+        for part in self.parts.values():
+            if isinstance(part, ToolPart) and part.call_id == call_id:
+                return part
+        return None
+
+    # -- tools ---------------------------------------------------------------
+
+    def _run_tools(self) -> None:
+        for call in self._calls:
+            part = self._find_tool(call.call_id)
+            name = self._tool_name(call.name)
+            start = now_ms()
+            running = replace(part, tool=name or call.name, state=ToolRunning(input=call.input, time_start=start))
+            self._add(running, write=True)
+            if call.invalid is not None or name is None:
+                self._add(replace(running, state=ToolError(call.input, self._call_problem(call, name), start, now_ms())), write=True)
+                continue
+            self.store.flush(sync=False)  # a crash while the tool runs shows it as interrupted
+            try:
+                if self.permit is not None:
+                    self.permit(name, call.input, call)
+                result = self.run_tool(self.tools[name], call.input, call)
+                state = ToolCompleted(
+                    input=call.input, output=result.output, title=result.title or name,
+                    metadata=dict(result.metadata), time_start=start, time_end=now_ms(),
+                    attachments=self._attachments(getattr(result, "attachments", ())),
+                )
+            except ToolFailure as err:
+                state = ToolError(call.input, str(err), start, now_ms(), getattr(err, "metadata", None))
+                self.blocked = self.blocked or isinstance(err, RejectedError)
+            except Exception as err:  # a tool's bug is the model's tool error, never a crashed turn
+                state = ToolError(call.input, f"{type(err).__name__}: {err}", start, now_ms())
+            self._add(replace(running, state=state), write=True)
+
+    def _attachments(self, files: Any) -> tuple | None:
+        """A tool's returned files as OpenCode's file parts (``state.attachments``)."""
+        parts = tuple(FilePart(ids.ascending("part"), self.message.session_id, self.message.id,
+                               mime=f["mime"], url=f["url"], filename=f.get("filename")).to_data()
+                      for f in files or ())
+        return parts or None
+
+    def _tool_name(self, name: str) -> str | None:
+        if name in self.tools:
+            return name
+        return name.lower() if name.lower() in self.tools else None
+
+    def _call_problem(self, call: ToolCall, name: str | None) -> str:
+        if name is None:
+            return f"Unknown tool '{call.name}'. Available tools: {', '.join(sorted(self.tools))}."
+        return (
+            f"Invalid arguments for tool '{name}': {call.invalid}. "
+            f"Send a JSON object matching the tool's parameters. Received: {call.raw[:500]!r}"
+        )
+
+    # -- bookkeeping ---------------------------------------------------------
+
+    def _finish_step(self, finish: Finish) -> None:
+        step_cost = budget.cost(finish.tokens, self.model)
+        reason = finish.reason
+        if reason == "unknown" and self._calls:
+            reason = "tool-calls"
+        # a step that ran no tool changed nothing of the agent's: no second snapshot (whatever
+        # else changed meanwhile is the next step's starting point, not this step's patch)
+        after = self._track() if self._calls else self._before
+        # the patch goes before step-finish (OpenCode writes it after) so that step-finish
+        # stays the last part of a step
+        self._patch(after)
+        self._add(
+            StepFinishPart(
+                ids.ascending("part"), self.message.session_id, self.message.id,
+                reason=reason, cost=step_cost, tokens=finish.tokens, snapshot=after,
+                metadata={
+                    "firstTokenMs": finish.first_token_ms,
+                    "latencyMs": finish.latency_ms,
+                    "attempts": self.attempts,
+                },
+            ),
+            write=True,
+        )
+        self.message = replace(
+            self.message, finish=reason, cost=self.message.cost + step_cost, tokens=finish.tokens
+        )
+
+    def _track(self) -> str | None:
+        if self.snapshot is None:
+            return None
+        try:
+            return self.snapshot.track()
+        except Exception:
+            return None  # no snapshot for this step: revert cannot restore what it changes
+
+    def _patch(self, after: str | None) -> None:
+        """A `patch` part (the step-start tree, the files changed since) when files changed."""
+        self._patched = True
+        if not self._before or not after or after == self._before:
+            return
+        try:
+            files = self.snapshot.changed(self._before, after)
+        except Exception:
+            return
+        if files:
+            part = PatchPart(ids.ascending("part"), self.message.session_id, self.message.id,
+                             hash=self._before, files=tuple(files))
+            self._add(part, write=True)
+
+    def _finalise(self) -> None:
+        """Always runs: keep partial text, mark unfinished tools, complete and fsync."""
+        self._end_open()
+        if not self._patched and self._calls:  # the step did not finish (error, interrupt): its tools' changes
+            self._patch(self._track())
+        for part in list(self.parts.values()):
+            if isinstance(part, ToolPart) and isinstance(part.state, (ToolPending, ToolRunning)):
+                start = getattr(part.state, "time_start", now_ms())
+                state = ToolError(part.state.input, ABORTED_TOOL_ERROR, start, now_ms(), {"interrupted": True})
+                self._add(replace(part, state=state), write=True)
+        self.message = replace(self.message, time_completed=now_ms())
+        self._save_message()
+        self.store.flush(sync=True)
+
+    def _add(self, part: Part, *, write: bool = False) -> None:
+        part = clean_record(part)  # in memory and shown as the journal keeps it: no key, encodable
+        self.parts[part.id] = part
+        if write:
+            self.store.put(part)
+            self._written.add(part.id)
+        self.observer.on_part(part)
+
+    def _discard_since(self, mark: set[str]) -> None:
+        """Drop what a failed attempt produced, so the retry starts clean."""
+        self._open, self._chunks = None, []
+        for part_id in [p for p in self.parts if p not in mark]:
+            del self.parts[part_id]
+            self.observer.on_part_removed(part_id)
+            if part_id in self._written:
+                self.store.delete("part", part_id)
+                self._written.discard(part_id)
+
+    def _save_message(self) -> None:
+        self.message = clean_record(self.message)
+        self.store.put(self.message)
+        self.observer.on_message(self.message)
+
+
+def run_step(processor: StepProcessor, message: AssistantMessage, history: list, added: list) -> StepResult:
+    """Run one step and append it to ``history`` and ``added`` even when it raises:
+    an interrupted or failed step is part of the history too."""
+    try:
+        return processor.run(message)
+    finally:
+        item = WithParts(processor.message, tuple(processor.parts.values()))
+        history.append(item)
+        added.append(item)
+
+
+def _api_error(err: ProviderError) -> dict:
+    return error_data(
+        "APIError", err.message, statusCode=err.status, isRetryable=err.retryable,
+        responseHeaders=err.headers or None,
+    )
+
+
+__all__ = ["StepProcessor", "StepResult", "Observer", "Tokens", "run_step"]

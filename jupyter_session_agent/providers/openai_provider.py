@@ -1,0 +1,640 @@
+"""One LLM call over an OpenAI-compatible chat-completions API.
+
+The only module that imports ``openai`` (inside functions, so that importing
+the package stays cheap). :class:`OpenAIProvider` turns a streamed response
+into :mod:`events` values and every failure into an :mod:`errors` type:
+
+- ``ProviderError(retryable=…, status, headers, body)`` — the server failed;
+  ``retryable`` follows OpenCode (§4.6): 408, 409, 429, 5xx, timeouts,
+  unreachable servers and interrupted streams are; other 4xx are not (404 is,
+  for provider ids starting with ``openai``);
+- ``AuthError`` — 401/403, or no key for the official endpoint;
+- ``ContextOverflowError`` — :func:`retry.is_context_overflow` says the prompt
+  did not fit (HTTP error or an in-stream ``context_length_exceeded`` event).
+
+The SDK's exception is kept as ``__cause__``; every message is one line.
+A provider never retries (the SDK client has ``max_retries=0``): retrying,
+with backoff and a visible status, is the agent loop's job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+from urllib.parse import urlsplit
+
+from ..core import budget, retry
+from ..core.errors import AuthError, ContextOverflowError, ProviderError
+from ..core.stream import Finish, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolInputStart
+from ..core.messages import Tokens
+from ..core.redact import clean_value, remember
+
+__all__ = ["ChatRequest", "OpenAIProvider", "finish_reason"]
+
+AUTH_HINT = "check OPENAI_API_KEY / the provider's key"
+# Local servers (llama.cpp, vLLM, Ollama…) ignore the key, but the SDK insists on one.
+NO_KEY_PLACEHOLDER = "sk-no-key-required"
+_DETAIL_MAX = 300
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat-completions call. ``model`` is the server's name (no provider prefix)."""
+
+    model: str
+    messages: list[dict]
+    tools: list[dict] | tuple = ()
+    max_tokens: int | None = None
+    temperature: float | None = None
+    extra_body: dict | None = None
+
+
+_FINISH = {
+    "stop": "stop",
+    "tool_calls": "tool-calls",
+    "function_call": "tool-calls",
+    "length": "length",
+    "content_filter": "content-filter",
+}
+
+
+def finish_reason(raw: str | None, has_tool_calls: bool = False) -> str:
+    """OpenAI finish reason → OpenCode's vocabulary.
+
+    A step that produced tool calls finishes as ``tool-calls`` when the server
+    sent no reason, or said ``stop`` (Ollama and some llama.cpp builds do):
+    the loop must send the tool results back, not end the turn.
+    """
+    if has_tool_calls and raw in (None, "", "stop"):
+        return "tool-calls"
+    return _FINISH.get(raw or "", "unknown")
+
+
+def _one_line(text: Any, limit: int = _DETAIL_MAX) -> str:
+    text = re.sub(r"\s+", " ", str(text)).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _int(value: Any) -> int:
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+def _connection_reason(err: Any) -> str:
+    """The transport's own words for a connection error (the SDK's message is generic)."""
+    cause = err.__cause__ or err.__context__
+    return _one_line(cause) if cause is not None and str(cause) else _one_line(err.message)
+
+
+def _as_dict(obj: Any) -> dict:
+    """An SDK model or mapping → plain dict of what the server sent."""
+    if obj is None:
+        return {}
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    to_dict = getattr(obj, "to_dict", None)  # openai BaseModel: only the fields set
+    if callable(to_dict):
+        try:
+            return to_dict()
+        except Exception:  # noqa: BLE001 - a half-constructed model; fall back
+            pass
+    dump = getattr(obj, "model_dump", None)
+    return dump() if callable(dump) else {}
+
+
+def tokens_from_usage(usage: Mapping[str, Any], *, input_excludes_cache: bool = False) -> Tokens:
+    """Normalise an OpenAI-style usage object (plus common server variants).
+
+    Cache reads: ``prompt_tokens_details.cached_tokens`` (OpenAI, vLLM,
+    OpenRouter) or DeepSeek's top-level ``prompt_cache_hit_tokens``. Cache
+    writes: ``prompt_tokens_details.cache_write_tokens`` (OpenRouter) or
+    ``cache_creation_input_tokens`` (Anthropic-style proxies), in the details
+    or at the top level. Reasoning: ``completion_tokens_details.reasoning_tokens``.
+    """
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    if not isinstance(prompt_details, Mapping):
+        prompt_details = {}
+    if not isinstance(completion_details, Mapping):
+        completion_details = {}
+
+    def first(*values: Any) -> int:
+        for value in values:
+            if value is not None:
+                return _int(value)
+        return 0
+
+    cached = first(prompt_details.get("cached_tokens"), usage.get("prompt_cache_hit_tokens"))
+    written = first(
+        prompt_details.get("cache_write_tokens"),
+        prompt_details.get("cache_creation_input_tokens"),
+        usage.get("cache_creation_input_tokens"),
+    )
+    total = usage.get("total_tokens")
+    return budget.normalise_usage(
+        prompt_tokens=_int(usage.get("prompt_tokens")),
+        completion_tokens=_int(usage.get("completion_tokens")),
+        cached_tokens=cached,
+        cache_write_tokens=written,
+        reasoning_tokens=_int(completion_details.get("reasoning_tokens")),
+        total_tokens=_int(total) if total is not None else None,
+        input_excludes_cache=input_excludes_cache,
+    )
+
+
+@dataclass
+class _Call:
+    index: int
+    call_id: str
+    server_id: str | None
+    name: str = ""
+    args: list[str] = field(default_factory=list)
+    started: bool = False
+
+
+class _Accumulator:
+    """Folds chat-completion chunks into events; remembers what ``Finish`` needs."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, _Call] = {}  # key → call, in arrival order
+        self.by_index: dict[int, int] = {}  # server index → current key
+        self.used_ids: set[str] = set()
+        self.reason: str | None = None
+        self.saw_reason = False
+        self.usage: dict | None = None
+        self.first_token_ms: float | None = None
+        self._fresh = 0
+
+    def _first_token(self) -> None:
+        if self.first_token_ms is None:
+            self.first_token_ms = (time.monotonic() - self.started) * 1000
+
+    def _new_id(self) -> str:
+        while True:
+            self._fresh += 1
+            candidate = f"call_{self._fresh}"
+            if candidate not in self.used_ids:
+                return candidate
+
+    def feed(self, chunk: Any) -> Iterator[StreamEvent]:
+        usage = getattr(chunk, "usage", None)
+        if usage:
+            self.usage = _as_dict(usage)
+        for choice in getattr(chunk, "choices", None) or ():
+            if getattr(choice, "index", 0) not in (0, None):
+                continue  # n > 1 is never requested; ignore extra choices
+            delta = getattr(choice, "delta", None)
+            if delta is not None:
+                yield from self._delta(delta)
+            reason = getattr(choice, "finish_reason", None)
+            if reason:
+                self.reason = reason
+                self.saw_reason = True
+
+    def _delta(self, delta: Any) -> Iterator[StreamEvent]:
+        # vLLM, llama.cpp and DeepSeek send `reasoning_content`, OpenRouter and
+        # newer vLLM `reasoning`; take one so a server sending both is not doubled.
+        reasoning = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+        if isinstance(reasoning, str) and reasoning:
+            self._first_token()
+            self.reasoning.append(reasoning)
+            yield ReasoningDelta(reasoning)
+        content = getattr(delta, "content", None)
+        if isinstance(content, str) and content:
+            self._first_token()
+            self.text.append(content)
+            yield TextDelta(content)
+        for position, tc in enumerate(getattr(delta, "tool_calls", None) or ()):
+            yield from self._tool_delta(position, tc)
+        legacy = getattr(delta, "function_call", None)  # pre-tools servers
+        if legacy is not None and (getattr(legacy, "name", None) or getattr(legacy, "arguments", None)):
+            yield from self._tool_fragment(-1, None, getattr(legacy, "name", None), getattr(legacy, "arguments", None))
+
+    def _tool_delta(self, position: int, tc: Any) -> Iterator[StreamEvent]:
+        index = getattr(tc, "index", None)
+        if not isinstance(index, int):
+            index = position  # some servers omit the index on single-call chunks
+        fn = getattr(tc, "function", None)
+        yield from self._tool_fragment(
+            index, getattr(tc, "id", None), getattr(fn, "name", None), getattr(fn, "arguments", None)
+        )
+
+    def _tool_fragment(self, index: int, server_id: Any, name: Any, args: Any) -> Iterator[StreamEvent]:
+        server_id = server_id if isinstance(server_id, str) and server_id else None
+        key = self.by_index.get(index)
+        call = self.calls.get(key) if key is not None else None
+        # Gemini's OpenAI endpoint reuses index 0 for parallel calls, each with
+        # its own id: a new id on a named call at a known index is a new call.
+        if call is not None and server_id and call.server_id and server_id != call.server_id and call.name:
+            call = None
+        if call is None:
+            key = len(self.calls)
+            call_id = server_id if server_id and server_id not in self.used_ids else self._new_id()
+            self.used_ids.add(call_id)
+            call = self.calls[key] = _Call(index=index, call_id=call_id, server_id=server_id)
+            self.by_index[index] = key
+            self._first_token()
+        if isinstance(name, str) and name and not call.name:
+            call.name = name
+        if isinstance(args, str) and args:
+            call.args.append(args)
+        if call.name and not call.started:
+            call.started = True
+            yield ToolInputStart(call.call_id, call.name)
+
+    def finish(self, request: ChatRequest, input_excludes_cache: bool) -> Iterator[StreamEvent]:
+        for call in self.calls.values():
+            if not call.started:
+                call.started = True
+                yield ToolInputStart(call.call_id, call.name)
+            yield _tool_call(call)
+        if self.usage:
+            tokens = tokens_from_usage(self.usage, input_excludes_cache=input_excludes_cache)
+        else:
+            tokens = self.estimate(request)
+        yield Finish(
+            reason=finish_reason(self.reason, bool(self.calls)),
+            tokens=tokens,
+            first_token_ms=self.first_token_ms,
+            latency_ms=(time.monotonic() - self.started) * 1000,
+            raw_usage=self.usage or None,
+        )
+
+    def estimate(self, request: ChatRequest) -> Tokens:
+        """No usage from the server: count locally (chars / 4) and say so."""
+        sent = list(request.messages) + list(request.tools or ())  # an image counts as one image
+        reasoning = "".join(self.reasoning)
+        generated = "".join(self.text) + reasoning + "".join("".join(c.args) for c in self.calls.values())
+        return budget.normalise_usage(
+            prompt_tokens=budget.estimate_chat(sent),
+            completion_tokens=budget.estimate(generated),
+            reasoning_tokens=budget.estimate(reasoning),
+            estimated=True,
+        )
+
+
+def _tool_call(call: _Call) -> ToolCall:
+    raw = "".join(call.args)
+    if not raw.strip():
+        return ToolCall(call.call_id, call.name, {}, raw)
+    try:
+        parsed = json.loads(raw)
+    except ValueError as err:
+        return ToolCall(call.call_id, call.name, {}, raw, invalid=f"arguments are not valid JSON: {err}")
+    if not isinstance(parsed, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(parsed), "a number")
+        return ToolCall(call.call_id, call.name, {}, raw, invalid=f"arguments must be a JSON object, got {kind}")
+    return ToolCall(call.call_id, call.name, parsed, raw)
+
+
+class OpenAIProvider:
+    """A chat-completions endpoint (OpenAI or any compatible server).
+
+    The SDK client is created once, here, with ``max_retries=0``. Three bounds per
+    request (see :meth:`stream`): ``first_byte_timeout`` seconds to connect and get the
+    response's first byte, ``idle_timeout`` seconds of silence between chunks, and
+    ``timeout`` (``request_timeout``) for the whole request, however the server trickles;
+    the first two default to, and never exceed, ``timeout``. ``input_excludes_cache``
+    is for servers whose ``prompt_tokens`` already excludes cached tokens.
+    """
+
+    def __init__(
+        self,
+        *,
+        provider_id: str,
+        base_url: str | None,
+        api_key: str | None,
+        timeout: float = 600.0,
+        first_byte_timeout: float | None = None,
+        idle_timeout: float | None = None,
+        input_excludes_cache: bool = False,
+    ) -> None:
+        import openai
+
+        self.provider_id = provider_id
+        self.timeout = timeout
+        self.first_byte_timeout = min(first_byte_timeout or timeout, timeout)
+        self.idle_timeout = min(idle_timeout or timeout, timeout)
+        self.input_excludes_cache = input_excludes_cache
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        remember(key, "api_key")  # whatever it came from, the key sent is never shown or stored
+        if not key:
+            if not (base_url or os.environ.get("OPENAI_BASE_URL")):
+                raise AuthError(f"no API key for the OpenAI API — {AUTH_HINT}")
+            key = NO_KEY_PLACEHOLDER
+        try:
+            self._client = openai.OpenAI(api_key=key, base_url=base_url, timeout=timeout, max_retries=0)
+        except openai.OpenAIError as err:
+            raise AuthError(f"cannot create the OpenAI client: {_one_line(err)} — {AUTH_HINT}") from err
+        self.base_url = str(self._client.base_url).rstrip("/")
+        # OpenAI's own API rejects `max_tokens` for reasoning models; others may
+        # not know `max_completion_tokens` (older vLLM, llama.cpp).
+        self._official = (urlsplit(self.base_url).hostname or "").endswith("api.openai.com")
+
+    def __repr__(self) -> str:
+        return f"OpenAIProvider(provider_id={self.provider_id!r}, base_url={self.base_url!r})"
+
+    # -- requests --------------------------------------------------------------
+
+    def _kwargs(self, request: ChatRequest) -> dict[str, Any]:
+        # Redacted and encodable (``redact.clean``): a lone surrogate would fail the request's
+        # JSON encoding, and then every later turn of the session with it
+        messages = clean_value(list(request.messages))
+        kwargs: dict[str, Any] = {"model": request.model, "messages": messages}
+        if request.tools:
+            kwargs["tools"] = list(request.tools)
+        if request.max_tokens is not None:
+            kwargs["max_completion_tokens" if self._official else "max_tokens"] = request.max_tokens
+        if request.temperature is not None:
+            kwargs["temperature"] = request.temperature
+        if request.extra_body:
+            kwargs["extra_body"] = dict(request.extra_body)
+        return kwargs
+
+    def stream(self, request: ChatRequest, *,
+               deadline: float | None = None) -> Iterator[StreamEvent]:
+        """Stream one completion as events; ``Finish`` is last. Never retries.
+
+        Bounded waits: the response must start within ``first_byte_timeout``, no gap
+        between chunks may exceed ``idle_timeout``, and everything ends by ``deadline``
+        (a ``time.monotonic()`` value; default: ``timeout`` seconds from now), when the
+        connection is shut down, however the server trickles.
+
+        Raises ``ProviderError``/``AuthError``/``ContextOverflowError``. A
+        stream that stops before the server gave a finish reason (connection
+        dropped, read timeout, malformed chunk, or a clean close without one)
+        is a retryable ``ProviderError("stream interrupted: …")``; the deadline
+        passing is not retryable.
+        """
+        import openai
+
+        started = time.monotonic()
+        deadline = started + self.timeout if deadline is None else deadline
+        if deadline - started <= 0:
+            raise self._deadline_error()
+        try:
+            chunks = self._client.chat.completions.create(
+                **self._kwargs(request), stream=True, stream_options={"include_usage": True},
+                timeout=self._first_byte(deadline),
+            )
+        except openai.OpenAIError as err:
+            if isinstance(err, openai.APITimeoutError) and time.monotonic() >= deadline - 0.05:
+                raise self._deadline_error() from err
+            raise self._request_error(err) from err
+        acc = _Accumulator(started)
+        iterator = iter(chunks)
+        guard = _Deadline(chunks.response, deadline, self.idle_timeout)
+        try:
+            while True:
+                try:
+                    chunk = next(iterator)
+                except StopIteration:
+                    break
+                # JSONDecodeError/UnicodeDecodeError (ValueError) escape the SDK
+                # unwrapped when a data line is not JSON.
+                except (openai.OpenAIError, ValueError) as err:
+                    if guard.fired or time.monotonic() >= deadline:
+                        raise self._deadline_error(guard) from err
+                    raise self._stream_error(err) from err
+                if guard.fired:  # the shutdown raced with a last chunk
+                    raise self._deadline_error(guard)
+                guard.last = time.monotonic()
+                yield from acc.feed(chunk)
+        finally:
+            guard.cancel()
+            chunks.close()  # also when the consumer stops early or is interrupted
+        if guard.fired and not acc.saw_reason:
+            raise self._deadline_error(guard)
+        if not acc.saw_reason:
+            raise ProviderError(
+                f"stream interrupted: {self.base_url} closed the stream without a finish reason",
+                retryable=True,
+            )
+        yield from acc.finish(request, self.input_excludes_cache)
+
+    def complete(self, request: ChatRequest) -> str:
+        """Non-streaming text of one completion (for titles and summaries)."""
+        import openai
+
+        try:  # the whole answer is the first byte here: request_timeout bounds the wait
+            response = self._client.chat.completions.create(**self._kwargs(request),
+                                                            timeout=self._whole())
+        except openai.OpenAIError as err:
+            if isinstance(err, openai.APITimeoutError):
+                raise self._deadline_error() from err
+            raise self._request_error(err) from err
+        except ValueError as err:  # a 200 whose body is not JSON
+            raise ProviderError(
+                f"malformed response from {self.base_url}: {_one_line(err)}", retryable=True
+            ) from err
+        choices = getattr(response, "choices", None) or ()
+        message = getattr(choices[0], "message", None) if choices else None
+        content = getattr(message, "content", None)
+        return content if isinstance(content, str) else ""
+
+    def embed(self, texts: list[str], *, model: str) -> list[list[float]]:
+        """Embeddings of ``texts`` from the server's ``/v1/embeddings`` (cross-session memory search).
+
+        Raises ``ProviderError`` like the chat calls (a server without the endpoint answers 404).
+        """
+        import openai
+
+        try:
+            response = self._client.embeddings.create(model=model, input=clean_value(list(texts)),
+                                                      timeout=self._whole())
+        except openai.OpenAIError as err:
+            raise self._request_error(err) from err
+        except ValueError as err:
+            raise ProviderError(f"malformed response from {self.base_url}: {_one_line(err)}") from err
+        rows = sorted(response.data, key=lambda d: d.index)
+        return [list(d.embedding) for d in rows]
+
+    # -- bounded waits -----------------------------------------------------------
+
+    def _first_byte(self, deadline: float) -> Any:
+        """Connect, send and wait for the response's head within ``first_byte_timeout``."""
+        import httpx
+
+        return httpx.Timeout(max(0.001, min(self.first_byte_timeout, deadline - time.monotonic())))
+
+    def _whole(self) -> Any:
+        """A non-streamed call: connect within ``first_byte_timeout``, the rest in ``timeout``."""
+        import httpx
+
+        return httpx.Timeout(self.timeout, connect=self.first_byte_timeout)
+
+    def _deadline_error(self, guard: _Deadline | None = None) -> ProviderError:
+        """The request's time is up: not retried (the next attempt would cost as much again),
+        unless the stream had been silent for ``idle_timeout`` by then (a stall, retried)."""
+        if guard is not None and time.monotonic() - guard.last >= self.idle_timeout - 0.05:
+            return self._idle_error()
+        return ProviderError(
+            f"the model server {self.base_url} did not finish within request_timeout "
+            f"({self.timeout:g}s) — ask for a shorter answer, or raise "
+            "%config AgentMagics.request_timeout",
+            retryable=False,
+        )
+
+    def _idle_error(self) -> ProviderError:
+        return ProviderError(
+            f"stream interrupted: no data from {self.base_url} for {self.idle_timeout:g}s — "
+            "check the server, or raise %config AgentMagics.idle_timeout",
+            retryable=True,
+        )
+
+    # -- error mapping -----------------------------------------------------------
+
+    def _request_error(self, err: Exception) -> ProviderError:
+        """An error before any chunk arrived."""
+        import openai
+
+        if isinstance(err, openai.APIStatusError):
+            return self._status_error(err)
+        if isinstance(err, openai.APITimeoutError):
+            return ProviderError(
+                f"request timed out after {self.first_byte_timeout:g}s waiting for "
+                f"{self.base_url} to answer — check the server, or raise "
+                "%config AgentMagics.first_byte_timeout",
+                retryable=True,
+            )
+        if isinstance(err, openai.APIConnectionError):
+            return ProviderError(f"cannot reach {self.base_url}: {_connection_reason(err)}", retryable=True)
+        if isinstance(err, openai.APIError):
+            return self._event_error(err)
+        return ProviderError(f"{type(err).__name__} from {self.base_url}: {_one_line(err)}")
+
+    def _stream_error(self, err: Exception) -> ProviderError:
+        """An error after the response started: mostly an interrupted stream."""
+        import openai
+
+        if isinstance(err, openai.APITimeoutError):
+            return self._idle_error()
+        if isinstance(err, openai.APIConnectionError):
+            return ProviderError(f"stream interrupted: {_connection_reason(err)}", retryable=True)
+        if isinstance(err, ValueError):
+            return ProviderError(
+                f"stream interrupted: malformed chunk from {self.base_url} ({_one_line(err)})", retryable=True
+            )
+        if isinstance(err, openai.APIStatusError):
+            return self._status_error(err)
+        if isinstance(err, openai.APIError):
+            return self._event_error(err)
+        return ProviderError(f"stream interrupted: {type(err).__name__}: {_one_line(err)}", retryable=True)
+
+    def _event_error(self, err: Any) -> ProviderError:
+        """An in-stream ``data: {"error": …}`` event (the SDK raises ``APIError``
+        with ``body`` = the inner error object). Classified like OpenCode's
+        ``parseStreamError``, plus overload/5xx codes as retryable."""
+        body = err.body if isinstance(getattr(err, "body", None), Mapping) else {}
+        message = _one_line(getattr(err, "message", None) or body.get("message") or err)
+        code, etype = body.get("code"), body.get("type")
+        text = json.dumps(body, default=str) if body else None
+        status = code if isinstance(code, int) and 100 <= code < 600 else None
+        where = f"error event from {self.base_url}"
+        if retry.is_context_overflow(message, None, {"error": body}):
+            return ContextOverflowError(f"context overflow: {where}: {message}", status=status, body=text)
+        scode, stype = str(code or ""), str(etype or "")
+        if scode in ("insufficient_quota", "usage_not_included", "invalid_prompt"):
+            retryable = False
+        elif stype in ("too_many_requests", "rate_limit_error") or "rate_limit" in scode:
+            retryable = True
+        elif any(w in f"{scode} {stype}".lower() for w in ("overloaded", "exhausted", "unavailable", "server_error")):
+            retryable = True
+        else:
+            retryable = status is not None and (status in (408, 409, 429) or status >= 500)
+        return ProviderError(f"{where}: {message}", status=status, retryable=retryable, body=text)
+
+    def _status_error(self, err: Any) -> ProviderError:
+        status = int(err.status_code)
+        response = err.response
+        headers = {str(k).lower(): str(v) for k, v in response.headers.items()}
+        try:
+            text = response.text
+        except Exception:  # noqa: BLE001 - body never read (closed stream)
+            text = ""
+        detail = _detail(err.body, text)
+        reason = getattr(response, "reason_phrase", "") or ""
+        prefix = f"HTTP {status}{' ' + reason if reason else ''} from {self.base_url}"
+        # What OpenCode matches: the SDK message plus body, or "400 status code
+        # (no body)" for an empty one (Cerebras/Mistral overflow).
+        probe = f"{err.message} {detail}" if text.strip() else f"{status} status code (no body)"
+        if retry.is_context_overflow(probe, status, err.body if isinstance(err.body, Mapping) else text):
+            return ContextOverflowError(
+                f"context overflow: {prefix}: {detail}", status=status, headers=headers, body=text
+            )
+        if status in (401, 403):
+            return AuthError(f"{prefix}: {detail} — {AUTH_HINT}", status=status, headers=headers, body=text)
+        retryable = status in (408, 409, 429) or status >= 500
+        if status == 404 and self.provider_id.startswith("openai"):
+            retryable = True  # OpenAI sometimes 404s for models that exist
+        return ProviderError(f"{prefix}: {detail}", status=status, retryable=retryable, headers=headers, body=text)
+
+
+class _Deadline:
+    """The two bounds of a response already started: reads after its head wait at most
+    ``idle`` seconds each, and at ``deadline`` the connection is shut down (a server that
+    trickles a byte at a time cannot hold the call longer)."""
+
+    def __init__(self, response: Any, deadline: float, idle: float) -> None:
+        self.fired = False
+        self.last = time.monotonic()  # when data last arrived (the head, then each chunk)
+        self._response = response
+        left = deadline - time.monotonic()
+        # httpx hands this dict to httpcore, which reads "read" when the body starts
+        timeouts = getattr(getattr(response, "request", None), "extensions", {}).get("timeout")
+        if isinstance(timeouts, dict):
+            timeouts["read"] = max(0.001, min(idle, left))
+        self._timer = threading.Timer(max(0.0, left), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        stream = (getattr(self._response, "extensions", None) or {}).get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the read blocked on it
+            except OSError:
+                pass
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _detail(body: Any, text: str) -> str:
+    """The server's explanation, one line: ``error.message``, else the body text."""
+    if isinstance(body, Mapping):
+        for value in (body.get("message"), body.get("error")):
+            if isinstance(value, str) and value.strip():
+                return _one_line(value)
+            if isinstance(value, Mapping) and isinstance(value.get("message"), str):
+                return _one_line(value["message"])
+    stripped = (text or "").strip()
+    if not stripped:
+        return "(no body)"
+    if re.match(r"<!doctype|<html", stripped, re.IGNORECASE):
+        title = re.search(r"<title>(.*?)</title>", stripped, re.IGNORECASE | re.DOTALL)
+        return f"HTML error page{': ' + _one_line(title.group(1), 120) if title else ''}"
+    try:
+        data = json.loads(stripped)
+    except ValueError:
+        return _one_line(stripped)
+    if isinstance(data, Mapping):
+        inner = data.get("error", data)
+        if isinstance(inner, Mapping) and isinstance(inner.get("message"), str):
+            return _one_line(inner["message"])
+        if isinstance(inner, str):
+            return _one_line(inner)
+    return _one_line(stripped)

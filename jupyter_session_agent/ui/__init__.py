@@ -1,0 +1,3 @@
+"""What a notebook user sees and types: displays, widgets, the magics, the ``%agent``
+subcommands, the command line.
+"""

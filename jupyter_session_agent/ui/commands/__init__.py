@@ -1,0 +1,158 @@
+"""``%agent <subcommand>`` handlers, one module per feature.
+
+Each module registers its handlers with :func:`subcommand`; ``magics.py``
+only calls :func:`dispatch`. A handler gets the ``AgentMagics`` instance, the argument
+words (shell-split) and the raw text after the subcommand name, and returns
+what the cell should display (or ``None``). Modules are imported on the first
+``%agent`` call, not at ``%load_ext``, so loading the extension stays cheap.
+
+Bad input is the dispatcher's business, for every subcommand: unbalanced quotes, a NUL
+character, an argparse failure (:func:`parse` is the one-line parser to use) and an
+``OSError`` on a path the user gave (a folder that cannot be written, a file that is a
+folder, …) become one :class:`UsageError` line naming the fix, never a traceback. IPython's
+``$var``/``{expr}`` expansion applies to a subcommand's text unless it registers with
+``expand=False`` (``sql``: the query reaches DuckDB as typed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import importlib
+import shlex
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from ...core.errors import AgentError, UsageError
+
+Handler = Callable[[Any, list[str], str], Any]
+
+# Feature modules under this package; each registers its subcommands on import.
+MODULES = ("core", "display", "permissions", "lifecycle", "compaction", "memory", "analytics", "mcp",
+           "context")
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    name: str
+    usage: str  # e.g. "use ID"
+    help: str  # one line
+    handler: Handler
+    expand: bool = True  # IPython's $var / {expr} expansion of the text after the name
+    split: bool = True  # shell-split the words (False: whitespace-split; the handler reads raw)
+
+
+REGISTRY: dict[str, Subcommand] = {}
+
+
+def subcommand(name: str, usage: str, help: str, *, expand: bool = True,
+               split: bool = True) -> Callable[[Handler], Handler]:
+    """Register ``fn`` as ``%agent name``; ``usage`` and ``help`` feed ``%agent help``.
+
+    ``expand=False``: the text reaches the handler as typed; ``split=False``: quotes in it
+    are not shell syntax (the handler reads ``raw``)."""
+
+    def register(fn: Handler) -> Handler:
+        REGISTRY[name] = Subcommand(name, usage, help, fn, expand, split)
+        return fn
+
+    return register
+
+
+def dispatch(magics: Any, line: str, expand: Callable[[str], str] | None = None) -> Any:
+    """Run ``%agent LINE``: the subcommand named by its first word, with the rest.
+
+    ``expand`` is IPython's variable expansion (applied unless the subcommand opted out).
+    Every failure caused by the input is one :class:`UsageError` line; the original
+    exception is its ``__cause__``.
+    """
+    if "\x00" in line:
+        raise UsageError("the arguments hold a NUL character — remove it")
+    head = line.strip().split(None, 1)
+    name, rest = (head[0], head[1] if len(head) > 1 else "") if head else ("help", "")
+    command = load_all().get(name)
+    if command is None:
+        raise UsageError(f"unknown or not yet available subcommand '{name}' "
+                         "— %agent help lists them")
+    raw = (expand(rest) if expand is not None and command.expand else rest).strip()
+    words = split_words(raw, f"%agent {command.usage}") if command.split else raw.split()
+    try:
+        return command.handler(magics, words, raw)
+    except AgentError:
+        raise
+    except argparse.ArgumentError as err:
+        raise UsageError(f"{err} — usage: %agent {command.usage}") from err
+    except SystemExit as err:  # a plain argparse parser printed its usage and exited
+        raise UsageError(f"wrong arguments — usage: %agent {command.usage}") from err
+    except OSError as err:
+        raise UsageError(os_error_line(f"%agent {name}", err, command.usage)) from err
+
+
+def split_words(text: str, usage: str) -> list[str]:
+    """Shell-split ``text``; an unbalanced quote or a trailing backslash is a one-line error."""
+    try:
+        return shlex.split(text)
+    except ValueError as err:
+        if "escaped" in str(err):
+            fix = "a backslash at the end escapes nothing — remove it, or double it (\\\\)"
+        else:
+            fix = ("a quote is not closed — close it, or escape a literal quote with a "
+                   "backslash (\\')")
+        raise UsageError(f"{fix} — usage: {usage}") from err
+
+
+_OS_HINTS = {
+    errno.EACCES: "choose a folder you may write to, or fix its permissions",
+    errno.EPERM: "choose a folder you may write to, or fix its permissions",
+    errno.EROFS: "the file system is read-only — choose another folder",
+    errno.ENOENT: "check the path: it does not exist",
+    errno.ENOTDIR: "a part of the path is a file, not a folder — check the path",
+    errno.EISDIR: "that is a folder — give a file",
+    errno.EEXIST: "it exists already — choose another name",
+    errno.ENOSPC: "the disk is full — free some space and run it again",
+    errno.EDQUOT: "the disk quota is used up — free some space and run it again",
+    errno.ENAMETOOLONG: "the name is too long — choose a shorter path",
+    errno.ELOOP: "the path loops through symbolic links — check the path",
+}
+
+
+def os_error_line(what: str, err: OSError, usage: str) -> str:
+    """One line for an ``OSError`` on a path the user gave: what failed, on which file, the fix."""
+    where = f" ({err.filename})" if err.filename else ""
+    hint = _OS_HINTS.get(err.errno or 0, f"check the path — usage: %agent {usage}")
+    return f"{what}: {err.strerror or err}{where} — {hint}"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line naming the fix, not argparse's usage dump + SystemExit
+        raise UsageError(f"{message} — usage: %agent {self.prog}")
+
+
+def parse(usage: str, words: list[str], *specs: tuple[tuple[str, ...], dict]) -> argparse.Namespace:
+    """``words`` parsed by ``argparse`` with ``specs`` (``(flags, kwargs)`` pairs): unknown
+    options, missing values, extra words and bad values are one :class:`UsageError` line."""
+    parser = _Parser(prog=usage, add_help=False)
+    for flags, kwargs in specs:
+        parser.add_argument(*flags, **kwargs)
+    return parser.parse_args(words)
+
+
+def load_all() -> dict[str, Subcommand]:
+    for module in MODULES:
+        importlib.import_module(f"{__name__}.{module}")
+    return REGISTRY
+
+
+def help_text(settings: Iterable[str] = ()) -> str:
+    """``%agent help``: every subcommand, the cell magics, and ``settings`` (their names)."""
+    commands = load_all()
+    width = max(len(c.usage) for c in commands.values()) + 2
+    lines = ["%%agent [-s SESSION] [-n/--new] [--fork] [-m MODEL] [-o VAR] [-p RULE]   run the cell body as a prompt",
+             "        [-f PATH] [-a VAR] [-c] [--no-interpolate]   attach files/values ({var}, @path "
+             "work too); -c: code into the next cell"]
+    lines += [f"%agent {c.usage:<{width}} {c.help}" for c in sorted(commands.values(), key=lambda c: c.name)]
+    lines.append("%%agent_sql [VAR <<]   read-only SQL for a whole cell; VAR << stores the DataFrame")
+    if settings:
+        lines.append("Settings: %config AgentMagics.<name> — " + ", ".join(settings)
+                     + " (%config AgentMagics lists them with their help)")
+    return "\n".join(lines)

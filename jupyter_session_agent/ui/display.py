@@ -1,0 +1,691 @@
+"""Showing sessions in the cell: one MIME bundle, live-updated while a turn streams.
+
+Every view is a bundle of three forms of the same transcript:
+
+* ``application/vnd.jupyter.session-agent+json`` (:data:`MIME_TYPE`): the session
+  info, its messages with their parts as OpenCode JSON (``WithParts.to_data()``),
+  the budget report and a schema version. The JupyterLab extension in
+  ``labextension/`` renders it (collapsible parts, tool status badges, the budget
+  gauge, compaction markers, pruned outputs); it is saved in the notebook, so a
+  transcript re-renders without a kernel.
+* ``text/markdown``: the same, readable in any front end (and on GitHub).
+* ``text/plain``: a short plain summary (what nbval compares).
+
+Outputs stay bounded: any string in a part longer than :data:`MAX_FIELD_CHARS`
+(text and reasoning: :data:`MAX_TEXT_CHARS`) is cut, and the part gets a
+``truncated`` object mapping the field's dotted path to its full length; a
+transcript keeps the newest :data:`MAX_MESSAGES` messages and counts the rest.
+
+:class:`LiveView` is the processor's observer: it keeps the running turn's
+messages and parts and re-renders the bundle into one display (display-id
+updates), throttled so a fast stream does not flood the front end.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Iterable, Sequence
+
+from ..core.messages import (
+    AgentPart,
+    AssistantMessage,
+    CompactionPart,
+    FilePart,
+    Part,
+    PatchPart,
+    ReasoningPart,
+    RetryPart,
+    SnapshotPart,
+    StepFinishPart,
+    StepStartPart,
+    SubtaskPart,
+    TextPart,
+    ToolCompleted,
+    ToolError,
+    ToolPart,
+    UnknownPart,
+    UserMessage,
+    WithParts,
+    now_ms,
+    replace,
+)
+from ..loop.step import Observer
+from ..core.redact import clean, clean_value
+from ..core.messages import tool_error_class, tool_label, tool_status
+
+MIME_TYPE = "application/vnd.jupyter.session-agent+json"
+SCHEMA_VERSION = 1
+MAX_FIELD_CHARS = 20_000  # per string in a part (tool input/output/error, metadata, urls)
+MAX_TEXT_CHARS = 100_000  # per text / reasoning part
+MAX_MESSAGES = 500  # per transcript; older ones are counted, not sent
+MIN_INTERVAL = 0.1  # seconds between live re-renders of a streaming part
+SLOW_INTERVAL = 0.5  # … once the bundle is large
+LARGE_BUNDLE = 256_000  # characters
+TITLE_WAIT = 120.0  # seconds a finished cell waits, in the background, for its session's title
+OUTPUT_PREVIEW_LINES = 12
+
+
+class Markdown:
+    """A display object with Markdown and plain-text forms (nbval compares text)."""
+
+    def __init__(self, text: str):
+        self.text = clean(text)  # shown in the cell: redacted and encodable
+
+    def _repr_markdown_(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+# --------------------------------------------------------------------------
+# the JSON form
+
+
+def part_data(part: Part) -> dict[str, Any]:
+    """``part.to_data()`` with long strings cut; ``truncated`` maps each cut field to its length."""
+    data = part.to_data()
+    truncated: dict[str, int] = {}
+    for key, value in list(data.items()):
+        limit = MAX_TEXT_CHARS if key == "text" else MAX_FIELD_CHARS
+        data[key] = _bound(value, limit, key, truncated)
+    if truncated:
+        data["truncated"] = truncated
+    return data
+
+
+def _bound(value: Any, limit: int, path: str, truncated: dict[str, int], depth: int = 0) -> Any:
+    if isinstance(value, str):
+        if len(value) > limit:
+            truncated[path] = len(value)
+            return value[:limit]
+        return value
+    if depth > 8:
+        return value
+    if isinstance(value, dict):
+        return {k: _bound(v, MAX_FIELD_CHARS, f"{path}.{k}", truncated, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_bound(v, MAX_FIELD_CHARS, f"{path}.{i}", truncated, depth + 1) for i, v in enumerate(value)]
+    return value
+
+
+# What a message whose latest state could not be written shows (store.unsaved(): disk full).
+NOT_SAVED = "not saved yet"
+NOT_SAVED_WHY = ("the history could not be written — kept in memory, saved by the next "
+                 "successful write")
+
+
+def _unsaved(item: WithParts, unsaved: frozenset) -> bool:
+    return bool(unsaved) and (item.info.id in unsaved or any(p.id in unsaved for p in item.parts))
+
+
+def message_data(item: WithParts, unsaved: frozenset = frozenset()) -> dict[str, Any]:
+    data = {"info": item.info.to_data(), "parts": [part_data(p) for p in item.parts]}
+    if _unsaved(item, unsaved) and not data["info"].get("error"):  # shown, never stored
+        data["info"]["error"] = {"name": NOT_SAVED, "data": {"message": NOT_SAVED_WHY}}
+    return data
+
+
+def transcript_data(
+    history: Sequence[WithParts],
+    *,
+    session: Any = None,
+    report: Any = None,
+    live: bool = False,
+    view: str = "transcript",
+    max_messages: int = MAX_MESSAGES,
+    omitted: int = 0,
+    unsaved: frozenset = frozenset(),
+) -> dict[str, Any]:
+    """The :data:`MIME_TYPE` payload (schema :data:`SCHEMA_VERSION`).
+
+    ``session`` is a ``messages.Session`` (or ``None``), ``report`` a
+    ``report.BudgetReport`` (or ``None``); ``omitted`` counts messages before
+    ``history`` that the caller left out (the live view shows one turn).
+    """
+    shown = list(history)
+    if max_messages and len(shown) > max_messages:
+        omitted += len(shown) - max_messages
+        shown = shown[-max_messages:]
+    return {
+        "version": SCHEMA_VERSION,
+        "view": view,
+        "live": live,
+        "session": session.to_data() if session is not None else None,
+        "messages": [message_data(m, unsaved) for m in shown],
+        "omitted": omitted,
+        "budget": report.to_data() if report is not None else None,
+    }
+
+
+# --------------------------------------------------------------------------
+# the Markdown form
+
+
+def retry_label(part: RetryPart, now: int | None = None) -> str:
+    """``retry 1 in 12 s…`` while the wait runs (the live view re-renders every second),
+    ``retry 1 after 12 s`` once it is over, ``retry 1`` for parts that did not record it."""
+    if not part.time_next:
+        return f"retry {part.attempt}"
+    left = part.time_next - (now_ms() if now is None else now)
+    if left > 0:
+        return f"retry {part.attempt} in {max(1, -(-left // 1000))} s…"
+    waited = f"{max(0, part.time_next - part.time_created) / 1000:.2f}".rstrip("0").rstrip(".")
+    return f"retry {part.attempt} after {waited} s"
+
+
+def render_part(part: Part) -> str:
+    """One part as Markdown ("" for parts with nothing to show, e.g. step-start)."""
+    if isinstance(part, TextPart):
+        if part.ignored or not part.text:
+            return ""
+        if attachment_of(part):  # what the model reads for the file part just before it
+            return (f"<details><summary>sent to the model ({len(part.text):,} characters)</summary>"
+                    f"\n\n{_code_block(part.text, preview=False)}\n\n</details>")
+        text = f"<sub>*(synthetic)*</sub> {part.text}" if part.synthetic else part.text
+        fields = (part.metadata or {}).get("interpolated") if part.metadata else None
+        if fields:  # the history keeps the template too (metadata.template)
+            text += "\n\n<sub>interpolated: " + ", ".join(
+                f"`{str(f).replace('`', 'ˋ')}`" for f in list(fields)[:10]) + "</sub>"
+        return text
+    if isinstance(part, ReasoningPart):
+        if not part.text:
+            return ""
+        took = f" · {_duration(part.time_end - part.time_start)}" if part.time_end and part.time_start else ""
+        return f"<details><summary>💭 reasoning{took}</summary>\n\n{_clip(part.text, MAX_TEXT_CHARS)}\n\n</details>"
+    if isinstance(part, ToolPart):
+        return _render_tool(part)
+    if isinstance(part, StepFinishPart):
+        t = part.tokens
+        est = " (estimated)" if t.estimated else ""
+        cache = f" ({t.cache_read:,} cached)" if t.cache_read else ""
+        reasoning = f" / {t.reasoning:,} reasoning" if t.reasoning else ""
+        return (f"<sub>▪ step · {t.count:,} tokens{est}: {t.prompt:,} in{cache} / {t.output:,} out{reasoning}"
+                f" · ${part.cost:.4f} · {part.reason}</sub>")
+    if isinstance(part, RetryPart):
+        err = part.error.get("data", {}) if isinstance(part.error, dict) else {}
+        status = f" (HTTP {err['statusCode']})" if err.get("statusCode") else ""
+        return f"<sub>⟳ {retry_label(part)}{status}: {err.get('message', '')}</sub>"
+    if isinstance(part, CompactionPart):
+        kind = "automatic" if part.auto else "manual"
+        why = ", context overflow" if part.overflow else ""
+        return f"**🗜 compaction requested** ({kind}{why})"
+    if isinstance(part, FilePart):
+        return "📎 " + attachment_chip(part)
+    if isinstance(part, SubtaskPart):
+        model = f" · {part.model}" if part.model else ""
+        return f"🧩 **subtask** `{part.agent}`{model}: {part.description}"
+    if isinstance(part, PatchPart):
+        files = ", ".join(f"`{f}`" for f in part.files[:20])
+        more = f" and {len(part.files) - 20} more" if len(part.files) > 20 else ""
+        return f"📝 files changed: {files}{more}" if part.files else ""
+    if isinstance(part, SnapshotPart):
+        return f"<sub>snapshot `{part.snapshot[:12]}`</sub>" if part.snapshot else ""
+    if isinstance(part, AgentPart):
+        return f"🤖 @{part.name}"
+    if isinstance(part, StepStartPart):
+        return ""
+    if isinstance(part, UnknownPart):
+        return (f"<sub>❔ `{part.stored_type}` part: unknown to this version — kept unchanged, "
+                "not sent to the model</sub>")
+    return ""
+
+
+def attachment_of(part: Part) -> str | None:
+    """The id of the file part a synthetic text part carries the content of (an attachment's
+    text: a file inlined, a PDF's text, a notebook value), else ``None``."""
+    if isinstance(part, TextPart) and part.synthetic and isinstance(part.metadata, dict):
+        found = part.metadata.get("attachment")
+        return found if isinstance(found, str) else None
+    return None
+
+
+def attachment_chip(part: FilePart) -> str:
+    """A file part in one line: ``name`` · mime · size · where it came from."""
+    source = part.source if isinstance(part.source, dict) else {}
+    name = (part.filename or _clip(part.url, 80)).replace("`", "ˋ")
+    bits = [part.mime]
+    size = source.get("size")
+    if isinstance(size, int) and not isinstance(size, bool):
+        from ..tools.kernel import human
+
+        bits.append(human(size))
+    if source.get("type") == "variable":
+        bits.append(f"notebook value ({source.get('kind', '?')})")
+    elif isinstance(source.get("text"), dict) and source["text"].get("value"):
+        bits.append(f"mentioned as {source['text']['value']}")
+    return f"`{name}` <sub>{' · '.join(str(b) for b in bits)}</sub>"
+
+
+def _render_tool(part: ToolPart) -> str:
+    state = part.state
+    args = json.dumps(state.input, ensure_ascii=False)
+    title = getattr(state, "title", None)
+    head = f"**{part.tool or '?'}** `{tool_label(part)}`"  # the status in words: no emoji font needed
+    if title and title != part.tool:
+        head += f" {title}"
+    if isinstance(state, (ToolCompleted, ToolError)):
+        head += f" · {_duration(state.time_end - state.time_start)}"
+    lines = [head]
+    if args not in ("{}", ""):
+        lines.append(f"<sub>input</sub> `{_clip(args, 300).replace('`', 'ˋ')}`")
+    if isinstance(state, ToolCompleted):
+        if state.time_compacted:
+            lines.append(
+                f"*output pruned at {_clock(state.time_compacted)} — the model sees "
+                f"\"[Old tool result content cleared]\"*\n\n"
+                f"<details><summary>original output ({len(state.output):,} chars)</summary>\n\n"
+                f"{_code_block(state.output, preview=False)}\n\n</details>"
+            )
+        else:
+            lines.append(_code_block(state.output))
+    elif isinstance(state, ToolError):
+        lines.append(_code_block(state.error))
+    return "\n\n".join(lines)
+
+
+def _code_block(text: str, preview: bool = True) -> str:
+    total = text.count("\n") + 1
+    text = _clip(text, MAX_FIELD_CHARS)
+    lines = text.splitlines()
+    if preview and len(lines) > OUTPUT_PREVIEW_LINES:
+        head = _fence("\n".join(lines[:OUTPUT_PREVIEW_LINES]))
+        return (f"{head}\n\n<details><summary>all {total:,} lines</summary>\n\n"
+                f"{_fence(text)}\n\n</details>")
+    return _fence(text)
+
+
+def _fence(body: str) -> str:
+    return "```\n" + body.replace("```", "`\u200b``") + "\n```"
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit:,} more characters]"
+
+
+def _duration(ms: int | float) -> str:
+    seconds = max(0.0, ms / 1000)
+    if seconds < 60:
+        return f"{seconds:.2f} s"
+    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+def _clock(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ms / 1000))
+
+
+def message_header(info: Any, parts: Sequence[Part] = ()) -> str:
+    if isinstance(info, UserMessage):
+        if any(isinstance(p, CompactionPart) for p in parts):
+            return "#### 🗜 Compaction request"
+        return "#### You"
+    label = f"{info.provider_id}/{info.model_id}"
+    tokens = info.tokens
+    cost = f" · ${info.cost:.4f}" if info.cost else ""
+    if info.summary:
+        return f"#### 📋 Summary <sub>({label}{cost})</sub>"
+    used = f" · {tokens.count:,} tokens" if tokens.count else ""
+    return f"#### Agent <sub>({label}{used}{cost})</sub>"
+
+
+def markdown_transcript(history: Iterable[WithParts], report: Any = None, omitted: int = 0,
+                        unsaved: frozenset = frozenset()) -> str:
+    """A history as Markdown, message by message, with the budget at the end."""
+    out = []
+    if omitted:
+        out.append(f"*… {omitted:,} earlier messages not shown*")
+    for item in history:
+        info = item.info
+        body = "\n\n".join(t for t in (render_part(p) for p in item.parts) if t)
+        if isinstance(info, AssistantMessage) and info.error:
+            body += f"\n\n❗ **{info.error.get('name', 'Error')}**: {info.error.get('data', {}).get('message', '')}"
+        if _unsaved(item, unsaved):
+            body += f"\n\n⚠️ **{NOT_SAVED}**: {NOT_SAVED_WHY}"
+        out.append(f"{message_header(info, item.parts)}\n\n{body}".rstrip())
+    text = "\n\n---\n\n".join(out) or "*(empty session)*"
+    if report is not None:
+        text += "\n\n---\n\n" + budget_markdown(report)
+    return text
+
+
+def transcript(history: Iterable[WithParts]) -> str:
+    """A stored history as Markdown (no budget)."""
+    return markdown_transcript(history)
+
+
+def _bar(fraction: float, width: int = 24) -> str:
+    filled = max(0, min(width, int(fraction * width + 0.5)))
+    return "█" * filled + "░" * (width - filled)
+
+
+def budget_lines(report: Any) -> list[str]:
+    """The budget as a few plain lines (the Markdown and text forms share them)."""
+    r = report
+    if r.usable:
+        ctx = (f"Context {r.used:,} / {r.usable:,} usable ({r.fraction:.0%}) [{_bar(r.fraction)}]"
+               f"{' (estimated)' if r.used_estimated else ''}")
+        window = f"window {r.context:,}" if r.context else "window unknown"
+        if r.input_limit:
+            window += f", input limit {r.input_limit:,}"
+        ctx += f" · reserved {r.reserved:,} · max output {r.max_output:,} · {window}"
+    else:
+        ctx = f"Context {r.used:,} tokens · window unknown for {r.model} (set model_overrides)"
+    if r.auto_compact and r.usable:
+        compaction = f"compaction at {r.compaction_at:,} ({max(0, r.headroom):,} left)"
+        if r.overflow:
+            compaction = f"compaction due now ({r.used:,} ≥ {r.compaction_at:,})"
+    else:
+        compaction = "automatic compaction off"
+    if r.prune:
+        prune = (f"prune above {r.prune_trigger:,} tool-output tokens (now {r.tool_output_tokens:,}"
+                 f"{f', {r.prunable_tokens:,} prunable' if r.prunable_tokens else ''})")
+        if r.prune_due:
+            prune += " — due"
+    else:
+        prune = "pruning off"
+    done = (f" · {r.pruned_parts} output{'' if r.pruned_parts == 1 else 's'} pruned ({r.pruned_tokens:,} tokens)"
+            if r.pruned_parts else "")
+    history = (f"{len(r.steps)} steps · {r.turns} turns · {r.compactions} compactions"
+               f" · cost ${r.cost:.4f} · model {r.model}")
+    lines = [ctx, f"{compaction} · {prune}{done}", history]
+    if r.steps:
+        lines.append(f"per step: {r.sparkline()}")
+    return lines
+
+
+def budget_markdown(report: Any) -> str:
+    ctx, triggers, history, *spark = budget_lines(report)
+    out = [f"**📊 {ctx}**", triggers, history]
+    if spark:
+        out.append(f"`{spark[0]}`")
+    return "  \n".join(out)
+
+
+def plain_transcript(history: Sequence[WithParts], report: Any = None, session: Any = None,
+                     omitted: int = 0, limit: int = 4_000, unsaved: frozenset = frozenset()) -> str:
+    """A short plain-text form: one line per message, then the budget."""
+    lines = []
+    if session is not None:
+        lines.append(f"Session: {session.title}")
+    if omitted:
+        lines.append(f"({omitted} earlier messages not shown)")
+    for item in history:
+        info = item.info
+        if isinstance(info, UserMessage):
+            role = "compaction request" if any(isinstance(p, CompactionPart) for p in item.parts) else "user"
+        else:
+            role = "summary" if info.summary else "agent"
+        bits = []
+        for p in item.parts:
+            if isinstance(p, FilePart):
+                bits.append(f"[file {p.filename or p.mime}]")
+            elif attachment_of(p):
+                continue  # the file's text: the [file …] chip stands for it
+            elif isinstance(p, TextPart) and p.text and not p.ignored:
+                bits.append(" ".join(p.text.split())[:200])
+            elif isinstance(p, ToolPart):
+                pruned = " (pruned)" if isinstance(p.state, ToolCompleted) and p.state.time_compacted else ""
+                failed = f" {tool_error_class(p)}" if tool_error_class(p) else ""
+                bits.append(f"[{p.tool} {tool_status(p)}{failed}{pruned}]")
+            elif isinstance(p, RetryPart):
+                bits.append(f"[{retry_label(p)}]")
+            elif isinstance(p, CompactionPart):
+                bits.append("[compaction]")
+            elif isinstance(p, UnknownPart):
+                bits.append(f"[unknown {p.stored_type} part]")
+        if _unsaved(item, unsaved):
+            role += " (not saved)"
+        lines.append(f"{role}: {' '.join(bits)}".rstrip())
+    if report is not None:
+        lines.extend(budget_lines(report))
+    text = "\n".join(lines) or "(empty session)"
+    return text if len(text) <= limit else text[:limit] + " …"
+
+
+# --------------------------------------------------------------------------
+# display objects
+
+
+class TranscriptView:
+    """A session (or a part of one) with its budget, as the three-form bundle."""
+
+    def __init__(self, history: Sequence[WithParts], *, session: Any = None, report: Any = None,
+                 live: bool = False, max_messages: int = MAX_MESSAGES, omitted: int = 0,
+                 unsaved: frozenset = frozenset()):
+        self.unsaved = unsaved  # ids whose latest state is not saved yet (store.unsaved())
+        history = list(history)
+        if max_messages and len(history) > max_messages:
+            omitted += len(history) - max_messages
+            history = history[-max_messages:]
+        self.history, self.session, self.report = history, session, report
+        self.live, self.omitted = live, omitted
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return transcript_data(self.history, session=self.session, report=self.report,
+                               live=self.live, omitted=self.omitted, max_messages=0,
+                               unsaved=self.unsaved)
+
+    @property
+    def markdown(self) -> str:
+        return markdown_transcript(self.history, self.report, self.omitted, self.unsaved)
+
+    @property
+    def text(self) -> str:
+        return plain_transcript(self.history, self.report, self.session, self.omitted,
+                                unsaved=self.unsaved)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
+        # every form, live or not: redacted and encodable, whatever the history in memory holds
+        return clean_value({MIME_TYPE: self.data, "text/markdown": self.markdown,
+                            "text/plain": self.text})
+
+    def __repr__(self) -> str:
+        return clean(self.text)
+
+
+class BudgetView:
+    """The budget gauge alone (``%agent budget``)."""
+
+    def __init__(self, report: Any, session: Any = None):
+        self.report, self.session = report, session
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return transcript_data([], session=self.session, report=self.report, view="budget")
+
+    @property
+    def markdown(self) -> str:
+        return budget_markdown(self.report)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(budget_lines(self.report))
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
+        # every form, live or not: redacted and encodable, whatever the history in memory holds
+        return clean_value({MIME_TYPE: self.data, "text/markdown": self.markdown,
+                            "text/plain": self.text})
+
+    def __repr__(self) -> str:
+        return clean(self.text)
+
+
+# --------------------------------------------------------------------------
+# the live view
+
+
+class LiveView(Observer):
+    """Renders the running turn into one cell output, updating it in place.
+
+    With ``session`` (an ``AgentSession``) the view shows the whole turn — the
+    prompt, every step's message and parts, compaction messages — and the
+    session's budget, as the same bundle ``%agent show`` displays. The stored
+    history gives what is finished; the observer's events give the step in
+    flight (its text streaming, its tools changing state).
+    """
+
+    def __init__(self, live: bool = True, session: Any = None):
+        self.live = live
+        self.session = session
+        self.messages: dict[str, Any] = {}  # observed message infos by id
+        self.parts: dict[str, Part] = {}  # observed parts by id, in arrival order
+        self.streams: dict[str, list[str]] = {}
+        self._base: int | None = None  # index of the turn's prompt in session.history
+        self._model = None
+        self._report = None
+        self._handle = None
+        self._last = 0.0
+        self._interval = MIN_INTERVAL
+        self._final: TranscriptView | None = None  # the last final render (see _follow_title)
+
+    # Observer ---------------------------------------------------------------
+
+    def on_message(self, message: AssistantMessage) -> None:
+        self.messages[message.id] = message
+        self._report = None
+        self._render(force=True)
+
+    def on_part(self, part: Part) -> None:
+        self.parts[part.id] = part
+        if isinstance(part, (TextPart, ReasoningPart)) and part.time_end:
+            self.streams.pop(part.id, None)  # the stored text is final now
+        streaming = isinstance(part, (TextPart, ReasoningPart))
+        if not streaming:
+            self._report = None
+        self._render(force=not streaming)
+
+    def on_delta(self, part: Part, delta: str) -> None:
+        self.parts.setdefault(part.id, part)
+        self.streams.setdefault(part.id, []).append(delta)
+        self._render()
+
+    def on_part_removed(self, part_id: str) -> None:
+        self.parts.pop(part_id, None)
+        self.streams.pop(part_id, None)
+
+    def on_retry(self, attempt: int, delay: float, reason: str) -> None:
+        self._render(force=True)  # the retry part is already in self.parts
+
+    # state ------------------------------------------------------------------
+
+    def turn(self) -> list[WithParts]:
+        """The running turn: stored messages from its prompt on, merged with what is streaming."""
+        history = list(self.session.history) if self.session is not None else []
+        if self._base is None and history:
+            self._base = _prompt_index(history)
+        items: dict[str, tuple[Any, dict[str, Part]]] = {}
+        for item in history[self._base or 0:] if history else ():
+            items[item.info.id] = (item.info, {p.id: p for p in item.parts})
+        for mid, info in self.messages.items():
+            stored = items.get(mid)
+            items[mid] = (info if stored is None or _newer(info, stored[0]) else stored[0],
+                          stored[1] if stored else {})
+        for part in self.parts.values():
+            if part.id in self.streams and isinstance(part, (TextPart, ReasoningPart)):
+                part = replace(part, text=_settled("".join(self.streams[part.id])))
+            entry = items.get(part.message_id)
+            if entry is None:
+                continue  # a part of a message not announced (cannot happen with the processor)
+            entry[1][part.id] = part
+        return [WithParts(info, tuple(sorted(ps.values(), key=lambda p: p.id)))
+                for _, (info, ps) in sorted(items.items())]
+
+    def report(self, turn: Sequence[WithParts]):
+        if self.session is None:
+            return None
+        if self._report is None:
+            from ..loop.budget_report import budget_report
+
+            try:
+                if self._model is None:
+                    self._model = self.session.model_info(self.session.last_model() or None)
+                before = list(self.session.history[: self._base or 0])
+                self._report = budget_report(before + list(turn), self._model, self.session.settings.compaction)
+            except Exception:  # the budget is a view; never let it break a turn
+                return None
+        return self._report
+
+    def view(self, final: bool = False) -> TranscriptView:
+        turn = self.turn()
+        info = self.session.info if self.session is not None else None
+        unsaved = getattr(getattr(self.session, "store", None), "unsaved", frozenset)()
+        return TranscriptView(turn, session=info, report=self.report(turn), live=not final,
+                              omitted=self._base or 0, unsaved=unsaved)
+
+    def markdown(self) -> str:
+        return self.view().markdown
+
+    def finish(self) -> None:
+        """Final render; shows the transcript once when live updates were off. The first turn's
+        title is generated in the background after the turn (``session/title.py``): when it lands, this
+        output is rendered again with it, so its header does not keep the default title."""
+        self._report = None
+        self._render(force=True, final=True)
+        self._follow_title()
+
+    def _follow_title(self) -> None:
+        session, handle, shown = self.session, self._handle, self._final
+        if not self.live or session is None or handle is None or shown is None:
+            return
+        if shown.session is None or not getattr(shown.session, "has_default_title", False):
+            return
+        wait = getattr(session, "wait_title", None)
+        if wait is None:
+            return
+        import contextvars
+        import threading
+
+        def follow() -> None:
+            wait(TITLE_WAIT)
+            info = session.info
+            if info.title != shown.session.title:
+                shown.session = info  # only the header changes: the turn shown stays this one
+                handle.update(shown._repr_mimebundle_(), raw=True)
+
+        # the copied context carries the kernel's parent header: the update goes to this cell
+        threading.Thread(target=contextvars.copy_context().run, args=(follow,), daemon=True,
+                         name="jsa-title-follow").start()
+
+    def _render(self, force: bool = False, final: bool = False) -> None:
+        if not self.live and not final:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < self._interval:
+            return
+        self._last = now
+        from IPython.display import display
+
+        view = self.view(final=final)
+        if final:
+            self._final = view
+        bundle = view._repr_mimebundle_()
+        size = len(bundle["text/markdown"])
+        self._interval = SLOW_INTERVAL if size > LARGE_BUNDLE else MIN_INTERVAL
+        if self._handle is None:
+            self._handle = display(bundle, raw=True, display_id=True)
+        else:
+            self._handle.update(bundle, raw=True)
+
+
+def _settled(text: str) -> str:
+    """Streaming text without its unfinished last word: a key arriving in pieces is never shown
+    as a prefix too short to be recognised (a secret has no whitespace in it)."""
+    end = max(text.rfind(" "), text.rfind("\n"), text.rfind("\t"))
+    return text[: end + 1]
+
+
+def _prompt_index(history: Sequence[WithParts]) -> int:
+    """Index of the newest prompt typed by the user (not a compaction request, not synthetic)."""
+    for i in range(len(history) - 1, -1, -1):
+        item = history[i]
+        if isinstance(item.info, UserMessage) and not any(isinstance(p, CompactionPart) for p in item.parts) \
+                and any(isinstance(p, TextPart) and not p.synthetic for p in item.parts):
+            return i
+    return 0
+
+
+def _newer(a: Any, b: Any) -> bool:
+    """The observed copy of a message wins unless the stored one is completed and it is not."""
+    return not (getattr(b, "time_completed", None) and not getattr(a, "time_completed", None))

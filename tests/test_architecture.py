@@ -1,0 +1,219 @@
+"""The import contract of the package: folders are layers (docs/ARCHITECTURE.md).
+
+Bottom to top::
+
+    core                              values and policies
+    store  providers  tools  testing  the history, model access, the agent's tools, the test server
+    context                           what a %%agent prompt refers to and carries
+    loop                              one step, one turn, compaction
+    exchange  memory                  sessions out and in (export, import); cross-session memory
+    session                           the session API and what a session owns
+    analytics                         reports and plots
+    ui                                displays, widgets, magics, %agent subcommands, command line
+
+A module imports from its own folder and from folders of lower layers only (folders of the same
+layer do not import each other); every import counts, module-level or inside a function. The
+package's ``__init__`` (the facade: ``%load_ext``, ``sql()``) and ``__main__`` may import any
+layer; only ``ui`` imports the facade. No import cycle between modules; only ``providers/``
+imports ``openai``, only ``store/`` imports ``duckdb``; no module imports another module's
+underscore names; importing the package or any layer folder loads nothing heavy.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = "jupyter_session_agent"
+ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("core",),
+    ("store", "providers", "tools", "testing"),
+    ("context",),
+    ("loop",),
+    ("exchange", "memory"),
+    ("session",),
+    ("analytics",),
+    ("ui",),
+)
+RANK = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folders}
+FACADE = {PACKAGE, f"{PACKAGE}.__main__"}
+OWNERS = {"openai": "providers", "duckdb": "store"}  # third-party package -> the one folder
+HEAVY = ("openai", "duckdb", "pandas", "ipywidgets")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _folder(module: str) -> str | None:
+    """The layer folder of ``module`` (None for the facade and for a module outside the folders)."""
+    parts = module.split(".")
+    if module in FACADE or len(parts) < 2:
+        return None
+    if len(parts) == 2 and MODULES[module].name != "__init__.py":
+        return None  # a plain module at the top of the package
+    return parts[1]
+
+
+def _imports(module: str) -> list[tuple[int, str, list[str]]]:
+    """(line, absolute module, names) for every import of ``module``, nested ones included."""
+    path = MODULES[module]
+    is_package = path.name == "__init__.py"
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if is_package else module.split(".")[:-1]
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            out.append((node.lineno, target, [a.name for a in node.names]))
+    return out
+
+
+def _edges(module: str) -> list[tuple[int, str, list[str]]]:
+    """The package's modules ``module`` imports: (line, module, names taken from it)."""
+    out = []
+    for line, target, names in _imports(module):
+        if target != PACKAGE and not target.startswith(PACKAGE + "."):
+            continue
+        subs = [n for n in names if f"{target}.{n}" in MODULES]
+        out += [(line, f"{target}.{n}", []) for n in subs]
+        rest = [n for n in names if n not in subs]
+        if rest or not names:
+            out.append((line, target, rest))
+    return out
+
+
+def _where(module: str, line: int) -> str:
+    return f"{MODULES[module].relative_to(ROOT.parent)}:{line}"
+
+
+def test_every_module_is_in_a_layer_folder():
+    stray = [m for m in MODULES if m not in FACADE and _folder(m) not in RANK]
+    assert not stray, (
+        "modules outside the layer folders (move each into the folder of its "
+        f"layer, see this file's docstring): {stray}"
+    )
+
+
+def test_imports_follow_the_layers():
+    wrong = []
+    for module in MODULES:
+        if module in FACADE:
+            continue
+        here = _folder(module)
+        for line, target, _ in _edges(module):
+            if target in FACADE:
+                if here != "ui":
+                    wrong.append(f"{_where(module, line)}: {module} imports the package facade")
+                continue
+            there = _folder(target)
+            if there == here or there is None or here is None:
+                continue
+            if RANK.get(there, 99) >= RANK.get(here, -1):
+                wrong.append(f"{_where(module, line)}: {here}/ imports {there}/ ({target})")
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        item = stack.pop()
+                        on_stack.discard(item)
+                        component.append(item)
+                        if item == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycles():
+    graph = {m: {t for _, t, _ in _edges(m) if t in MODULES and t != m} for m in MODULES}
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles (each line: modules that import each other):\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+def test_only_one_folder_imports_openai_and_one_duckdb():
+    wrong = []
+    for module in MODULES:
+        for line, target, _ in _imports(module):
+            top = target.split(".")[0]
+            if top in OWNERS and _folder(module) != OWNERS[top]:
+                wrong.append(f"{_where(module, line)}: imports {top} (only {OWNERS[top]}/ may)")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_imports_another_modules_private_names():
+    wrong = []
+    for module in MODULES:
+        for line, target, names in _edges(module):
+            private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+            if private and target != module:
+                wrong.append(f"{_where(module, line)}: from {target} import {', '.join(private)}")
+    assert not wrong, (
+        "private names imported from another module (make them public, or move "
+        "the code that needs them):\n" + "\n".join(wrong)
+    )
+
+
+def test_importing_the_package_and_its_layer_folders_loads_nothing_heavy():
+    folders = sorted({f for f in RANK if (ROOT / f / "__init__.py").exists()})
+    code = "\n".join(
+        [f"import {PACKAGE}"]
+        + [f"import {PACKAGE}.{f}" for f in folders]
+        + [f"import sys; print(','.join(m for m in {HEAVY!r} if m in sys.modules))"]
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"loaded at import time: {out.stdout.strip()}"
