@@ -23,12 +23,15 @@ _notebook: Path | None = None  # the notebook whose cells run now
 
 def pytest_collection_modifyitems(session, config, items):
     global _server, _base_url
-    notebooks = sorted({Path(str(item.fspath)) for item in items if str(item.fspath).endswith(".ipynb")})
+    notebooks = sorted(
+        {Path(str(item.fspath)) for item in items if str(item.fspath).endswith(".ipynb")}
+    )
     if not notebooks or _server is not None:
         return
     _server = subprocess.Popen(
         [sys.executable, "-m", "jupyter_session_agent.testing.scripted_server", "--port", "0"],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     base_url = _base_url = _server.stdout.readline().strip()
     replies = []
@@ -37,8 +40,10 @@ def pytest_collection_modifyitems(session, config, items):
         if script.exists():
             replies.extend(json.loads(script.read_text()))
     request = urllib.request.Request(
-        base_url.rsplit("/v1", 1)[0] + "/_script", data=json.dumps(replies).encode(),
-        headers={"Content-Type": "application/json"}, method="POST",
+        base_url.rsplit("/v1", 1)[0] + "/_script",
+        data=json.dumps(replies).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
     )
     urllib.request.urlopen(request, timeout=10).read()
     os.environ["OPENAI_BASE_URL"] = base_url
@@ -55,10 +60,15 @@ def pytest_runtest_setup(item):
         return
     _notebook = path
     script = path.with_suffix(".replies.json")
-    for route, body in (("/_reset", {}), ("/_script", json.loads(script.read_text()) if script.exists() else [])):
+    for route, body in (
+        ("/_reset", {}),
+        ("/_script", json.loads(script.read_text()) if script.exists() else []),
+    ):
         request = urllib.request.Request(
-            _base_url.rsplit("/v1", 1)[0] + route, data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"}, method="POST",
+            _base_url.rsplit("/v1", 1)[0] + route,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
         )
         urllib.request.urlopen(request, timeout=10).read()
 

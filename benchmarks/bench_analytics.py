@@ -29,8 +29,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jupyter_session_agent.core import ids  # noqa: E402
 from jupyter_session_agent.core.messages import (  # noqa: E402
-    AssistantMessage, ModelRef, ReasoningPart, Session, StepFinishPart, StepStartPart, TextPart, Tokens,
-    ToolCompleted, ToolError, ToolPart, UserMessage,
+    AssistantMessage,
+    ModelRef,
+    ReasoningPart,
+    Session,
+    StepFinishPart,
+    StepStartPart,
+    TextPart,
+    Tokens,
+    ToolCompleted,
+    ToolError,
+    ToolPart,
+    UserMessage,
 )
 from jupyter_session_agent.store import Store  # noqa: E402
 
@@ -40,45 +50,101 @@ MODELS = (("openai", "gpt-4o"), ("openai", "gpt-4o-mini"), ("anthropic", "claude
 QUERIES = {
     # the store benchmark's group-by: the plain part view
     "part: group by session": (
-        "part", "SELECT session_id, count(*) parts, sum(cost) cost, sum(output_tokens) output, "
-                "count(*) FILTER (WHERE type = 'tool') tools FROM part GROUP BY session_id ORDER BY cost DESC"),
+        "part",
+        "SELECT session_id, count(*) parts, sum(cost) cost, sum(output_tokens) output, "
+        "count(*) FILTER (WHERE type = 'tool') tools FROM part GROUP BY session_id ORDER BY cost DESC",
+    ),
     "part: tool status by tool": (
-        "part", "SELECT tool, status, count(*) n FROM part WHERE type = 'tool' GROUP BY ALL ORDER BY n DESC"),
+        "part",
+        "SELECT tool, status, count(*) n FROM part WHERE type = 'tool' GROUP BY ALL ORDER BY n DESC",
+    ),
     "step: cost per day by model": (
-        "step", "SELECT CAST(time AS DATE) AS date, model, sum(cost) cost, sum(input_tokens) input, count(*) calls "
-                "FROM step GROUP BY ALL ORDER BY date, model"),
+        "step",
+        "SELECT CAST(time AS DATE) AS date, model, sum(cost) cost, sum(input_tokens) input, count(*) calls "
+        "FROM step GROUP BY ALL ORDER BY date, model",
+    ),
     "step: cache ratio, latency p50/p95 by model": (
-        "step", "SELECT model, sum(cache_read_tokens) / sum(prompt_tokens) cache_ratio, "
-                "quantile_cont(latency_ms, [0.5, 0.95]) latency FROM step GROUP BY model"),
+        "step",
+        "SELECT model, sum(cache_read_tokens) / sum(prompt_tokens) cache_ratio, "
+        "quantile_cont(latency_ms, [0.5, 0.95]) latency FROM step GROUP BY model",
+    ),
     "tool_call: failure rate by tool": (
-        "tool_call", "SELECT tool, count(*) FILTER (WHERE status IN ('error', 'interrupted')) / count(*) rate, "
-                     "count(*) calls FROM tool_call GROUP BY tool ORDER BY rate DESC"),
+        "tool_call",
+        "SELECT tool, count(*) FILTER (WHERE status IN ('error', 'interrupted')) / count(*) rate, "
+        "count(*) calls FROM tool_call GROUP BY tool ORDER BY rate DESC",
+    ),
 }
 
 
 def turn(session_id: str, t: int, n: int) -> list:
     """One user message + one assistant step: 2 messages, 6 parts."""
     provider, model = MODELS[n % 3]
-    user = UserMessage(id=ids.ascending("message"), session_id=session_id, time_created=t,
-                       model=ModelRef(provider, model))
+    user = UserMessage(
+        id=ids.ascending("message"),
+        session_id=session_id,
+        time_created=t,
+        model=ModelRef(provider, model),
+    )
     tokens = Tokens(input=900 + n % 500, output=120, cache_read=400 * (n % 2))
-    reply = AssistantMessage(id=ids.ascending("message"), session_id=session_id, parent_id=user.id,
-                             time_created=t, provider_id=provider, model_id=model, path={"cwd": "/w", "root": "/w"},
-                             cost=0.0012, finish="tool-calls", tokens=tokens, time_completed=t + 900)
+    reply = AssistantMessage(
+        id=ids.ascending("message"),
+        session_id=session_id,
+        parent_id=user.id,
+        time_created=t,
+        provider_id=provider,
+        model_id=model,
+        path={"cwd": "/w", "root": "/w"},
+        cost=0.0012,
+        finish="tool-calls",
+        tokens=tokens,
+        time_completed=t + 900,
+    )
     keys = dict(session_id=session_id, message_id=reply.id)
-    state = (ToolError(input={"command": "ls -la"}, error="exit 2", time_start=t, time_end=t + 30) if n % 7 == 0
-             else ToolCompleted(input={"command": "ls -la"}, output="file.txt\n" * 30, title="ls -la",
-                                metadata={"exit": 0}, time_start=t, time_end=t + 30))
+    state = (
+        ToolError(input={"command": "ls -la"}, error="exit 2", time_start=t, time_end=t + 30)
+        if n % 7 == 0
+        else ToolCompleted(
+            input={"command": "ls -la"},
+            output="file.txt\n" * 30,
+            title="ls -la",
+            metadata={"exit": 0},
+            time_start=t,
+            time_end=t + 30,
+        )
+    )
     return [
-        user, TextPart(id=ids.ascending("part"), session_id=session_id, message_id=user.id,
-                       text="please list the files " * 5),
-        reply, StepStartPart(id=ids.ascending("part"), **keys),
+        user,
+        TextPart(
+            id=ids.ascending("part"),
+            session_id=session_id,
+            message_id=user.id,
+            text="please list the files " * 5,
+        ),
+        reply,
+        StepStartPart(id=ids.ascending("part"), **keys),
         ReasoningPart(id=ids.ascending("part"), text="I should run ls. " * 8, time_start=t, **keys),
-        ToolPart(id=ids.ascending("part"), call_id="call_1", tool=("bash", "read", "grep")[n % 3], state=state,
-                 **keys),
-        TextPart(id=ids.ascending("part"), text="Here are the files.", time_start=t, time_end=t + 5, **keys),
-        StepFinishPart(id=ids.ascending("part"), reason="tool-calls", cost=0.0012, tokens=tokens,
-                       metadata={"latencyMs": 400 + n % 900, "firstTokenMs": 100 + n % 200, "attempts": 1}, **keys),
+        ToolPart(
+            id=ids.ascending("part"),
+            call_id="call_1",
+            tool=("bash", "read", "grep")[n % 3],
+            state=state,
+            **keys,
+        ),
+        TextPart(
+            id=ids.ascending("part"),
+            text="Here are the files.",
+            time_start=t,
+            time_end=t + 5,
+            **keys,
+        ),
+        StepFinishPart(
+            id=ids.ascending("part"),
+            reason="tool-calls",
+            cost=0.0012,
+            tokens=tokens,
+            metadata={"latencyMs": 400 + n % 900, "firstTokenMs": 100 + n % 200, "attempts": 1},
+            **keys,
+        ),
     ]
 
 
@@ -92,7 +158,13 @@ def build(data_dir: Path, parts: int) -> str:
     def session(turns: int) -> str:
         nonlocal n
         t = t0 + (n * 6 * 30 * DAY) // parts  # spread over 30 days, in write order
-        info = Session(id=ids.descending("session"), directory="/w", title=f"s{n}", time_created=t, time_updated=t)
+        info = Session(
+            id=ids.descending("session"),
+            directory="/w",
+            title=f"s{n}",
+            time_created=t,
+            time_updated=t,
+        )
         store.put(info, time_created=t)
         for i in range(turns):
             t = t0 + (n * 6 * 30 * DAY) // parts
@@ -109,8 +181,10 @@ def build(data_dir: Path, parts: int) -> str:
     wrote = time.perf_counter() - start
     start = time.perf_counter()
     store.close()  # compacts the journal into Parquet (and merges it), as every finished kernel does
-    print(f"history: {n * 6:,} parts, {n * 2:,} messages in {n // 20:,} sessions; "
-          f"written in {wrote:.0f} s, compacted and merged in {time.perf_counter() - start:.1f} s")
+    print(
+        f"history: {n * 6:,} parts, {n * 2:,} messages in {n // 20:,} sessions; "
+        f"written in {wrote:.0f} s, compacted and merged in {time.perf_counter() - start:.1f} s"
+    )
     return big
 
 
@@ -132,8 +206,10 @@ def timed(fn, runs: int) -> list[float]:
 
 
 def fmt(times: list[float], unit: float = 1.0, suffix: str = "s", digits: int = 3) -> str:
-    return (f"median {statistics.median(times) * unit:.{digits}f} {suffix} (min {min(times) * unit:.{digits}f}, "
-            f"CPU median {statistics.median(CPU) * unit:.{digits}f}, n={len(times)})")
+    return (
+        f"median {statistics.median(times) * unit:.{digits}f} {suffix} (min {min(times) * unit:.{digits}f}, "
+        f"CPU median {statistics.median(CPU) * unit:.{digits}f}, n={len(times)})"
+    )
 
 
 def bench_views(data_dir: Path, runs: int) -> None:
@@ -157,14 +233,20 @@ def bench_views(data_dir: Path, runs: int) -> None:
         theirs_cpu = statistics.median(CPU)
         ratios.append(ours / theirs)
         cpu_ratios.append(ours_cpu / theirs_cpu)
-        print(f"{label:<46} {ours * 1e3:>8.1f}ms {theirs * 1e3:>10.1f}ms {ours / theirs:>6.2f}x "
-              f"{ours_cpu / theirs_cpu:>9.2f}x")
-    print(f"ratio: median {statistics.median(ratios):.2f}x, worst {max(ratios):.2f}x (target <= 1.5x); "
-          f"CPU: median {statistics.median(cpu_ratios):.2f}x, worst {max(cpu_ratios):.2f}x")
+        print(
+            f"{label:<46} {ours * 1e3:>8.1f}ms {theirs * 1e3:>10.1f}ms {ours / theirs:>6.2f}x "
+            f"{ours_cpu / theirs_cpu:>9.2f}x"
+        )
+    print(
+        f"ratio: median {statistics.median(ratios):.2f}x, worst {max(ratios):.2f}x (target <= 1.5x); "
+        f"CPU: median {statistics.median(cpu_ratios):.2f}x, worst {max(cpu_ratios):.2f}x"
+    )
 
     # what a query costs when another process appended since the last one
     writer = Store(data_dir)
-    session = Session(id=ids.descending("session"), directory="/w", title="new", time_created=0, time_updated=0)
+    session = Session(
+        id=ids.descending("session"), directory="/w", title="new", time_created=0, time_updated=0
+    )
     refresh, cpu = [], []
     for i in range(5):
         writer.put(session, *turn(session.id, int(time.time() * 1000), i))
@@ -174,7 +256,9 @@ def bench_views(data_dir: Path, runs: int) -> None:
         refresh.append(time.perf_counter() - start)
         cpu.append(time.process_time() - cpu_start)
     CPU[:] = cpu
-    print(f"group-by right after another process appended a step (reads it first): {fmt(refresh, 1e3, 'ms', 1)}")
+    print(
+        f"group-by right after another process appended a step (reads it first): {fmt(refresh, 1e3, 'ms', 1)}"
+    )
     writer.close()
 
 
@@ -197,7 +281,9 @@ def bench_load(data_dir: Path, big: str, runs: int) -> None:
         cpu += CPU
     CPU[:] = cpu
     print(f"  messages(), views defined, nothing decoded yet:    {fmt(times)}")
-    print(f"  messages(), same store again (values cached):       {fmt(timed(lambda: store.messages(big), runs))}")
+    print(
+        f"  messages(), same store again (values cached):       {fmt(timed(lambda: store.messages(big), runs))}"
+    )
 
 
 def main() -> None:

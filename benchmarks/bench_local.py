@@ -24,7 +24,9 @@ MESSAGES = [{"role": "user", "content": "Say hello in five words."}]
 LONG = [{"role": "user", "content": "Write a long story about a dragon who learns to cook."}]
 
 
-def stream_once(client, max_tokens: int = 16, messages: list = MESSAGES) -> tuple[float, float, int]:
+def stream_once(
+    client, max_tokens: int = 16, messages: list = MESSAGES
+) -> tuple[float, float, int]:
     """(seconds to first content token, seconds to end, chunks with content)."""
     t0 = time.perf_counter()
     first, n = None, 0
@@ -68,7 +70,9 @@ def main() -> None:
             print(f"warm: first token (median of 5)   {ttft * 1000:6.0f} ms")
             print(f"warm: {tokens:.0f}-chunk completion          {total * 1000:6.0f} ms")
             rate = (long_n - 1) / max(long_total - long_first, 1e-9)
-            print(f"warm: story, {long_n} chunks (max 256)    {long_total:6.2f} s ({rate:.0f} chunks/s after the first)")
+            print(
+                f"warm: story, {long_n} chunks (max 256)    {long_total:6.2f} s ({rate:.0f} chunks/s after the first)"
+            )
         finally:
             server.stop()
 

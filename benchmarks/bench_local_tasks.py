@@ -54,8 +54,13 @@ def outcome_of(namespace, added, prompt: str = "") -> tasksuite.Outcome:
         for part in message.parts:
             if part.type == "tool" and part.tool == "python":
                 codes.append(str((part.state.input or {}).get("code", "")))
-                outputs.append(str(getattr(part.state, "output", None) or getattr(part.state, "error", "")
-                                   or ""))
+                outputs.append(
+                    str(
+                        getattr(part.state, "output", None)
+                        or getattr(part.state, "error", "")
+                        or ""
+                    )
+                )
     answer = ""
     for message in reversed(added):
         texts = [p.text for p in message.parts if p.type == "text" and p.text and not p.synthetic]
@@ -65,8 +70,16 @@ def outcome_of(namespace, added, prompt: str = "") -> tasksuite.Outcome:
     return tasksuite.Outcome(answer, tuple(codes), tuple(outputs), namespace, prompt)
 
 
-def run(tasks, *, protocol: str = "code", max_steps: int = 3, local_context: int = 4096,
-        run_dir: str | None = None, verbose: bool = False, stop: bool = True) -> list[Result]:
+def run(
+    tasks,
+    *,
+    protocol: str = "code",
+    max_steps: int = 3,
+    local_context: int = 4096,
+    run_dir: str | None = None,
+    verbose: bool = False,
+    stop: bool = True,
+) -> list[Result]:
     """Each task in its own process, all on one server in ``run_dir`` (default: a fresh one,
     so that the first task's turn starts the server). Returns one Result per task."""
     from jupyter_session_agent.providers.local import stop_server
@@ -78,25 +91,59 @@ def run(tasks, *, protocol: str = "code", max_steps: int = 3, local_context: int
     results = []
     try:
         for task in tasks:
-            command = [sys.executable, __file__, "--one", task.name, "--protocol", protocol,
-                       "--max-steps", str(max_steps), "--context", str(local_context), "--data", data_dir]
+            command = [
+                sys.executable,
+                __file__,
+                "--one",
+                task.name,
+                "--protocol",
+                protocol,
+                "--max-steps",
+                str(max_steps),
+                "--context",
+                str(local_context),
+                "--data",
+                data_dir,
+            ]
             try:
-                done = subprocess.run(command, env=env, capture_output=True, text=True,
-                                      timeout=TURN_LIMIT + 60)
+                done = subprocess.run(
+                    command, env=env, capture_output=True, text=True, timeout=TURN_LIMIT + 60
+                )
                 row = json.loads(done.stdout.strip().splitlines()[-1])
             except subprocess.TimeoutExpired:
-                row = {"passed": False, "seconds": float(TURN_LIMIT + 60), "steps": 0, "asked": 0,
-                       "error": "killed: the turn outlived the time limit"}
+                row = {
+                    "passed": False,
+                    "seconds": float(TURN_LIMIT + 60),
+                    "steps": 0,
+                    "asked": 0,
+                    "error": "killed: the turn outlived the time limit",
+                }
             except (ValueError, IndexError):
-                row = {"passed": False, "seconds": 0.0, "steps": 0, "asked": 0,
-                       "error": "no result: " + (done.stderr.strip().splitlines() or ["?"])[-1]}
-            result = Result(task, row["passed"], row["seconds"], row["steps"], row["asked"],
-                            tuple(row.get("codes", ())), row.get("answer", ""), row.get("error", ""))
+                row = {
+                    "passed": False,
+                    "seconds": 0.0,
+                    "steps": 0,
+                    "asked": 0,
+                    "error": "no result: " + (done.stderr.strip().splitlines() or ["?"])[-1],
+                }
+            result = Result(
+                task,
+                row["passed"],
+                row["seconds"],
+                row["steps"],
+                row["asked"],
+                tuple(row.get("codes", ())),
+                row.get("answer", ""),
+                row.get("error", ""),
+            )
             results.append(result)
             if verbose:
                 mark = "ok  " if result.passed else "FAIL"
-                print(f"{mark} {task.name:9s} {result.seconds:5.1f}s {result.steps} step(s) "
-                      f"codes={list(result.codes)!r} answer={result.answer[:80]!r} {result.error}", flush=True)
+                print(
+                    f"{mark} {task.name:9s} {result.seconds:5.1f}s {result.steps} step(s) "
+                    f"codes={list(result.codes)!r} answer={result.answer[:80]!r} {result.error}",
+                    flush=True,
+                )
     finally:
         if stop:
             stop_server(run_dir)
@@ -117,11 +164,19 @@ def one(name: str, *, protocol: str, max_steps: int, local_context: int, data_di
     ip = InteractiveShell.instance()
     ip.run_line_magic("load_ext", "jupyter_session_agent")
     magics = ip.magics_manager.registry["AgentMagics"]
-    magics.data_dir, magics.max_steps, magics.titles, magics.live = data_dir, max_steps, False, False
+    magics.data_dir, magics.max_steps, magics.titles, magics.live = (
+        data_dir,
+        max_steps,
+        False,
+        False,
+    )
     magics.local_context, magics.request_timeout = local_context, float(TURN_LIMIT)
     magics.code_actions = "auto" if protocol == "code" else "off"
     if protocol == "native":
-        magics.permission = {"*": "deny", "python": "ask"}  # only python offered, as with code actions
+        magics.permission = {
+            "*": "deny",
+            "python": "ask",
+        }  # only python offered, as with code actions
     ip.run_cell(tasksuite.SETUP, silent=True)
     session = magics.current(new=True)
     approver = session.approver = ScriptedApprover(["always"] * 10)
@@ -138,9 +193,15 @@ def one(name: str, *, protocol: str, max_steps: int, local_context: int, data_di
         signal.alarm(0)
     seconds = time.perf_counter() - t0
     outcome = outcome_of(ip.user_ns, added, task.prompt)
-    return {"passed": not error and task.passed(outcome), "seconds": seconds,
-            "steps": sum(1 for m in added if m.info.role == "assistant"), "asked": len(approver.asked),
-            "codes": list(outcome.codes), "answer": outcome.answer, "error": error}
+    return {
+        "passed": not error and task.passed(outcome),
+        "seconds": seconds,
+        "steps": sum(1 for m in added if m.info.role == "assistant"),
+        "asked": len(approver.asked),
+        "codes": list(outcome.codes),
+        "answer": outcome.answer,
+        "error": error,
+    }
 
 
 def report(results: list[Result], label: str) -> str:
@@ -177,13 +238,27 @@ def main() -> None:
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one(args.one, protocol=args.protocol, max_steps=args.max_steps,
-                             local_context=args.context, data_dir=args.data)))
+        print(
+            json.dumps(
+                one(
+                    args.one,
+                    protocol=args.protocol,
+                    max_steps=args.max_steps,
+                    local_context=args.context,
+                    data_dir=args.data,
+                )
+            )
+        )
         return
     tasks = tasksuite.by_name(args.tasks.split(",") if args.tasks else None)
     t0 = time.perf_counter()
-    results = run(tasks, protocol=args.protocol, max_steps=args.max_steps, local_context=args.context,
-                  verbose=args.verbose)
+    results = run(
+        tasks,
+        protocol=args.protocol,
+        max_steps=args.max_steps,
+        local_context=args.context,
+        verbose=args.verbose,
+    )
     print(report(results, f"{args.protocol} protocol"))
     print(f"(wall time {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.1f})")
 

@@ -60,9 +60,11 @@ def main() -> None:
     for tools in (True, False):
         first, warm, tokens = run(args.warm, tools)
         label = "python offered (code actions)" if tools else "no tools"
-        print(f"{label}: first %%agent turn (cold server) {first:.1f} s; warm turn median "
-              f"{statistics.median(warm):.1f} s (min {min(warm):.1f}, max {max(warm):.1f}); "
-              f"prompt tokens {tokens[0]}–{tokens[-1]}")
+        print(
+            f"{label}: first %%agent turn (cold server) {first:.1f} s; warm turn median "
+            f"{statistics.median(warm):.1f} s (min {min(warm):.1f}, max {max(warm):.1f}); "
+            f"prompt tokens {tokens[0]}–{tokens[-1]}"
+        )
 
 
 if __name__ == "__main__":

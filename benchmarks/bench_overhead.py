@@ -36,8 +36,12 @@ print(time.perf_counter() - t)
 def import_time(body: str, runs: int) -> float:
     times = []
     for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c", IMPORT_PROBE.format(body=body)],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", IMPORT_PROBE.format(body=body)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         times.append(float(out.stdout.strip().splitlines()[-1]))
     return statistics.median(times)
 
@@ -45,15 +49,18 @@ def import_time(body: str, runs: int) -> float:
 def turn_overhead(turns: int, delay: float) -> tuple[float, float]:
     import openai
 
-    from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
-    from jupyter_session_agent.session.agent_session import AgentSession
     from jupyter_session_agent.core.settings import Settings
+    from jupyter_session_agent.session.agent_session import AgentSession
+    from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 
     with ScriptedServer() as server, tempfile.TemporaryDirectory() as tmp:
         os.environ["OPENAI_BASE_URL"] = server.base_url
         os.environ["OPENAI_API_KEY"] = "sk-bench"
-        settings = Settings(model="openai/scripted", data_dir=tmp,
-                            model_overrides={"openai/scripted": {"context": 128_000, "output": 4096}})
+        settings = Settings(
+            model="openai/scripted",
+            data_dir=tmp,
+            model_overrides={"openai/scripted": {"context": 128_000, "output": 4096}},
+        )
         session = AgentSession.create(settings, directory=tmp)
         client = openai.OpenAI(base_url=server.base_url, api_key="sk-bench", max_retries=0)
         reply = Reply(text=REPLY_TEXT, delay=delay)
@@ -82,14 +89,20 @@ def main() -> None:
 
     ext = import_time("ip.run_line_magic('load_ext', 'jupyter_session_agent')", args.import_runs)
     base = import_time("ip.run_line_magic('load_ext', 'autoreload')", args.import_runs)
-    print(f"(a) import + %load_ext jupyter_session_agent: {ext * 1000:.1f} ms "
-          f"(baseline %load_ext autoreload: {base * 1000:.1f} ms; ratio {ext / base:.2f}; target < 150 ms)")
+    print(
+        f"(a) import + %load_ext jupyter_session_agent: {ext * 1000:.1f} ms "
+        f"(baseline %load_ext autoreload: {base * 1000:.1f} ms; ratio {ext / base:.2f}; target < 150 ms)"
+    )
 
-    for delay, label in ((0.0, "server with no delay (worst case for the ratio)"),
-                         (0.002, "server streaming 2 ms per chunk (250 chunks)")):
+    for delay, label in (
+        (0.0, "server with no delay (worst case for the ratio)"),
+        (0.002, "server streaming 2 ms per chunk (250 chunks)"),
+    ):
         ours, raw = turn_overhead(args.turns, delay)
-        print(f"(b) per turn, {label}: ours {ours * 1000:.1f} ms, raw openai {raw * 1000:.1f} ms, "
-              f"ratio {ours / raw:.2f} (target ≤ 1.2)")
+        print(
+            f"(b) per turn, {label}: ours {ours * 1000:.1f} ms, raw openai {raw * 1000:.1f} ms, "
+            f"ratio {ours / raw:.2f} (target ≤ 1.2)"
+        )
 
 
 if __name__ == "__main__":

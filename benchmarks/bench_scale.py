@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import statistics
 import subprocess
@@ -57,9 +56,9 @@ def questions() -> dict[str, str]:
 
 EXTRA = {  # the issue's own example: the first group-by over part
     "part: group by session": "SELECT session_id, count(*) parts, sum(cost) cost, "
-                              "sum(output_tokens) output, "
-                              "count(*) FILTER (WHERE type = 'tool') tools "
-                              "FROM part GROUP BY session_id ORDER BY cost DESC",
+    "sum(output_tokens) output, "
+    "count(*) FILTER (WHERE type = 'tool') tools "
+    "FROM part GROUP BY session_id ORDER BY cost DESC",
 }
 
 
@@ -69,18 +68,25 @@ def raw_rows(turns: int, parts: int, t0: int, first: int, last: int) -> str:
     big = BIG_TURNS
 
     def ident(prefix: str, value: str, seed: str = "n") -> str:  # an id as ids.py makes them
-        return (f"'{prefix}_' || lpad(lower(hex({value})), 12, '0') || "
-                f"left(md5({seed}::VARCHAR), 14)")
+        return (
+            f"'{prefix}_' || lpad(lower(hex({value})), 12, '0') || left(md5({seed}::VARCHAR), 14)"
+        )
 
     part = {k: ident("prt", f"5000000000000 + n * 8 + {k}") for k in range(8)}
-    tokens = ("json_object('input', inp, 'output', 120, 'reasoning', 0, "
-              "'cache', json_object('read', cr, 'write', 0))")
-    tool = ("json_object('type', 'tool', 'callID', 'call_1', 'tool', tool, 'state', {state})")
-    failed = ("json_object('status', 'error', 'input', json_object('command', 'ls -la'), "
-              "'error', 'exit 2', 'time', json_object('start', t, 'end', t + 30))")
-    done = ("json_object('status', 'completed', 'input', json_object('command', 'ls -la'), "
-            "'output', repeat('file.txt' || chr(10), 30), 'title', 'ls -la', "
-            "'metadata', json_object('exit', 0), 'time', json_object('start', t, 'end', t + 30))")
+    tokens = (
+        "json_object('input', inp, 'output', 120, 'reasoning', 0, "
+        "'cache', json_object('read', cr, 'write', 0))"
+    )
+    tool = "json_object('type', 'tool', 'callID', 'call_1', 'tool', tool, 'state', {state})"
+    failed = (
+        "json_object('status', 'error', 'input', json_object('command', 'ls -la'), "
+        "'error', 'exit 2', 'time', json_object('start', t, 'end', t + 30))"
+    )
+    done = (
+        "json_object('status', 'completed', 'input', json_object('command', 'ls -la'), "
+        "'output', repeat('file.txt' || chr(10), 30), 'title', 'ls -la', "
+        "'metadata', json_object('exit', 0), 'time', json_object('start', t, 'end', t + 30))"
+    )
     return f"""
 WITH t AS (
   SELECT n, CASE WHEN n < {big} THEN 0 ELSE 1 + (n - {big}) // 20 END AS s,
@@ -147,12 +153,17 @@ def generate(data_dir: Path, parts: int) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     con = connect("3GB", data_dir / "spill")
     start = time.perf_counter()
-    bounds = [BIG_TURNS] + [BIG_TURNS + (turns - BIG_TURNS) * (i + 1) // files
-                            for i in range(files)]
+    bounds = [BIG_TURNS] + [
+        BIG_TURNS + (turns - BIG_TURNS) * (i + 1) // files for i in range(files)
+    ]
     bounds[-1] = turns
     for i, (first, last) in enumerate(zip([0] + bounds[:-1], bounds)):  # the big session first
-        copy(con, f"{typed(raw_rows(turns, parts, t0, first, last))} ORDER BY {ORDER}",
-             folder / f"bench-{i}-0000000{i}.parquet", {"level": 0})
+        copy(
+            con,
+            f"{typed(raw_rows(turns, parts, t0, first, last))} ORDER BY {ORDER}",
+            folder / f"bench-{i}-0000000{i}.parquet",
+            {"level": 0},
+        )
     con.close()
     generated = time.perf_counter() - start
     start = time.perf_counter()
@@ -160,8 +171,13 @@ def generate(data_dir: Path, parts: int) -> dict:
     took = time.perf_counter() - start
     shutil.rmtree(data_dir / "spill", ignore_errors=True)
     size = sum(p.stat().st_size for p in folder.glob("*.parquet"))
-    return {"turns": turns, "generated_s": generated, "merge_s": took, "merge": merged,
-            "bytes": size}
+    return {
+        "turns": turns,
+        "generated_s": generated,
+        "merge_s": took,
+        "merge": merged,
+        "bytes": size,
+    }
 
 
 CHILD = """
@@ -207,8 +223,12 @@ print(json.dumps({{"s": took, "cpu": cpu, "rss_mb": peak / 1024, "rows": len(fra
 
 def child(mode: str, data_dir: Path, query: str) -> dict:
     code = CHILD.format(root=str(ROOT))
-    done = subprocess.run([sys.executable, "-c", code, mode, str(data_dir), query],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code, mode, str(data_dir), query],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode:
         raise RuntimeError(done.stderr)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -228,17 +248,24 @@ def main() -> None:
         data_dir = args.keep or Path(tempfile.mkdtemp(prefix="bench-scale-"))
         tmp = None if args.keep else data_dir
         info = generate(data_dir, args.parts)
-        print(f"history: {info['turns'] * 6:,} parts, {info['turns'] * 2:,} messages; generated as "
-              f"small files in {info['generated_s']:.0f} s, merged in {info['merge_s']:.0f} s "
-              f"({info['merge']['files']} files, {info['bytes'] / 1e6:.0f} MB)")
+        print(
+            f"history: {info['turns'] * 6:,} parts, {info['turns'] * 2:,} messages; generated as "
+            f"small files in {info['generated_s']:.0f} s, merged in {info['merge_s']:.0f} s "
+            f"({info['merge']['files']} files, {info['bytes'] / 1e6:.0f} MB)"
+        )
     try:
         from jupyter_session_agent.store import Store
 
-        big = Store(data_dir).sql("SELECT session_id FROM session_summary "
-                                  "ORDER BY steps DESC LIMIT 1").session_id[0]
+        big = (
+            Store(data_dir)
+            .sql("SELECT session_id FROM session_summary ORDER BY steps DESC LIMIT 1")
+            .session_id[0]
+        )
         print("first query in a fresh process, median of fresh processes: wall s (CPU s), peak RSS")
-        print(f"{'question':<46} {'ours':>13} {'baseline':>13} {'ratio':>11} {'ours MB':>8} "
-              f"{'base MB':>8} {'ratio':>6}")
+        print(
+            f"{'question':<46} {'ours':>13} {'baseline':>13} {'ratio':>11} {'ours MB':>8} "
+            f"{'base MB':>8} {'ratio':>6}"
+        )
         ratios = []
         for label, query in {**EXTRA, **questions()}.items():
             ours, base = [], []
@@ -248,19 +275,26 @@ def main() -> None:
             assert ours[0]["rows"] == base[0]["rows"], (label, ours[0], base[0])
             (o_s, o_c, o_m), (b_s, b_c, b_m) = (
                 tuple(statistics.median(r[k] for r in x) for k in ("s", "cpu", "rss_mb"))
-                for x in (ours, base))
+                for x in (ours, base)
+            )
             ratios.append((o_s / b_s, o_c / b_c, o_m / b_m))
-            print(f"{label[:46]:<46} {o_s:>6.3f} ({o_c:.2f}) {b_s:>6.3f} ({b_c:.2f}) "
-                  f"{o_s / b_s:>4.2f}x ({o_c / b_c:.2f}) {o_m:>8.0f} {b_m:>8.0f} "
-                  f"{o_m / b_m:>5.2f}x")
+            print(
+                f"{label[:46]:<46} {o_s:>6.3f} ({o_c:.2f}) {b_s:>6.3f} ({b_c:.2f}) "
+                f"{o_s / b_s:>4.2f}x ({o_c / b_c:.2f}) {o_m:>8.0f} {b_m:>8.0f} "
+                f"{o_m / b_m:>5.2f}x"
+            )
         for i, what in enumerate(("wall time", "CPU time", "peak RSS")):
-            print(f"{what} ratio: median {statistics.median(r[i] for r in ratios):.2f}x, "
-                  f"worst {max(r[i] for r in ratios):.2f}x")
+            print(
+                f"{what} ratio: median {statistics.median(r[i] for r in ratios):.2f}x, "
+                f"worst {max(r[i] for r in ratios):.2f}x"
+            )
         print("targets: time <= 1.5x, memory <= 2x")
         loads = [child("load", data_dir, big) for _ in range(args.runs)]
         wall, cpu, peak = (statistics.median(r[k] for r in loads) for k in ("s", "cpu", "rss_mb"))
-        print(f"messages() of the 10,000-message session, fresh process: median {wall:.3f} s "
-              f"(CPU {cpu:.3f} s), peak RSS {peak:.0f} MB")
+        print(
+            f"messages() of the 10,000-message session, fresh process: median {wall:.3f} s "
+            f"(CPU {cpu:.3f} s), peak RSS {peak:.0f} MB"
+        )
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -39,7 +39,9 @@ def make(root: Path, kind: str) -> Path:
             sub = work / f"pkg{d:02d}"
             sub.mkdir()
             for f in range(100):
-                (sub / f"mod{f:03d}.py").write_text(f"# module {d}/{f}\nVALUE = {d * 100 + f}\n" * 20)
+                (sub / f"mod{f:03d}.py").write_text(
+                    f"# module {d}/{f}\nVALUE = {d * 100 + f}\n" * 20
+                )
     return work
 
 
@@ -59,7 +61,9 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        print(f"{'folder':8} {'first snapshot':>15} {'step, no change':>16} {'step, 1 file edited':>20}")
+        print(
+            f"{'folder':8} {'first snapshot':>15} {'step, no change':>16} {'step, 1 file edited':>20}"
+        )
         for kind in ("200mb", "5000", "both"):
             work = make(root, kind)
             snap = Snapshot(root / "data" / "snapshot" / kind, work)
@@ -68,8 +72,10 @@ def main() -> None:
             first = time.perf_counter() - t0
             idle = statistics.median(step(snap, None) for _ in range(args.repeat))
             edited = statistics.median(step(snap, work / "analysis.py") for _ in range(args.repeat))
-            print(f"{kind:8} {first * 1000:13.0f} ms {idle * 1000:14.1f} ms {edited * 1000:18.1f} ms"
-                  f"   (large files skipped: {list(snap.large_files)})")
+            print(
+                f"{kind:8} {first * 1000:13.0f} ms {idle * 1000:14.1f} ms {edited * 1000:18.1f} ms"
+                f"   (large files skipped: {list(snap.large_files)})"
+            )
 
 
 if __name__ == "__main__":

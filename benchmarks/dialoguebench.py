@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import sys
@@ -384,7 +383,8 @@ def evaluate(index, convs: list[Conversation], dirs: dict, embedder=None, ks=(5,
 
 def variants() -> dict:
     """The rankings compared (``--tune`` runs them all; the default run the three headline ones)."""
-    from jupyter_session_agent.memory.search import DEFAULT_RANKING as D, PLAIN_BM25
+    from jupyter_session_agent.memory.search import DEFAULT_RANKING as D
+    from jupyter_session_agent.memory.search import PLAIN_BM25
 
     return {
         "plain BM25": (PLAIN_BM25, False),
@@ -395,7 +395,8 @@ def variants() -> dict:
 
 def tuning() -> dict:
     """The variants tried on the development seed (docs/memory.md), each one change from ours."""
-    from jupyter_session_agent.memory.search import DEFAULT_RANKING as D, PLAIN_BM25
+    from jupyter_session_agent.memory.search import DEFAULT_RANKING as D
+    from jupyter_session_agent.memory.search import PLAIN_BM25
 
     out = {
         "bm25 + supersession": (replace(PLAIN_BM25, supersede=True), False),
@@ -536,9 +537,7 @@ def table(out: dict) -> str:
         "|---|---|---|" + "---|" * len(KINDS) + "---|---|---|---|",
     ]
     for name, row in out["results"].items():
-        cells = [
-            f"{row[k]['r@5']:.2f} / {row[k]['r@10']:.2f}" if k in row else "—" for k in KINDS
-        ]
+        cells = [f"{row[k]['r@5']:.2f} / {row[k]['r@10']:.2f}" if k in row else "—" for k in KINDS]
         para = row.get("paraphrase", {}).get("r@10")
         lines.append(
             f"| {name} | {row['all']['r@5']:.3f} | {row['all']['r@10']:.3f} | "

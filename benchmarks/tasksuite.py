@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 #: Run in the kernel before every task: the DataFrame the pandas tasks work on.
 SETUP = (
@@ -90,7 +91,9 @@ def shows_text(*expected: str, case: bool = False) -> Callable[[Outcome], bool]:
     def check(o: Outcome) -> bool:
         fold = (lambda t: t) if case else str.lower
         results, answer, prompt = fold(o.results), fold(o.answer), fold(o.prompt)
-        return all(fold(e) in results or (fold(e) in answer and fold(e) not in prompt) for e in expected)
+        return all(
+            fold(e) in results or (fold(e) in answer and fold(e) not in prompt) for e in expected
+        )
 
     return check
 
@@ -112,51 +115,147 @@ def _is_df(value: Any, rows: int) -> bool:
 TASKS: tuple[Task, ...] = (
     # arithmetic through python
     Task("pow", "python", "Compute 2**10 with python.", shows_number(1024)),
-    Task("sum100", "python", "What is the sum of the numbers from 1 to 100? Use python.", shows_number(5050)),
+    Task(
+        "sum100",
+        "python",
+        "What is the sum of the numbers from 1 to 100? Use python.",
+        shows_number(5050),
+    ),
     Task("mul", "python", "Use python to compute 17 * 23.", shows_number(391)),
     Task("fact", "python", "Compute the factorial of 6 with python.", shows_number(720)),
     Task("sqrt", "python", "What is the square root of 144? Use python.", shows_number(12)),
     Task("mod", "python", "Use python to compute 37 modulo 5.", shows_number(2)),
     Task("div", "python", "Compute 7 divided by 2 with python.", shows_number(3.5)),
-    Task("squares", "python", "Print the squares of 1 to 5 with python.", shows_text("1", "4", "9", "16", "25")),
-    Task("evens", "python", "Use python to count the even numbers between 1 and 20.", shows_number(10)),
+    Task(
+        "squares",
+        "python",
+        "Print the squares of 1 to 5 with python.",
+        shows_text("1", "4", "9", "16", "25"),
+    ),
+    Task(
+        "evens",
+        "python",
+        "Use python to count the even numbers between 1 and 20.",
+        shows_number(10),
+    ),
     Task("max", "python", "Use python to find the largest of 3, 17, 8 and 12.", shows_number(17)),
     # strings through python
     Task("reverse", "string", "Use python to reverse the string 'hello'.", shows_text("olleh")),
-    Task("upper", "string", "Use python to turn 'notebook' into upper case.", shows_text("NOTEBOOK", case=True)),
-    Task("len", "string", "How many characters are in the word 'jupyter'? Use python.", shows_number(7)),
+    Task(
+        "upper",
+        "string",
+        "Use python to turn 'notebook' into upper case.",
+        shows_text("NOTEBOOK", case=True),
+    ),
+    Task(
+        "len",
+        "string",
+        "How many characters are in the word 'jupyter'? Use python.",
+        shows_number(7),
+    ),
     Task("count", "string", "Use python to count the letter 'a' in 'banana'.", shows_number(3)),
-    Task("join", "string", "Use python to join the words 'data' and 'science' with a space.", shows_text("data science")),
-    Task("split", "string", "Use python to split 'a,b,c' on commas.", shows_text("'a'", "'b'", "'c'")),
-    Task("replace", "string", "Use python to replace 'cat' with 'dog' in 'my cat'.", shows_text("my dog")),
+    Task(
+        "join",
+        "string",
+        "Use python to join the words 'data' and 'science' with a space.",
+        shows_text("data science"),
+    ),
+    Task(
+        "split", "string", "Use python to split 'a,b,c' on commas.", shows_text("'a'", "'b'", "'c'")
+    ),
+    Task(
+        "replace",
+        "string",
+        "Use python to replace 'cat' with 'dog' in 'my cat'.",
+        shows_text("my dog"),
+    ),
     # variables in the kernel
     Task("x42", "variable", "Set the variable x to 42 in python.", kernel("x", lambda v: v == 42)),
-    Task("names", "variable", "Create a python list called names with 'a', 'b' and 'c'.",
-         kernel("names", lambda v: list(v) == ["a", "b", "c"])),
-    Task("sqlist", "variable", "Create a list called squares with the squares of 1 to 5 in python.",
-         kernel("squares", lambda v: list(v) == [1, 4, 9, 16, 25])),
-    Task("double", "variable", "Define a python function double(n) that returns n times 2.",
-         kernel("double", lambda f: f(4) == 8)),
-    Task("ages", "variable", "Create a dict called ages where 'ann' is 30 and 'bob' is 25, in python.",
-         kernel("ages", lambda v: dict(v) == {"ann": 30, "bob": 25})),
-    Task("total", "variable", "In python, set total to the sum of 10, 20 and 30.", kernel("total", lambda v: v == 60)),
-    Task("greeting", "variable", "Set a python variable greeting to the string 'hello world'.",
-         kernel("greeting", lambda v: v == "hello world")),
+    Task(
+        "names",
+        "variable",
+        "Create a python list called names with 'a', 'b' and 'c'.",
+        kernel("names", lambda v: list(v) == ["a", "b", "c"]),
+    ),
+    Task(
+        "sqlist",
+        "variable",
+        "Create a list called squares with the squares of 1 to 5 in python.",
+        kernel("squares", lambda v: list(v) == [1, 4, 9, 16, 25]),
+    ),
+    Task(
+        "double",
+        "variable",
+        "Define a python function double(n) that returns n times 2.",
+        kernel("double", lambda f: f(4) == 8),
+    ),
+    Task(
+        "ages",
+        "variable",
+        "Create a dict called ages where 'ann' is 30 and 'bob' is 25, in python.",
+        kernel("ages", lambda v: dict(v) == {"ann": 30, "bob": 25}),
+    ),
+    Task(
+        "total",
+        "variable",
+        "In python, set total to the sum of 10, 20 and 30.",
+        kernel("total", lambda v: v == 60),
+    ),
+    Task(
+        "greeting",
+        "variable",
+        "Set a python variable greeting to the string 'hello world'.",
+        kernel("greeting", lambda v: v == "hello world"),
+    ),
     # small pandas operations on df (see SETUP)
-    Task("rows", "pandas", "How many rows does the DataFrame df have? Use python.", shows_number(4)),
-    Task("mean_age", "pandas", "What is the mean of the age column of the DataFrame df? Use python.",
-         shows_number(31)),
-    Task("max_age", "pandas", "What is the largest age in the DataFrame df? Use python.", shows_number(42)),
-    Task("paris", "pandas", "Use python to count the rows of df whose city is 'Paris'.", shows_number(2)),
-    Task("columns", "pandas", "Use python to show the column names of the DataFrame df.",
-         shows_text("name", "age", "city")),
-    Task("older", "pandas", "Store the rows of df with age over 30 in a variable called older, in python.",
-         kernel("older", lambda v: _is_df(v, 2))),
-    Task("sum_age", "pandas", "Use python to compute the sum of the age column of df.", shows_number(124)),
+    Task(
+        "rows", "pandas", "How many rows does the DataFrame df have? Use python.", shows_number(4)
+    ),
+    Task(
+        "mean_age",
+        "pandas",
+        "What is the mean of the age column of the DataFrame df? Use python.",
+        shows_number(31),
+    ),
+    Task(
+        "max_age",
+        "pandas",
+        "What is the largest age in the DataFrame df? Use python.",
+        shows_number(42),
+    ),
+    Task(
+        "paris",
+        "pandas",
+        "Use python to count the rows of df whose city is 'Paris'.",
+        shows_number(2),
+    ),
+    Task(
+        "columns",
+        "pandas",
+        "Use python to show the column names of the DataFrame df.",
+        shows_text("name", "age", "city"),
+    ),
+    Task(
+        "older",
+        "pandas",
+        "Store the rows of df with age over 30 in a variable called older, in python.",
+        kernel("older", lambda v: _is_df(v, 2)),
+    ),
+    Task(
+        "sum_age",
+        "pandas",
+        "Use python to compute the sum of the age column of df.",
+        shows_number(124),
+    ),
     # factual one-liners
     Task("france", "fact", "What is the capital of France?", says("paris")),
     Task("japan", "fact", "What is the capital of Japan?", says("tokyo")),
-    Task("week", "fact", "How many days are in a week?", lambda o: 7 in numbers(o.answer) or "seven" in o.answer.lower()),
+    Task(
+        "week",
+        "fact",
+        "How many days are in a week?",
+        lambda o: 7 in numbers(o.answer) or "seven" in o.answer.lower(),
+    ),
     Task("planet", "fact", "Which planet is the largest in our solar system?", says("jupiter")),
     Task("water", "fact", "What is the chemical formula of water?", says("h2o", "h₂o")),
     Task("sky", "fact", "What color is the sky on a clear day?", says("blue")),

@@ -21,8 +21,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jupyter_session_agent.core import ids  # noqa: E402
 from jupyter_session_agent.core.messages import (  # noqa: E402
-    AssistantMessage, ModelRef, Session, StepFinishPart, TextPart, Tokens, ToolCompleted, ToolPart,
-    UserMessage, now_ms, replace,
+    AssistantMessage,
+    ModelRef,
+    Session,
+    StepFinishPart,
+    TextPart,
+    Tokens,
+    ToolCompleted,
+    ToolPart,
+    UserMessage,
+    now_ms,
+    replace,
 )
 from jupyter_session_agent.store import Store, merge  # noqa: E402
 
@@ -31,25 +40,62 @@ def session_values(tag: str, index: int, turns: int = 2) -> list:
     """A session with ``turns`` turns: a user message with a text part, an assistant message
     with a tool call and a step-finish (cost 0.01)."""
     now = now_ms()
-    session = Session(id=ids.descending("session"), directory="/w", title=f"{tag} {index}",
-                      time_created=now, time_updated=now)
+    session = Session(
+        id=ids.descending("session"),
+        directory="/w",
+        title=f"{tag} {index}",
+        time_created=now,
+        time_updated=now,
+    )
     values = [session]
     for turn in range(turns):
-        user = UserMessage(id=ids.ascending("message"), session_id=session.id, time_created=now,
-                           model=ModelRef("openai", "m"))
-        reply = AssistantMessage(id=ids.ascending("message"), session_id=session.id,
-                                 parent_id=user.id, time_created=now, provider_id="openai",
-                                 model_id="m", cost=0.01, tokens=Tokens(input=10, output=5))
+        user = UserMessage(
+            id=ids.ascending("message"),
+            session_id=session.id,
+            time_created=now,
+            model=ModelRef("openai", "m"),
+        )
+        reply = AssistantMessage(
+            id=ids.ascending("message"),
+            session_id=session.id,
+            parent_id=user.id,
+            time_created=now,
+            provider_id="openai",
+            model_id="m",
+            cost=0.01,
+            tokens=Tokens(input=10, output=5),
+        )
         keys = dict(session_id=session.id, message_id=reply.id)
         values += [
-            user, TextPart(id=ids.ascending("part"), session_id=session.id, message_id=user.id,
-                           text=f"{tag} {index} turn {turn}"),
+            user,
+            TextPart(
+                id=ids.ascending("part"),
+                session_id=session.id,
+                message_id=user.id,
+                text=f"{tag} {index} turn {turn}",
+            ),
             reply,
-            ToolPart(id=ids.ascending("part"), call_id=f"c{turn}", tool="bash", **keys,
-                     state=ToolCompleted(input={"command": "ls"}, output="a\n", title="ls",
-                                         metadata={}, time_start=now, time_end=now + 1)),
-            StepFinishPart(id=ids.ascending("part"), reason="stop", cost=0.01,
-                           tokens=Tokens(input=10, output=5), **keys),
+            ToolPart(
+                id=ids.ascending("part"),
+                call_id=f"c{turn}",
+                tool="bash",
+                **keys,
+                state=ToolCompleted(
+                    input={"command": "ls"},
+                    output="a\n",
+                    title="ls",
+                    metadata={},
+                    time_start=now,
+                    time_end=now + 1,
+                ),
+            ),
+            StepFinishPart(
+                id=ids.ascending("part"),
+                reason="stop",
+                cost=0.01,
+                tokens=Tokens(input=10, output=5),
+                **keys,
+            ),
         ]
     return values
 

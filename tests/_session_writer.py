@@ -17,15 +17,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jupyter_session_agent.session.agent_session import AgentSession  # noqa: E402
 from jupyter_session_agent.core.settings import Settings  # noqa: E402
+from jupyter_session_agent.session.agent_session import AgentSession  # noqa: E402
 from jupyter_session_agent.store import Store  # noqa: E402
 
 
 def main(data_dir: str, session_id: str, prompt: str) -> None:
-    settings = Settings(model="openai/scripted", data_dir=Path(data_dir), titles=False,
-                        max_retries=0, permission={"*": "allow"}, snapshot={"enabled": False},
-                        model_overrides={"openai/scripted": {"context": 100_000, "output": 4_096}})
+    settings = Settings(
+        model="openai/scripted",
+        data_dir=Path(data_dir),
+        titles=False,
+        max_retries=0,
+        permission={"*": "allow"},
+        snapshot={"enabled": False},
+        model_overrides={"openai/scripted": {"context": 100_000, "output": 4_096}},
+    )
     store = Store(data_dir)
     session = AgentSession.open(session_id, settings, store=store)
     print("opened", flush=True)

@@ -20,8 +20,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jupyter_session_agent.core import ids  # noqa: E402
 from jupyter_session_agent.core.messages import (  # noqa: E402
-    AssistantMessage, ModelRef, Session, StepStartPart, TextPart, ToolCompleted, ToolPart, ToolRunning,
-    UserMessage, now_ms,
+    AssistantMessage,
+    ModelRef,
+    Session,
+    StepStartPart,
+    TextPart,
+    ToolCompleted,
+    ToolPart,
+    ToolRunning,
+    UserMessage,
+    now_ms,
 )
 from jupyter_session_agent.store import Store  # noqa: E402
 
@@ -29,21 +37,54 @@ from jupyter_session_agent.store import Store  # noqa: E402
 def turn(tag: str, index: int, *, running: bool = False) -> list:
     """A session with a user message, an assistant message and three parts."""
     now = now_ms()
-    session = Session(id=ids.descending("session"), directory="/w", title=f"{tag} {index}",
-                      time_created=now, time_updated=now)
-    user = UserMessage(id=ids.ascending("message"), session_id=session.id, time_created=now,
-                       model=ModelRef("openai", "m"))
-    reply = AssistantMessage(id=ids.ascending("message"), session_id=session.id, parent_id=user.id,
-                             time_created=now, provider_id="openai", model_id="m")
+    session = Session(
+        id=ids.descending("session"),
+        directory="/w",
+        title=f"{tag} {index}",
+        time_created=now,
+        time_updated=now,
+    )
+    user = UserMessage(
+        id=ids.ascending("message"),
+        session_id=session.id,
+        time_created=now,
+        model=ModelRef("openai", "m"),
+    )
+    reply = AssistantMessage(
+        id=ids.ascending("message"),
+        session_id=session.id,
+        parent_id=user.id,
+        time_created=now,
+        provider_id="openai",
+        model_id="m",
+    )
     keys = dict(session_id=session.id, message_id=reply.id)
-    state = (ToolRunning(input={"command": "sleep 100"}, time_start=now) if running else
-             ToolCompleted(input={"command": "ls"}, output="a\n", title="ls", metadata={},
-                           time_start=now, time_end=now))
+    state = (
+        ToolRunning(input={"command": "sleep 100"}, time_start=now)
+        if running
+        else ToolCompleted(
+            input={"command": "ls"},
+            output="a\n",
+            title="ls",
+            metadata={},
+            time_start=now,
+            time_end=now,
+        )
+    )
     return [
-        session, user,
-        TextPart(id=ids.ascending("part"), session_id=session.id, message_id=user.id, text=f"turn {index}"),
-        reply, StepStartPart(id=ids.ascending("part"), **keys),
-        ToolPart(id=ids.ascending("part"), call_id=f"call_{index}", tool="bash", state=state, **keys),
+        session,
+        user,
+        TextPart(
+            id=ids.ascending("part"),
+            session_id=session.id,
+            message_id=user.id,
+            text=f"turn {index}",
+        ),
+        reply,
+        StepStartPart(id=ids.ascending("part"), **keys),
+        ToolPart(
+            id=ids.ascending("part"), call_id=f"call_{index}", tool="bash", state=state, **keys
+        ),
     ]
 
 

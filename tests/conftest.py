@@ -44,7 +44,12 @@ def ip(_shell, server, data_dir, tmp_path, monkeypatch):
     magics.model = "openai/scripted"
     magics.data_dir = str(data_dir)
     magics.model_overrides = {
-        "openai/scripted": {"context": 100_000, "output": 4_096, "price_input": 1.0, "price_output": 2.0}
+        "openai/scripted": {
+            "context": 100_000,
+            "output": 4_096,
+            "price_input": 1.0,
+            "price_output": 2.0,
+        }
     }
     magics.max_retries = 2
     magics.request_timeout = 5.0

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.core.errors import AgentError, ProviderError, ReadOnlyError, SessionNotFoundError
 from jupyter_session_agent.core.chat import MAX_STEPS_TEXT
+from jupyter_session_agent.core.errors import (
+    AgentError,
+    ProviderError,
+    ReadOnlyError,
+    SessionNotFoundError,
+)
 from jupyter_session_agent.testing.scripted_server import Reply
 
 
@@ -22,7 +25,12 @@ def part_types(item):
 
 
 def test_plain_turn_is_stored_as_session_message_part(ip, server, store, magics):
-    server.enqueue(Reply(text="Hello from the scripted model.", usage={"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150}))
+    server.enqueue(
+        Reply(
+            text="Hello from the scripted model.",
+            usage={"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150},
+        )
+    )
     with capture_output() as out:
         run(ip, "Say hello")
     assert "Hello from the scripted model." in "".join(str(o.data) for o in out.outputs)
@@ -32,7 +40,11 @@ def test_plain_turn_is_stored_as_session_message_part(ip, server, store, magics)
     assert part_types(history[1]) == ["step-start", "text", "step-finish"]
     assistant = history[1].info
     assert assistant.finish == "stop" and assistant.parent_id == history[0].info.id
-    assert assistant.tokens.input == 120 and assistant.tokens.output == 30 and not assistant.tokens.estimated
+    assert (
+        assistant.tokens.input == 120
+        and assistant.tokens.output == 30
+        and not assistant.tokens.estimated
+    )
     assert assistant.cost == pytest.approx((120 * 1.0 + 30 * 2.0) / 1e6)
     finish = history[1].parts[-1]
     assert finish.cost == assistant.cost and finish.tokens == assistant.tokens
@@ -46,7 +58,11 @@ def test_plain_turn_is_stored_as_session_message_part(ip, server, store, magics)
 
 def test_python_tool_runs_in_the_user_namespace(ip, server, store, magics):
     server.enqueue(
-        Reply(tool_calls=({"name": "python", "arguments": {"code": "x = 21 * 2\nprint('computed')\nx"}},)),
+        Reply(
+            tool_calls=(
+                {"name": "python", "arguments": {"code": "x = 21 * 2\nprint('computed')\nx"}},
+            )
+        ),
         Reply(text="x is 42."),
     )
     run(ip, "compute x", "-o answer")
@@ -72,12 +88,14 @@ def test_python_tool_runs_in_the_user_namespace(ip, server, store, magics):
 def test_parallel_tool_calls_and_tool_errors(ip, server, store, magics, tmp_path):
     (tmp_path / "notes.txt").write_text("alpha\nbeta\n")
     server.enqueue(
-        Reply(tool_calls=(
-            {"name": "read", "arguments": {"filePath": "notes.txt"}},
-            {"name": "bash", "arguments": "{not json"},
-            {"name": "no_such_tool", "arguments": {}},
-            {"name": "Grep", "arguments": {"pattern": "beta"}},
-        )),
+        Reply(
+            tool_calls=(
+                {"name": "read", "arguments": {"filePath": "notes.txt"}},
+                {"name": "bash", "arguments": "{not json"},
+                {"name": "no_such_tool", "arguments": {}},
+                {"name": "Grep", "arguments": {"pattern": "beta"}},
+            )
+        ),
         Reply(text="done"),
     )
     run(ip, "look around")
@@ -96,7 +114,11 @@ def test_usage_is_estimated_when_the_server_sends_none(ip, server, store, magics
     server.enqueue(Reply(text="no usage here", usage=None))
     run(ip, "hi")
     assistant = store.messages(magics.session.info.id)[-1].info
-    assert assistant.tokens.estimated is True and assistant.tokens.input > 0 and assistant.tokens.output > 0
+    assert (
+        assistant.tokens.estimated is True
+        and assistant.tokens.input > 0
+        and assistant.tokens.output > 0
+    )
     flag = store.sql("select tokens_estimated from message where data->>'role' = 'assistant'")
     assert bool(flag.iloc[0, 0]) is True
 
@@ -107,7 +129,12 @@ def test_turns_continue_the_current_session_and_new_starts_another(ip, server, s
     first = magics.session.info.id
     run(ip, "second")
     assert magics.session.info.id == first
-    assert [m["role"] for m in server.requests[1]["messages"]] == ["system", "user", "assistant", "user"]
+    assert [m["role"] for m in server.requests[1]["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+    ]
     run(ip, "third", "--new")
     assert magics.session.info.id != first
     assert len(store.sessions()) == 2
@@ -151,9 +178,14 @@ def test_faults_are_retried_and_recorded(ip, server, store, magics, fault):
 
 
 @pytest.mark.parametrize("status", [400, 500])
-def test_exhausted_or_fatal_errors_are_one_line_and_the_session_stays_usable(ip, server, store, magics, status):
+def test_exhausted_or_fatal_errors_are_one_line_and_the_session_stays_usable(
+    ip, server, store, magics, status
+):
     magics.max_retries = 0
-    server.enqueue(Reply(status=status, error_body={"error": {"message": "boom", "type": "server_error"}}), Reply(text="fine again"))
+    server.enqueue(
+        Reply(status=status, error_body={"error": {"message": "boom", "type": "server_error"}}),
+        Reply(text="fine again"),
+    )
     with pytest.raises(ProviderError) as info:
         run(ip, "fail please")
     assert "\n" not in str(info.value) and len(info.value._render_traceback_()) == 1
@@ -166,7 +198,18 @@ def test_exhausted_or_fatal_errors_are_one_line_and_the_session_stays_usable(ip,
 
 
 def test_context_overflow_is_a_clear_error(ip, server, magics):
-    server.enqueue(Reply(status=400, error_body={"error": {"message": "This model's maximum context length is 4096 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}}))
+    server.enqueue(
+        Reply(
+            status=400,
+            error_body={
+                "error": {
+                    "message": "This model's maximum context length is 4096 tokens.",
+                    "type": "invalid_request_error",
+                    "code": "context_length_exceeded",
+                }
+            },
+        )
+    )
     with pytest.raises(AgentError) as info:
         run(ip, "too long")
     assert "context" in str(info.value) and "\n" not in str(info.value)
@@ -174,8 +217,12 @@ def test_context_overflow_is_a_clear_error(ip, server, magics):
 
 def test_interrupt_ends_the_turn_cleanly(ip, server, store, magics):
     server.enqueue(
-        Reply(tool_calls=({"name": "python", "arguments": {"code": "raise KeyboardInterrupt"}},
-                          {"name": "bash", "arguments": {"command": "echo never"}})),
+        Reply(
+            tool_calls=(
+                {"name": "python", "arguments": {"code": "raise KeyboardInterrupt"}},
+                {"name": "bash", "arguments": {"command": "echo never"}},
+            )
+        ),
         Reply(text="after the interrupt"),
     )
     with pytest.raises(AgentError, match="interrupted"):

@@ -14,15 +14,14 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from jupyter_session_agent.core import ids
-from jupyter_session_agent.ui.cli import main
 from jupyter_session_agent.core.errors import UsageError
 from jupyter_session_agent.core.messages import Session, replace
 from jupyter_session_agent.store import Store
+from jupyter_session_agent.ui.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _merge_worker import session_values  # noqa: E402
 from _analytics_history import build, questions  # noqa: E402
+from _merge_worker import session_values  # noqa: E402
 
 DAY = 86_400_000
 
@@ -36,8 +35,12 @@ def duckdb_cli() -> str:
 
 
 def cli_rows(path: Path, query: str) -> list[dict]:
-    done = subprocess.run([duckdb_cli(), "-readonly", "-json", str(path), "-c", query],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [duckdb_cli(), "-readonly", "-json", str(path), "-c", query],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout or "[]")
 
@@ -49,8 +52,10 @@ def same(ours, theirs) -> bool:
         if hasattr(v, "isoformat"):
             return str(v)[:10]
         return v
-    return sorted(json.dumps([norm(v) for v in r], default=str) for r in ours) == \
-        sorted(json.dumps([norm(v) for v in r], default=str) for r in theirs)
+
+    return sorted(json.dumps([norm(v) for v in r], default=str) for r in ours) == sorted(
+        json.dumps([norm(v) for v in r], default=str) for r in theirs
+    )
 
 
 # --------------------------------------------------------------------------
@@ -67,8 +72,10 @@ def test_export_duckdb_opens_in_the_duckdb_cli_and_reruns_incrementally(ip, stor
         theirs = [list(r.values()) for r in cli_rows(target, query)]
         ours = store.sql(query).values.tolist()
         assert same(ours, theirs), label
-    assert cli_rows(target, "SELECT count(*) AS n FROM part")[0]["n"] == \
-        store.sql("SELECT count(*) FROM part").iloc[0, 0]
+    assert (
+        cli_rows(target, "SELECT count(*) AS n FROM part")[0]["n"]
+        == store.sql("SELECT count(*) FROM part").iloc[0, 0]
+    )
 
     first = store.sessions()[0]
     store.put(replace(first, title="renamed"))  # one session changed, one new
@@ -76,8 +83,13 @@ def test_export_duckdb_opens_in_the_duckdb_cli_and_reruns_incrementally(ip, stor
     store.flush()
     counts = store.export_duckdb(target)
     assert counts["session"] == 2  # only the changed and the new session are copied again
-    assert counts["part"] == store.sql(f"SELECT count(*) FROM part WHERE session_id IN "
-                                       f"('{first.id}', '{store.sessions()[0].id}')").iloc[0, 0]
+    assert (
+        counts["part"]
+        == store.sql(
+            f"SELECT count(*) FROM part WHERE session_id IN "
+            f"('{first.id}', '{store.sessions()[0].id}')"
+        ).iloc[0, 0]
+    )
     assert store.export_duckdb(target) == dict.fromkeys(counts, 0)  # nothing changed since
     titles = {r["title"] for r in cli_rows(target, "SELECT title FROM session_summary")}
     assert "renamed" in titles and "late 1" in titles and first.title not in titles
@@ -95,8 +107,10 @@ def test_export_duckdb_refuses_a_file_held_by_another_program_in_one_line(store,
     store.put(*session_values("x", 0))
     store.flush()
     target = tmp_path / "held.duckdb"
-    code = (f"import duckdb, time; c = duckdb.connect({str(target)!r}); "
-            "print('open', flush=True); time.sleep(60)")
+    code = (
+        f"import duckdb, time; c = duckdb.connect({str(target)!r}); "
+        "print('open', flush=True); time.sleep(60)"
+    )
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "open"
@@ -116,14 +130,18 @@ def test_export_duckdb_refuses_a_file_held_by_another_program_in_one_line(store,
 
 
 def parquet_files(out: Path) -> dict[str, tuple]:
-    return {str(p.relative_to(out)): (p.stat().st_ino, p.stat().st_mtime_ns)
-            for p in out.rglob("*.parquet")}
+    return {
+        str(p.relative_to(out)): (p.stat().st_ino, p.stat().st_mtime_ns)
+        for p in out.rglob("*.parquet")
+    }
 
 
 def test_export_parquet_writes_only_the_days_that_changed(store, tmp_path):
-    base = int(dt.datetime(2026, 5, 4, 12, tzinfo=dt.timezone.utc).timestamp() * 1000)
-    day1 = [replace(v, time_created=base) if isinstance(v, Session) else v
-            for v in session_values("d1", 0)]
+    base = int(dt.datetime(2026, 5, 4, 12, tzinfo=dt.UTC).timestamp() * 1000)
+    day1 = [
+        replace(v, time_created=base) if isinstance(v, Session) else v
+        for v in session_values("d1", 0)
+    ]
     store.put(*day1, time_created=base)
     store.flush()
     out = tmp_path / "shared"
@@ -133,8 +151,10 @@ def test_export_parquet_writes_only_the_days_that_changed(store, tmp_path):
     assert any("date=2026-05-04" in name for name in before)
 
     later = base + 2 * DAY  # a new day: only its partitions are written
-    day3 = [replace(v, time_created=later) if isinstance(v, Session) else v
-            for v in session_values("d3", 0)]
+    day3 = [
+        replace(v, time_created=later) if isinstance(v, Session) else v
+        for v in session_values("d3", 0)
+    ]
     store.put(*day3, time_created=later)
     store.flush()
     second = store.export_parquet(out, user="carol")
@@ -176,6 +196,7 @@ def test_cron_commands_export_from_the_command_line(data_dir, tmp_path, capsys):
     assert main(["export-duckdb", str(target)]) == 0
     assert "duckdb " in capsys.readouterr().out
     assert duckdb.connect(str(target), read_only=True).execute(
-        "SELECT count(*) FROM session_summary").fetchone() == (1,)
+        "SELECT count(*) FROM session_summary"
+    ).fetchone() == (1,)
     assert main(["export-duckdb", str(tmp_path)]) == 1  # a folder: one line, exit 1
     assert "is a folder" in capsys.readouterr().err

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 from jupyter_session_agent.store import Store
+from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +39,12 @@ def kernel(server, tmp_path_factory):
     work, data = root / "work", root / "data"
     work.mkdir()
     env = dict(os.environ)
-    env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-kernel-test-not-real",
-               JUPYTER_SESSION_AGENT_DIR=str(data), PYTHONUNBUFFERED="1")
+    env.update(
+        OPENAI_BASE_URL=server.base_url,
+        OPENAI_API_KEY="sk-kernel-test-not-real",
+        JUPYTER_SESSION_AGENT_DIR=str(data),
+        PYTHONUNBUFFERED="1",
+    )
     km = KernelManager(kernel_name="python3")
     km.start_kernel(env=env, cwd=str(work))
     kc = km.client()
@@ -74,7 +78,9 @@ class Kernel:
         deadline = time.monotonic() + timeout
         while reply is None or not idle:
             if time.monotonic() > deadline:
-                raise AssertionError(f"the kernel did not finish in {timeout}s; prompts {prompts}; outputs {outputs}")
+                raise AssertionError(
+                    f"the kernel did not finish in {timeout}s; prompts {prompts}; outputs {outputs}"
+                )
             try:
                 msg = kc.get_stdin_msg(timeout=0.02)
                 if msg["msg_type"] == "input_request":
@@ -92,7 +98,13 @@ class Kernel:
                 kind = msg["msg_type"]
                 if kind == "status" and msg["content"]["execution_state"] == "idle":
                     idle = True
-                elif kind in ("stream", "display_data", "update_display_data", "execute_result", "error"):
+                elif kind in (
+                    "stream",
+                    "display_data",
+                    "update_display_data",
+                    "execute_result",
+                    "error",
+                ):
                     outputs.append(msg["content"])
             if reply is None:
                 try:
@@ -112,7 +124,9 @@ class Kernel:
         return ast.literal_eval(value["data"]["text/plain"])
 
     def agent(self, prompt, answers=(), *, allow_stdin=True, options="--new"):
-        reply, prompts, outputs = self.run(f"%%agent {options}\n{prompt}", answers, allow_stdin=allow_stdin)
+        reply, prompts, outputs = self.run(
+            f"%%agent {options}\n{prompt}", answers, allow_stdin=allow_stdin
+        )
         assert reply["content"]["status"] == "ok", outputs
         # the background title call would take the next test's scripted replies
         self.run(f"{MAGICS}.session.wait_title()")
@@ -123,7 +137,9 @@ class Kernel:
 def tools(data, session_id):
     store = Store(data)
     try:
-        return [p for m in store.messages(session_id) for p in m.parts if p.type == "tool"], store.session(session_id)
+        return [
+            p for m in store.messages(session_id) for p in m.parts if p.type == "tool"
+        ], store.session(session_id)
     finally:
         store.close()
 
@@ -139,11 +155,17 @@ def fresh(server):
 
 
 def test_once_runs_the_call_and_remembers_nothing(kernel, fresh):
-    fresh.enqueue(Reply(tool_calls=({"name": "bash", "arguments": {"command": "echo once > once.txt"}},)),
-                  Reply(text="wrote it"))
+    fresh.enqueue(
+        Reply(tool_calls=({"name": "bash", "arguments": {"command": "echo once > once.txt"}},)),
+        Reply(text="wrote it"),
+    )
     session_id, prompts, _ = kernel.agent("write once.txt", ["o"])
     assert len(prompts) == 1
-    assert "bash: echo once > once.txt" in prompts[0] and "[o]nce" in prompts[0] and "[a]lways" in prompts[0]
+    assert (
+        "bash: echo once > once.txt" in prompts[0]
+        and "[o]nce" in prompts[0]
+        and "[a]lways" in prompts[0]
+    )
     assert (kernel.work / "once.txt").read_text() == "once\n"
     (tool,), info = tools(kernel.data, session_id)
     assert tool.state.status == "completed"
@@ -153,9 +175,11 @@ def test_once_runs_the_call_and_remembers_nothing(kernel, fresh):
 
 
 def test_always_allows_the_prefix_for_the_session_and_is_stored(kernel, fresh):
-    fresh.enqueue(Reply(tool_calls=({"name": "bash", "arguments": {"command": "echo one"}},)),
-                  Reply(tool_calls=({"name": "bash", "arguments": {"command": "echo two"}},)),
-                  Reply(text="both ran"))
+    fresh.enqueue(
+        Reply(tool_calls=({"name": "bash", "arguments": {"command": "echo one"}},)),
+        Reply(tool_calls=({"name": "bash", "arguments": {"command": "echo two"}},)),
+        Reply(text="both ran"),
+    )
     session_id, prompts, _ = kernel.agent("echo twice", ["a"])
     assert len(prompts) == 1 and "echo *" in prompts[0]  # the second call was not asked
     found, info = tools(kernel.data, session_id)
@@ -165,14 +189,19 @@ def test_always_allows_the_prefix_for_the_session_and_is_stored(kernel, fresh):
     assert steps(fresh)[-1]["messages"][-1]["content"] == found[1].state.output
     # it survives in the session: the next turn is not asked either
     fresh.reset()
-    fresh.enqueue(Reply(tool_calls=({"name": "bash", "arguments": {"command": "echo three"}},)), Reply(text="ok"))
+    fresh.enqueue(
+        Reply(tool_calls=({"name": "bash", "arguments": {"command": "echo three"}},)),
+        Reply(text="ok"),
+    )
     _, prompts, _ = kernel.agent("once more", [], options="")
     assert prompts == []
 
 
 def test_reject_stops_the_turn_and_the_code_never_runs(kernel, fresh):
-    fresh.enqueue(Reply(tool_calls=({"name": "python", "arguments": {"code": "rejected_var = 1"}},)),
-                  Reply(text="should not be requested"))
+    fresh.enqueue(
+        Reply(tool_calls=({"name": "python", "arguments": {"code": "rejected_var = 1"}},)),
+        Reply(text="should not be requested"),
+    )
     session_id, prompts, _ = kernel.agent("set a variable", ["r"])
     assert len(prompts) == 1 and "python: rejected_var = 1" in prompts[0]
     (tool,), _ = tools(kernel.data, session_id)
@@ -183,8 +212,10 @@ def test_reject_stops_the_turn_and_the_code_never_runs(kernel, fresh):
 
 
 def test_reject_with_feedback_goes_back_to_the_model(kernel, fresh):
-    fresh.enqueue(Reply(tool_calls=({"name": "bash", "arguments": {"command": "rm -rf build"}},)),
-                  Reply(text="understood, I will not delete it"))
+    fresh.enqueue(
+        Reply(tool_calls=({"name": "bash", "arguments": {"command": "rm -rf build"}},)),
+        Reply(text="understood, I will not delete it"),
+    )
     (kernel.work / "build").mkdir()
     session_id, prompts, _ = kernel.agent("clean up", ["no, keep the build directory"])
     assert len(prompts) == 1
@@ -197,14 +228,19 @@ def test_reject_with_feedback_goes_back_to_the_model(kernel, fresh):
 
 
 def test_without_stdin_the_call_is_denied_clearly_and_nothing_hangs(kernel, fresh):
-    fresh.enqueue(Reply(tool_calls=({"name": "bash", "arguments": {"command": "echo nope > nope.txt"}},)),
-                  Reply(text="should not be requested"))
+    fresh.enqueue(
+        Reply(tool_calls=({"name": "bash", "arguments": {"command": "echo nope > nope.txt"}},)),
+        Reply(text="should not be requested"),
+    )
     start = time.monotonic()
     session_id, prompts, outputs = kernel.agent("try it", allow_stdin=False)
     assert time.monotonic() - start < 30
     assert prompts == [] and not (kernel.work / "nope.txt").exists()
     (tool,), _ = tools(kernel.data, session_id)
     assert tool.state.status == "error" and "\n" not in tool.state.error
-    assert "%agent permit bash allow" in tool.state.error and "AgentMagics.permission" in tool.state.error
+    assert (
+        "%agent permit bash allow" in tool.state.error
+        and "AgentMagics.permission" in tool.state.error
+    )
     assert len(steps(fresh)) == 1
     assert not [o for o in outputs if "ename" in o]  # no traceback in the cell

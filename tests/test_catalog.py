@@ -10,9 +10,9 @@ from decimal import Decimal
 import pytest
 
 from jupyter_session_agent.core import budget
-from jupyter_session_agent.providers import prices
 from jupyter_session_agent.core.errors import ConfigError
 from jupyter_session_agent.core.messages import Tokens
+from jupyter_session_agent.providers import prices
 
 
 @pytest.fixture(autouse=True)
@@ -66,7 +66,9 @@ def test_anthropic_has_cache_write_and_200k_tier():
     info = prices.model_info("anthropic", "claude-sonnet-4-5")
     assert info.context == 200_000
     assert info.prices == budget.Prices(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)
-    assert info.prices_over_200k == budget.Prices(input=6.0, output=22.5, cache_read=0.6, cache_write=7.5)
+    assert info.prices_over_200k == budget.Prices(
+        input=6.0, output=22.5, cache_read=0.6, cache_write=7.5
+    )
 
 
 @pytest.mark.parametrize(
@@ -101,7 +103,12 @@ def test_xai_199999_tier_counts_as_200k():
 
 @pytest.mark.parametrize(
     ("provider", "model"),
-    [("openai", "no-such-model-xyz"), ("nope", "gpt-4o"), ("local", "smollm2-135m"), ("ollama", "llama3.2")],
+    [
+        ("openai", "no-such-model-xyz"),
+        ("nope", "gpt-4o"),
+        ("local", "smollm2-135m"),
+        ("ollama", "llama3.2"),
+    ],
 )
 def test_unknown_is_zeros(provider, model):
     info = prices.model_info(provider, model)
@@ -128,9 +135,13 @@ def test_cost_matches_genai_prices(input_tokens, cache_read, cache_write, output
 
     for provider, model in (("anthropic", "claude-sonnet-4-5"), ("openai", "gpt-4o-mini")):
         info = prices.model_info(provider, model)
-        tokens = Tokens(input=input_tokens, output=output, cache_read=cache_read, cache_write=cache_write)
+        tokens = Tokens(
+            input=input_tokens, output=output, cache_read=cache_read, cache_write=cache_write
+        )
         usage = genai_prices.Usage(
-            input_tokens=input_tokens + cache_read + cache_write,  # genai-prices' input includes cache
+            input_tokens=input_tokens
+            + cache_read
+            + cache_write,  # genai-prices' input includes cache
             cache_read_tokens=cache_read,
             cache_write_tokens=cache_write,
             output_tokens=output,
@@ -147,7 +158,9 @@ def test_cost_matches_genai_prices(input_tokens, cache_read, cache_write, output
 
 
 def test_override_bare_model_id():
-    info = prices.model_info("openai", "gpt-4o-mini", {"gpt-4o-mini": {"context": 32_000, "price_input": 1}})
+    info = prices.model_info(
+        "openai", "gpt-4o-mini", {"gpt-4o-mini": {"context": 32_000, "price_input": 1}}
+    )
     assert info.source == "override"
     assert info.context == 32_000
     assert info.prices.input == 1.0 and info.prices.output == 0.6  # others kept
@@ -178,9 +191,13 @@ def test_override_context_drops_catalogue_input_limit_and_prices_drop_tier():
     assert with_input.input == 150_000
     assert prices._apply(with_input, {"context": 100_000}).input == 0
     assert prices._apply(with_input, {"context": 100_000, "input": 90_000}).input == 90_000
-    repriced = prices.model_info("anthropic", "claude-sonnet-4-5", {"claude-sonnet-4-5": {"price_output": 10}})
+    repriced = prices.model_info(
+        "anthropic", "claude-sonnet-4-5", {"claude-sonnet-4-5": {"price_output": 10}}
+    )
     assert repriced.prices_over_200k is None
-    limits_only = prices.model_info("anthropic", "claude-sonnet-4-5", {"claude-sonnet-4-5": {"output": 64_000}})
+    limits_only = prices.model_info(
+        "anthropic", "claude-sonnet-4-5", {"claude-sonnet-4-5": {"output": 64_000}}
+    )
     assert limits_only.prices_over_200k == base.prices_over_200k
 
 
@@ -193,7 +210,10 @@ def test_override_does_not_touch_the_cache():
     ("overrides", "fragment"),
     [
         ({"gpt-4o-mini": {"contxt": 5}}, "unknown key(s) contxt"),
-        ({"other-model": {"max_tokens": 5}}, "unknown key(s) max_tokens"),  # validated even if unused
+        (
+            {"other-model": {"max_tokens": 5}},
+            "unknown key(s) max_tokens",
+        ),  # validated even if unused
         ({"gpt-4o-mini": {"context": -1}}, "whole number"),
         ({"gpt-4o-mini": {"context": 1.5}}, "whole number"),
         ({"gpt-4o-mini": {"context": True}}, "whole number"),
@@ -214,7 +234,9 @@ def test_bad_overrides(overrides, fragment):
 
 
 def test_apply_overrides_to_a_model_info_from_elsewhere():
-    local = budget.ModelInfo(provider_id="local", model_id="smollm2", context=8192, output=2048, source="local")
+    local = budget.ModelInfo(
+        provider_id="local", model_id="smollm2", context=8192, output=2048, source="local"
+    )
     assert prices.apply_overrides(local, None) is local
     assert prices.apply_overrides(local, {"other": {"context": 1}}) is local
     patched = prices.apply_overrides(local, {"local/smollm2": {"context": 4096}})

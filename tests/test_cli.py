@@ -7,7 +7,9 @@ from jupyter_session_agent.ui.cli import main
 
 
 def test_sql_and_stop_local(data_dir, capsys, tmp_path, monkeypatch):
-    monkeypatch.setenv("JUPYTER_SESSION_AGENT_RUN_DIR", str(tmp_path / "run"))  # not the user's servers
+    monkeypatch.setenv(
+        "JUPYTER_SESSION_AGENT_RUN_DIR", str(tmp_path / "run")
+    )  # not the user's servers
     assert main(["sql", "select count(*) as n from session"]) == 0
     assert "n" in capsys.readouterr().out
     assert main(["stop-local"]) == 0

@@ -15,11 +15,11 @@ import time
 import pytest
 
 from jupyter_session_agent.core import codeaction
-from jupyter_session_agent.tools import kernel
-from jupyter_session_agent.session.approval import ScriptedApprover
-from jupyter_session_agent.core.codeaction import BlockParser, code_messages, enabled
 from jupyter_session_agent.core.chat import MAX_STEPS_TEXT
+from jupyter_session_agent.core.codeaction import BlockParser, code_messages, enabled
+from jupyter_session_agent.session.approval import ScriptedApprover
 from jupyter_session_agent.testing.scripted_server import Reply
+from jupyter_session_agent.tools import kernel
 
 
 @pytest.fixture
@@ -44,8 +44,12 @@ def tools_of(store, session_id):
     return [p for p in parts_of(store, session_id) if p.type == "tool"]
 
 
-def test_a_python_block_is_a_python_call_and_its_output_goes_back_as_text(cip, server, magics, store):
-    server.enqueue(Reply(text="Let me compute.\n```python\ny = 6 * 7\ny\n```\n"), Reply(text="y is 42."))
+def test_a_python_block_is_a_python_call_and_its_output_goes_back_as_text(
+    cip, server, magics, store
+):
+    server.enqueue(
+        Reply(text="Let me compute.\n```python\ny = 6 * 7\ny\n```\n"), Reply(text="y is 42.")
+    )
     cip.run_cell_magic("agent", "-o answer", "set y to 6 times 7")
     assert cip.user_ns["y"] == 42 and cip.user_ns["answer"] == "y is 42."
     session = magics.session.info.id
@@ -60,23 +64,31 @@ def test_a_python_block_is_a_python_call_and_its_output_goes_back_as_text(cip, s
     sent = second["messages"]
     assert sent[0]["role"] == "system" and sent[0]["content"].startswith(codeaction.PROMPT)
     example_turns = 4 * len(codeaction.EXAMPLES)
-    assert [m["role"] for m in sent[1:1 + example_turns]] == ["user", "assistant"] * (example_turns // 2)
-    assert sent[-2] == {"role": "assistant", "content": "Let me compute.\n```python\ny = 6 * 7\ny\n```"}
+    assert [m["role"] for m in sent[1 : 1 + example_turns]] == ["user", "assistant"] * (
+        example_turns // 2
+    )
+    assert sent[-2] == {
+        "role": "assistant",
+        "content": "Let me compute.\n```python\ny = 6 * 7\ny\n```",
+    }
     assert sent[-1] == {"role": "user", "content": "Output:\n42"}
 
 
 def test_the_call_starts_while_the_block_streams(server, magics, cip):
     """The tool part appears when the fence opens, before the code has finished streaming."""
     code = "\n".join(f"v{i} = {i}" for i in range(30))
-    server.enqueue(Reply(text=f"```python\n{code}\n```\n", chunk_chars=4, delay=0.02), Reply(text="done"))
+    server.enqueue(
+        Reply(text=f"```python\n{code}\n```\n", chunk_chars=4, delay=0.02), Reply(text="done")
+    )
     provider = magics.current().provider("openai/scripted")[0]
     wrapped = codeaction.CodeActionProvider(provider, server_side=False)
     from jupyter_session_agent.providers.openai_provider import ChatRequest
 
     tool = [{"type": "function", "function": {"name": "python", "parameters": {}}}]
     seen = []
-    for event in wrapped.stream(ChatRequest(model="scripted", messages=[{"role": "user", "content": "go"}],
-                                            tools=tool)):
+    for event in wrapped.stream(
+        ChatRequest(model="scripted", messages=[{"role": "user", "content": "go"}], tools=tool)
+    ):
         seen.append((type(event).__name__, time.monotonic()))
     names = [n for n, _ in seen]
     assert names == ["ToolInputStart", "ToolCall", "Finish"]
@@ -85,8 +97,10 @@ def test_the_call_starts_while_the_block_streams(server, magics, cip):
 
 
 def test_several_blocks_run_in_order_and_other_languages_stay_text(cip, server, magics, store):
-    reply = ("First:\n```python\ny = 1\n```\nthen a shell line (not run):\n```bash\necho never > never.txt\n```\n"
-             "and\n```py\nz = y + 1\nz\n```")
+    reply = (
+        "First:\n```python\ny = 1\n```\nthen a shell line (not run):\n```bash\necho never > never.txt\n```\n"
+        "and\n```py\nz = y + 1\nz\n```"
+    )
     server.enqueue(Reply(text=reply), Reply(text="z is 2."))
     cip.run_cell_magic("agent", "", "two blocks")
     assert cip.user_ns["z"] == 2
@@ -110,7 +124,9 @@ def test_an_unclosed_block_runs_when_the_model_ended_it(cip, server, magics, sto
 
 
 def test_a_block_cut_by_the_output_limit_does_not_run(cip, server, magics, store):
-    server.enqueue(Reply(text="```python\ncut = [1, 2,", finish_reason="length"), Reply(text="too long"))
+    server.enqueue(
+        Reply(text="```python\ncut = [1, 2,", finish_reason="length"), Reply(text="too long")
+    )
     cip.run_cell_magic("agent", "", "cut")
     assert "cut" not in cip.user_ns
     (tool,) = tools_of(store, magics.session.info.id)
@@ -129,11 +145,17 @@ def test_a_plain_answer_ends_the_turn(cip, server, magics, store):
 
 
 def test_an_error_goes_back_as_its_last_line(cip, server, magics, store):
-    server.enqueue(Reply(text="```python\nundefined_name + 1\n```"), Reply(text="```python\n1 + 1\n```"),
-                   Reply(text="2"))
+    server.enqueue(
+        Reply(text="```python\nundefined_name + 1\n```"),
+        Reply(text="```python\n1 + 1\n```"),
+        Reply(text="2"),
+    )
     cip.run_cell_magic("agent", "", "retry")
     retry = chat_requests(server)[1]["messages"][-1]
-    assert retry == {"role": "user", "content": "Error: NameError: name 'undefined_name' is not defined"}
+    assert retry == {
+        "role": "user",
+        "content": "Error: NameError: name 'undefined_name' is not defined",
+    }
     tools = tools_of(store, magics.session.info.id)
     assert [t.state.status for t in tools] == ["completed", "completed"]  # a raising cell completes
     assert "NameError" in tools[0].state.output  # the history keeps the whole traceback
@@ -162,18 +184,24 @@ def test_approval_applies_to_code_blocks(cip, server, magics, store):
     cip.run_cell_magic("agent", "", "rejected")
     assert "never" not in cip.user_ns
     (request,) = session.approver.asked
-    assert request.permission == "python" and "never = 1" in json.dumps(dict(request.metadata), default=str)
+    assert request.permission == "python" and "never = 1" in json.dumps(
+        dict(request.metadata), default=str
+    )
     (tool,) = tools_of(store, session.info.id)
     assert tool.state.status == "error" and tool.state.input == {"code": "never = 1"}
     assert len(chat_requests(server)) == 1  # a rejection stops the turn
 
     session.approver = ScriptedApprover(["a"])
-    server.enqueue(Reply(text="```python\nshown = 1\n```"), Reply(text="```python\nshown = 2\n```"),
-                   Reply(text="done"))
+    server.enqueue(
+        Reply(text="```python\nshown = 1\n```"),
+        Reply(text="```python\nshown = 2\n```"),
+        Reply(text="done"),
+    )
     cip.run_cell_magic("agent", "", "always")
     assert cip.user_ns["shown"] == 2 and len(session.approver.asked) == 1  # "always" covers the 2nd
-    assert store.session(session.info.id).permission == ({"permission": "python", "pattern": "*",
-                                                          "action": "allow"},)
+    assert store.session(session.info.id).permission == (
+        {"permission": "python", "pattern": "*", "action": "allow"},
+    )
 
 
 def test_a_denied_python_tool_leaves_blocks_as_text(cip, server, magics, store):
@@ -186,7 +214,9 @@ def test_a_denied_python_tool_leaves_blocks_as_text(cip, server, magics, store):
 
 def test_other_models_keep_native_tool_calls(ip, server, magics, store):
     assert magics.code_actions == "auto"  # the embedded model only
-    server.enqueue(Reply(tool_calls=({"name": "python", "arguments": {"code": "y = 5"}},)), Reply(text="5"))
+    server.enqueue(
+        Reply(tool_calls=({"name": "python", "arguments": {"code": "y = 5"}},)), Reply(text="5")
+    )
     ip.run_cell_magic("agent", "", "native")
     assert ip.user_ns.pop("y") == 5
     assert "tools" in chat_requests(server)[0]
@@ -206,7 +236,9 @@ def test_which_models_use_code_actions():
     assert enabled("auto", "local", "smollm2") and not enabled("auto", "openai", "gpt-4o-mini")
     assert enabled("on", "openai", "gpt-4o") and enabled(True, "x", "y")
     assert not enabled("off", "local", "smollm2") and not enabled(False, "local", "smollm2")
-    assert enabled(["ollama/*"], "ollama", "llama3.2") and not enabled(["ollama/*"], "local", "smollm2")
+    assert enabled(["ollama/*"], "ollama", "llama3.2") and not enabled(
+        ["ollama/*"], "local", "smollm2"
+    )
 
 
 # -- the parser and the text protocol (pure) -----------------------------------------------
@@ -215,7 +247,7 @@ def test_which_models_use_code_actions():
 def parse(text: str, size: int, cut: bool = False) -> list[tuple[str, str]]:
     parser, events = BlockParser(), []
     for i in range(0, len(text), size):
-        events += parser.feed(text[i:i + size])
+        events += parser.feed(text[i : i + size])
     events += parser.end(cut)
     merged: list[tuple[str, str]] = []
     for kind, piece in events:
@@ -228,33 +260,55 @@ def parse(text: str, size: int, cut: bool = False) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("size", [1, 2, 3, 7, 1000])
 def test_the_parser_gives_the_same_events_however_the_text_is_split(size):
-    text = ("Sure:\n```python\nfor i in range(3):\n    print(i)\n```\nAn inline ``` fence and `code`.\n"
-            "```text\n```python\nnot code\n```\n   ```PY\nx = 1\n   ```\nend")
+    text = (
+        "Sure:\n```python\nfor i in range(3):\n    print(i)\n```\nAn inline ``` fence and `code`.\n"
+        "```text\n```python\nnot code\n```\n   ```PY\nx = 1\n   ```\nend"
+    )
     assert parse(text, size) == [
-        ("text", "Sure:\n"), ("open", ""), ("code", "for i in range(3):\n    print(i)"),
+        ("text", "Sure:\n"),
+        ("open", ""),
+        ("code", "for i in range(3):\n    print(i)"),
         ("close", "for i in range(3):\n    print(i)"),
         ("text", "An inline ``` fence and `code`.\n```text\n```python\nnot code\n```\n"),
-        ("open", ""), ("code", "x = 1"), ("close", "x = 1"), ("text", "end"),
+        ("open", ""),
+        ("code", "x = 1"),
+        ("close", "x = 1"),
+        ("text", "end"),
     ]
 
 
 def test_the_parser_ends_an_open_block():
     assert parse("```python\nx = 1", 3) == [("open", ""), ("code", "x = 1"), ("close", "x = 1")]
-    assert parse("```python\nx = [1,", 3, cut=True) == [("open", ""), ("code", "x = [1,"), ("cut", "x = [1,")]
-    assert parse("```python\nx = 1\n```", 5) == [("open", ""), ("code", "x = 1"), ("close", "x = 1")]
+    assert parse("```python\nx = [1,", 3, cut=True) == [
+        ("open", ""),
+        ("code", "x = [1,"),
+        ("cut", "x = [1,"),
+    ]
+    assert parse("```python\nx = 1\n```", 5) == [
+        ("open", ""),
+        ("code", "x = 1"),
+        ("close", "x = 1"),
+    ]
     assert parse("````python\nx\n````", 4)[0][0] == "text"  # four backticks: not our fence
     assert parse("```\nbare\n```", 2) == [("text", "```\nbare\n```")]
 
 
 def test_code_messages_render_calls_results_and_the_max_steps_note():
-    call = {"id": "c1", "type": "function", "function": {"name": "python", "arguments": '{"code": "1/0"}'}}
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "python", "arguments": '{"code": "1/0"}'},
+    }
     messages = [
         {"role": "system", "content": "SYS"},
         {"role": "user", "content": "divide"},
         {"role": "assistant", "content": "", "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "c1",
-         "content": 'Traceback (most recent call last):\n  File "<python-tool c1>", line 1\nZeroDivisionError: '
-                    "division by zero"},
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": 'Traceback (most recent call last):\n  File "<python-tool c1>", line 1\nZeroDivisionError: '
+            "division by zero",
+        },
         {"role": "assistant", "content": MAX_STEPS_TEXT},
     ]
     out = code_messages(messages)
@@ -262,10 +316,15 @@ def test_code_messages_render_calls_results_and_the_max_steps_note():
     assert out[-3:] == [
         {"role": "user", "content": "divide"},
         {"role": "assistant", "content": "```python\n1/0\n```"},
-        {"role": "user", "content": "Error: ZeroDivisionError: division by zero\n\n"
-                                    "Stop running code now: answer in one short sentence."},
+        {
+            "role": "user",
+            "content": "Error: ZeroDivisionError: division by zero\n\n"
+            "Stop running code now: answer in one short sentence.",
+        },
     ]
-    assert not codeaction.offers_python([{"type": "function", "function": {"name": "python"}}], messages)
+    assert not codeaction.offers_python(
+        [{"type": "function", "function": {"name": "python"}}], messages
+    )
 
 
 def test_the_system_prompt_names_the_users_variables():
@@ -278,8 +337,10 @@ def test_the_system_prompt_names_the_users_variables():
     namespace = {"df": frame, "x": 42, "double": double, "_hidden": 1, "json": json, "In": []}
     text = codeaction.system_prompt(kernel.variables_line(namespace, {"In": namespace["In"]}))
     assert text.startswith(codeaction.PROMPT)
-    assert text.endswith("Variables in the kernel: df (DataFrame, 2 × 2, columns name, age), x (int, 42); "
-                         "also double.")
+    assert text.endswith(
+        "Variables in the kernel: df (DataFrame, 2 × 2, columns name, age), x (int, 42); "
+        "also double."
+    )
     assert codeaction.known_names([{"role": "system", "content": text}]) == {"df", "x", "double"}
     assert codeaction.system_prompt(kernel.variables_line({})) == codeaction.PROMPT
 
@@ -292,9 +353,16 @@ def test_a_block_that_cannot_run_is_recognised_without_running_it():
     assert codeaction.problem("[y * y for y in range(3)]\nfor i in range(2):\n    print(i)") == ""
     assert codeaction.problem("df['age'].mean()", {"df"}) == ""
     assert codeaction.problem("# compute it\n\n") == "the block has no code (only comments)"
-    assert codeaction.problem("max(range(1000000000000))") == "range(1,000,000,000,000) would run for hours"
+    assert (
+        codeaction.problem("max(range(1000000000000))")
+        == "range(1,000,000,000,000) would run for hours"
+    )
     assert codeaction.problem("sum(range(1, 2 * 10 ** 9, 2))").endswith("would run for hours")
-    assert codeaction.problem("sum(range(1, 101))") == "" and codeaction.problem("list(range(n))", {"n"}) == ""
+    assert (
+        codeaction.problem("sum(range(1, 101))") == ""
+        and codeaction.problem("list(range(n))", {"n"}) == ""
+    )
     call = {"function": {"name": "python", "arguments": json.dumps({"code": "import os\nz = 1"})}}
-    assert codeaction.known_names([{"role": "system", "content": "s"},
-                                   {"role": "assistant", "tool_calls": [call]}]) == {"os", "z"}
+    assert codeaction.known_names(
+        [{"role": "system", "content": "s"}, {"role": "assistant", "tool_calls": [call]}]
+    ) == {"os", "z"}

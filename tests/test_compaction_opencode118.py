@@ -8,8 +8,8 @@ import json
 
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.loop.compaction import SUMMARY_SYSTEM
 from jupyter_session_agent.core.chat import COMPACTION_QUESTION
+from jupyter_session_agent.loop.compaction import SUMMARY_SYSTEM
 from jupyter_session_agent.testing.scripted_server import Reply
 
 

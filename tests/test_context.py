@@ -48,15 +48,20 @@ def png_bytes(size=(4, 3), color=(200, 30, 30)) -> bytes:
 
 def pdf_bytes(*pages: str) -> bytes:
     """A small valid PDF with one line of Helvetica text per page (written by hand)."""
-    objects = ["<< /Type /Catalog /Pages 2 0 R >>", None,
-               "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>",
+        None,
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
     kids = []
     for text in pages:
         stream = f"BT /F1 18 Tf 72 720 Td ({text}) Tj ET".encode()
         objects.append(f"<< /Length {len(stream)} >>\nstream\n{stream.decode()}\nendstream")
         content = len(objects)
-        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
-                       f"/Resources << /Font << /F1 3 0 R >> >> /Contents {content} 0 R >>")
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+            f"/Resources << /Font << /F1 3 0 R >> >> /Contents {content} 0 R >>"
+        )
         kids.append(f"{len(objects)} 0 R")
     objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(kids)} >>"
     out = bytearray(b"%PDF-1.4\n")
@@ -67,8 +72,9 @@ def pdf_bytes(*pages: str) -> bytes:
     xref = len(out)
     out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
     out += "".join(f"{o:010d} 00000 n \n" for o in offsets).encode()
-    out += (f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\n"
-            f"startxref\n{xref}\n%%EOF\n").encode()
+    out += (
+        f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n"
+    ).encode()
     return bytes(out)
 
 
@@ -98,25 +104,34 @@ def test_interpolation_sends_values_and_keeps_the_template(ip, server, store, ma
     shown = cell(ip, "6 * 7")
     failed = cell(ip, "def ratio(a, b):\n    return a / b\nratio(1, 0)")
     server.enqueue(Reply(text="done"))
-    template = (f"shape {{df.shape}}, columns {{df.columns[1]}}, rate {{rate:.1%}}, "
-                f"cell {{In[{source}]}} gave {{Out[{shown}]}}; error:\n{{Err[{failed}]}}\n"
-                "literal {{rate}}, JSON {\"a\": {\"b\": 1}}, code `{rate}` and\n"
-                "```python\nprint(f\"{rate}\")\n```")
+    template = (
+        f"shape {{df.shape}}, columns {{df.columns[1]}}, rate {{rate:.1%}}, "
+        f"cell {{In[{source}]}} gave {{Out[{shown}]}}; error:\n{{Err[{failed}]}}\n"
+        'literal {{rate}}, JSON {"a": {"b": 1}}, code `{rate}` and\n'
+        '```python\nprint(f"{rate}")\n```'
+    )
     run(ip, template)
     sent = last_user(server)["content"]
-    assert sent.startswith("shape (3, 2), columns b, rate 25.0%, cell rate = 0.25 gave 42; "
-                           "error:\n")
+    assert sent.startswith(
+        "shape (3, 2), columns b, rate 25.0%, cell rate = 0.25 gave 42; error:\n"
+    )
     assert "ZeroDivisionError: division by zero" in sent and f'"Cell In[{failed}]", line 3' in sent
     assert "return a / b" in sent  # the traceback shows the cell's lines
-    assert ('literal {rate}, JSON {"a": {"b": 1}}, code `{rate}` and\n'
-            '```python\nprint(f"{rate}")\n```') in sent
+    assert (
+        'literal {rate}, JSON {"a": {"b": 1}}, code `{rate}` and\n```python\nprint(f"{rate}")\n```'
+    ) in sent
     # the history keeps what was sent and the template it came from
     prompt = store.messages(magics.session.info.id)[0].parts[0]
     assert prompt.text == sent
     assert prompt.metadata["template"] == template
     assert prompt.metadata["interpolated"] == [
-        "{df.shape}", "{df.columns[1]}", "{rate:.1%}", f"{{In[{source}]}}", f"{{Out[{shown}]}}",
-        f"{{Err[{failed}]}}"]
+        "{df.shape}",
+        "{df.columns[1]}",
+        "{rate:.1%}",
+        f"{{In[{source}]}}",
+        f"{{Out[{shown}]}}",
+        f"{{Err[{failed}]}}",
+    ]
     rows = store.sql("select data from part where type = 'text' order by id limit 1")
     assert json.loads(rows["data"][0])["metadata"]["template"] == template
 
@@ -169,12 +184,15 @@ def test_interpolation_only_looks_up_never_evaluates(ip, server, tmp_path):
     ip.user_ns["probe"] = Probe()
     ip.user_ns["x"] = 3
     server.enqueue(Reply(text="ok"))
-    prompt = ("{__import__('os').system('touch pwned')} {probe()} {x + 1} {x if x else 0} "
-              "{[x for x in ()]} {x!r}")
+    prompt = (
+        "{__import__('os').system('touch pwned')} {probe()} {x + 1} {x if x else 0} "
+        "{[x for x in ()]} {x!r}"
+    )
     run(ip, prompt)
     assert last_user(server)["content"] == (
         "{__import__('os').system('touch pwned')} {probe()} {x + 1} {x if x else 0} "
-        "{[x for x in ()]} 3")
+        "{[x for x in ()]} 3"
+    )
     assert not (tmp_path / "pwned").exists() and calls == []
 
 
@@ -200,13 +218,20 @@ def test_text_files_by_flag_glob_and_mention(ip, server, store, magics, tmp_path
     (tmp_path / "example.com").write_text("not an attachment")
     (tmp_path / "property").write_text("not an attachment either")
     server.enqueue(Reply(text="read them"))
-    run(ip, "Compare @notes.txt. Mail bob@example.com; keep @property and @app.route, and "
-            "`@notes.txt` in code stays text.", "-f 'data/*.csv'")
+    run(
+        ip,
+        "Compare @notes.txt. Mail bob@example.com; keep @property and @app.route, and "
+        "`@notes.txt` in code stays text.",
+        "-f 'data/*.csv'",
+    )
     sent = content_text(last_user(server))
     assert sent.startswith("Compare @notes.txt. Mail bob@example.com;")
-    for name, body in (("data/a.csv", "x,y\n1,2"), ("data/b.csv", "x,y\n3,4"),
-                       ("notes.txt", "alpha\nbeta")):
-        assert f'Attached file {name} (' in sent
+    for name, body in (
+        ("data/a.csv", "x,y\n1,2"),
+        ("data/b.csv", "x,y\n3,4"),
+        ("notes.txt", "alpha\nbeta"),
+    ):
+        assert f"Attached file {name} (" in sent
         assert f'<file path="{(tmp_path / name).resolve()}">\n{body}\n</file>' in sent
     assert "not an attachment" not in sent
     parts = store.messages(magics.session.info.id)[0].parts
@@ -217,8 +242,10 @@ def test_text_files_by_flag_glob_and_mention(ip, server, store, magics, tmp_path
     texts = [p for p in parts if isinstance(p, TextPart) and p.synthetic]
     assert [t.metadata["attachment"] for t in texts] == [f.id for f in files]
     # SQL sees them as file parts
-    rows = store.sql("select json_extract_string(data, '$.filename') as f from part "
-                     "where type = 'file' order by id")
+    rows = store.sql(
+        "select json_extract_string(data, '$.filename') as f from part "
+        "where type = 'file' order by id"
+    )
     assert list(rows["f"]) == ["a.csv", "b.csv", "notes.txt"]
 
 
@@ -232,7 +259,8 @@ def test_a_long_text_file_is_cut_with_a_note(ip, server, tmp_path):
 
 
 def test_image_is_image_content_for_a_vision_model_and_a_placeholder_otherwise(
-        ip, server, store, magics, tmp_path):
+    ip, server, store, magics, tmp_path
+):
     data = png_bytes()
     (tmp_path / "shot.png").write_bytes(data)
     server.enqueue(Reply(text="text-only"), Reply(text="I see red"))
@@ -245,8 +273,13 @@ def test_image_is_image_content_for_a_vision_model_and_a_placeholder_otherwise(
     assert content[0] == {"type": "text", "text": "and now?"}
     url = "data:image/png;base64," + base64.b64encode(data).decode()
     assert content[1] == {"type": "image_url", "image_url": {"url": url}}
-    files = [p for s in (text_only, magics.session.info.id) for m in store.messages(s)
-             for p in m.parts if isinstance(p, FilePart)]
+    files = [
+        p
+        for s in (text_only, magics.session.info.id)
+        for m in store.messages(s)
+        for p in m.parts
+        if isinstance(p, FilePart)
+    ]
     assert [f.mime for f in files] == ["image/png", "image/png"]
     assert files[0].source["size"] == len(data)
     assert files[0].url == files[1].url  # stored alike: what is sent depends on the model
@@ -296,7 +329,8 @@ def test_values_dataframe_schema_and_figure(ip, server, store, magics):
     assert [(f.filename, f.mime, f.source["type"], f.source["kind"]) for f in files] == [
         ("df", "text/plain", "variable", "DataFrame"),
         ("fig.png", "image/png", "variable", "Figure"),
-        ("photo.png", "image/png", "variable", "Image")]
+        ("photo.png", "image/png", "variable", "Image"),
+    ]
     plt.close(fig)
 
 
@@ -339,10 +373,17 @@ def test_notebook_tool_lists_variables_and_reads_cells(ip, server, store, magics
     shown = cell(ip, "threshold * 4")
     failed = cell(ip, "math.sqrt(-1)")
     server.enqueue(
-        Reply(tool_calls=tuple({"name": "notebook", "arguments": a} for a in (
-            {"action": "variables"}, {"action": "cells", "last": 2},
-            {"action": "cells", "cells": [shown, 99999]},
-            {"action": "variables", "names": ["df"]}))),
+        Reply(
+            tool_calls=tuple(
+                {"name": "notebook", "arguments": a}
+                for a in (
+                    {"action": "variables"},
+                    {"action": "cells", "last": 2},
+                    {"action": "cells", "cells": [shown, 99999]},
+                    {"action": "variables", "names": ["df"]},
+                )
+            )
+        ),
         Reply(text="seen"),
     )
     run(ip, "what do I have?")
@@ -403,9 +444,11 @@ def test_agent_fix_sends_the_source_and_the_traceback(ip, server, store, magics)
 
 def test_agent_fix_bad_cells_are_one_line(ip, server, magics):
     fine = cell(ip, "z = 1")
-    for line, words in (("fix 99999", "there is no cell 99999"),
-                        (f"fix {fine}", f"cell {fine} raised no error"),
-                        ("fix three", "takes a cell number")):
+    for line, words in (
+        ("fix 99999", "there is no cell 99999"),
+        (f"fix {fine}", f"cell {fine} raised no error"),
+        ("fix three", "takes a cell number"),
+    ):
         with pytest.raises(Exception) as info:
             ip.run_line_magic("agent", line)
         assert words in str(info.value) and len(info.value._render_traceback_()) == 1
@@ -414,8 +457,10 @@ def test_agent_fix_bad_cells_are_one_line(ip, server, magics):
 
 def test_code_flag_and_agent_code_set_the_next_cell(ip, server, capsys):
     server.enqueue(
-        Reply(text="Run this:\n```bash\npip install x\n```\n```python\nimport x\n```\n"
-                   "then\n```py\nx.go()\n```"),
+        Reply(
+            text="Run this:\n```bash\npip install x\n```\n```python\nimport x\n```\n"
+            "then\n```py\nx.go()\n```"
+        ),
         Reply(text="No code here."),
     )
     ip.rl_next_input = None
@@ -433,15 +478,27 @@ def test_code_flag_and_agent_code_set_the_next_cell(ip, server, capsys):
 
 
 def test_overflow_replays_a_real_image_attachment_with_media_stripped(
-        ip, server, store, magics, tmp_path):
+    ip, server, store, magics, tmp_path
+):
     vision(magics)
     data = png_bytes()
     (tmp_path / "shot.png").write_bytes(data)
-    overflow = {"status": 400, "error_body": {"error": {
-        "message": "This model's maximum context length is 8192 tokens.",
-        "type": "invalid_request_error", "code": "context_length_exceeded"}}}
-    server.enqueue(Reply(text="hello"), overflow, Reply(text="## Goal\nlook at a screenshot"),
-                   Reply(text="I cannot see the image any more."))
+    overflow = {
+        "status": 400,
+        "error_body": {
+            "error": {
+                "message": "This model's maximum context length is 8192 tokens.",
+                "type": "invalid_request_error",
+                "code": "context_length_exceeded",
+            }
+        },
+    }
+    server.enqueue(
+        Reply(text="hello"),
+        overflow,
+        Reply(text="## Goal\nlook at a screenshot"),
+        Reply(text="I cannot see the image any more."),
+    )
     run(ip, "first")
     run(ip, "look at this", "-f shot.png")
     encoded = base64.b64encode(data).decode()
@@ -452,8 +509,10 @@ def test_overflow_replays_a_real_image_attachment_with_media_stripped(
     assert content_text(final) == "look at this\n\n[Attached image/png: shot.png]"
     history = store.messages(magics.session.info.id)
     replayed = [m for m in history if m.info.role == "user"][-1]
-    assert [p.text for p in replayed.parts if isinstance(p, TextPart)] == \
-        ["look at this", "[Attached image/png: shot.png]"]
+    assert [p.text for p in replayed.parts if isinstance(p, TextPart)] == [
+        "look at this",
+        "[Attached image/png: shot.png]",
+    ]
 
 
 # -- display ------------------------------------------------------------------------------------
@@ -500,11 +559,14 @@ def test_mentions_end_before_punctuation_and_may_be_quoted(ip, server, store, ma
     assert "spaced" in sent and sent.count("the plan") == 1  # the same file is attached once
     files = [p for p in store.messages(magics.session.info.id)[0].parts if isinstance(p, FilePart)]
     assert [(f.filename, f.source["text"]["value"]) for f in files] == [
-        ("my notes.txt", '@"my notes.txt"'), ("plan.md", "@plan.md")]
+        ("my notes.txt", '@"my notes.txt"'),
+        ("plan.md", "@plan.md"),
+    ]
 
 
 def test_an_image_counts_as_an_image_when_the_server_reports_no_usage(
-        ip, server, store, magics, tmp_path):
+    ip, server, store, magics, tmp_path
+):
     from PIL import Image
 
     vision(magics)

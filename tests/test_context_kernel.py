@@ -23,20 +23,27 @@ def kernel(tmp_path_factory):
     root = tmp_path_factory.mktemp("context-kernel")
     with ScriptedServer() as server:
         env = dict(os.environ)
-        env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-kernel-test-not-real",
-                   JUPYTER_SESSION_AGENT_DIR=str(root / "data"), PYTHONUNBUFFERED="1")
+        env.update(
+            OPENAI_BASE_URL=server.base_url,
+            OPENAI_API_KEY="sk-kernel-test-not-real",
+            JUPYTER_SESSION_AGENT_DIR=str(root / "data"),
+            PYTHONUNBUFFERED="1",
+        )
         km = KernelManager(kernel_name="python3")
         km.start_kernel(env=env, cwd=str(root))
         kc = km.client()
         kc.start_channels()
         kc.wait_for_ready(timeout=60)
         try:
-            reply, messages = execute(kc, (
-                "%load_ext jupyter_session_agent\n"
-                "%config AgentMagics.model = 'openai/scripted'\n"
-                "%config AgentMagics.model_overrides = {'openai/scripted': {'context': 100000}}\n"
-                "%config AgentMagics.titles = False\n"
-            ))
+            reply, messages = execute(
+                kc,
+                (
+                    "%load_ext jupyter_session_agent\n"
+                    "%config AgentMagics.model = 'openai/scripted'\n"
+                    "%config AgentMagics.model_overrides = {'openai/scripted': {'context': 100000}}\n"
+                    "%config AgentMagics.titles = False\n"
+                ),
+            )
             assert reply["status"] == "ok", reply
             yield kc, server
         finally:
@@ -95,6 +102,7 @@ def test_notebook_tool_reads_the_cells_before_the_running_one(kernel):
     reply, _ = execute(kc, "%%agent\nwhat did I just run?")
     assert reply["status"] == "ok", reply
     result = [m for m in server.requests[-1]["messages"] if m["role"] == "tool"][-1]["content"]
-    assert result.startswith(f"In [{shown - 1}]:\ntotal = 40\n\n"
-                             f"In [{shown}]:\ntotal + 2\nOut[{shown}]:\n42")
+    assert result.startswith(
+        f"In [{shown - 1}]:\ntotal = 40\n\nIn [{shown}]:\ntotal + 2\nOut[{shown}]:\n42"
+    )
     assert "what did I just run" not in result  # the running cell is not one of the last cells

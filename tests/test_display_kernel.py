@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from jupyter_session_agent.ui.display import MIME_TYPE
 from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
+from jupyter_session_agent.ui.display import MIME_TYPE
 
 pytestmark = pytest.mark.slow
 
@@ -24,22 +24,29 @@ def kernel(tmp_path_factory):
     root = tmp_path_factory.mktemp("live-kernel")
     with ScriptedServer() as server:
         env = dict(os.environ)
-        env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-kernel-test-not-real",
-                   JUPYTER_SESSION_AGENT_DIR=str(root / "data"), PYTHONUNBUFFERED="1")
+        env.update(
+            OPENAI_BASE_URL=server.base_url,
+            OPENAI_API_KEY="sk-kernel-test-not-real",
+            JUPYTER_SESSION_AGENT_DIR=str(root / "data"),
+            PYTHONUNBUFFERED="1",
+        )
         km = KernelManager(kernel_name="python3")
         km.start_kernel(env=env, cwd=str(root))
         kc = km.client()
         kc.start_channels()
         kc.wait_for_ready(timeout=60)
         try:
-            messages = execute(kc, (
-                "%load_ext jupyter_session_agent\n"
-                "%config AgentMagics.model = 'openai/scripted'\n"
-                "%config AgentMagics.model_overrides = {'openai/scripted': {'context': 100000, 'output': 4096}}\n"
-                "%config AgentMagics.titles = False\n"
-                "%config AgentMagics.permission = {'python': 'allow'}\n"
-                "%config AgentMagics.live = True\n"
-            ))
+            messages = execute(
+                kc,
+                (
+                    "%load_ext jupyter_session_agent\n"
+                    "%config AgentMagics.model = 'openai/scripted'\n"
+                    "%config AgentMagics.model_overrides = {'openai/scripted': {'context': 100000, 'output': 4096}}\n"
+                    "%config AgentMagics.titles = False\n"
+                    "%config AgentMagics.permission = {'python': 'allow'}\n"
+                    "%config AgentMagics.live = True\n"
+                ),
+            )
             assert not [m for m in messages if m["msg_type"] == "error"], messages
             yield kc, server
         finally:
@@ -62,20 +69,35 @@ def execute(kc, code: str, timeout: float = 60.0) -> list[dict]:
         if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
             return messages
         messages.append(msg)
-    raise AssertionError(f"the kernel did not finish in {timeout}s: {[m['msg_type'] for m in messages]}")
+    raise AssertionError(
+        f"the kernel did not finish in {timeout}s: {[m['msg_type'] for m in messages]}"
+    )
 
 
 def test_busy_cell_streams_display_updates(kernel):
     kc, server = kernel
     server.enqueue(
-        Reply(text="Let me compute that in the kernel.", chunk_chars=3, delay=0.02,
-              tool_calls=({"name": "python", "arguments": {"code": "import time; time.sleep(0.3); print(6 * 7)"}},)),
+        Reply(
+            text="Let me compute that in the kernel.",
+            chunk_chars=3,
+            delay=0.02,
+            tool_calls=(
+                {
+                    "name": "python",
+                    "arguments": {"code": "import time; time.sleep(0.3); print(6 * 7)"},
+                },
+            ),
+        ),
         Reply(text="The answer is 42, as printed by the kernel.", chunk_chars=3, delay=0.02),
     )
     messages = execute(kc, "%%agent --new\ncompute 6*7 in python")
     assert not [m for m in messages if m["msg_type"] == "error"], messages
-    shown = [m for m in messages if m["msg_type"] in ("display_data", "update_display_data")
-             and MIME_TYPE in m["content"]["data"]]
+    shown = [
+        m
+        for m in messages
+        if m["msg_type"] in ("display_data", "update_display_data")
+        and MIME_TYPE in m["content"]["data"]
+    ]
     assert shown[0]["msg_type"] == "display_data"
     display_id = shown[0]["content"]["transient"]["display_id"]
     updates = shown[1:]
@@ -85,12 +107,19 @@ def test_busy_cell_streams_display_updates(kernel):
     assert all("text/markdown" in b and "text/plain" in b for b in bundles)
     data = [b[MIME_TYPE] for b in bundles]
     assert all(d["live"] for d in data[:-1]) and not data[-1]["live"]
-    tool_states = [[p["state"]["status"] for m in d["messages"] for p in m["parts"] if p["type"] == "tool"]
-                   for d in data]
+    tool_states = [
+        [p["state"]["status"] for m in d["messages"] for p in m["parts"] if p["type"] == "tool"]
+        for d in data
+    ]
     assert ["running"] in tool_states and ["completed"] in tool_states
     assert tool_states.index(["running"]) < tool_states.index(["completed"])
-    texts = {p["text"] for d in data for m in d["messages"] for p in m["parts"]
-             if p["type"] == "text" and p["text"].startswith("The answer")}
+    texts = {
+        p["text"]
+        for d in data
+        for m in d["messages"]
+        for p in m["parts"]
+        if p["type"] == "text" and p["text"].startswith("The answer")
+    }
     assert len(texts) > 1  # partial texts were sent while the model streamed
     final = data[-1]
     assert [m["info"]["role"] for m in final["messages"]] == ["user", "assistant", "assistant"]

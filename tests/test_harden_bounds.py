@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.ui.display import LiveView
 from jupyter_session_agent.core.errors import ProviderError
 from jupyter_session_agent.testing.scripted_server import Reply
+from jupyter_session_agent.ui.display import LiveView
 
 
 def run(ip, prompt):
@@ -56,14 +56,17 @@ def one_line(err: BaseException) -> str:
 # retry-after: capped by max_retry_wait, counted down while waited
 
 
-@pytest.mark.parametrize("make_headers", [
-    lambda: {"retry-after": "3600"},
-    lambda: {"retry-after-ms": "3600000"},
-    # made when the test runs, not when it is collected (minutes earlier in a full run)
-    lambda: {"retry-after": email.utils.formatdate(time.time() + 3600, usegmt=True)},
-], ids=["seconds", "ms", "http-date"])
-def test_a_retry_after_beyond_max_retry_wait_fails_at_once(ip, server, store, magics,
-                                                          make_headers):
+@pytest.mark.parametrize(
+    "make_headers",
+    [
+        lambda: {"retry-after": "3600"},
+        lambda: {"retry-after-ms": "3600000"},
+        # made when the test runs, not when it is collected (minutes earlier in a full run)
+        lambda: {"retry-after": email.utils.formatdate(time.time() + 3600, usegmt=True)},
+    ],
+    ids=["seconds", "ms", "http-date"],
+)
+def test_a_retry_after_beyond_max_retry_wait_fails_at_once(ip, server, store, magics, make_headers):
     headers = make_headers()
     server.enqueue(Reply(status=429, headers=headers), Reply(text="never reached"))
     started = time.monotonic()
@@ -88,8 +91,9 @@ def test_a_retry_after_beyond_max_retry_wait_fails_at_once(ip, server, store, ma
 
 
 def test_a_wait_within_bounds_counts_down_in_the_live_view(ip, server, store, magics):
-    server.enqueue(Reply(status=429, headers={"retry-after-ms": "2500"}),
-                   Reply(text="after the wait"))
+    server.enqueue(
+        Reply(status=429, headers={"retry-after-ms": "2500"}), Reply(text="after the wait")
+    )
     session = magics.current(new=True)
     view = LiveView(live=True, session=session)
     started = time.monotonic()
@@ -99,8 +103,11 @@ def test_a_wait_within_bounds_counts_down_in_the_live_view(ip, server, store, ma
     assert time.monotonic() - started >= 2.4
     markdown = [o.data["text/markdown"] for o in out.outputs]
     plain = [o.data["text/plain"] for o in out.outputs]
-    counts = [s for s in ("retry 1 in 3 s…", "retry 1 in 2 s…", "retry 1 in 1 s…")
-              if any(s in m for m in markdown)]
+    counts = [
+        s
+        for s in ("retry 1 in 3 s…", "retry 1 in 2 s…", "retry 1 in 1 s…")
+        if any(s in m for m in markdown)
+    ]
     assert counts == ["retry 1 in 3 s…", "retry 1 in 2 s…", "retry 1 in 1 s…"], markdown
     assert any("[retry 1 in 3 s…]" in p for p in plain)  # the plain-text fallback counts too
     assert "retry 1 after 2.5 s" in markdown[-1] and "[retry 1 after 2.5 s]" in plain[-1]
@@ -129,8 +136,12 @@ def test_wait_settings_are_checked_when_set(magics):
     from jupyter_session_agent.core.settings import Settings
 
     defaults = Settings()
-    assert (defaults.max_retry_wait, defaults.first_byte_timeout, defaults.idle_timeout,
-            defaults.request_timeout) == (60.0, 60.0, 60.0, 600.0)
+    assert (
+        defaults.max_retry_wait,
+        defaults.first_byte_timeout,
+        defaults.idle_timeout,
+        defaults.request_timeout,
+    ) == (60.0, 60.0, 60.0, 600.0)
 
 
 # --------------------------------------------------------------------------
@@ -141,15 +152,25 @@ def test_wait_settings_are_checked_when_set(magics):
 FAST_FIRST, FAST_IDLE, FAST_TOTAL = (0.5, 5, 10), (5, 0.5, 10), (5, 5, 1.5)
 
 
-@pytest.mark.parametrize(("fault", "timeouts", "setting", "requests"), [
-    ({"hang": "accept"}, FAST_FIRST, "first_byte_timeout", 2),  # accepts, reads, never answers
-    ({"hang": "headers"}, FAST_IDLE, "idle_timeout", 2),  # sends the response head, then nothing
-    ({"hang": "chunk"}, FAST_IDLE, "idle_timeout", 2),  # one chunk, then nothing
-    # trickles a byte at a time, never silent for long
-    ({"text": "x" * 400, "chunk_chars": 1, "delay": 0.02}, FAST_TOTAL, "request_timeout", 1),
-], ids=["accept", "headers", "between-chunks", "trickle"])
-def test_a_silent_server_ends_the_turn_in_bounded_time(ip, server, store, magics, fault, timeouts,
-                                                       setting, requests):
+@pytest.mark.parametrize(
+    ("fault", "timeouts", "setting", "requests"),
+    [
+        ({"hang": "accept"}, FAST_FIRST, "first_byte_timeout", 2),  # accepts, reads, never answers
+        (
+            {"hang": "headers"},
+            FAST_IDLE,
+            "idle_timeout",
+            2,
+        ),  # sends the response head, then nothing
+        ({"hang": "chunk"}, FAST_IDLE, "idle_timeout", 2),  # one chunk, then nothing
+        # trickles a byte at a time, never silent for long
+        ({"text": "x" * 400, "chunk_chars": 1, "delay": 0.02}, FAST_TOTAL, "request_timeout", 1),
+    ],
+    ids=["accept", "headers", "between-chunks", "trickle"],
+)
+def test_a_silent_server_ends_the_turn_in_bounded_time(
+    ip, server, store, magics, fault, timeouts, setting, requests
+):
     magics.first_byte_timeout, magics.idle_timeout, magics.request_timeout = timeouts
     magics.max_retries = 1
     magics.max_retry_wait = 0.1
@@ -229,7 +250,9 @@ _RSS_SCRIPT = textwrap.dedent("""
 def _measure(tmp_path: Path, work: Path, call: dict) -> dict:
     result = subprocess.run(
         [sys.executable, "-c", _RSS_SCRIPT, str(work), str(tmp_path / "data"), json.dumps(call)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")},
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -249,10 +272,24 @@ def test_read_of_a_huge_file_keeps_memory_bounded(tmp_path):
         fh.seek(SIZE)
         fh.write(b"\nthe last line\n")
     (work / "small.txt").write_text("warm\n")
-    near_end = _measure(tmp_path, work, {"name": "read", "warm": {"filePath": "small.txt"},
-                                         "big": {"filePath": "big.txt", "offset": 399, "limit": 5}})
-    start = _measure(tmp_path, work, {"name": "read", "warm": {"filePath": "small.txt"},
-                                      "big": {"filePath": "big.txt", "limit": 5}})
+    near_end = _measure(
+        tmp_path,
+        work,
+        {
+            "name": "read",
+            "warm": {"filePath": "small.txt"},
+            "big": {"filePath": "big.txt", "offset": 399, "limit": 5},
+        },
+    )
+    start = _measure(
+        tmp_path,
+        work,
+        {
+            "name": "read",
+            "warm": {"filePath": "small.txt"},
+            "big": {"filePath": "big.txt", "limit": 5},
+        },
+    )
     for got in (start, near_end):
         assert got["status"] == "completed"
         assert got["growth"] < 0.05 * SIZE, got["growth"]  # the whole file took 2x its size before
@@ -269,8 +306,11 @@ def test_bash_output_spills_to_the_saved_file_not_to_memory(tmp_path):
     work.mkdir()
     size = 100 * 1024 * 1024
     command = f"yes 'row of output' | head -c {size}; echo; echo END"
-    got = _measure(tmp_path, work, {"name": "bash", "warm": {"command": "echo warm"},
-                                    "big": {"command": command}})
+    got = _measure(
+        tmp_path,
+        work,
+        {"name": "bash", "warm": {"command": "echo warm"}, "big": {"command": command}},
+    )
     assert got["status"] == "completed"
     assert got["growth"] < 0.05 * size, got["growth"]  # the output took 6x its size before
     meta = got["metadata"]
@@ -320,16 +360,27 @@ def test_special_files_are_refused_and_skipped(ip, server, store, magics, tmp_pa
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(str(sock_path))
     try:
-        server.enqueue(Reply(tool_calls=(
-            {"name": "read", "arguments": {"filePath": "pipe"}},
-            {"name": "grep", "arguments": {"pattern": "needle"}},  # the folder holds the FIFO
-            {"name": "grep", "arguments": {"pattern": "needle", "path": "pipe"}},
-            {"name": "write", "arguments": {"filePath": "pipe", "content": "x"}},
-            {"name": "edit", "arguments": {"filePath": "pipe", "oldString": "a", "newString": "b"}},
-            {"name": "read", "arguments": {"filePath": "sock"}},
-            {"name": "read", "arguments": {"filePath": "/dev/zero"}},
-            {"name": "glob", "arguments": {"pattern": "*"}},
-        )), Reply(text="done"))
+        server.enqueue(
+            Reply(
+                tool_calls=(
+                    {"name": "read", "arguments": {"filePath": "pipe"}},
+                    {
+                        "name": "grep",
+                        "arguments": {"pattern": "needle"},
+                    },  # the folder holds the FIFO
+                    {"name": "grep", "arguments": {"pattern": "needle", "path": "pipe"}},
+                    {"name": "write", "arguments": {"filePath": "pipe", "content": "x"}},
+                    {
+                        "name": "edit",
+                        "arguments": {"filePath": "pipe", "oldString": "a", "newString": "b"},
+                    },
+                    {"name": "read", "arguments": {"filePath": "sock"}},
+                    {"name": "read", "arguments": {"filePath": "/dev/zero"}},
+                    {"name": "glob", "arguments": {"pattern": "*"}},
+                )
+            ),
+            Reply(text="done"),
+        )
         started = time.monotonic()
         run(ip, "look at the special files")
         assert time.monotonic() - started < 8
@@ -337,9 +388,16 @@ def test_special_files_are_refused_and_skipped(ip, server, store, magics, tmp_pa
         sock.close()
     tools = tools_of(store, magics)
     states = [(t.tool, t.state.status) for t in tools]
-    assert states == [("read", "error"), ("grep", "completed"), ("grep", "error"),
-                      ("write", "error"), ("edit", "error"), ("read", "error"), ("read", "error"),
-                      ("glob", "completed")]
+    assert states == [
+        ("read", "error"),
+        ("grep", "completed"),
+        ("grep", "error"),
+        ("write", "error"),
+        ("edit", "error"),
+        ("read", "error"),
+        ("read", "error"),
+        ("glob", "completed"),
+    ]
     assert "is a named pipe (FIFO), not a regular file" in tools[0].state.error
     assert "needle in a text file" in tools[1].state.output
     assert "is a socket" in tools[5].state.error and "is a character device" in tools[6].state.error
@@ -352,13 +410,23 @@ def test_catastrophic_patterns_run_in_linear_time(ip, server, store, magics, tmp
     deep.mkdir(parents=True)
     (deep / "a.txt").write_text("a" * 26 + "b\n" + "aaaa\n" + "x" * 26 + "y\n")
     patterns = [r"(a+)+$", r"(a|aa)*c", r"(x+x+)+z", r"^(\w+\s?)*$"]
-    server.enqueue(Reply(tool_calls=tuple(
-        [{"name": "grep", "arguments": {"pattern": p, "path": "src"}} for p in patterns]
-        + [{"name": "glob", "arguments": {"pattern": "**a" * 10 + "**b", "path": "src"}},
-           {"name": "glob", "arguments": {"pattern": "**a" * 10 + "**/a.txt", "path": "src"}},
-           {"name": "grep", "arguments": {"pattern": r"(?<=a)b", "path": "src"}},
-           {"name": "grep", "arguments": {"pattern": r"(a)\1", "path": "src"}}]
-    )), Reply(text="done"))
+    server.enqueue(
+        Reply(
+            tool_calls=tuple(
+                [{"name": "grep", "arguments": {"pattern": p, "path": "src"}} for p in patterns]
+                + [
+                    {"name": "glob", "arguments": {"pattern": "**a" * 10 + "**b", "path": "src"}},
+                    {
+                        "name": "glob",
+                        "arguments": {"pattern": "**a" * 10 + "**/a.txt", "path": "src"},
+                    },
+                    {"name": "grep", "arguments": {"pattern": r"(?<=a)b", "path": "src"}},
+                    {"name": "grep", "arguments": {"pattern": r"(a)\1", "path": "src"}},
+                ]
+            )
+        ),
+        Reply(text="done"),
+    )
     started = time.monotonic()
     run(ip, "search")
     assert time.monotonic() - started < 5  # Python's re: minutes for these (2^26 steps per line)
@@ -384,21 +452,31 @@ def test_huge_and_deep_trees_are_bounded(ip, server, store, magics, tmp_path, mo
     leaf = nested.joinpath(*["d"] * 150)  # deeper than os.walk's recursion copes with comfortably
     leaf.mkdir(parents=True)
     (leaf / "leaf.txt").write_text("hit\n")
-    server.enqueue(Reply(tool_calls=(
-        {"name": "list", "arguments": {"path": "crowd"}},
-        {"name": "glob", "arguments": {"pattern": "leaf.txt", "path": "nested"}},
-        {"name": "grep", "arguments": {"pattern": "hit", "path": "nested"}},
-        {"name": "list", "arguments": {"path": "nested"}},
-    )), Reply(text="done"))
+    server.enqueue(
+        Reply(
+            tool_calls=(
+                {"name": "list", "arguments": {"path": "crowd"}},
+                {"name": "glob", "arguments": {"pattern": "leaf.txt", "path": "nested"}},
+                {"name": "grep", "arguments": {"pattern": "hit", "path": "nested"}},
+                {"name": "list", "arguments": {"path": "nested"}},
+            )
+        ),
+        Reply(text="done"),
+    )
     started = time.monotonic()
     run(ip, "look around")
     assert time.monotonic() - started < 10
     # a walk may look at so many entries only: a folder bigger than that gives a partial answer
     monkeypatch.setattr(paths.WalkLimits, "ENTRIES", 1000)
-    server.enqueue(Reply(tool_calls=(
-        {"name": "glob", "arguments": {"pattern": "*.txt", "path": "crowd"}},
-        {"name": "grep", "arguments": {"pattern": "hit", "path": "crowd"}},
-    )), Reply(text="done"))
+    server.enqueue(
+        Reply(
+            tool_calls=(
+                {"name": "glob", "arguments": {"pattern": "*.txt", "path": "crowd"}},
+                {"name": "grep", "arguments": {"pattern": "hit", "path": "crowd"}},
+            )
+        ),
+        Reply(text="done"),
+    )
     run(ip, "search the crowd")
     tools = tools_of(store, magics)
     assert [t.state.status for t in tools] == ["completed"] * 6
@@ -416,11 +494,16 @@ def test_huge_and_deep_trees_are_bounded(ip, server, store, magics, tmp_path, mo
     # and so much time only (a slow disk, a network mount)
     monkeypatch.setattr(paths.WalkLimits, "ENTRIES", 100_000)
     monkeypatch.setattr(paths.WalkLimits, "SECONDS", 0.0)
-    server.enqueue(Reply(tool_calls=(
-        {"name": "glob", "arguments": {"pattern": "*.txt", "path": "crowd"}},
-        {"name": "grep", "arguments": {"pattern": "hit", "path": "crowd"}},
-        {"name": "list", "arguments": {"path": "crowd"}},
-    )), Reply(text="done"))
+    server.enqueue(
+        Reply(
+            tool_calls=(
+                {"name": "glob", "arguments": {"pattern": "*.txt", "path": "crowd"}},
+                {"name": "grep", "arguments": {"pattern": "hit", "path": "crowd"}},
+                {"name": "list", "arguments": {"path": "crowd"}},
+            )
+        ),
+        Reply(text="done"),
+    )
     run(ip, "once more")
     for partial in tools_of(store, magics)[6:]:
         assert "Stopped early: it ran for 0 s" in partial.state.output, partial.state.output[-300:]

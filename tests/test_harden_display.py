@@ -13,8 +13,8 @@ import sys
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.ui.display import MIME_TYPE, LiveView
 from jupyter_session_agent.testing.scripted_server import Reply
+from jupyter_session_agent.ui.display import MIME_TYPE, LiveView
 
 CALLS = (
     {"name": "python", "arguments": {"code": "print('before the error')\ndef broken(:\n    pass"}},
@@ -96,16 +96,28 @@ def test_exports_show_failed_calls_as_failed(failed_turn, ip, tmp_path):
     assert ".failed>summary .status" in page  # styled as an error
 
 
-def test_tool_call_counts_the_failures_here_and_in_a_later_process(failed_turn, store, data_dir,
-                                                                   tmp_path):
+def test_tool_call_counts_the_failures_here_and_in_a_later_process(
+    failed_turn, store, data_dir, tmp_path
+):
     session, _ = failed_turn
-    query = ("SELECT status, failed, coalesce(error_class, '-') FROM tool_call "
-             f"WHERE session_id = '{session.info.id}' ORDER BY id")
+    query = (
+        "SELECT status, failed, coalesce(error_class, '-') FROM tool_call "
+        f"WHERE session_id = '{session.info.id}' ORDER BY id"
+    )
     rows = store.sql(query).values.tolist()
-    assert rows == [["completed", True, "SyntaxError"], ["completed", True, "ZeroDivisionError"],
-                    ["completed", False, "-"]]
-    summary = store.sql(f"SELECT tool_calls, tool_errors FROM session_summary WHERE session_id = "
-                        f"'{session.info.id}'").iloc[0].tolist()
+    assert rows == [
+        ["completed", True, "SyntaxError"],
+        ["completed", True, "ZeroDivisionError"],
+        ["completed", False, "-"],
+    ]
+    summary = (
+        store.sql(
+            f"SELECT tool_calls, tool_errors FROM session_summary WHERE session_id = "
+            f"'{session.info.id}'"
+        )
+        .iloc[0]
+        .tolist()
+    )
     assert summary == [3, 2]
     from jupyter_session_agent import analytics
 
@@ -114,11 +126,19 @@ def test_tool_call_counts_the_failures_here_and_in_a_later_process(failed_turn, 
     assert rates.loc["python", "failure_rate"] == pytest.approx(2 / 3)
     assert analytics.plot_tools(store)._repr_png_().startswith(b"\x89PNG")
     # a later process reading the same files sees the same thing
-    code = ("import json, jupyter_session_agent as j; "
-            f"print(json.dumps(j.sql({query!r}).values.tolist()))")
+    code = (
+        "import json, jupyter_session_agent as j; "
+        f"print(json.dumps(j.sql({query!r}).values.tolist()))"
+    )
     env = {**os.environ, "JUPYTER_SESSION_AGENT_DIR": str(data_dir)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == rows
 
@@ -129,7 +149,11 @@ def test_a_json_bundle_keeps_the_failure_through_import(failed_turn, ip, magics,
     ip.run_line_magic("agent", f"export {session.info.id} --format json --out {path}")
     magics.data_dir = str(tmp_path / "elsewhere")
     ip.run_line_magic("agent", f"import {path}")
-    rows = magics.store().sql("SELECT failed, coalesce(error_class, '-') FROM tool_call "
-                              "ORDER BY id")
-    assert rows.values.tolist() == [[True, "SyntaxError"], [True, "ZeroDivisionError"],
-                                    [False, "-"]]
+    rows = magics.store().sql(
+        "SELECT failed, coalesce(error_class, '-') FROM tool_call ORDER BY id"
+    )
+    assert rows.values.tolist() == [
+        [True, "SyntaxError"],
+        [True, "ZeroDivisionError"],
+        [False, "-"],
+    ]

@@ -19,23 +19,32 @@ import pytest
 from IPython.utils.capture import capture_output
 
 from jupyter_session_agent.core import ids
-from jupyter_session_agent.session import snapshot
 from jupyter_session_agent.core.errors import SessionNotFoundError, UsageError
 from jupyter_session_agent.core.messages import Session, now_ms
-from jupyter_session_agent.testing.scripted_server import Reply
+from jupyter_session_agent.session import snapshot
 from jupyter_session_agent.session.agent_session import AgentSession
 from jupyter_session_agent.session.snapshot import Snapshot, repo_path
-from jupyter_session_agent.store import Store
+from jupyter_session_agent.testing.scripted_server import Reply
 
 _GIT = subprocess.run(["git", "--version"], capture_output=True).returncode == 0
 needs_git = pytest.mark.skipif(not _GIT, reason="git is not installed")
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git resolves it in every repository
 
 HOSTILE = (  # ids a bundle, a magic's argument or an OpenCode row may carry ({victim}: its path)
-    "{victim}", "../../victim", "ses_../../victim", "ses_a/b", "ses_ab\x00cd", "ses_" + "a" * 65,
+    "{victim}",
+    "../../victim",
+    "ses_../../victim",
+    "ses_a/b",
+    "ses_ab\x00cd",
+    "ses_" + "a" * 65,
     "ses_\uff41\uff42\uff43",  # fullwidth look-alikes
     "ses_\u0430bc",  # a Cyrillic a
-    "ses_abc\n", "ses_abc ", "..", "ses_a\\b", "~/x", "ses_%2e%2e",
+    "ses_abc\n",
+    "ses_abc ",
+    "..",
+    "ses_a\\b",
+    "~/x",
+    "ses_%2e%2e",
 )
 
 
@@ -143,7 +152,8 @@ def test_generated_ids_follow_the_grammar_and_hostile_ones_do_not(tmp_path):
 
 
 def test_a_bundle_whose_session_id_is_not_an_id_is_refused_and_touches_nothing(
-        ip, server, store, magics, tmp_path, victim, bundle):
+    ip, server, store, magics, tmp_path, victim, bundle
+):
     before_victim, before_history = tree_of(victim), _history_state(store)
     snapshots = sorted((magics.settings().data_dir / "snapshot").iterdir())
     for hostile in HOSTILE:
@@ -182,26 +192,53 @@ NESTED = {  # where in a bundle a hostile value goes → how to put it there
     "session parentID": lambda d, v: d["info"].__setitem__("parentID", v),
     "forkedFrom.sessionID": lambda d, v: d["info"].__setitem__("forkedFrom", {"sessionID": v}),
     "forkedFrom.messageID": lambda d, v: d["info"].__setitem__(
-        "forkedFrom", {"sessionID": d["info"]["id"], "messageID": v}),
+        "forkedFrom", {"sessionID": d["info"]["id"], "messageID": v}
+    ),
     "revert.messageID": lambda d, v: d["info"].__setitem__("revert", {"messageID": v}),
     "revert.partID": lambda d, v: d["info"].__setitem__(
-        "revert", {"messageID": d["messages"][1]["info"]["id"], "partID": v}),
+        "revert", {"messageID": d["messages"][1]["info"]["id"], "partID": v}
+    ),
     "revert.snapshot": lambda d, v: d["info"].__setitem__(
-        "revert", {"messageID": d["messages"][1]["info"]["id"], "snapshot": v}),
+        "revert", {"messageID": d["messages"][1]["info"]["id"], "snapshot": v}
+    ),
     "tool callID": lambda d, v: _first(d, "tool").__setitem__("callID", v),
     "patch hash": lambda d, v: _first(d, "patch").__setitem__("hash", v),
     "step snapshot": lambda d, v: _first(d, "step-start").__setitem__("snapshot", v),
     "compaction tail": lambda d, v: d["messages"][0]["parts"].append(
-        {"id": ids.ascending("part"), "type": "compaction", "auto": False, "tail_start_id": v}),
+        {"id": ids.ascending("part"), "type": "compaction", "auto": False, "tail_start_id": v}
+    ),
     "task sessionId": lambda d, v: d["messages"][1]["parts"].append(
-        {"id": ids.ascending("part"), "type": "tool", "callID": "call_9", "tool": "task",
-         "state": {"status": "completed", "input": {}, "output": "", "title": "t",
-                   "metadata": {"sessionId": v}, "time": {"start": 1, "end": 2}}}),
-    "child session": lambda d, v: d.__setitem__("children", [
-        {"info": {**d["info"], "id": v, "parentID": d["info"]["id"]}, "messages": []}]),
-    "child with another parent": lambda d, v: d.__setitem__("children", [
-        {"info": {**d["info"], "id": ids.descending("session"),
-                  "parentID": ids.descending("session")}, "messages": []}]),
+        {
+            "id": ids.ascending("part"),
+            "type": "tool",
+            "callID": "call_9",
+            "tool": "task",
+            "state": {
+                "status": "completed",
+                "input": {},
+                "output": "",
+                "title": "t",
+                "metadata": {"sessionId": v},
+                "time": {"start": 1, "end": 2},
+            },
+        }
+    ),
+    "child session": lambda d, v: d.__setitem__(
+        "children", [{"info": {**d["info"], "id": v, "parentID": d["info"]["id"]}, "messages": []}]
+    ),
+    "child with another parent": lambda d, v: d.__setitem__(
+        "children",
+        [
+            {
+                "info": {
+                    **d["info"],
+                    "id": ids.descending("session"),
+                    "parentID": ids.descending("session"),
+                },
+                "messages": [],
+            }
+        ],
+    ),
 }
 
 
@@ -230,7 +267,8 @@ def test_the_untouched_bundle_still_imports_and_round_trips(ip, store, tmp_path,
 
 
 def test_a_bundle_cannot_choose_the_folder_its_session_works_in(
-        ip, server, store, magics, tmp_path, bundle, victim, monkeypatch):
+    ip, server, store, magics, tmp_path, bundle, victim, monkeypatch
+):
     """The bundle's ``directory`` is a path from outside: pointed at the user's folder it would
     make every file there "inside the session folder" (read without asking). The imported
     session works in the importer's folder instead, and continuing it reads nothing of the
@@ -284,8 +322,16 @@ def test_magics_refuse_ids_that_are_not_ids(ip, server, store, magics, tmp_path,
     for hostile in HOSTILE:
         hostile = hostile.format(victim=victim)
         quoted = "'" + hostile.replace("'", "'\\''") + "'"  # shlex gives back exactly `hostile`
-        for command in ("use", "delete", "show", "turns", "archive", "unarchive", "export",
-                        "budget"):
+        for command in (
+            "use",
+            "delete",
+            "show",
+            "turns",
+            "archive",
+            "unarchive",
+            "export",
+            "budget",
+        ):
             refused(ip, f"{command} {quoted}", "not a session id|NUL")
         refused(ip, f"fork -s {quoted}", "not a session id|NUL")
         refused(ip, f"-s {quoted}", "not a session id|NUL")
@@ -301,12 +347,20 @@ def test_magics_refuse_ids_that_are_not_ids(ip, server, store, magics, tmp_path,
 
 @needs_git
 def test_a_path_id_left_in_an_older_history_is_neither_continued_nor_deleted(
-        ip, server, store, magics, tmp_path, victim):
+    ip, server, store, magics, tmp_path, victim
+):
     """A history written before ids were checked may hold an imported session whose id is a
     path: it can no longer reach that folder (no git init there, no rmtree)."""
     created = now_ms()
-    store.put(Session(id=str(victim), directory=str(victim), title="old import",
-                      time_created=created, time_updated=created))
+    store.put(
+        Session(
+            id=str(victim),
+            directory=str(victim),
+            title="old import",
+            time_created=created,
+            time_updated=created,
+        )
+    )
     store.flush()
     before = tree_of(victim)
     refused(ip, f"-s {victim}", "not a session id")
@@ -323,7 +377,8 @@ def test_a_path_id_left_in_an_older_history_is_neither_continued_nor_deleted(
 
 @needs_git
 def test_a_snapshot_folder_that_is_a_link_out_of_the_data_directory_is_not_followed(
-        ip, server, store, magics, tmp_path, victim):
+    ip, server, store, magics, tmp_path, victim
+):
     _text_turn(ip, server)
     sid = magics.session.info.id
     repo = repo_path(magics.settings().data_dir, sid)
@@ -341,8 +396,21 @@ def test_a_snapshot_folder_that_is_a_link_out_of_the_data_directory_is_not_follo
 
 def test_a_task_id_from_the_model_is_checked(ip, server, store, magics, tmp_path, victim):
     magics.subagents = True
-    server.enqueue(Reply(tool_calls=({"name": "task", "arguments": {
-        "description": "resume", "prompt": "go on", "task_id": str(victim)}},)), Reply(text="ok"))
+    server.enqueue(
+        Reply(
+            tool_calls=(
+                {
+                    "name": "task",
+                    "arguments": {
+                        "description": "resume",
+                        "prompt": "go on",
+                        "task_id": str(victim),
+                    },
+                },
+            )
+        ),
+        Reply(text="ok"),
+    )
     ip.run_cell_magic("agent", "", "resume that task")
     parts = [p for m in store.messages(magics.session.info.id) for p in m.parts]
     tool = next(p for p in parts if p.type == "tool")
@@ -357,7 +425,8 @@ def test_a_task_id_from_the_model_is_checked(ip, server, store, magics, tmp_path
 
 @needs_git
 def test_snapshot_git_runs_nothing_from_the_working_folder_or_the_environment(
-        ip, server, store, magics, tmp_path, monkeypatch):
+    ip, server, store, magics, tmp_path, monkeypatch
+):
     marks = tmp_path.parent / f"{tmp_path.name}-marks"  # outside the session folder
     marks.mkdir()
 
@@ -366,15 +435,18 @@ def test_snapshot_git_runs_nothing_from_the_working_folder_or_the_environment(
 
     # the working folder: a prepared .git/config, a nested repository, filter attributes
     (tmp_path / ".git").mkdir()
-    dotgit = (f"[core]\n\tfsmonitor = {touch('dotgit-fsmonitor')}\n\thooksPath = {tmp_path}/hooks\n"
-              f"[filter \"x\"]\n\tclean = {touch('dotgit-clean')}\n"
-              f"\tsmudge = {touch('dotgit-smudge')}\n")
+    dotgit = (
+        f"[core]\n\tfsmonitor = {touch('dotgit-fsmonitor')}\n\thooksPath = {tmp_path}/hooks\n"
+        f'[filter "x"]\n\tclean = {touch("dotgit-clean")}\n'
+        f"\tsmudge = {touch('dotgit-smudge')}\n"
+    )
     (tmp_path / ".git" / "config").write_text(dotgit)
     (tmp_path / ".gitattributes").write_text("* filter=x diff=x\n*.txt text eol=crlf\n")
     nested = tmp_path / "sub"
     nested.mkdir()
-    subprocess.run(["git", "init", "-q", str(nested)], check=True,
-                   env={**os.environ, "HOME": str(tmp_path)})
+    subprocess.run(
+        ["git", "init", "-q", str(nested)], check=True, env={**os.environ, "HOME": str(tmp_path)}
+    )
     with open(nested / ".git" / "config", "a") as fh:
         fh.write(f"[core]\n\tfsmonitor = {touch('nested-fsmonitor')}\n")
     (nested / "n.txt").write_text("nested\n")
@@ -388,9 +460,10 @@ def test_snapshot_git_runs_nothing_from_the_working_folder_or_the_environment(
     home.mkdir()
     (home / ".gitconfig").write_text(
         f"[core]\n\tfsmonitor = {touch('global-fsmonitor')}\n\thooksPath = {hooks}\n"
-        f"[filter \"x\"]\n\tclean = {touch('global-clean')}\n\tsmudge = {touch('global-smudge')}\n"
-        f"[diff \"x\"]\n\ttextconv = {touch('global-textconv')} && cat\n"
-        f"[diff]\n\texternal = {marks}/ext.sh\n")
+        f'[filter "x"]\n\tclean = {touch("global-clean")}\n\tsmudge = {touch("global-smudge")}\n'
+        f'[diff "x"]\n\ttextconv = {touch("global-textconv")} && cat\n'
+        f"[diff]\n\texternal = {marks}/ext.sh\n"
+    )
     (marks / "ext.sh").write_text(f"#!/bin/sh\n{touch('external-diff')}\n")
     (marks / "ext.sh").chmod(0o755)
     monkeypatch.setenv("HOME", str(home))
@@ -421,8 +494,9 @@ def test_snapshot_git_runs_nothing_from_the_working_folder_or_the_environment(
 
 
 @needs_git
-def test_revert_restores_only_trees_taken_here_and_paths_inside(ip, server, store, magics, tmp_path,
-                                                                bundle):
+def test_revert_restores_only_trees_taken_here_and_paths_inside(
+    ip, server, store, magics, tmp_path, bundle
+):
     """An imported session's patch parts name trees made elsewhere (here: git's empty tree, which
     every repository resolves) and paths anywhere: revert leaves those files alone."""
     precious = tmp_path / "precious.txt"
@@ -461,9 +535,12 @@ def test_import_of_a_folder_or_an_odd_file_is_one_line(ip, store, tmp_path):
     refused(ip, f"import {tmp_path / 'folder'}", "is a folder .*import-opencode")
     (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00garbage")
     refused(ip, f"import {tmp_path / 'binary.json'}", "not JSON")
-    for name, value in (("list.json", [1, 2]), ("noinfo.json", {"messages": []}),
-                        ("version.json", {"info": {}, "messages": [], "version": "x"}),
-                        ("children.json", {"info": {}, "messages": [], "children": "x"})):
+    for name, value in (
+        ("list.json", [1, 2]),
+        ("noinfo.json", {"messages": []}),
+        ("version.json", {"info": {}, "messages": [], "version": "x"}),
+        ("children.json", {"info": {}, "messages": [], "children": "x"}),
+    ):
         (tmp_path / name).write_text(json.dumps(value))
         refused(ip, f"import {tmp_path / name}")
     assert _history_state(store) == before
@@ -478,17 +555,23 @@ OC_MESSAGE = "msg_c1a0000000010000000000user1"
 
 def _oc_db(path: Path, sessions=(), messages=(), parts=(), schema=None) -> Path:
     con = sqlite3.connect(path)
-    con.executescript(schema or """
+    con.executescript(
+        schema
+        or """
         CREATE TABLE session (id TEXT PRIMARY KEY, project_id TEXT, parent_id TEXT, slug TEXT,
             directory TEXT, title TEXT, version TEXT, time_created INTEGER, time_updated INTEGER);
         CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER,
             data TEXT);
         CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT, session_id TEXT,
             time_created INTEGER, data TEXT);
-    """)
+    """
+    )
     for row in sessions:
-        con.execute("INSERT INTO session (id, directory, title, time_created, time_updated) "
-                    "VALUES (?,?,?,?,?)", row)
+        con.execute(
+            "INSERT INTO session (id, directory, title, time_created, time_updated) "
+            "VALUES (?,?,?,?,?)",
+            row,
+        )
     for row in messages:
         con.execute("INSERT INTO message VALUES (?,?,?,?)", row)
     for row in parts:
@@ -498,23 +581,28 @@ def _oc_db(path: Path, sessions=(), messages=(), parts=(), schema=None) -> Path:
     return path
 
 
-USER = json.dumps({"role": "user", "time": {"created": 1},
-                   "model": {"providerID": "a", "modelID": "b"}})
+USER = json.dumps(
+    {"role": "user", "time": {"created": 1}, "model": {"providerID": "a", "modelID": "b"}}
+)
 
 
 def test_a_malformed_opencode_db_is_refused_with_one_line(ip, store, tmp_path):
     before = _history_state(store)
     cases = {
         "garbage": lambda p: p.write_bytes(b"not a database " * 200),
-        "id-only": lambda p: _oc_db(p, schema="CREATE TABLE session (id TEXT); "
-                                          "INSERT INTO session VALUES ('ses_a');"),
-        "other-columns": lambda p: _oc_db(p, schema="CREATE TABLE session (foo TEXT); "
-                                                "INSERT INTO session VALUES (1);"),
+        "id-only": lambda p: _oc_db(
+            p, schema="CREATE TABLE session (id TEXT); INSERT INTO session VALUES ('ses_a');"
+        ),
+        "other-columns": lambda p: _oc_db(
+            p, schema="CREATE TABLE session (foo TEXT); INSERT INTO session VALUES (1);"
+        ),
         "no-session-table": lambda p: _oc_db(p, schema="CREATE TABLE t (x);"),
         "truncated": lambda p: p.write_bytes(
-            _oc_db(tmp_path / "full.db",
-                   sessions=[(f"ses_{i}", "/p", "t" * 200, 1, 2) for i in range(500)])
-            .read_bytes()[:20_000]),
+            _oc_db(
+                tmp_path / "full.db",
+                sessions=[(f"ses_{i}", "/p", "t" * 200, 1, 2) for i in range(500)],
+            ).read_bytes()[:20_000]
+        ),
     }
     for name, build in cases.items():
         folder = tmp_path / name
@@ -526,22 +614,44 @@ def test_a_malformed_opencode_db_is_refused_with_one_line(ip, store, tmp_path):
 
 
 def test_opencode_rows_and_files_that_cannot_be_imported_are_listed_with_reasons(
-        ip, store, tmp_path, victim):
+    ip, store, tmp_path, victim
+):
     root = tmp_path / "opencode"
     root.mkdir()
     good_part = json.dumps({"type": "text", "text": "hello"})
-    _oc_db(root / "opencode.db",
-           sessions=[(OC_SESSION, "/p", "kept", 1, 2),
-                     (str(victim), str(victim), "a path as id", 1, 2),
-                     ("ses_ok/../../x", "/p", "slash", 1, 2), ("ses_untitled", "/p", None, 1, 2)],
-           messages=[(OC_MESSAGE, OC_SESSION, 1, USER), ("msg_notjson", OC_SESSION, 1, "{nope"),
-                     ("msg_../x", OC_SESSION, 1, USER)],
-           parts=[("prt_01", OC_MESSAGE, OC_SESSION, 1, good_part),
-                  ("prt_/etc/passwd", OC_MESSAGE, OC_SESSION, 1, good_part),
-                  ("prt_02", OC_MESSAGE, OC_SESSION, 1, json.dumps(
-                      {"type": "tool", "callID": "../../x", "tool": "bash",
-                       "state": {"status": "pending", "input": {}, "raw": ""}})),
-                  ("prt_03", OC_MESSAGE, OC_SESSION, 1, "[1, 2]")])
+    _oc_db(
+        root / "opencode.db",
+        sessions=[
+            (OC_SESSION, "/p", "kept", 1, 2),
+            (str(victim), str(victim), "a path as id", 1, 2),
+            ("ses_ok/../../x", "/p", "slash", 1, 2),
+            ("ses_untitled", "/p", None, 1, 2),
+        ],
+        messages=[
+            (OC_MESSAGE, OC_SESSION, 1, USER),
+            ("msg_notjson", OC_SESSION, 1, "{nope"),
+            ("msg_../x", OC_SESSION, 1, USER),
+        ],
+        parts=[
+            ("prt_01", OC_MESSAGE, OC_SESSION, 1, good_part),
+            ("prt_/etc/passwd", OC_MESSAGE, OC_SESSION, 1, good_part),
+            (
+                "prt_02",
+                OC_MESSAGE,
+                OC_SESSION,
+                1,
+                json.dumps(
+                    {
+                        "type": "tool",
+                        "callID": "../../x",
+                        "tool": "bash",
+                        "state": {"status": "pending", "input": {}, "raw": ""},
+                    }
+                ),
+            ),
+            ("prt_03", OC_MESSAGE, OC_SESSION, 1, "[1, 2]"),
+        ],
+    )
     storage = root / "storage" / "session" / "global"
     storage.mkdir(parents=True)
     (storage / "ses_broken.json").write_text("{broken")
@@ -557,13 +667,21 @@ def test_opencode_rows_and_files_that_cannot_be_imported_are_listed_with_reasons
     assert [s.id for s in store.sessions()] == [OC_SESSION]  # OpenCode's valid id, kept as it is
     assert [p.id for m in store.messages(OC_SESSION) for p in m.parts] == ["prt_01"]
     text = "\n".join(listed)
-    for where in ("storage/session/global/ses_broken.json", "storage/session/global/ses_list.json",
-                  "storage/session/global/ses_latin1.json", "storage/session/global/weird.json",
-                  "storage/session/global/folder.json", "storage/session/global/ses_fifo.json",
-                  "opencode.db session 'ses_ok/../../x'", "opencode.db session 'ses_untitled'",
-                  "opencode.db message 'msg_notjson'", "opencode.db message 'msg_../x'",
-                  "opencode.db part 'prt_/etc/passwd'", "opencode.db part 'prt_02'",
-                  "opencode.db part 'prt_03'"):
+    for where in (
+        "storage/session/global/ses_broken.json",
+        "storage/session/global/ses_list.json",
+        "storage/session/global/ses_latin1.json",
+        "storage/session/global/weird.json",
+        "storage/session/global/folder.json",
+        "storage/session/global/ses_fifo.json",
+        "opencode.db session 'ses_ok/../../x'",
+        "opencode.db session 'ses_untitled'",
+        "opencode.db message 'msg_notjson'",
+        "opencode.db message 'msg_../x'",
+        "opencode.db part 'prt_/etc/passwd'",
+        "opencode.db part 'prt_02'",
+        "opencode.db part 'prt_03'",
+    ):
         assert f"skipped {where} — " in text, where
     assert "not JSON" in text and "id grammar" in text and "without a title" in text
     assert len(listed) == 14  # every file and row that was not imported, each once

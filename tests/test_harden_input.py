@@ -11,18 +11,42 @@ import os
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.ui.commands import load_all
 from jupyter_session_agent.core.errors import AgentError, ConfigError, UsageError
-from jupyter_session_agent.ui.magics import AgentMagics, SettingError
-from jupyter_session_agent.testing.scripted_server import Reply
 from jupyter_session_agent.core.settings import Settings
+from jupyter_session_agent.testing.scripted_server import Reply
+from jupyter_session_agent.ui.commands import load_all
+from jupyter_session_agent.ui.magics import SettingError
 
 # Argument forms a careless user (or a fuzzer) types after any subcommand.
 BAD_ARGUMENTS = [
-    "--bogus", "-z", "'unclosed", '"unclosed', "x\\", "--out", "--at", "-k", "--format",
-    "--format pdf", "--session", "--user", "--part", "--instructions", "a b c d e", "''", "-", "--",
-    "=", "-k 0 q", "-k -1 q", "-1", "99999999999999999999", "--at 999", "--at -5", "ses_",
-    "/proc/no/such/dir", "\x00",
+    "--bogus",
+    "-z",
+    "'unclosed",
+    '"unclosed',
+    "x\\",
+    "--out",
+    "--at",
+    "-k",
+    "--format",
+    "--format pdf",
+    "--session",
+    "--user",
+    "--part",
+    "--instructions",
+    "a b c d e",
+    "''",
+    "-",
+    "--",
+    "=",
+    "-k 0 q",
+    "-k -1 q",
+    "-1",
+    "99999999999999999999",
+    "--at 999",
+    "--at -5",
+    "ses_",
+    "/proc/no/such/dir",
+    "\x00",
 ]
 
 
@@ -60,8 +84,9 @@ def session_ids(store):
 
 
 @pytest.mark.parametrize("with_session", [False, True], ids=["no-session", "with-session"])
-def test_every_subcommand_answers_bad_arguments_with_one_line(ip, server, store, magics,
-                                                              with_session):
+def test_every_subcommand_answers_bad_arguments_with_one_line(
+    ip, server, store, magics, with_session
+):
     if with_session:
         ip.run_cell_magic("agent", "", "hello")
     failures = []
@@ -82,8 +107,17 @@ def test_every_subcommand_answers_bad_arguments_with_one_line(ip, server, store,
     assert not failures, "\n".join(map(str, failures))
 
 
-@pytest.mark.parametrize("line", ["sql select 'x", "sessions 'unclosed", "show \"abc", "use x\\",
-                                  "export --format 'md", "recall user's preference"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "sql select 'x",
+        "sessions 'unclosed",
+        'show "abc',
+        "use x\\",
+        "export --format 'md",
+        "recall user's preference",
+    ],
+)
 def test_unbalanced_quotes_show_one_line_not_a_traceback(ip, line):
     result, text = shown(ip, f"%agent {line}")
     assert isinstance(result.error_in_exec, UsageError)
@@ -93,11 +127,24 @@ def test_unbalanced_quotes_show_one_line_not_a_traceback(ip, line):
         assert "quote" in text or "backslash" in text
 
 
-@pytest.mark.parametrize("line", ["sessions --bogus", "sessions extra", "new --bogus", "new extra",
-                                  "help --bogus", "browse x", "show --bogus", "budget -x",
-                                  "export-parquet --bogus", "export-parquet a b"])
-def test_unknown_options_and_extra_words_are_refused_before_anything_happens(ip, store, tmp_path,
-                                                                              line):
+@pytest.mark.parametrize(
+    "line",
+    [
+        "sessions --bogus",
+        "sessions extra",
+        "new --bogus",
+        "new extra",
+        "help --bogus",
+        "browse x",
+        "show --bogus",
+        "budget -x",
+        "export-parquet --bogus",
+        "export-parquet a b",
+    ],
+)
+def test_unknown_options_and_extra_words_are_refused_before_anything_happens(
+    ip, store, tmp_path, line
+):
     before, files = session_ids(store), sorted(os.listdir(tmp_path))
     result, text = shown(ip, f"%agent {line}")
     assert isinstance(result.error_in_exec, UsageError), text
@@ -105,13 +152,16 @@ def test_unknown_options_and_extra_words_are_refused_before_anything_happens(ip,
     assert session_ids(store) == before and sorted(os.listdir(tmp_path)) == files  # nothing made
 
 
-def test_export_parquet_into_a_folder_that_cannot_be_written_is_one_line(ip, server, store, magics,
-                                                                         tmp_path):
+def test_export_parquet_into_a_folder_that_cannot_be_written_is_one_line(
+    ip, server, store, magics, tmp_path
+):
     ip.run_cell_magic("agent", "", "hello")
     blocker = tmp_path / "a-file.txt"
     blocker.write_text("not a folder")
-    targets = [(blocker / "sub", "a part of the path is a file"),
-               ("/proc/no/such/dir", "does not exist")]
+    targets = [
+        (blocker / "sub", "a part of the path is a file"),
+        ("/proc/no/such/dir", "does not exist"),
+    ]
     if os.geteuid() != 0:  # root writes anywhere: the permission case needs a user
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)
@@ -130,14 +180,21 @@ def test_export_parquet_into_a_folder_that_cannot_be_written_is_one_line(ip, ser
     assert result.error_in_exec is None and (tmp_path / "ok" / "views.sql").exists()
 
 
-@pytest.mark.parametrize("line, fix", [
-    ("--bogus", "unrecognized arguments"), ("-s", "expected one argument"),
-    ("-m", "expected one argument"),
-    ("-p bash=sometimes", "allow|ask|deny"), ("-p 'bash=allow", "quote is not closed"),
-    ("-o 1x", "Python variable name"), ("-o class", "Python variable name"),
-    ("-m nonsense", "'provider/model'"), ("-m 'openai/ gpt'", "'provider/model'"),
-    ("--fork --new", "--fork"),
-])
+@pytest.mark.parametrize(
+    "line, fix",
+    [
+        ("--bogus", "unrecognized arguments"),
+        ("-s", "expected one argument"),
+        ("-m", "expected one argument"),
+        ("-p bash=sometimes", "allow|ask|deny"),
+        ("-p 'bash=allow", "quote is not closed"),
+        ("-o 1x", "Python variable name"),
+        ("-o class", "Python variable name"),
+        ("-m nonsense", "'provider/model'"),
+        ("-m 'openai/ gpt'", "'provider/model'"),
+        ("--fork --new", "--fork"),
+    ],
+)
 def test_bad_agent_cell_options_are_one_line_and_nothing_runs(ip, server, store, line, fix):
     result, text = shown(ip, f"%%agent {line}\nhello")
     assert isinstance(result.error_in_exec, UsageError), text
@@ -163,8 +220,9 @@ def test_other_subcommands_still_expand_names_also_inside_functions(ip, magics, 
     assert result.error_in_exec is None, text
     assert (tmp_path / "from-user-ns" / "views.sql").exists()
     here = str(tmp_path / "from-locals")
-    code = f"def export_here():\n    here = {here!r}\n    %agent export-parquet $here\n" \
-           "export_here()"
+    code = (
+        f"def export_here():\n    here = {here!r}\n    %agent export-parquet $here\nexport_here()"
+    )
     result, text = shown(ip, code)
     assert result.error_in_exec is None, text
     assert (tmp_path / "from-locals" / "views.sql").exists()
@@ -184,7 +242,8 @@ def test_agent_cell_body_reaches_the_model_as_typed(ip, server, store, magics):
     result, text = shown(ip, f"%%agent\n{body}")
     assert result.error_in_exec is None, text
     assert server.requests[-1]["messages"][-1]["content"].endswith(
-        "Explain EXPANDED and $v and {x+1} and $$ literally")
+        "Explain EXPANDED and $v and {x+1} and $$ literally"
+    )
 
 
 # --------------------------------------------------------------------------
@@ -195,20 +254,38 @@ def test_agent_cell_body_reaches_the_model_as_typed(ip, server, store, magics):
 BAD_SETTINGS = {
     "model": ["nonsense", "openai/", "/gpt", "openai/gpt 4o", 5],
     "data_dir": ["\x00", "FILE"],
-    "model_overrides": [{"openai/x": {"context": "big"}}, {"openai/x": {"context_window": 5}},
-                        {"openai/x": {"price_input": -1}},
-                        {"openai/x": {"compaction_threshold": 2}}, {"openai/x": {"images": "yes"}},
-                        {"": {}}, {"openai/x": 5}],
-    "compaction": [{"threshold": 5}, {"threshold": 0}, {"bogus": 1}, {"auto": "yes"},
-                   {"prune_protect": -1}, {"model": "no-slash"}, {"protected_tools": "skill"}],
+    "model_overrides": [
+        {"openai/x": {"context": "big"}},
+        {"openai/x": {"context_window": 5}},
+        {"openai/x": {"price_input": -1}},
+        {"openai/x": {"compaction_threshold": 2}},
+        {"openai/x": {"images": "yes"}},
+        {"": {}},
+        {"openai/x": 5},
+    ],
+    "compaction": [
+        {"threshold": 5},
+        {"threshold": 0},
+        {"bogus": 1},
+        {"auto": "yes"},
+        {"prune_protect": -1},
+        {"model": "no-slash"},
+        {"protected_tools": "skill"},
+    ],
     "max_steps": [0, -1, "x", 2.5, True],
     "max_retries": [-1, "x"],
     "request_timeout": [-1, 0, float("nan"), float("inf"), "x"],
     "first_byte_timeout": [0, -5, "soon"],
     "idle_timeout": [0, -1.5, None],
     "max_retry_wait": [-1, float("inf"), "1h"],
-    "mcp": [{"time": {"type": "local"}}, {"time": {"type": "sse", "url": "http://x"}}, {"": {}},
-            {"web": {"type": "remote", "url": "ftp://x"}}, {"time": "python -m x"}, ["time"]],
+    "mcp": [
+        {"time": {"type": "local"}},
+        {"time": {"type": "sse", "url": "http://x"}},
+        {"": {}},
+        {"web": {"type": "remote", "url": "ftp://x"}},
+        {"time": "python -m x"},
+        ["time"],
+    ],
     "mcp_opencode": ["", 5, None],
     "local_context": [0, 100, "x"],
     "local_idle_timeout": [-1, "soon", True],
@@ -220,19 +297,35 @@ BAD_SETTINGS = {
     "title_model": ["nonsense"],
     "subagents": ["yes please"],
     "subagent_model": ["no model"],
-    "snapshot": [{"max_files": "x"}, {"max_files": 0}, {"max_size": 1}, {"enabled": "yes"},
-                 {"exclude": "*.py"}],
-    "memory": [{"enabled": "yes please"}, {"top_k": 0}, {"extractor": "magic"}, {"scope": "world"},
-               {"inject_everything": True}, {"threshold": -1}],
+    "snapshot": [
+        {"max_files": "x"},
+        {"max_files": 0},
+        {"max_size": 1},
+        {"enabled": "yes"},
+        {"exclude": "*.py"},
+    ],
+    "memory": [
+        {"enabled": "yes please"},
+        {"top_k": 0},
+        {"extractor": "magic"},
+        {"scope": "world"},
+        {"inject_everything": True},
+        {"threshold": -1},
+    ],
 }
 GOOD_SETTINGS = {
-    "model": "ollama/qwen2.5-coder:7b", "request_timeout": 10, "max_steps": 3,
-    "model_overrides": {"openai/gpt-4o": {"context": 128_000, "price_input": 2.5},
-                        "gpt-4o": {"output": 1}},
+    "model": "ollama/qwen2.5-coder:7b",
+    "request_timeout": 10,
+    "max_steps": 3,
+    "model_overrides": {
+        "openai/gpt-4o": {"context": 128_000, "price_input": 2.5},
+        "gpt-4o": {"output": 1},
+    },
     "compaction": {"threshold": 0.8, "reserved": None, "model": "openai/gpt-4o-mini"},
     "snapshot": {"enabled": False, "exclude": ["*.csv"]},
     "memory": {"enabled": True, "embeddings": None},
-    "permission": {"bash": {"git *": "allow"}, "edit": "ask"}, "title_model": "",
+    "permission": {"bash": {"git *": "allow"}, "edit": "ask"},
+    "title_model": "",
 }
 
 
@@ -245,8 +338,9 @@ def test_every_setting_has_refused_values_in_this_file(magics):
 
 
 @pytest.mark.parametrize("name", sorted(BAD_SETTINGS))
-def test_a_refused_config_value_is_one_line_and_the_old_value_stays(ip, magics, tmp_path, caplog,
-                                                                    name):
+def test_a_refused_config_value_is_one_line_and_the_old_value_stays(
+    ip, magics, tmp_path, caplog, name
+):
     before = getattr(magics, name)
     for bad in BAD_SETTINGS[name]:
         if bad == "FILE":
@@ -316,8 +410,13 @@ def test_a_setting_the_schema_does_not_list_is_checked_by_its_trait_type(ip, mag
 
     for name in ("request_timeout", "max_retries", "title_model", "titles"):
         monkeypatch.delitem(settings.SCHEMA, name)  # as a setting added without a schema entry
-    for name, bad in (("request_timeout", -1.0), ("request_timeout", float("inf")),
-                      ("max_retries", -2), ("title_model", "a\x00b"), ("titles", "yes please")):
+    for name, bad in (
+        ("request_timeout", -1.0),
+        ("request_timeout", float("inf")),
+        ("max_retries", -2),
+        ("title_model", "a\x00b"),
+        ("titles", "yes please"),
+    ):
         before = getattr(magics, name)
         with pytest.raises(SettingError) as info:
             setattr(magics, name, bad)

@@ -22,7 +22,12 @@ import subprocess
 import pytest
 
 from jupyter_session_agent.core import permission as P
-from jupyter_session_agent.session.approval import ScriptedApprover, StdinApprover, prompt_line, prompt_text
+from jupyter_session_agent.session.approval import (
+    ScriptedApprover,
+    StdinApprover,
+    prompt_line,
+    prompt_text,
+)
 from jupyter_session_agent.testing.scripted_server import Reply
 
 
@@ -63,12 +68,12 @@ def proj(ip, tmp_path, monkeypatch):
 # With {"bash": {"echo *": "allow"}} each of these must not run `touch X`: it asks.
 ECHO_ASKS = [
     "echo $'\\''; touch X; echo $'\\''",  # ANSI-C quoting hid the command from the old splitter
-    "echo a\\ #$(touch X)",                        # an escaped space: `#` does not start a comment
+    "echo a\\ #$(touch X)",  # an escaped space: `#` does not start a comment
     "echo `touch X`",
     "echo $(touch X)",
     'echo "$(touch X)"',
     'echo "a$(touch X)b"',
-    "echo `echo \\`touch X\\``",                   # backticks read twice
+    "echo `echo \\`touch X\\``",  # backticks read twice
     "echo a; touch X",
     "echo a && touch X",
     "false || touch X",
@@ -77,7 +82,7 @@ ECHO_ASKS = [
     "echo a |& touch X",
     "echo a\ntouch X",
     "echo a;\\\ntouch X",
-    "to\\\nuch X",                                 # a line continuation inside a word
+    "to\\\nuch X",  # a line continuation inside a word
     "echo hi; to\\\nuch X",
     "{ echo a; touch X; }",
     "(echo a; touch X)",
@@ -130,7 +135,7 @@ def test_an_allowed_echo_cannot_smuggle_another_command(ip, server, store, magic
 ECHO_RUNS = [
     ("echo hi > out.txt", "hi\n"),
     ("echo 'a; touch X' > out.txt", "a; touch X\n"),
-    ("echo \"a && touch X\" > out.txt", "a && touch X\n"),
+    ('echo "a && touch X" > out.txt', "a && touch X\n"),
     ("echo '$(touch X)' > out.txt", "$(touch X)\n"),
     ("echo \\`touch X\\` > out.txt", "`touch X`\n"),
     ("echo \\$\\(touch X\\) > out.txt", "$(touch X)\n"),
@@ -197,8 +202,9 @@ DENY_CASES = [
 
 
 @pytest.mark.parametrize("command, expected", DENY_CASES)
-def test_a_deny_rule_holds_whatever_the_spelling(ip, server, store, magics, proj, command,
-                                                 expected):
+def test_a_deny_rule_holds_whatever_the_spelling(
+    ip, server, store, magics, proj, command, expected
+):
     magics.permission = {"bash": {"*": "allow", "touch *": "deny"}}
     call(server, "bash", command=command)
     run(ip, "run it")
@@ -207,11 +213,13 @@ def test_a_deny_rule_holds_whatever_the_spelling(ip, server, store, magics, proj
     assert part.state.status == "error" and outcome(part) == expected, part.state
     # what asks may be the bash line or a path it computes (``$((x))`` could name any file)
     assert part.state.metadata["permission"]["permission"] in (
-        ("bash",) if expected == "denied" else ("bash", "external_directory"))
+        ("bash",) if expected == "denied" else ("bash", "external_directory")
+    )
 
 
-def test_an_unreadable_line_runs_when_bash_is_allowed_for_everything(ip, server, store, magics,
-                                                                     proj):
+def test_an_unreadable_line_runs_when_bash_is_allowed_for_everything(
+    ip, server, store, magics, proj
+):
     magics.permission = {"bash": "allow"}  # every command: nothing the parser misses is unallowed
     call(server, "bash", command="echo $'a\\tb' > out.txt; f() { echo in; }; f >> out.txt")
     run(ip, "run it")
@@ -243,14 +251,15 @@ OUTSIDE_WRITES = [
     "echo x | tee ../F",
     "touch ../F",
     "cp /dev/null ../F",
-    "echo x > linkout/F",           # a link inside the directory that points outside
+    "echo x > linkout/F",  # a link inside the directory that points outside
     "echo x > linkout/../proj/../F",
 ]
 
 
 @pytest.mark.parametrize("command", OUTSIDE_WRITES)
-def test_writing_outside_the_session_directory_asks(ip, server, store, magics, proj, tmp_path,
-                                                    command):
+def test_writing_outside_the_session_directory_asks(
+    ip, server, store, magics, proj, tmp_path, command
+):
     (proj / "linkout").symlink_to(tmp_path)
     magics.permission = {"bash": "allow"}  # bash runs; external_directory still asks (the default)
     call(server, "bash", command=command)
@@ -263,16 +272,20 @@ def test_writing_outside_the_session_directory_asks(ip, server, store, magics, p
 
 def test_writing_inside_the_session_directory_does_not_ask(ip, server, store, magics, proj):
     magics.permission = {"bash": "allow"}
-    call(server, "bash",
-         command="echo x > sub/F && echo y > ./sub/../G && echo z > ~+/sub/H && cat sub/F")
+    call(
+        server,
+        "bash",
+        command="echo x > sub/F && echo y > ./sub/../G && echo z > ~+/sub/H && cat sub/F",
+    )
     run(ip, "write it")
     (part,) = tools_of(store, magics.session.info.id)
     assert outcome(part) == "completed", part.state
     assert (proj / "sub" / "F").exists() and (proj / "G").exists() and (proj / "sub" / "H").exists()
 
 
-def test_an_allowed_outside_directory_is_allowed_and_nothing_else(ip, server, store, magics, proj,
-                                                                  tmp_path):
+def test_an_allowed_outside_directory_is_allowed_and_nothing_else(
+    ip, server, store, magics, proj, tmp_path
+):
     other = tmp_path / "other"
     other.mkdir()
     magics.permission = {"bash": "allow", "external_directory": {f"{other}/*": "allow"}}
@@ -303,17 +316,21 @@ def links(proj, tmp_path):
     return outside
 
 
-@pytest.mark.parametrize("tool, arguments", [
-    ("read", {"filePath": "etclink/secret.txt"}),
-    ("read", {"filePath": "filelink.txt"}),
-    ("read", {"filePath": "sub/../etclink/secret.txt"}),
-    ("list", {"path": "etclink"}),
-    ("glob", {"pattern": "*", "path": "etclink"}),
-    ("grep", {"pattern": "SECRET", "path": "etclink"}),
-    ("grep", {"pattern": "SECRET", "path": "filelink.txt"}),
-])
-def test_reading_through_a_link_that_points_outside_asks(ip, server, store, magics, links, tool,
-                                                         arguments):
+@pytest.mark.parametrize(
+    "tool, arguments",
+    [
+        ("read", {"filePath": "etclink/secret.txt"}),
+        ("read", {"filePath": "filelink.txt"}),
+        ("read", {"filePath": "sub/../etclink/secret.txt"}),
+        ("list", {"path": "etclink"}),
+        ("glob", {"pattern": "*", "path": "etclink"}),
+        ("grep", {"pattern": "SECRET", "path": "etclink"}),
+        ("grep", {"pattern": "SECRET", "path": "filelink.txt"}),
+    ],
+)
+def test_reading_through_a_link_that_points_outside_asks(
+    ip, server, store, magics, links, tool, arguments
+):
     magics.permission = {}  # the defaults: reading inside the directory is allowed
     call(server, tool, **arguments)
     run(ip, "look")
@@ -323,15 +340,22 @@ def test_reading_through_a_link_that_points_outside_asks(ip, server, store, magi
     assert "TOP-SECRET" not in str(part.state)
 
 
-@pytest.mark.parametrize("tool, arguments", [
-    ("write", {"filePath": "etclink/secret.txt", "content": "owned\n"}),
-    ("write", {"filePath": "etclink/new.txt", "content": "owned\n"}),
-    ("write", {"filePath": "filelink.txt", "content": "owned\n"}),
-    ("edit", {"filePath": "etclink/secret.txt", "oldString": "TOP-SECRET", "newString": "owned"}),
-    ("edit", {"filePath": "filelink.txt", "oldString": "TOP-SECRET", "newString": "owned"}),
-])
-def test_writing_through_a_link_that_points_outside_asks(ip, server, store, magics, links, tool,
-                                                         arguments):
+@pytest.mark.parametrize(
+    "tool, arguments",
+    [
+        ("write", {"filePath": "etclink/secret.txt", "content": "owned\n"}),
+        ("write", {"filePath": "etclink/new.txt", "content": "owned\n"}),
+        ("write", {"filePath": "filelink.txt", "content": "owned\n"}),
+        (
+            "edit",
+            {"filePath": "etclink/secret.txt", "oldString": "TOP-SECRET", "newString": "owned"},
+        ),
+        ("edit", {"filePath": "filelink.txt", "oldString": "TOP-SECRET", "newString": "owned"}),
+    ],
+)
+def test_writing_through_a_link_that_points_outside_asks(
+    ip, server, store, magics, links, tool, arguments
+):
     magics.permission = {"edit": "allow"}  # editing inside is allowed: outside still asks
     call(server, tool, **arguments)
     run(ip, "change it")
@@ -355,10 +379,15 @@ def test_a_link_to_dotenv_asks_as_dotenv_does(ip, server, store, magics, links):
 def test_listings_and_searches_do_not_follow_links_out(ip, server, store, magics, links):
     magics.permission = {}
     server.enqueue(
-        Reply(tool_calls=({"name": "list", "arguments": {}},
-                          {"name": "glob", "arguments": {"pattern": "**/*.txt"}},
-                          {"name": "grep", "arguments": {"pattern": "SECRET|mine"}})),
-        Reply(text="done"))
+        Reply(
+            tool_calls=(
+                {"name": "list", "arguments": {}},
+                {"name": "glob", "arguments": {"pattern": "**/*.txt"}},
+                {"name": "grep", "arguments": {"pattern": "SECRET|mine"}},
+            )
+        ),
+        Reply(text="done"),
+    )
     run(ip, "look around")
     listed, globbed, grepped = tools_of(store, magics.session.info.id)
     assert [outcome(p) for p in (listed, globbed, grepped)] == ["completed"] * 3
@@ -467,9 +496,13 @@ def test_the_subagent_inherits_what_the_parent_allows(ip, server, store, magics,
     server.enqueue(
         Reply(tool_calls=({"name": "bash", "arguments": {"command": "echo a > a.txt"}},)),
         Reply(tool_calls=({"name": "task", "arguments": {"description": "it", "prompt": "go"}},)),
-        Reply(tool_calls=({"name": "python", "arguments": {"code": "open('p.txt', 'w').close()"}},
-                          {"name": "bash", "arguments": {"command": "echo b > b.txt"}},
-                          {"name": "bash", "arguments": {"command": "echo c > c.txt"}})),
+        Reply(
+            tool_calls=(
+                {"name": "python", "arguments": {"code": "open('p.txt', 'w').close()"}},
+                {"name": "bash", "arguments": {"command": "echo b > b.txt"}},
+                {"name": "bash", "arguments": {"command": "echo c > c.txt"}},
+            )
+        ),
         Reply(text="child done"),
         Reply(text="parent done"),
     )
@@ -487,8 +520,9 @@ def test_the_subagent_inherits_what_the_parent_allows(ip, server, store, magics,
 # the approval prompt shows what runs
 
 
-def test_the_prompt_shows_the_whole_code_with_control_characters_visible(ip, server, store, magics,
-                                                                         proj):
+def test_the_prompt_shows_the_whole_code_with_control_characters_visible(
+    ip, server, store, magics, proj
+):
     magics.permission = {}
     session = magics.current()
     session.approver = ScriptedApprover(["r"])
@@ -507,14 +541,26 @@ def test_the_prompt_shows_the_whole_code_with_control_characters_visible(ip, ser
 
 def test_stdin_prompt_prints_the_full_code_before_the_question(capsys):
     lines = "\n".join(f"x{i} = {i}" for i in range(40)) + "\nimport shutil; shutil.rmtree('/')"
-    request = P.Request("per_1", "ses_1", "python", (lines,), ("*",),
-                        {"tool": "python", "summary": lines, "code": lines})
+    request = P.Request(
+        "per_1",
+        "ses_1",
+        "python",
+        (lines,),
+        ("*",),
+        {"tool": "python", "summary": lines, "code": lines},
+    )
     asked = []
     StdinApprover(read=lambda prompt: asked.append(prompt) or "r")(request)
     printed = capsys.readouterr().out
     assert lines in printed and "\n" not in asked[0] and "41-line" in asked[0]
-    short = P.Request("per_2", "ses_1", "bash", ("ls",), ("ls *",),
-                      {"tool": "bash", "summary": "ls", "command": "ls"})
+    short = P.Request(
+        "per_2",
+        "ses_1",
+        "bash",
+        ("ls",),
+        ("ls *",),
+        {"tool": "bash", "summary": "ls", "command": "ls"},
+    )
     assert prompt_text(short) == prompt_line(short) and "bash: ls" in prompt_line(short)
 
 
@@ -540,11 +586,71 @@ def test_the_last_step_offers_no_tools_and_runs_none(ip, server, store, magics, 
 # --------------------------------------------------------------------------
 # the checker against bash itself: whatever it allows never runs a hidden command
 
-TOKENS = [" ", " ", "'", '"', "\\", "$", "(", ")", "`", ";", "&", "|", "\n", "#", "{", "}", "a",
-          "=", "<", ">", "$'", "\\\n", "*", "~", "[", "]", "$(", "${", "<<", "x=", "\\'", '\\"',
-          "\t", "((", "))", "<(", "&&", "||", "%", ":", ",", "-", "env ", "command ", "touch X",
-          " case ", " in ", " esac", ";;", " if ", " then ", " fi", " do ", " done", "f() ", "{ ",
-          "<<EOF\n", "\nEOF\n", "<<<", "&>", "2>&1", "xargs ", " -exec "]
+TOKENS = [
+    " ",
+    " ",
+    "'",
+    '"',
+    "\\",
+    "$",
+    "(",
+    ")",
+    "`",
+    ";",
+    "&",
+    "|",
+    "\n",
+    "#",
+    "{",
+    "}",
+    "a",
+    "=",
+    "<",
+    ">",
+    "$'",
+    "\\\n",
+    "*",
+    "~",
+    "[",
+    "]",
+    "$(",
+    "${",
+    "<<",
+    "x=",
+    "\\'",
+    '\\"',
+    "\t",
+    "((",
+    "))",
+    "<(",
+    "&&",
+    "||",
+    "%",
+    ":",
+    ",",
+    "-",
+    "env ",
+    "command ",
+    "touch X",
+    " case ",
+    " in ",
+    " esac",
+    ";;",
+    " if ",
+    " then ",
+    " fi",
+    " do ",
+    " done",
+    "f() ",
+    "{ ",
+    "<<EOF\n",
+    "\nEOF\n",
+    "<<<",
+    "&>",
+    "2>&1",
+    "xargs ",
+    " -exec ",
+]
 
 
 def _decision(command, config, directory):
@@ -572,9 +678,14 @@ def test_random_lines_the_checker_allows_never_run_a_hidden_command(tmp_path):
                 continue
             allowed += 1
             try:
-                subprocess.run(["bash", "-c", line], cwd=work, stdin=subprocess.DEVNULL,
-                               capture_output=True, timeout=5,
-                               env={"PATH": os.environ["PATH"], "HOME": str(work)})
+                subprocess.run(
+                    ["bash", "-c", line],
+                    cwd=work,
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=5,
+                    env={"PATH": os.environ["PATH"], "HOME": str(work)},
+                )
             except subprocess.TimeoutExpired:
                 pass
             assert not (work / "X").exists(), f"{config} allowed {line!r}, and bash ran touch X"

@@ -28,7 +28,7 @@ KEY = "sk-proj-" + "Hq4wR7tY1uI5oP8aS2dF6gJ9kL3zX0cV"  # a known key format
 TOKEN = "tok-" + "Mm3Nn4Bb5Vv6Cc7Xx8Zz9"  # no known format: known from the environment only
 
 # The model's python call: every way code can put text in a notebook cell.
-SHOW_EVERYTHING = textwrap.dedent('''
+SHOW_EVERYTHING = textwrap.dedent("""
     import logging, os, subprocess, sys
     from IPython.display import HTML, JSON, Latex, Markdown, display, update_display
     key, token = os.environ["OPENAI_API_KEY"], os.environ["MY_SERVICE_TOKEN"]
@@ -53,12 +53,16 @@ SHOW_EVERYTHING = textwrap.dedent('''
             raise ValueError("formatter failed on " + key)
     display(Shows())
     print("printed " + key)
-''')
+""")
 
 
 def _leaks(texts: dict[str, str], secrets=(KEY, TOKEN)) -> list[tuple[str, str]]:
-    return [(where, secret[:10]) for where, text in texts.items() for secret in secrets
-            if secret in text]
+    return [
+        (where, secret[:10])
+        for where, text in texts.items()
+        for secret in secrets
+        if secret in text
+    ]
 
 
 def _labels(text: str) -> str:
@@ -69,22 +73,30 @@ def _labels(text: str) -> str:
 
 def _disk(data_dir) -> dict[str, str]:
     """Every file under the data directory: journals, parquet, saved tool outputs."""
-    return {str(p): p.read_bytes().decode("utf-8", "replace")
-            for p in data_dir.rglob("*") if p.is_file()}
+    return {
+        str(p): p.read_bytes().decode("utf-8", "replace")
+        for p in data_dir.rglob("*")
+        if p.is_file()
+    }
 
 
 def _shown(out) -> dict[str, str]:
-    texts = {f"display {i}": json.dumps([o.data, o.metadata], ensure_ascii=False, default=str)
-             for i, o in enumerate(out.outputs)}
+    texts = {
+        f"display {i}": json.dumps([o.data, o.metadata], ensure_ascii=False, default=str)
+        for i, o in enumerate(out.outputs)
+    }
     return {**texts, "stdout": out.stdout, "stderr": out.stderr}
 
 
-def test_everything_the_python_tool_shows_is_redacted(ip, server, store, magics, data_dir,
-                                                       monkeypatch, capfd, caplog):
+def test_everything_the_python_tool_shows_is_redacted(
+    ip, server, store, magics, data_dir, monkeypatch, capfd, caplog
+):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("MY_SERVICE_TOKEN", TOKEN)
-    server.enqueue(Reply(tool_calls=({"name": "python", "arguments": {"code": SHOW_EVERYTHING}},)),
-                   Reply(text="Shown."))
+    server.enqueue(
+        Reply(tool_calls=({"name": "python", "arguments": {"code": SHOW_EVERYTHING}},)),
+        Reply(text="Shown."),
+    )
     with capture_output() as out:
         # what code the user ran earlier may hold: the cell's own streams
         ip.user_ns.update(kernel_stdout=sys.stdout, kernel_stderr=sys.stderr)
@@ -103,47 +115,68 @@ def test_everything_the_python_tool_shows_is_redacted(ip, server, store, magics,
     mimes = {k for d in datas for k in d}
     assert {"text/html", "text/markdown", "text/latex", "application/json"} <= mimes
     assert any(d.get("text/html") == "<b>[REDACTED:OPENAI_API_KEY]</b>" for d in datas)
-    assert any(d.get("application/json") == {"deep": [{"k": "[REDACTED:OPENAI_API_KEY]"}],
-                                             "[REDACTED:MY_SERVICE_TOKEN]": 1} for d in datas)
+    assert any(
+        d.get("application/json")
+        == {"deep": [{"k": "[REDACTED:OPENAI_API_KEY]"}], "[REDACTED:MY_SERVICE_TOKEN]": 1}
+        for d in datas
+    )
     assert any(o.metadata == {"note": "[REDACTED:OPENAI_API_KEY]"} for o in out.outputs)
     updates = [o for o in out.outputs if o.update]
     assert [u.data.get("text/html") or u.data.get("text/markdown") for u in updates] == [
-        "[REDACTED:OPENAI_API_KEY]", "[REDACTED:MY_SERVICE_TOKEN]"]
+        "[REDACTED:OPENAI_API_KEY]",
+        "[REDACTED:MY_SERVICE_TOKEN]",
+    ]
     # a stream held from before the call and a logging handler on it: cleaned, still shown
     assert "stale stdout [REDACTED:OPENAI_API_KEY]" in out.stdout
     assert "logged [REDACTED:MY_SERVICE_TOKEN]" in out.stderr
     # below sys.stdout (sys.__stdout__, os.write, a subprocess): into the tool output, cleaned
-    for line in ("dunder [REDACTED:OPENAI_API_KEY]", "fd1 [REDACTED:MY_SERVICE_TOKEN]",
-                 "child [REDACTED:OPENAI_API_KEY]", "child-err [REDACTED:MY_SERVICE_TOKEN]",
-                 "printed [REDACTED:OPENAI_API_KEY]",
-                 "ValueError: formatter failed on [REDACTED:OPENAI_API_KEY]"):
+    for line in (
+        "dunder [REDACTED:OPENAI_API_KEY]",
+        "fd1 [REDACTED:MY_SERVICE_TOKEN]",
+        "child [REDACTED:OPENAI_API_KEY]",
+        "child-err [REDACTED:MY_SERVICE_TOKEN]",
+        "printed [REDACTED:OPENAI_API_KEY]",
+        "ValueError: formatter failed on [REDACTED:OPENAI_API_KEY]",
+    ):
         assert line in re.sub(r"\x1b\[[0-9;]*m", "", tool.state.output), (line, tool.state.output)
 
     exports = {f"export {fmt}": str(session.export(fmt)) for fmt in ("md", "json", "html")}
     assert "logged [REDACTED:MY_SERVICE_TOKEN]" in caplog.text  # log records themselves are cleaned
-    haystacks = {**_shown(out), "fd 1": fds.out, "fd 2": fds.err, "show": repr(shown),
-                 "log": caplog.text, "requests": json.dumps(server.requests, ensure_ascii=False),
-                 **_disk(data_dir), **exports}
+    haystacks = {
+        **_shown(out),
+        "fd 1": fds.out,
+        "fd 2": fds.err,
+        "show": repr(shown),
+        "log": caplog.text,
+        "requests": json.dumps(server.requests, ensure_ascii=False),
+        **_disk(data_dir),
+        **exports,
+    }
     assert _leaks(haystacks) == []
 
 
-def test_a_process_the_code_leaves_running_is_redacted_and_not_kept(ip, server, store, magics,
-                                                                    monkeypatch, capfd):
+def test_a_process_the_code_leaves_running_is_redacted_and_not_kept(
+    ip, server, store, magics, monkeypatch, capfd
+):
     """Output of a background process the code started goes on to the cell's streams after the
     call, cleaned, and nothing of ours outlives the process."""
     import threading
 
     monkeypatch.setenv("MY_SERVICE_TOKEN", TOKEN)
-    code = ("import subprocess\n"
-            "subprocess.run(['sh', '-c', 'echo now $MY_SERVICE_TOKEN'])\n"
-            "child = subprocess.Popen(['sh', '-c', 'sleep 1; echo later $MY_SERVICE_TOKEN'])")
-    server.enqueue(Reply(tool_calls=({"name": "python", "arguments": {"code": code}},)),
-                   Reply(text="Started."))
+    code = (
+        "import subprocess\n"
+        "subprocess.run(['sh', '-c', 'echo now $MY_SERVICE_TOKEN'])\n"
+        "child = subprocess.Popen(['sh', '-c', 'sleep 1; echo later $MY_SERVICE_TOKEN'])"
+    )
+    server.enqueue(
+        Reply(tool_calls=({"name": "python", "arguments": {"code": code}},)), Reply(text="Started.")
+    )
     with capture_output():
         magics.current(new=True)
         ip.run_cell_magic("agent", "", "start a background job")
     ip.user_ns.pop("child").wait(10)
     deadline = time.monotonic() + 10
+
     def ours():
         return [t.name for t in threading.enumerate() if t.name.startswith("python-tool-fd")]
 
@@ -161,7 +194,7 @@ def test_a_key_removed_from_the_environment_is_still_redacted(tmp_path):
     """A fresh process: the secret is in the environment at %load_ext, the user's code removes it
     before any agent code runs (no later scan can see it), the agent's code then shows it."""
     data = tmp_path / "data"
-    script = textwrap.dedent(f'''
+    script = textwrap.dedent("""
         import json, os, sys
         from IPython.core.interactiveshell import InteractiveShell
         from IPython.utils.capture import capture_output
@@ -172,25 +205,35 @@ def test_a_key_removed_from_the_environment_is_still_redacted(tmp_path):
         assert "LEGACY_SERVICE_TOKEN" not in os.environ
         code = "print(secret)\\ndisplay(secret)\\nos.environ.get('LEGACY_SERVICE_TOKEN')"
         with ScriptedServer() as server:
-            server.enqueue(Reply(tool_calls=({{"name": "python", "arguments": {{"code": code}}}},)),
+            server.enqueue(Reply(tool_calls=({"name": "python", "arguments": {"code": code}},)),
                            Reply(text="the value is " + ip.user_ns["secret"]))
             os.environ["OPENAI_BASE_URL"] = server.base_url
             magics = ip.magics_manager.registry["AgentMagics"]
             magics.model, magics.titles, magics.live = "openai/scripted", False, True
-            magics.permission = {{"*": "allow"}}
+            magics.permission = {"*": "allow"}
             with capture_output() as out:
                 ip.run_cell_magic("agent", "", "show the secret")
                 ip.run_line_magic("agent", "show")
             history = magics.session.history
-            print(json.dumps({{"outputs": [o.data for o in out.outputs], "stdout": out.stdout,
+            print(json.dumps({"outputs": [o.data for o in out.outputs], "stdout": out.stdout,
                               "history": [m.to_data() for m in history],
-                              "export": magics.session.export("md")}}))
+                              "export": magics.session.export("md")}))
         ip.run_line_magic("unload_ext", "jupyter_session_agent")
-    ''')
-    env = {**os.environ, "LEGACY_SERVICE_TOKEN": TOKEN, "OPENAI_API_KEY": "sk-test-not-a-real-key",
-           "JUPYTER_SESSION_AGENT_DIR": str(data)}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                          cwd=str(tmp_path), timeout=120)
+    """)
+    env = {
+        **os.environ,
+        "LEGACY_SERVICE_TOKEN": TOKEN,
+        "OPENAI_API_KEY": "sk-test-not-a-real-key",
+        "JUPYTER_SESSION_AGENT_DIR": str(data),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     tool = next(p for m in result["history"] for p in m["parts"] if p["type"] == "tool")
@@ -199,14 +242,19 @@ def test_a_key_removed_from_the_environment_is_still_redacted(tmp_path):
     assert _leaks({"process": done.stdout + done.stderr, **_disk(data)}, (TOKEN,)) == []
 
 
-@pytest.mark.parametrize("statuses", [(401,), (400,), (500, 401)],
-                         ids=["401", "400", "500-then-401"])
-def test_a_server_error_quoting_the_authorization_header_is_redacted(ip, server, store, magics,
-                                                                     data_dir, monkeypatch,
-                                                                     statuses):
+@pytest.mark.parametrize(
+    "statuses", [(401,), (400,), (500, 401)], ids=["401", "400", "500-then-401"]
+)
+def test_a_server_error_quoting_the_authorization_header_is_redacted(
+    ip, server, store, magics, data_dir, monkeypatch, statuses
+):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    server.enqueue(*(Reply(status=s, echo_authorization=True, headers={"retry-after-ms": "10"})
-                     for s in statuses))
+    server.enqueue(
+        *(
+            Reply(status=s, echo_authorization=True, headers={"retry-after-ms": "10"})
+            for s in statuses
+        )
+    )
     with capture_output() as out:
         magics.current(new=True)
         result = ip.run_cell("%%agent\nhello")
@@ -218,26 +266,39 @@ def test_a_server_error_quoting_the_authorization_header_is_redacted(ip, server,
     line = [ln for ln in out.stdout.splitlines() if "Error:" in ln]
     assert len(line) == 1 and "Authorization: Bearer [REDACTED:" in line[0], out.stdout
     session = magics.session
-    stored = [m.info.error for m in store.messages(session.info.id)
-              if getattr(m.info, "error", None)]
+    stored = [
+        m.info.error for m in store.messages(session.info.id) if getattr(m.info, "error", None)
+    ]
     assert stored and "Bearer [REDACTED:" in stored[-1]["data"]["message"]
     retries = [p for m in session.history for p in m.parts if p.type == "retry"]
     assert len(retries) == len(statuses) - 1
-    haystacks = {**_shown(out), "str": str(err), "render": "\n".join(err._render_traceback_()),
-                 "message": err.message, "body": err.body or "", "headers": json.dumps(err.headers),
-                 "args": repr(err.args), "show": repr(shown),
-                 "memory": json.dumps([m.to_data() for m in session.history]),
-                 "export": session.export("md"), **_disk(data_dir)}
+    haystacks = {
+        **_shown(out),
+        "str": str(err),
+        "render": "\n".join(err._render_traceback_()),
+        "message": err.message,
+        "body": err.body or "",
+        "headers": json.dumps(err.headers),
+        "args": repr(err.args),
+        "show": repr(shown),
+        "memory": json.dumps([m.to_data() for m in session.history]),
+        "export": session.export("md"),
+        **_disk(data_dir),
+    }
     assert _leaks(haystacks, (KEY,)) == []
 
 
-def test_a_key_the_model_writes_is_redacted_in_memory_and_in_every_view(ip, server, store, magics,
-                                                                         data_dir, monkeypatch):
+def test_a_key_the_model_writes_is_redacted_in_memory_and_in_every_view(
+    ip, server, store, magics, data_dir, monkeypatch
+):
     monkeypatch.setenv("MY_SERVICE_TOKEN", TOKEN)
     server.enqueue(
-        Reply(reasoning=f"The token is {TOKEN}.", text=f"I will store {KEY} for you.",
-              chunk_chars=3,
-              tool_calls=({"name": "python", "arguments": {"code": f"stored = {KEY!r}"}},)),
+        Reply(
+            reasoning=f"The token is {TOKEN}.",
+            text=f"I will store {KEY} for you.",
+            chunk_chars=3,
+            tool_calls=({"name": "python", "arguments": {"code": f"stored = {KEY!r}"}},),
+        ),
         Reply(text=f"Done: {KEY} and {TOKEN}."),
     )
     with capture_output() as out:
@@ -249,10 +310,15 @@ def test_a_key_the_model_writes_is_redacted_in_memory_and_in_every_view(ip, serv
     assert _labels(ip.user_ns["answer"]) == "Done: [REDACTED] and [REDACTED]."
     tool = next(p for m in session.history for p in m.parts if p.type == "tool")
     assert _labels(tool.state.input["code"]) == "stored = '[REDACTED]'"
-    haystacks = {**_shown(out), "show": repr(shown), "answer": ip.user_ns["answer"],
-                 "memory": json.dumps([m.to_data() for m in session.history]),
-                 "store": json.dumps([m.to_data() for m in store.messages(session.info.id)]),
-                 "export": str(session.export("json")), **_disk(data_dir)}
+    haystacks = {
+        **_shown(out),
+        "show": repr(shown),
+        "answer": ip.user_ns["answer"],
+        "memory": json.dumps([m.to_data() for m in session.history]),
+        "store": json.dumps([m.to_data() for m in store.messages(session.info.id)]),
+        "export": str(session.export("json")),
+        **_disk(data_dir),
+    }
     assert _leaks(haystacks) == []
     assert "I will store [REDACTED] for you." in _labels(out.outputs[-1].data["text/markdown"])
 
@@ -260,17 +326,23 @@ def test_a_key_the_model_writes_is_redacted_in_memory_and_in_every_view(ip, serv
 def test_a_streaming_key_is_never_shown_as_a_prefix():
     """The live view holds back the unfinished last word, so no update shows a key's first
     characters before the whole key is there to be recognised."""
-    from jupyter_session_agent.ui.display import LiveView
     from jupyter_session_agent.core.messages import AssistantMessage, TextPart
+    from jupyter_session_agent.ui.display import LiveView
 
     view = LiveView(live=False)
-    message = AssistantMessage(id="msg_2", session_id="ses_1", parent_id="msg_1", time_created=1,
-                               provider_id="openai", model_id="scripted")
+    message = AssistantMessage(
+        id="msg_2",
+        session_id="ses_1",
+        parent_id="msg_1",
+        time_created=1,
+        provider_id="openai",
+        model_id="scripted",
+    )
     view.on_message(message)
     part = TextPart("prt_1", "ses_1", "msg_2")
     seen = []
     for i in range(0, len(f"key: {KEY} ok"), 3):
-        view.on_delta(part, f"key: {KEY} ok"[i:i + 3])
+        view.on_delta(part, f"key: {KEY} ok"[i : i + 3])
         seen.append(json.dumps(view.view()._repr_mimebundle_(), ensure_ascii=False))
     assert not [s for s in seen if KEY[:12] in s]
     assert "key: [REDACTED] " in _labels(seen[-1]) and " ok" not in seen[-1]  # "ok" may go on
@@ -284,29 +356,46 @@ def test_a_real_kernel_sends_no_key_to_the_front_end(tmp_path):
     from jupyter_client import KernelManager
 
     with ScriptedServer() as server:
-        env = {**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": KEY,
-               "MY_SERVICE_TOKEN": TOKEN, "LEGACY_SERVICE_TOKEN": TOKEN[::-1],
-               "JUPYTER_SESSION_AGENT_DIR": str(tmp_path / "data"), "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "OPENAI_BASE_URL": server.base_url,
+            "OPENAI_API_KEY": KEY,
+            "MY_SERVICE_TOKEN": TOKEN,
+            "LEGACY_SERVICE_TOKEN": TOKEN[::-1],
+            "JUPYTER_SESSION_AGENT_DIR": str(tmp_path / "data"),
+            "PYTHONUNBUFFERED": "1",
+        }
         km = KernelManager(kernel_name="python3")
         km.start_kernel(env=env, cwd=str(tmp_path))
         kc = km.client()
         kc.start_channels()
         try:
             kc.wait_for_ready(timeout=60)
-            setup = _execute(kc, (
-                "%load_ext jupyter_session_agent\n"
-                "%config AgentMagics.model = 'openai/scripted'\n"
-                "%config AgentMagics.titles = False\n"
-                "%config AgentMagics.permission = {'*': 'allow'}\n"
-                "import os, sys\n"
-                "kernel_stdout, kernel_stderr = sys.stdout, sys.stderr\n"
-                "legacy = os.environ.pop('LEGACY_SERVICE_TOKEN')\n"
-            ))
+            setup = _execute(
+                kc,
+                (
+                    "%load_ext jupyter_session_agent\n"
+                    "%config AgentMagics.model = 'openai/scripted'\n"
+                    "%config AgentMagics.titles = False\n"
+                    "%config AgentMagics.permission = {'*': 'allow'}\n"
+                    "import os, sys\n"
+                    "kernel_stdout, kernel_stderr = sys.stdout, sys.stderr\n"
+                    "legacy = os.environ.pop('LEGACY_SERVICE_TOKEN')\n"
+                ),
+            )
             assert not [m for m in setup if m["msg_type"] == "error"], setup
             server.enqueue(
-                Reply(text=f"Here: {KEY} and {TOKEN}.", chunk_chars=3, delay=0.01,
-                      tool_calls=({"name": "python",
-                                   "arguments": {"code": SHOW_EVERYTHING + "print(legacy)\n"}},)),
+                Reply(
+                    text=f"Here: {KEY} and {TOKEN}.",
+                    chunk_chars=3,
+                    delay=0.01,
+                    tool_calls=(
+                        {
+                            "name": "python",
+                            "arguments": {"code": SHOW_EVERYTHING + "print(legacy)\n"},
+                        },
+                    ),
+                ),
                 Reply(text=f"All shown, {KEY}.", chunk_chars=3, delay=0.01),
                 Reply(status=401, echo_authorization=True),
             )
@@ -315,8 +404,10 @@ def test_a_real_kernel_sends_no_key_to_the_front_end(tmp_path):
         finally:
             kc.stop_channels()
             km.shutdown_kernel(now=True)
-    everything = {f"{m['msg_type']} {i}": json.dumps(m["content"], ensure_ascii=False)
-                  for i, m in enumerate(turn + failed)}
+    everything = {
+        f"{m['msg_type']} {i}": json.dumps(m["content"], ensure_ascii=False)
+        for i, m in enumerate(turn + failed)
+    }
     secrets = (KEY, TOKEN, TOKEN[::-1], KEY[:16])
     assert _leaks(everything, secrets) == []
     types = [m["msg_type"] for m in turn]

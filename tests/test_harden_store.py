@@ -24,8 +24,8 @@ from IPython.utils.capture import capture_output
 
 from jupyter_session_agent.core.errors import UsageError
 from jupyter_session_agent.core.messages import TextPart, ToolPart, UnknownPart
-from jupyter_session_agent.testing.scripted_server import Reply
 from jupyter_session_agent.store import HistoryWarning, HistoryWriteError, Store
+from jupyter_session_agent.testing.scripted_server import Reply
 
 HERE = Path(__file__).parent
 
@@ -35,8 +35,11 @@ def run(ip, prompt, line=""):
 
 
 def history_warnings(records, needle: str = "") -> list[str]:
-    return [str(r.message) for r in records
-            if issubclass(r.category, HistoryWarning) and needle in str(r.message)]
+    return [
+        str(r.message)
+        for r in records
+        if issubclass(r.category, HistoryWarning) and needle in str(r.message)
+    ]
 
 
 def texts_of(history) -> list[str]:
@@ -94,8 +97,9 @@ def _garbage_parquet(history: Path) -> str:  # both magic numbers, nothing reada
 STRAYS = {
     "folder named *.jsonl": lambda h: _plant(h / "live" / "notes.jsonl", Path.mkdir),
     "fifo named *.jsonl": lambda h: _plant(h / "live" / "pipe.jsonl", os.mkfifo),
-    "link named *.jsonl": lambda h: _plant(h / "live" / "link.jsonl",
-                                           lambda p: p.symlink_to("/etc/hostname")),
+    "link named *.jsonl": lambda h: _plant(
+        h / "live" / "link.jsonl", lambda p: p.symlink_to("/etc/hostname")
+    ),
     "folder named *.parquet": lambda h: _plant(h / "parquet" / "dir.parquet", Path.mkdir),
     "0-byte parquet": lambda h: _plant(h / "parquet" / "empty.parquet", Path.touch),
     "truncated parquet": _cut_parquet,
@@ -127,7 +131,11 @@ def test_one_stray_file_is_skipped_with_one_warning(stray, ip, server, magics, s
     assert len(history_warnings(records, name)) == 1, history_warnings(records)
     assert "move it out of" in history_warnings(records, name)[0]
     assert texts_of(store.messages(session_id)) == [
-        "first question", "first answer", "second question", "second answer"]
+        "first question",
+        "first answer",
+        "second question",
+        "second answer",
+    ]
 
     counts, stderr = read_elsewhere(data_dir, session_id)  # a kernel started after the stray came
     assert counts["sessions"] == 2 and counts["messages"] == 4 and counts["sql_parts"] == 11
@@ -142,16 +150,31 @@ def test_broken_journal_lines_do_not_hide_the_rest(ip, server, magics, store, da
     session = magics.session.info
     # a dead writer's journal: invalid JSON, invalid UTF-8, a line cut short, then a good row
     other = "ses_0000000000001aaaaaaaaaaaaa"
-    good = {"kind": "session", "id": other, "session_id": other, "message_id": None, "rev": 5,
-            "writer": "gone-1-00000000", "deleted": False, "time_created": 1, "time_updated": 1,
-            "data": {"directory": "/w", "title": "from a dead writer",
-                     "time": {"created": 1, "updated": 1}}}
+    good = {
+        "kind": "session",
+        "id": other,
+        "session_id": other,
+        "message_id": None,
+        "rev": 5,
+        "writer": "gone-1-00000000",
+        "deleted": False,
+        "time_created": 1,
+        "time_updated": 1,
+        "data": {
+            "directory": "/w",
+            "title": "from a dead writer",
+            "time": {"created": 1, "updated": 1},
+        },
+    }
     (data_dir / "history" / "live" / "gone-1-00000000.jsonl").write_bytes(
         b'{"kind": "part", oops\n'
         + b'{"kind":"session","id":"ses_\xff\xfe","rev":1,"data":{}}\n'
-        + b'{"kind":"message","id":"msg_1","session_id":"' + session.id.encode()
+        + b'{"kind":"message","id":"msg_1","session_id":"'
+        + session.id.encode()
         + b'","rev":3,"da\n'
-        + json.dumps(good).encode() + b"\n")
+        + json.dumps(good).encode()
+        + b"\n"
+    )
     titles = sorted(s.title for s in store.sessions())
     assert titles == sorted([session.title, "from a dead writer"])
     assert len(store.messages(session.id)) == 2
@@ -164,17 +187,43 @@ def test_unreadable_rows_are_skipped_with_one_warning(ip, server, magics, store,
     run(ip, "question")
     info = magics.session.info
     user_id = store.messages(info.id)[0].info.id
-    message, part, broken = ("msg_zzzzzzzzzzzzzzzzzzzzzzzzzz", "prt_zzzzzzzzzzzzzzzzzzzzzzzzzz",
-                             "ses_0000000000002bbbbbbbbbbbbb")
-    base = {"rev": 10**19 // 2, "writer": "gone-2-00000000", "deleted": False, "time_created": 1,
-            "time_updated": 1}
+    message, part, broken = (
+        "msg_zzzzzzzzzzzzzzzzzzzzzzzzzz",
+        "prt_zzzzzzzzzzzzzzzzzzzzzzzzzz",
+        "ses_0000000000002bbbbbbbbbbbbb",
+    )
+    base = {
+        "rev": 10**19 // 2,
+        "writer": "gone-2-00000000",
+        "deleted": False,
+        "time_created": 1,
+        "time_updated": 1,
+    }
     rows = [  # a message this version cannot read, a part that is not an object, a broken session
-        {**base, "kind": "message", "id": message, "session_id": info.id, "message_id": None,
-         "data": {"role": "critic"}},
-        {**base, "kind": "part", "id": part, "session_id": info.id, "message_id": user_id,
-         "data": 5},
-        {**base, "kind": "session", "id": broken, "session_id": broken, "message_id": None,
-         "data": {"title": 7}},
+        {
+            **base,
+            "kind": "message",
+            "id": message,
+            "session_id": info.id,
+            "message_id": None,
+            "data": {"role": "critic"},
+        },
+        {
+            **base,
+            "kind": "part",
+            "id": part,
+            "session_id": info.id,
+            "message_id": user_id,
+            "data": 5,
+        },
+        {
+            **base,
+            "kind": "session",
+            "id": broken,
+            "session_id": broken,
+            "message_id": None,
+            "data": {"title": 7},
+        },
     ]
     journal = data_dir / "history" / "live" / "gone-2-00000000.jsonl"
     journal.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -196,20 +245,36 @@ def test_unreadable_rows_are_skipped_with_one_warning(ip, server, magics, store,
 
 
 def test_a_part_from_a_newer_version_is_kept_shown_and_not_sent(
-        ip, server, magics, store, data_dir):
+    ip, server, magics, store, data_dir
+):
     server.enqueue(Reply(text="answer"))
     run(ip, "question")
     info = magics.session.info
     reply_id = store.messages(info.id)[1].info.id
     newer = {"type": "hologram", "frames": [1, 2, 3], "meta": {"fps": 24}}
-    paused = {"type": "tool", "tool": "bash", "callID": "call_9",
-              "state": {"status": "paused", "input": {}}}
-    base = {"kind": "part", "session_id": info.id, "message_id": reply_id, "rev": 1,
-            "writer": "newer-3-00000000", "deleted": False, "time_created": 1, "time_updated": 1}
+    paused = {
+        "type": "tool",
+        "tool": "bash",
+        "callID": "call_9",
+        "state": {"status": "paused", "input": {}},
+    }
+    base = {
+        "kind": "part",
+        "session_id": info.id,
+        "message_id": reply_id,
+        "rev": 1,
+        "writer": "newer-3-00000000",
+        "deleted": False,
+        "time_created": 1,
+        "time_updated": 1,
+    }
     ids = ("prt_zzzzzzzzzzzzzzzzzzzzzzzzz1", "prt_zzzzzzzzzzzzzzzzzzzzzzzzz2")
     (data_dir / "history" / "live" / "newer-3-00000000.jsonl").write_text(
-        "".join(json.dumps({**base, "id": id, "data": data}) + "\n"
-                for id, data in zip(ids, (newer, paused))))
+        "".join(
+            json.dumps({**base, "id": id, "data": data}) + "\n"
+            for id, data in zip(ids, (newer, paused))
+        )
+    )
 
     server.enqueue(Reply(text="second answer"))
     with warnings.catch_warnings(record=True) as records, capture_output() as out:
@@ -229,13 +294,18 @@ def test_a_part_from_a_newer_version_is_kept_shown_and_not_sent(
 
     store.put(*unknown)  # written again (a fork, an interrupted-tool fix): the JSON is unchanged
     store.flush()
-    frame = store.sql("SELECT data::VARCHAR AS data, type FROM part "
-                      "WHERE id LIKE 'prt_zzz%' ORDER BY id")
+    frame = store.sql(
+        "SELECT data::VARCHAR AS data, type FROM part WHERE id LIKE 'prt_zzz%' ORDER BY id"
+    )
     assert [json.loads(d) for d in frame["data"]] == [newer, paused]
     assert list(frame["type"]) == ["hologram", "tool"]
     fork = magics.session.fork()
-    copied = [p.data for m in fork.store.messages(fork.info.id) for p in m.parts
-              if isinstance(p, UnknownPart)]
+    copied = [
+        p.data
+        for m in fork.store.messages(fork.info.id)
+        for p in m.parts
+        if isinstance(p, UnknownPart)
+    ]
     assert sorted(copied, key=json.dumps) == sorted([newer, paused], key=json.dumps)
 
     bundle = data_dir.parent / "newer.json"  # exported and imported again: still kept as it is
@@ -244,8 +314,9 @@ def test_a_part_from_a_newer_version_is_kept_shown_and_not_sent(
     with capture_output() as out:
         ip.run_line_magic("agent", f"import {bundle}")
     assert out.stdout.startswith(f"imported {info.id}")
-    back = {p.id: p.data for m in store.messages(info.id) for p in m.parts
-            if isinstance(p, UnknownPart)}
+    back = {
+        p.id: p.data for m in store.messages(info.id) for p in m.parts if isinstance(p, UnknownPart)
+    }
     assert back == dict(zip(ids, (newer, paused)))
 
 
@@ -282,8 +353,11 @@ class FullDisk:
     def __init__(self, path: Path, size: str = "8m") -> None:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode:
             reason = done.stderr.strip() or "not root"
             pytest.skip(f"no full disk to test with: cannot mount a tmpfs ({reason})")
@@ -317,7 +391,8 @@ def disk(data_dir):
 
 
 def test_disk_full_refuses_the_turn_in_one_line_keeps_reads_and_recovers(
-        disk, ip, server, magics, store, data_dir):
+    disk, ip, server, magics, store, data_dir
+):
     server.enqueue(Reply(text="first answer"))
     run(ip, "first question")
     session_id = magics.session.info.id
@@ -354,7 +429,8 @@ def test_disk_full_refuses_the_turn_in_one_line_keeps_reads_and_recovers(
 
 
 def test_disk_filling_during_a_turn_never_shows_unsaved_work_as_done(
-        disk, ip, server, magics, store, data_dir):
+    disk, ip, server, magics, store, data_dir
+):
     server.enqueue(Reply(text="ready"))
     run(ip, "warm up")
     session_id = magics.session.info.id
@@ -405,8 +481,9 @@ EXIT_WRITER = textwrap.dedent("""
 
 
 def test_disk_full_at_exit_is_one_warning_not_a_traceback(disk, data_dir):
-    code = EXIT_WRITER.format(root=str(HERE.parent), tests=str(HERE), data=str(data_dir),
-                              filler=str(disk.filler))
+    code = EXIT_WRITER.format(
+        root=str(HERE.parent), tests=str(HERE), data=str(data_dir), filler=str(disk.filler)
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "exiting", done.stderr
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
@@ -420,11 +497,15 @@ def test_disk_full_at_exit_is_one_warning_not_a_traceback(disk, data_dir):
 
 
 def other_kernel(data_dir: Path, session_id: str, prompt: str, server) -> subprocess.Popen:
-    env = {**os.environ, "OPENAI_BASE_URL": server.base_url,
-           "OPENAI_API_KEY": "sk-test-not-a-real-key"}
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": server.base_url,
+        "OPENAI_API_KEY": "sk-test-not-a-real-key",
+    }
     argv = [sys.executable, str(HERE / "_session_writer.py"), str(data_dir), session_id, prompt]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
 
 
 def wait_for(predicate, timeout: float = 30.0) -> None:
@@ -435,7 +516,8 @@ def wait_for(predicate, timeout: float = 30.0) -> None:
 
 
 def test_turns_from_another_kernel_are_loaded_before_the_next_turn(
-        ip, server, magics, store, data_dir):
+    ip, server, magics, store, data_dir
+):
     server.enqueue(Reply(text="alpha answer"))
     run(ip, "alpha")
     session_id = magics.session.info.id
@@ -447,16 +529,21 @@ def test_turns_from_another_kernel_are_loaded_before_the_next_turn(
     server.enqueue(Reply(text="gamma answer"))
     run(ip, "gamma")
     sent = [(m["role"], m.get("content")) for m in server.requests[-1]["messages"][1:]]
-    assert sent == [("user", "alpha"), ("assistant", "alpha answer"),
-                    ("user", "beta from the other kernel"), ("assistant", "beta answer"),
-                    ("user", "gamma")]
+    assert sent == [
+        ("user", "alpha"),
+        ("assistant", "alpha answer"),
+        ("user", "beta from the other kernel"),
+        ("assistant", "beta answer"),
+        ("user", "gamma"),
+    ]
     on_disk = [m.info.id for m in Store(data_dir).messages(session_id)]
     assert [m.info.id for m in magics.session.history] == on_disk and len(on_disk) == 6
     assert on_disk == sorted(on_disk)
 
 
 def test_a_turn_still_running_in_another_kernel_is_refused_in_one_line(
-        ip, server, magics, store, data_dir):
+    ip, server, magics, store, data_dir
+):
     server.enqueue(Reply(text="alpha answer"))
     run(ip, "alpha")
     session_id = magics.session.info.id
@@ -484,7 +571,8 @@ def test_a_turn_still_running_in_another_kernel_is_refused_in_one_line(
 
 
 def test_a_killed_kernels_unfinished_turn_does_not_block_the_session(
-        ip, server, magics, store, data_dir):
+    ip, server, magics, store, data_dir
+):
     server.enqueue(Reply(text="alpha answer"))
     run(ip, "alpha")
     session_id = magics.session.info.id
@@ -510,8 +598,9 @@ def test_no_reload_when_no_other_kernel_wrote(ip, server, magics, store, data_di
     finished_writer(data_dir)  # another session, written and finished meanwhile
     reads = []
     real = type(store).messages
-    monkeypatch.setattr(type(store), "messages",
-                        lambda self, sid: reads.append(sid) or real(self, sid))
+    monkeypatch.setattr(
+        type(store), "messages", lambda self, sid: reads.append(sid) or real(self, sid)
+    )
     for word in ("two", "three"):
         server.enqueue(Reply(text=word))
         run(ip, word)

@@ -17,8 +17,8 @@ import textwrap
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.testing.scripted_server import Reply
 from jupyter_session_agent.core.text import decode, has_surrogates, safe_text, safe_value
+from jupyter_session_agent.testing.scripted_server import Reply
 
 NAME = b"caf\xe9.txt"  # latin-1 bytes: not UTF-8
 SHOWN = "caf\\xe9.txt"  # how every outbound path writes the name: the byte in Python's notation
@@ -55,7 +55,7 @@ def _still_works(ip, server, store, magics, data_dir, out) -> dict:
     for name, text in journals.items():
         if name.endswith(".jsonl"):
             [json.loads(line) for line in text.splitlines() if line.strip()]
-    probe = textwrap.dedent(f'''
+    probe = textwrap.dedent(f"""
         import json, sys
         from jupyter_session_agent.store import Store
         store = Store({str(data_dir)!r})
@@ -63,9 +63,10 @@ def _still_works(ip, server, store, magics, data_dir, out) -> dict:
         n = int(store.sql("select count(*) as n from part")["n"][0])
         print(json.dumps({{"history": [m.to_data() for m in history], "parts": n}}))
         store.close()
-    ''')
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=120)
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     later = json.loads(done.stdout.strip().splitlines()[-1])
     # the other process reads exactly what this one holds in memory (and shows)
@@ -73,16 +74,20 @@ def _still_works(ip, server, store, magics, data_dir, out) -> dict:
     return later
 
 
-@pytest.mark.parametrize("tool,args,expected", [
-    ("list", {}, SHOWN),
-    ("glob", {"pattern": "*.txt"}, SHOWN),
-    ("grep", {"pattern": "cr"}, SHOWN),
-    ("read", {"filePath": os.fsdecode(NAME)}, "cr"),
-    ("bash", {"command": "ls; cat caf*.txt"}, "caf"),
-    ("python", {"code": "import os\nprint(*sorted(os.listdir('.')))"}, SHOWN),
-])
-def test_a_latin1_file_name_never_breaks_the_session(ip, server, store, magics, data_dir, tmp_path,
-                                                      tool, args, expected):
+@pytest.mark.parametrize(
+    "tool,args,expected",
+    [
+        ("list", {}, SHOWN),
+        ("glob", {"pattern": "*.txt"}, SHOWN),
+        ("grep", {"pattern": "cr"}, SHOWN),
+        ("read", {"filePath": os.fsdecode(NAME)}, "cr"),
+        ("bash", {"command": "ls; cat caf*.txt"}, "caf"),
+        ("python", {"code": "import os\nprint(*sorted(os.listdir('.')))"}, SHOWN),
+    ],
+)
+def test_a_latin1_file_name_never_breaks_the_session(
+    ip, server, store, magics, data_dir, tmp_path, tool, args, expected
+):
     fd = os.open(os.path.join(os.fsencode(tmp_path), NAME), os.O_CREAT | os.O_WRONLY)
     os.write(fd, b"caf\xe9 cr\xe8me\n")
     os.close(fd)
@@ -102,8 +107,9 @@ def test_a_latin1_file_name_never_breaks_the_session(ip, server, store, magics, 
     _still_works(ip, server, store, magics, data_dir, out)
 
 
-def test_a_prompt_with_a_lone_surrogate_never_breaks_the_session(ip, server, store, magics,
-                                                                  data_dir):
+def test_a_prompt_with_a_lone_surrogate_never_breaks_the_session(
+    ip, server, store, magics, data_dir
+):
     server.enqueue(Reply(text="Odd prompt."))
     with capture_output() as out:
         magics.current(new=True)
@@ -115,12 +121,16 @@ def test_a_prompt_with_a_lone_surrogate_never_breaks_the_session(ip, server, sto
     assert later["history"][0]["parts"][0]["text"] == "hello \\ud800 and caf\\xe9"
 
 
-def test_a_server_streaming_surrogates_never_breaks_the_session(ip, server, store, magics,
-                                                                 data_dir):
+def test_a_server_streaming_surrogates_never_breaks_the_session(
+    ip, server, store, magics, data_dir
+):
     """Halves of a pair in separate chunks are joined; lone ones are escaped."""
     server.enqueue(
-        Reply(text="smile \ud83d\ude00, lone \ud800 end", chunk_chars=1,
-              tool_calls=({"name": "python", "arguments": {"code": "x = '\ud800'\nprint('ok')"}},)),
+        Reply(
+            text="smile \ud83d\ude00, lone \ud800 end",
+            chunk_chars=1,
+            tool_calls=({"name": "python", "arguments": {"code": "x = '\ud800'\nprint('ok')"}},),
+        ),
         Reply(text="Done \udce9."),
     )
     with capture_output() as out:
@@ -136,13 +146,16 @@ def test_a_server_streaming_surrogates_never_breaks_the_session(ip, server, stor
     _still_works(ip, server, store, magics, data_dir, out)
 
 
-def test_a_truncated_output_with_latin1_names_is_saved_as_utf8(ip, server, store, magics,
-                                                                data_dir, tmp_path):
+def test_a_truncated_output_with_latin1_names_is_saved_as_utf8(
+    ip, server, store, magics, data_dir, tmp_path
+):
     os.close(os.open(os.path.join(os.fsencode(tmp_path), NAME), os.O_CREAT | os.O_WRONLY))
-    code = ("import os\nname = os.fsdecode(b'caf\\xe9.txt')\n"
-            "for i in range(3000):\n    print(i, name)")
-    server.enqueue(Reply(tool_calls=({"name": "python", "arguments": {"code": code}},)),
-                   Reply(text="Long."))
+    code = (
+        "import os\nname = os.fsdecode(b'caf\\xe9.txt')\nfor i in range(3000):\n    print(i, name)"
+    )
+    server.enqueue(
+        Reply(tool_calls=({"name": "python", "arguments": {"code": code}},)), Reply(text="Long.")
+    )
     with capture_output() as out:
         magics.current(new=True)
         ip.run_cell_magic("agent", "", "print a lot")
@@ -156,14 +169,29 @@ def test_a_truncated_output_with_latin1_names_is_saved_as_utf8(ip, server, store
 def test_an_imported_bundle_with_surrogates_is_stored_encodable(ip, store, magics, tmp_path):
     from jupyter_session_agent.exchange.transfer import import_bundle
 
-    bundle = {"info": {"id": "ses_fffffffffffe0000000000abcd", "title": "t \ud800",
-                       "directory": str(tmp_path), "version": "0.1.0",
-                       "time": {"created": 1, "updated": 1}},
-              "messages": [{"info": {"id": "msg_0000000001aaaaaaaaaaaaaaaa", "role": "user",
-                                     "time": {"created": 1}, "agent": "build",
-                                     "model": {"providerID": "openai", "modelID": "scripted"}},
-                            "parts": [{"id": "prt_0000000001aaaaaaaaaaaaaaaa", "type": "text",
-                                       "text": "caf\udce9"}]}]}
+    bundle = {
+        "info": {
+            "id": "ses_fffffffffffe0000000000abcd",
+            "title": "t \ud800",
+            "directory": str(tmp_path),
+            "version": "0.1.0",
+            "time": {"created": 1, "updated": 1},
+        },
+        "messages": [
+            {
+                "info": {
+                    "id": "msg_0000000001aaaaaaaaaaaaaaaa",
+                    "role": "user",
+                    "time": {"created": 1},
+                    "agent": "build",
+                    "model": {"providerID": "openai", "modelID": "scripted"},
+                },
+                "parts": [
+                    {"id": "prt_0000000001aaaaaaaaaaaaaaaa", "type": "text", "text": "caf\udce9"}
+                ],
+            }
+        ],
+    }
     path = tmp_path / "bundle.json"
     # ASCII escapes: valid JSON holding lone surrogates
     path.write_text(json.dumps(bundle), encoding="utf-8")
@@ -171,8 +199,10 @@ def test_an_imported_bundle_with_surrogates_is_stored_encodable(ip, store, magic
     history = store.messages("ses_fffffffffffe0000000000abcd")
     assert history[0].parts[0].text == "caf\\xe9"
     assert store.session("ses_fffffffffffe0000000000abcd").title == "t \\ud800"
-    rows = store.sql("select data->>'text' as t from part where session_id = $1",
-                     ["ses_fffffffffffe0000000000abcd"])
+    rows = store.sql(
+        "select data->>'text' as t from part where session_id = $1",
+        ["ses_fffffffffffe0000000000abcd"],
+    )
     text = rows["t"][0]
     assert text == "caf\\xe9"
     # the same bundle again: unchanged (what is stored is what the bundle cleans to)
@@ -210,9 +240,9 @@ def test_a_secret_with_undecodable_bytes_is_still_redacted():
     assert R.clean(f"x {safe_text(secret)} y") == "x [REDACTED:ODD_PASSWORD] y"
 
 
-def test_a_session_in_a_latin1_folder_works_when_another_process_opens_it(ip, server, store,
-                                                                          magics, tmp_path,
-                                                                          monkeypatch):
+def test_a_session_in_a_latin1_folder_works_when_another_process_opens_it(
+    ip, server, store, magics, tmp_path, monkeypatch
+):
     folder = os.path.join(os.fsencode(tmp_path), b"proj\xe9")
     os.mkdir(folder)
     open(os.path.join(folder, b"notes.txt"), "w").close()
@@ -224,7 +254,7 @@ def test_a_session_in_a_latin1_folder_works_when_another_process_opens_it(ip, se
     session_id = magics.session.info.id
     assert store.session(session_id).directory.endswith("proj\\xe9")  # stored as safe_text shows it
     server.enqueue(Reply(tool_calls=({"name": "list", "arguments": {}},)), Reply(text="Listed."))
-    script = textwrap.dedent(f'''
+    script = textwrap.dedent(f"""
         import json
         from IPython.core.interactiveshell import InteractiveShell
         from IPython.utils.capture import capture_output
@@ -239,9 +269,14 @@ def test_a_session_in_a_latin1_folder_works_when_another_process_opens_it(ip, se
         print(json.dumps({{"status": tool.state.status, "output": getattr(tool.state, "output", ""),
                           "error": getattr(tool.state, "error", "")}}))
         ip.run_line_magic("unload_ext", "jupyter_session_agent")
-    ''')
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, cwd=str(tmp_path))
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["status"] == "completed" and "notes.txt" in result["output"], result

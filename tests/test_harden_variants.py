@@ -50,8 +50,9 @@ DEV_FD_ESCAPES = [
 
 
 @pytest.mark.parametrize("command", DEV_FD_ESCAPES)
-def test_dev_fd_is_harmless_only_as_a_descriptor(ip, server, store, magics, proj, tmp_path,
-                                                 command):
+def test_dev_fd_is_harmless_only_as_a_descriptor(
+    ip, server, store, magics, proj, tmp_path, command
+):
     (tmp_path / "secret").write_text("s3cr3t")
     magics.permission = {"bash": "allow"}
     call(server, "bash", command=command)
@@ -79,17 +80,27 @@ WRONG_SHAPES = {
     "text is a number": {"type": "text", "text": 5},
     "text is a list": {"type": "text", "text": ["a", "b"]},
     "type is a list": {"type": ["text"], "text": "x"},
-    "tool name is a number": {"type": "tool", "tool": 5, "callID": "call_1",
-                              "state": {"status": "completed", "input": {}, "output": "o",
-                                        "title": "t", "metadata": {},
-                                        "time": {"start": 1, "end": 2}}},
+    "tool name is a number": {
+        "type": "tool",
+        "tool": 5,
+        "callID": "call_1",
+        "state": {
+            "status": "completed",
+            "input": {},
+            "output": "o",
+            "title": "t",
+            "metadata": {},
+            "time": {"start": 1, "end": 2},
+        },
+    },
     "reasoning is an object": {"type": "reasoning", "text": {"a": 1}, "time": {"start": 1}},
 }
 
 
 @pytest.mark.parametrize("shape", list(WRONG_SHAPES))
 def test_a_part_with_fields_of_the_wrong_shape_never_breaks_the_session(
-        shape, ip, server, magics, store, data_dir, tmp_path):
+    shape, ip, server, magics, store, data_dir, tmp_path
+):
     import json
     import warnings
 
@@ -101,9 +112,18 @@ def test_a_part_with_fields_of_the_wrong_shape_never_breaks_the_session(
     run(ip, "question")
     info = magics.session.info
     reply_id = store.messages(info.id)[1].info.id
-    row = {"kind": "part", "session_id": info.id, "message_id": reply_id, "rev": 1,
-           "writer": "odd-3-00000000", "deleted": False, "time_created": 1, "time_updated": 1,
-           "id": "prt_zzzzzzzzzzzzzzzzzzzzzzzzz1", "data": WRONG_SHAPES[shape]}
+    row = {
+        "kind": "part",
+        "session_id": info.id,
+        "message_id": reply_id,
+        "rev": 1,
+        "writer": "odd-3-00000000",
+        "deleted": False,
+        "time_created": 1,
+        "time_updated": 1,
+        "id": "prt_zzzzzzzzzzzzzzzzzzzzzzzzz1",
+        "data": WRONG_SHAPES[shape],
+    }
     (data_dir / "history" / "live" / "odd-3-00000000.jsonl").write_text(json.dumps(row) + "\n")
     server.enqueue(Reply(text="second answer"))
     with warnings.catch_warnings(record=True), capture_output():
@@ -123,8 +143,9 @@ def test_a_part_with_fields_of_the_wrong_shape_never_breaks_the_session(
 
 # `Float` traits turned True into 1.0 before the setting's check ran, so `request_timeout =
 # True` was kept as a one-second timeout; every other number setting refuses True.
-@pytest.mark.parametrize("name", ["request_timeout", "first_byte_timeout", "idle_timeout",
-                                  "max_retry_wait"])
+@pytest.mark.parametrize(
+    "name", ["request_timeout", "first_byte_timeout", "idle_timeout", "max_retry_wait"]
+)
 def test_a_boolean_is_not_a_number_of_seconds(ip, magics, caplog, name):
     import logging
 

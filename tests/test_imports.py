@@ -5,7 +5,17 @@ from __future__ import annotations
 import subprocess
 import sys
 
-HEAVY = ("openai", "duckdb", "pandas", "ipywidgets", "anywidget", "genai_prices", "httpx", "httpx2", "matplotlib")
+HEAVY = (
+    "openai",
+    "duckdb",
+    "pandas",
+    "ipywidgets",
+    "anywidget",
+    "genai_prices",
+    "httpx",
+    "httpx2",
+    "matplotlib",
+)
 
 
 def _loaded_after(code: str) -> set[str]:

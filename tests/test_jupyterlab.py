@@ -32,8 +32,8 @@ import pytest
 from _synthetic import BIG_OUTPUT, synthetic_session
 
 from jupyter_session_agent.core.budget import ModelInfo, Prices
-from jupyter_session_agent.ui.display import MIME_TYPE, BudgetView, TranscriptView
 from jupyter_session_agent.loop.budget_report import budget_report
+from jupyter_session_agent.ui.display import MIME_TYPE, BudgetView, TranscriptView
 
 pytestmark = pytest.mark.slow
 
@@ -41,13 +41,26 @@ ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts" / "jupyterlab"
 DOC_SHOTS = ROOT / "docs" / "screenshots"
 CHROMIUM = shutil.which("chromium") or (
-    "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
+    "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None
+)
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
 ]
-MODEL = ModelInfo("openai", "scripted", context=128_000, output=16_384, prices=Prices(0.15, 0.6),
-                  source="catalogue")
+MODEL = ModelInfo(
+    "openai",
+    "scripted",
+    context=128_000,
+    output=16_384,
+    prices=Prices(0.15, 0.6),
+    source="catalogue",
+)
 # What every kernel of this server reads at start (its own IPYTHONDIR): the scripted model.
 IPYTHON_CONFIG = """\
 c = get_config()
@@ -57,9 +70,11 @@ c.AgentMagics.model_overrides = {"openai/scripted": {"context": 32000, "output":
 c.AgentMagics.request_timeout = 30.0
 c.AgentMagics.snapshot = {"enabled": False}
 """
-LIVE_TEXT = ("The notebook directory holds three files. data.csv is the table to study, "
-             "notes.md says where it came from and clean.py is an empty script for the cleaning "
-             "steps. Shall I load data.csv and count the missing values per column next?")
+LIVE_TEXT = (
+    "The notebook directory holds three files. data.csv is the table to study, "
+    "notes.md says where it came from and clean.py is an empty script for the cleaning "
+    "steps. Shall I load data.csv and count the missing values per column next?"
+)
 TITLE = "Files in the notebook directory"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 # Characters every UI font has: ASCII, Latin-1 and general punctuation (— … “ ” ·).
@@ -116,9 +131,12 @@ class Scripted:
 
     def _call(self, route: str, body=None):
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.root + route, data=data,
-                                         method="GET" if data is None else "POST",
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.root + route,
+            data=data,
+            method="GET" if data is None else "POST",
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=10) as r:
             return json.load(r)
 
@@ -135,7 +153,9 @@ class Scripted:
 def scripted():
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyter_session_agent.testing.scripted_server", "--port", "0"],
-        stdout=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         yield Scripted(proc.stdout.readline().strip())
     finally:
@@ -152,9 +172,12 @@ class Lab:
 
     def api(self, path: str, body=None, method: str | None = None):
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
-                                         headers={"Authorization": f"token {self.token}",
-                                                  "Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{self.url}{path}",
+            data=data,
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=20) as r:
                 return json.load(r)
@@ -186,8 +209,11 @@ def lab(tmp_path_factory, scripted):
     root, home, data = tmp / "root", tmp / "home", tmp / "data"
     for path in (root, home):
         path.mkdir()
-    files = (("data.csv", "age,income\n31,\n,52000\n"), ("notes.md", "# Source\n"),
-             ("clean.py", ""))
+    files = (
+        ("data.csv", "age,income\n31,\n,52000\n"),
+        ("notes.md", "# Source\n"),
+        ("clean.py", ""),
+    )
     for name, text in files:
         (root / name).write_text(text)
     _store_synthetic(data)
@@ -196,31 +222,55 @@ def lab(tmp_path_factory, scripted):
     (profile / "ipython_config.py").write_text(IPYTHON_CONFIG)
     settings = home / "settings" / "@jupyterlab"
     quiet = {"fetchNews": "false", "checkForUpdates": False}  # no toasts over the screenshots
-    for plugin, values in (("apputils-extension/notification", quiet),
-                           ("notebook-extension/tracker", {"windowingMode": "none"})):
+    for plugin, values in (
+        ("apputils-extension/notification", quiet),
+        ("notebook-extension/tracker", {"windowingMode": "none"}),
+    ):
         target = settings / f"{plugin}.jupyterlab-settings"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(values))
     port, token = _free_port(), secrets.token_hex(16)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("JUPYTER", "IPYTHON", "OPENAI", "PYTHONSTARTUP"))}
-    env.update(HOME=str(home), IPYTHONDIR=str(home / ".ipython"),
-               JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
-               JUPYTER_DATA_DIR=str(home / ".local" / "share" / "jupyter"),
-               JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-               JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"), JUPYTER_PLATFORM_DIRS="1",
-               OPENAI_BASE_URL=scripted.base_url, OPENAI_API_KEY="sk-scripted-jupyterlab-test",
-               JUPYTER_SESSION_AGENT_DIR=str(data), PYTHONUNBUFFERED="1")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("JUPYTER", "IPYTHON", "OPENAI", "PYTHONSTARTUP"))
+    }
+    env.update(
+        HOME=str(home),
+        IPYTHONDIR=str(home / ".ipython"),
+        JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
+        JUPYTER_DATA_DIR=str(home / ".local" / "share" / "jupyter"),
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
+        JUPYTER_PLATFORM_DIRS="1",
+        OPENAI_BASE_URL=scripted.base_url,
+        OPENAI_API_KEY="sk-scripted-jupyterlab-test",
+        JUPYTER_SESSION_AGENT_DIR=str(data),
+        PYTHONUNBUFFERED="1",
+    )
     log = open(tmp / "lab.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--LabApp.news_url=",
-         "--LabApp.expose_app_in_browser=True", "--ServerApp.terminals_enabled=False",
-         *(["--allow-root"] if os.geteuid() == 0 else [])],
-        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root,
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.news_url=",
+            "--LabApp.expose_app_in_browser=True",
+            "--ServerApp.terminals_enabled=False",
+            *(["--allow-root"] if os.geteuid() == 0 else []),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=root,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -264,8 +314,11 @@ def _open(browser, lab, path: str, width: int = 1280, height: int = 900):
     page.errors = []
     page.on("pageerror", lambda err: page.errors.append(str(err)))
     # ?reset: a fresh workspace, with only this notebook open
-    page.goto(f"{lab.url}/lab/tree/{path}?reset&token={lab.token}", wait_until="domcontentloaded",
-              timeout=90_000)
+    page.goto(
+        f"{lab.url}/lab/tree/{path}?reset&token={lab.token}",
+        wait_until="domcontentloaded",
+        timeout=90_000,
+    )
     page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(state="visible", timeout=90_000)
     page.locator(".jp-NotebookPanel .jp-Spinner").wait_for(state="detached", timeout=90_000)
     return page
@@ -292,8 +345,12 @@ def _shot(target, name: str, doc: str | None = None, top: int | None = None) -> 
             else:
                 target.evaluate("e => e.scrollIntoView({block: 'start'})")
                 box = target.bounding_box()
-                clip = {"x": box["x"], "y": box["y"], "width": box["width"],
-                        "height": min(top, box["height"])}
+                clip = {
+                    "x": box["x"],
+                    "y": box["y"],
+                    "width": box["width"],
+                    "height": min(top, box["height"]),
+                }
                 page.screenshot(path=str(path), animations="disabled", clip=clip)
         finally:
             page.set_viewport_size(size)
@@ -312,20 +369,44 @@ def _our_errors(page) -> list[str]:
 def _failed_call_bundle() -> dict:
     """A turn whose python call raised: stored completed (its prints matter), shown failed."""
     from jupyter_session_agent.core import ids
-    from jupyter_session_agent.core.messages import (AssistantMessage, ModelRef, TextPart, ToolCompleted,
-                                                ToolPart, UserMessage, WithParts)
+    from jupyter_session_agent.core.messages import (
+        AssistantMessage,
+        ModelRef,
+        TextPart,
+        ToolCompleted,
+        ToolPart,
+        UserMessage,
+        WithParts,
+    )
 
     sid, t0 = ids.descending("session"), 1_760_000_000_000
     user = UserMessage(ids.ascending("message"), sid, t0, ModelRef("openai", "scripted"))
-    reply = AssistantMessage(ids.ascending("message"), sid, user.id, t0 + 1, "openai", "scripted",
-                             time_completed=t0 + 2, finish="tool-calls")
-    output = ("--- error ---\n  File \"<python-tool call_1>\", line 1\n    def broken(:\n"
-              "SyntaxError: invalid syntax")
-    call = ToolCompleted({"code": "def broken(:\n    pass"}, output, "def broken(:",
-                         {"error": "SyntaxError"}, t0 + 1, t0 + 2)
+    reply = AssistantMessage(
+        ids.ascending("message"),
+        sid,
+        user.id,
+        t0 + 1,
+        "openai",
+        "scripted",
+        time_completed=t0 + 2,
+        finish="tool-calls",
+    )
+    output = (
+        '--- error ---\n  File "<python-tool call_1>", line 1\n    def broken(:\n'
+        "SyntaxError: invalid syntax"
+    )
+    call = ToolCompleted(
+        {"code": "def broken(:\n    pass"},
+        output,
+        "def broken(:",
+        {"error": "SyntaxError"},
+        t0 + 1,
+        t0 + 2,
+    )
     prompt = TextPart(ids.ascending("part"), sid, user.id, text="Define broken()")
-    tool = ToolPart(ids.ascending("part"), sid, reply.id, call_id="call_1", tool="python",
-                    state=call)
+    tool = ToolPart(
+        ids.ascending("part"), sid, reply.id, call_id="call_1", tool="python", state=call
+    )
     history = [WithParts(user, (prompt,)), WithParts(reply, (tool,))]
     return TranscriptView(history)._repr_mimebundle_()
 
@@ -342,15 +423,24 @@ def _saved_notebook(path: Path) -> dict:
     nb.metadata["kernelspec"] = KERNELSPEC
     nb.cells = [
         nbformat.v4.new_markdown_cell(
-            "# A saved transcript\nRendered by the jupyter-session-agent extension."),
+            "# A saved transcript\nRendered by the jupyter-session-agent extension."
+        ),
         nbformat.v4.new_code_cell(
             "%%agent\nLoad data.csv with pandas and tell me which column has the most missing "
-            "values.", outputs=[nbformat.v4.new_output("display_data", data=transcript)],
-            execution_count=1),
-        nbformat.v4.new_code_cell("%agent budget", execution_count=2,
-                                  outputs=[nbformat.v4.new_output("display_data", data=gauge)]),
-        nbformat.v4.new_code_cell("%%agent\nDefine broken()", execution_count=3, outputs=[
-            nbformat.v4.new_output("display_data", data=_failed_call_bundle())]),
+            "values.",
+            outputs=[nbformat.v4.new_output("display_data", data=transcript)],
+            execution_count=1,
+        ),
+        nbformat.v4.new_code_cell(
+            "%agent budget",
+            execution_count=2,
+            outputs=[nbformat.v4.new_output("display_data", data=gauge)],
+        ),
+        nbformat.v4.new_code_cell(
+            "%%agent\nDefine broken()",
+            execution_count=3,
+            outputs=[nbformat.v4.new_output("display_data", data=_failed_call_bundle())],
+        ),
     ]
     nbformat.write(nb, path)
     return transcript[MIME_TYPE]
@@ -505,9 +595,11 @@ class Notebook:
         while not re.fullmatch(r"\[\d+\]:", cell.locator(".jp-InputPrompt").inner_text().strip()):
             if time.monotonic() > deadline:
                 _shot(self.page, "failure")
-                raise AssertionError(f"the cell did not finish in {timeout} s:\n"
-                                     f"{cell.inner_text()[-2000:]}\n"
-                                     "(the page: artifacts/jupyterlab/failure.png)")
+                raise AssertionError(
+                    f"the cell did not finish in {timeout} s:\n"
+                    f"{cell.inner_text()[-2000:]}\n"
+                    "(the page: artifacts/jupyterlab/failure.png)"
+                )
             self.page.wait_for_timeout(100)
 
 
@@ -533,13 +625,21 @@ def notebook(lab, browser):
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = KERNELSPEC
     nb.cells = [nbformat.v4.new_code_cell("")]
-    lab.api("/api/contents/live.ipynb", {"type": "notebook", "format": "json", "content": nb},
-            "PUT")
+    lab.api(
+        "/api/contents/live.ipynb", {"type": "notebook", "format": "json", "content": nb}, "PUT"
+    )
     page = _open(browser, lab, "live.ipynb")
-    _wait_for(lambda: any(s["path"] == "live.ipynb" and s["kernel"]["execution_state"] == "idle"
-                          for s in lab.api("/api/sessions")), 90, "the notebook's kernel")
+    _wait_for(
+        lambda: any(
+            s["path"] == "live.ipynb" and s["kernel"]["execution_state"] == "idle"
+            for s in lab.api("/api/sessions")
+        ),
+        90,
+        "the notebook's kernel",
+    )
     page.locator(".jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(
-        state="attached", timeout=60_000)
+        state="attached", timeout=60_000
+    )
     notebook = Notebook(page)
     # the file browser closed: the cell gets the window's width
     page.evaluate("window.jupyterapp.commands.execute('application:toggle-left-area')")
@@ -598,8 +698,9 @@ def test_a_live_turn_streams_in_place_and_takes_the_generated_title(notebook, sc
     _assert_sparkline_filled(view.locator(".jsa-budget"))
     # the title generated after the first turn replaces "New session - <timestamp>" in this cell
     title = view.locator(".jsa-header .jsa-title")
-    _wait_for(lambda: title.inner_text() == TITLE, 20,
-              f"the title {TITLE!r}, not {title.inner_text()!r}")
+    _wait_for(
+        lambda: title.inner_text() == TITLE, 20, f"the title {TITLE!r}, not {title.inner_text()!r}"
+    )
     asked = [r["messages"][-1]["content"] for r in scripted.requests()]
     assert asked[-1].endswith("What is in this directory?")  # the title call, after the turn
     _shot(cell, "03-live-turn-final")
@@ -615,6 +716,7 @@ def _save(notebook, lab, path: str) -> None:
     """Ctrl+S, then wait until the file is written. Only its metadata is polled meanwhile:
     reading a notebook while the server writes it makes the server "recover" it from the
     half-written intermediate, and the save then fails."""
+
     def modified() -> str:
         return lab.api(f"/api/contents/{path}?content=0")["last_modified"]
 
@@ -628,11 +730,15 @@ def _save(notebook, lab, path: str) -> None:
 
 def test_approve_once_in_the_stdin_box_runs_the_tool(notebook, scripted):
     code = "total = 6 * 7\nprint('the total is', total)"
-    answer = ("The python tool ran in your kernel: `total` is **42**, and it stays defined there, "
-              "so the next cell can use it. Six times seven is also the number of rows in data.csv "
-              "that have no missing value at all.")
-    scripted.script({"tool_calls": [{"name": "python", "arguments": {"code": code}}]},
-                    {"text": answer, "chunk_chars": 6, "delay": 0.05})
+    answer = (
+        "The python tool ran in your kernel: `total` is **42**, and it stays defined there, "
+        "so the next cell can use it. Six times seven is also the number of rows in data.csv "
+        "that have no missing value at all."
+    )
+    scripted.script(
+        {"tool_calls": [{"name": "python", "arguments": {"code": code}}]},
+        {"text": answer, "chunk_chars": 6, "delay": 0.05},
+    )
     page = notebook.page
     cell = notebook.run("%%agent\nCompute six times seven in the kernel.", wait=False)
     box = cell.locator(".jp-Stdin")
@@ -651,8 +757,15 @@ def test_approve_once_in_the_stdin_box_runs_the_tool(notebook, scripted):
     box.locator("input").fill("o")
     box.locator("input").press("Enter")
     # the answer streams in under the call that ran
-    _wait_for(lambda: len(view.locator(".jsa-assistant .jsa-part-text").last.inner_text()) > 80
-              if view.locator(".jsa-assistant .jsa-part-text").count() else False, 30, "the answer")
+    _wait_for(
+        lambda: (
+            len(view.locator(".jsa-assistant .jsa-part-text").last.inner_text()) > 80
+            if view.locator(".jsa-assistant .jsa-part-text").count()
+            else False
+        ),
+        30,
+        "the answer",
+    )
     assert view.locator(".jsa-badge-live").count() == 1
     _shot(cell, "05-live-turn-after-approval", doc="live-turn")
     notebook.wait(cell)
@@ -671,10 +784,12 @@ def test_approve_once_in_the_stdin_box_runs_the_tool(notebook, scripted):
 def test_reject_with_feedback_reaches_the_model_and_plain_reject_stops(notebook, scripted):
     feedback = "keep the files, only list them"
     remove = {"code": "import os; os.remove('notes.md')"}
-    scripted.script({"tool_calls": [{"name": "python", "arguments": remove}]},
-                    {"text": "Understood: I will only list them."},
-                    {"tool_calls": [{"name": "bash", "arguments": {"command": "rm clean.py"}}]},
-                    {"text": "never sent: a plain reject ends the turn"})
+    scripted.script(
+        {"tool_calls": [{"name": "python", "arguments": remove}]},
+        {"text": "Understood: I will only list them."},
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "rm clean.py"}}]},
+        {"text": "never sent: a plain reject ends the turn"},
+    )
     cell = notebook.run("%%agent\nTidy up the directory.", wait=False)
     box = cell.locator(".jp-Stdin")
     box.wait_for(timeout=30_000)
@@ -703,8 +818,10 @@ def test_reject_with_feedback_reaches_the_model_and_plain_reject_stops(notebook,
 
 
 def test_the_stop_button_interrupts_a_turn_and_the_next_cell_works(notebook, scripted):
-    scripted.script({"text": "word " * 400, "chunk_chars": 5, "delay": 0.25},  # a minute and a half
-                    {"text": "Back after the interruption."})
+    scripted.script(
+        {"text": "word " * 400, "chunk_chars": 5, "delay": 0.25},  # a minute and a half
+        {"text": "Back after the interruption."},
+    )
     page = notebook.page
     cell = notebook.run("%%agent\nWrite a very long essay.", wait=False)
     view = _transcript(cell)
@@ -745,9 +862,14 @@ def test_browse_lists_sessions_and_opens_the_picked_one(notebook, lab):
     index = next(i for i, label in enumerate(labels) if "Missing values in data.csv" in label)
     options.nth(index).click()
     shown = widget.locator(".jsa-transcript")
-    _wait_for(lambda: shown.count()
-              and shown.locator(".jsa-title").inner_text() == "Missing values in data.csv",
-              20, "the picked session")
+    _wait_for(
+        lambda: (
+            shown.count()
+            and shown.locator(".jsa-title").inner_text() == "Missing values in data.csv"
+        ),
+        20,
+        "the picked session",
+    )
     assert shown.locator(".jsa-message").count() == 7
     assert shown.locator(".jsa-part-tool").count() == 6
     assert widget.locator(".jsa-budget").count() == 1  # the budget once, not twice
@@ -756,8 +878,11 @@ def test_browse_lists_sessions_and_opens_the_picked_one(notebook, lab):
     _shot(cell, "10-browse")
     _shot(cell, "10-browse-top", doc="browse", top=720)
     # narrower, and in the dark theme: still inside the cell, still legible
-    for width, theme in ((1024, "JupyterLab Light"), (1280, "JupyterLab Dark"),
-                         (800, "JupyterLab Dark")):
+    for width, theme in (
+        (1024, "JupyterLab Light"),
+        (1280, "JupyterLab Dark"),
+        (800, "JupyterLab Dark"),
+    ):
         page.set_viewport_size({"width": width, "height": 900})
         _theme(page, theme)
         _assert_fits(widget, cell)
@@ -831,8 +956,10 @@ def _assert_legible(widget) -> None:
     }""")
 
     def luminance(rgb: list[int]) -> float:
-        lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
-               for c in (v / 255 for v in rgb)]
+        lin = [
+            c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+            for c in (v / 255 for v in rgb)
+        ]
         return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
 
     assert len(pairs) == 14, pairs
@@ -853,9 +980,9 @@ def _attachments_notebook(path: Path, files: Path) -> None:
     import pandas as pd
     from PIL import Image
 
-    from jupyter_session_agent.core import ids
     from jupyter_session_agent.context import attach
     from jupyter_session_agent.context.prompt import Prompt, build, parts
+    from jupyter_session_agent.core import ids
     from jupyter_session_agent.core.messages import ModelRef, TextPart, UserMessage, WithParts
 
     (files / "notes.md").write_text("# Source\nthe survey of March\n")
@@ -863,17 +990,31 @@ def _attachments_notebook(path: Path, files: Path) -> None:
     Image.new("RGB", (24, 16), (30, 120, 200)).save(image, format="PNG")
     (files / "chart.png").write_bytes(image.getvalue())
     typed = build("Compare @notes.md with the chart", None, files=["chart.png"], cwd=files)
-    value = attach.from_value("df", {"df": pd.DataFrame({"age": [31, None], "income": [None, 52000]})})
+    value = attach.from_value(
+        "df", {"df": pd.DataFrame({"age": [31, None], "income": [None, 52000]})}
+    )
     prompt = Prompt(typed.text, typed.template, (), (*typed.attachments, value))
     sid = ids.descending("session")
-    user = UserMessage(ids.ascending("message"), sid, 1_760_000_000_000, ModelRef("openai", "scripted"))
+    user = UserMessage(
+        ids.ascending("message"), sid, 1_760_000_000_000, ModelRef("openai", "scripted")
+    )
     text = TextPart(ids.ascending("part"), sid, user.id, text=prompt.text)
-    bundle = TranscriptView([WithParts(user, (text, *parts(prompt, sid, user.id)))])._repr_mimebundle_()
+    bundle = TranscriptView(
+        [WithParts(user, (text, *parts(prompt, sid, user.id)))]
+    )._repr_mimebundle_()
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell("%%agent -f chart.png -a df\nCompare @notes.md with the chart",
-                                          execution_count=1,
-                                          outputs=[nbformat.v4.new_output("display_data", data=bundle)])]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "%%agent -f chart.png -a df\nCompare @notes.md with the chart",
+            execution_count=1,
+            outputs=[nbformat.v4.new_output("display_data", data=bundle)],
+        )
+    ]
     nbformat.write(nb, path)
 
 
@@ -892,7 +1033,9 @@ def test_attachment_chips_render(lab, browser):
         metas = [chips.nth(i).locator(".jsa-chip-meta").inner_text() for i in range(3)]
         assert metas[0].startswith("image/png · ") and metas[0].endswith("bytes")
         assert metas[1] == "text/plain · 29 bytes · mentioned as @notes.md"
-        assert metas[2].startswith("text/plain · ") and metas[2].endswith("notebook value (DataFrame)")
+        assert metas[2].startswith("text/plain · ") and metas[2].endswith(
+            "notebook value (DataFrame)"
+        )
         assert all(chips.nth(i).locator("svg.jsa-icon-file").count() == 1 for i in range(3))
         thumb = chips.nth(0).locator("img.jsa-chip-thumb")
         assert thumb.evaluate("img => img.complete && img.naturalWidth") == 24  # the PNG itself

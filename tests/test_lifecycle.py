@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.session import lifecycle
-from jupyter_session_agent.exchange import transfer
-from jupyter_session_agent.core.errors import AgentError, SessionNotFoundError, UsageError
+from jupyter_session_agent.core.errors import SessionNotFoundError, UsageError
 from jupyter_session_agent.core.messages import AssistantMessage, UserMessage
-from jupyter_session_agent.testing.scripted_server import Reply
+from jupyter_session_agent.exchange import transfer
+from jupyter_session_agent.session import lifecycle
 from jupyter_session_agent.session.agent_session import AgentSession
-from jupyter_session_agent.store import Store
 from jupyter_session_agent.session.title import TITLE_PROMPT, clean_title
+from jupyter_session_agent.store import Store
+from jupyter_session_agent.testing.scripted_server import Reply
 
 PRICE_IN, PRICE_OUT = 1.0, 2.0  # per million tokens, from the ip fixture's overrides
 
@@ -33,8 +33,11 @@ def line(ip, text):
 
 
 def files_of(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.relative_to(root).parts[0] != "data"}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.relative_to(root).parts[0] != "data"
+    }
 
 
 def text_turn(server, *texts):
@@ -57,7 +60,12 @@ def test_fork_at_several_points(ip, server, store, magics):
     src = store.messages(source.info.id)
     users = [m.info.id for m in src if isinstance(m.info, UserMessage)]
 
-    cases = {"2": 2, users[2]: 4, src[3].info.id: 3, None: 6}  # turn number, user id, assistant id, all
+    cases = {
+        "2": 2,
+        users[2]: 4,
+        src[3].info.id: 3,
+        None: 6,
+    }  # turn number, user id, assistant id, all
     forks = []
     for at, expected in cases.items():
         fork = source.fork(at)
@@ -70,23 +78,30 @@ def test_fork_at_several_points(ip, server, store, magics):
         assert ids == sorted(ids) and not set(ids) & {m.info.id for m in src}
         part_ids = [p.id for m in copied for p in m.parts]
         assert not set(part_ids) & {p.id for m in src for p in m.parts}
-        assert all(p.session_id == fork.info.id and p.message_id == m.info.id for m in copied for p in m.parts)
+        assert all(
+            p.session_id == fork.info.id and p.message_id == m.info.id
+            for m in copied
+            for p in m.parts
+        )
         # an assistant's parent is the copied user message
         for m in copied:
             if isinstance(m.info, AssistantMessage):
                 parent = next(x for x in copied if x.info.id == m.info.parent_id)
                 assert isinstance(parent.info, UserMessage)
         # same content
-        assert [[p.to_data().get("text") for p in m.parts] for m in copied] == \
-               [[p.to_data().get("text") for p in m.parts] for m in src[:expected]]
+        assert [[p.to_data().get("text") for p in m.parts] for m in copied] == [
+            [p.to_data().get("text") for p in m.parts] for m in src[:expected]
+        ]
         assert fork.info.parent_id is None and fork.info.title == f"{source.info.title} (fork #1)"
         assert fork.info.forked_from["sessionID"] == source.info.id
     assert forks[0].info.forked_from["messageID"] == users[1]
     assert "messageID" not in forks[-1].info.forked_from
     assert len(store.messages(source.info.id)) == 6  # the source is untouched
     # lineage in SQL
-    rows = store.sql(f"select id, data->'forkedFrom'->>'sessionID' src from session "
-                     f"where data->'forkedFrom'->>'sessionID' = '{source.info.id}'")
+    rows = store.sql(
+        f"select id, data->'forkedFrom'->>'sessionID' src from session "
+        f"where data->'forkedFrom'->>'sessionID' = '{source.info.id}'"
+    )
     assert len(rows) == 4 and rows["id"].notna().all()
     # a fork of a fork counts up
     assert forks[-1].fork().info.title.endswith("(fork #2)")
@@ -132,7 +147,9 @@ def test_fork_reference_errors(ip, server, magics):
 
 
 def _tool_turn(server, *calls):
-    server.enqueue(Reply(tool_calls=tuple({"name": n, "arguments": a} for n, a in calls)), Reply(text="done"))
+    server.enqueue(
+        Reply(tool_calls=tuple({"name": n, "arguments": a} for n, a in calls)), Reply(text="done")
+    )
 
 
 def test_revert_and_unrevert_across_write_edit_bash_python(ip, server, store, magics, tmp_path):
@@ -141,11 +158,22 @@ def test_revert_and_unrevert_across_write_edit_bash_python(ip, server, store, ma
     (tmp_path / "keep.txt").write_bytes(b"keep me\r\n")
     initial = files_of(tmp_path)
 
-    _tool_turn(server, ("write", {"filePath": "c.txt", "content": "new c\n"}),
-               ("edit", {"filePath": "a.txt", "oldString": "original", "newString": "edited"}))
+    _tool_turn(
+        server,
+        ("write", {"filePath": "c.txt", "content": "new c\n"}),
+        ("edit", {"filePath": "a.txt", "oldString": "original", "newString": "edited"}),
+    )
     run(ip, "turn 1: write and edit")
     after_1 = files_of(tmp_path)
-    _tool_turn(server, ("bash", {"command": "printf 'X' >> b.bin && rm keep.txt && mkdir -p sub && echo hi > sub/d.txt"}))
+    _tool_turn(
+        server,
+        (
+            "bash",
+            {
+                "command": "printf 'X' >> b.bin && rm keep.txt && mkdir -p sub && echo hi > sub/d.txt"
+            },
+        ),
+    )
     run(ip, "turn 2: bash")
     after_2 = files_of(tmp_path)
     _tool_turn(server, ("python", {"code": "open('a.txt', 'w').write('python wrote a')\nx = 41"}))
@@ -182,10 +210,18 @@ def test_revert_and_unrevert_across_write_edit_bash_python(ip, server, store, ma
     text_turn(server, "after the revert")
     run(ip, "turn 2 again")
     remaining = store.messages(sid)
-    assert [m.info.role for m in remaining] == ["user", "assistant", "assistant", "user", "assistant"]
+    assert [m.info.role for m in remaining] == [
+        "user",
+        "assistant",
+        "assistant",
+        "user",
+        "assistant",
+    ]
     assert session.info.revert is None and store.session(sid).revert is None
-    assert [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "user"] == \
-           ["turn 1: write and edit", "turn 2 again"]
+    assert [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "user"] == [
+        "turn 1: write and edit",
+        "turn 2 again",
+    ]
     kept = {m.info.id for m in remaining}
     parts = store.sql(f"select message_id from part where session_id = '{sid}'")
     assert set(parts["message_id"]) == kept  # parts of removed messages are tombstoned too
@@ -232,8 +268,13 @@ def test_revert_only_touches_its_own_session(ip, server, store, magics, tmp_path
 def test_title_from_the_first_prompt_with_its_cost_recorded(ip, server, store, magics):
     magics.titles = True
     usage = {"prompt_tokens": 200, "completion_tokens": 10, "total_tokens": 210}
-    server.enqueue(Reply(text="Paris."),
-                   Reply(text="<think>the user asks about\nFrance</think>\n\n  Capital of France  \nignored", usage=usage))
+    server.enqueue(
+        Reply(text="Paris."),
+        Reply(
+            text="<think>the user asks about\nFrance</think>\n\n  Capital of France  \nignored",
+            usage=usage,
+        ),
+    )
     run(ip, "What is the capital of France?")
     session = magics.session
     session.wait_title(10)
@@ -248,7 +289,9 @@ def test_title_from_the_first_prompt_with_its_cost_recorded(ip, server, store, m
     assert store.session(session.info.id).title == "Capital of France"
     own = sum(m.info.cost for m in session.history if isinstance(m.info, AssistantMessage))
     assert session.cost == pytest.approx(own + expected)
-    rollup = store.sql(f"select title_cost, total_cost from session_cost where session_id = '{session.info.id}'")
+    rollup = store.sql(
+        f"select title_cost, total_cost from session_cost where session_id = '{session.info.id}'"
+    )
     assert rollup["title_cost"][0] == pytest.approx(expected)
     assert rollup["total_cost"][0] == pytest.approx(own + expected)
     # generated once: later turns do not ask again
@@ -261,10 +304,22 @@ def test_title_from_the_first_prompt_with_its_cost_recorded(ip, server, store, m
 def test_title_model_setting_and_post_processing(ip, server, store, magics):
     magics.titles = True
     magics.title_model = "openai/titler"
-    magics.model_overrides = {**magics.model_overrides,
-                              "openai/titler": {"context": 8000, "output": 100, "price_input": 10.0, "price_output": 10.0}}
-    server.enqueue(Reply(text="hi"), Reply(text="T" * 150, usage={"prompt_tokens": 100, "completion_tokens": 50,
-                                                                   "total_tokens": 150}))
+    magics.model_overrides = {
+        **magics.model_overrides,
+        "openai/titler": {
+            "context": 8000,
+            "output": 100,
+            "price_input": 10.0,
+            "price_output": 10.0,
+        },
+    }
+    server.enqueue(
+        Reply(text="hi"),
+        Reply(
+            text="T" * 150,
+            usage={"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150},
+        ),
+    )
     run(ip, "hello")
     magics.session.wait_title(10)
     assert server.requests[1]["model"] == "titler"
@@ -291,12 +346,23 @@ def test_a_failed_title_call_keeps_the_default_title(ip, server, magics):
 
 def _task_script(server, child_usage):
     server.enqueue(
-        Reply(tool_calls=({"name": "task", "arguments": {"description": "count files",
-                                                           "prompt": "Count the files and report."}},),
-              usage={"prompt_tokens": 1000, "completion_tokens": 20, "total_tokens": 1020}),
+        Reply(
+            tool_calls=(
+                {
+                    "name": "task",
+                    "arguments": {
+                        "description": "count files",
+                        "prompt": "Count the files and report.",
+                    },
+                },
+            ),
+            usage={"prompt_tokens": 1000, "completion_tokens": 20, "total_tokens": 1020},
+        ),
         Reply(text="There are 3 files.", usage=child_usage),
-        Reply(text="The subagent found 3 files.", usage={"prompt_tokens": 1100, "completion_tokens": 10,
-                                                         "total_tokens": 1110}),
+        Reply(
+            text="The subagent found 3 files.",
+            usage={"prompt_tokens": 1100, "completion_tokens": 10, "total_tokens": 1110},
+        ),
     )
 
 
@@ -308,25 +374,37 @@ def test_task_tool_runs_a_child_session_whose_cost_rolls_up(ip, server, store, m
     parent = magics.session
     assert ip.user_ns["answer"] == "The subagent found 3 files."
     assert "task" in [t["function"]["name"] for t in server.requests[0]["tools"]]
-    assert "task" not in [t["function"]["name"] for t in server.requests[1].get("tools", ())]  # one level
-    assert server.requests[1]["messages"][-1] == {"role": "user", "content": "Count the files and report."}
+    assert "task" not in [
+        t["function"]["name"] for t in server.requests[1].get("tools", ())
+    ]  # one level
+    assert server.requests[1]["messages"][-1] == {
+        "role": "user",
+        "content": "Count the files and report.",
+    }
     tool = next(p for p in store.messages(parent.info.id)[1].parts if p.type == "tool")
     child_id = tool.state.metadata["sessionId"]
-    assert tool.state.output == f"task_id: {child_id}\n\n<task_result>\nThere are 3 files.\n</task_result>"
+    assert (
+        tool.state.output
+        == f"task_id: {child_id}\n\n<task_result>\nThere are 3 files.\n</task_result>"
+    )
     child = store.session(child_id)
     assert child.parent_id == parent.info.id and child.title == "count files (@general subagent)"
     child_cost = (5000 * PRICE_IN + 500 * PRICE_OUT) / 1e6
     assert tool.state.metadata["cost"] == pytest.approx(child_cost)
     own = sum(m.info.cost for m in parent.history if isinstance(m.info, AssistantMessage))
     assert parent.cost == pytest.approx(own + child_cost)
-    rows = store.sql(f"select session_id, own_cost, children_cost, total_cost, descendants from session_cost "
-                     f"where session_id in ('{parent.info.id}', '{child_id}') order by descendants desc")
+    rows = store.sql(
+        f"select session_id, own_cost, children_cost, total_cost, descendants from session_cost "
+        f"where session_id in ('{parent.info.id}', '{child_id}') order by descendants desc"
+    )
     assert list(rows["session_id"]) == [parent.info.id, child_id]
     assert rows["children_cost"][0] == pytest.approx(child_cost)
     assert rows["total_cost"][0] == pytest.approx(own + child_cost)
     assert rows["total_cost"][1] == pytest.approx(child_cost)
     # a new process sees the same total
-    again = AgentSession.open(parent.info.id, magics.settings(), store=Store(magics.settings().data_dir))
+    again = AgentSession.open(
+        parent.info.id, magics.settings(), store=Store(magics.settings().data_dir)
+    )
     assert again.cost == pytest.approx(own + child_cost)
 
 
@@ -340,16 +418,26 @@ def test_subagent_python_api_and_resume(ip, server, store, magics):
     settings = magics.settings()
     from dataclasses import replace
 
-    parent = AgentSession.create(replace(settings, subagents=True, subagent_model="openai/scripted"), store=store)
+    parent = AgentSession.create(
+        replace(settings, subagents=True, subagent_model="openai/scripted"), store=store
+    )
     _task_script(server, {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11})
     result = parent.prompt("delegate")
     child_cost = (10 * PRICE_IN + 1 * PRICE_OUT) / 1e6
     assert result.cost == pytest.approx(sum(m.info.cost for m in result.messages) + child_cost)
     child_id = lifecycle.children(store, parent.info.id)[0].id
     server.enqueue(
-        Reply(tool_calls=({"name": "task", "arguments": {"description": "again", "prompt": "more",
-                                                           "task_id": child_id}},)),
-        Reply(text="continued"), Reply(text="ok"))
+        Reply(
+            tool_calls=(
+                {
+                    "name": "task",
+                    "arguments": {"description": "again", "prompt": "more", "task_id": child_id},
+                },
+            )
+        ),
+        Reply(text="continued"),
+        Reply(text="ok"),
+    )
     parent.prompt("continue the task")
     assert len(store.messages(child_id)) == 4  # the same child session, resumed
     assert len(lifecycle.children(store, parent.info.id)) == 1
@@ -382,8 +470,10 @@ def test_archive_and_delete_keep_the_history_consistent(ip, server, store, magic
     for sid in (parent_id, child_id):
         with pytest.raises(SessionNotFoundError):
             store.session(sid)
-    counts = store.sql(f"select (select count(*) from message where session_id in ('{parent_id}', '{child_id}')) m, "
-                       f"(select count(*) from part where session_id in ('{parent_id}', '{child_id}')) p")
+    counts = store.sql(
+        f"select (select count(*) from message where session_id in ('{parent_id}', '{child_id}')) m, "
+        f"(select count(*) from part where session_id in ('{parent_id}', '{child_id}')) p"
+    )
     assert int(counts["m"][0]) == 0 and int(counts["p"][0]) == 0
     assert len(store.messages(other_id)) == 2
     # deleting the current session leaves no current session
@@ -449,13 +539,22 @@ def test_export_markdown_and_self_contained_html(ip, server, store, magics, tmp_
     run(ip, "delegate")
     sid = magics.session.info.id
     md = magics.session.export("md")
-    assert md.startswith(f"# {magics.session.info.title}") and "Explain `x` **now**" in md and "cost:" in md
+    assert (
+        md.startswith(f"# {magics.session.info.title}")
+        and "Explain `x` **now**" in md
+        and "cost:" in md
+    )
     _, said = line(ip, "export --format html")
     path = Path(said.split(" to ")[1].split(" (")[0])
     assert path.parent == tmp_path and path.suffix == ".html"
     page = path.read_text()
     assert page.startswith("<!DOCTYPE html>") and "<style>" in page and "<details" in page
-    assert "<script" not in page and "http://" not in page and "https://" not in page and "<link" not in page
+    assert (
+        "<script" not in page
+        and "http://" not in page
+        and "https://" not in page
+        and "<link" not in page
+    )
     assert "Explain <code>x</code> <b>now</b>" in page and "let me think" in page
     assert "There are 3 files." in page  # the subagent's transcript, nested in its task call
     for text in (md, page, json.dumps(transfer.bundle(store, sid))):
@@ -470,8 +569,18 @@ def test_export_markdown_and_self_contained_html(ip, server, store, magics, tmp_
 
 def test_help_lists_the_lifecycle_subcommands(ip):
     _, out = line(ip, "help")
-    for name in ("fork", "revert MSG", "unrevert", "turns", "archive ID", "delete ID", "export", "import PATH",
-                 "import-opencode", "--fork"):
+    for name in (
+        "fork",
+        "revert MSG",
+        "unrevert",
+        "turns",
+        "archive ID",
+        "delete ID",
+        "export",
+        "import PATH",
+        "import-opencode",
+        "--fork",
+    ):
         assert name in out
 
 
@@ -487,11 +596,17 @@ def test_turns_lists_ids_and_marks_reverted_turns(ip, server, magics):
     assert "(reverted)" in (table.text if hasattr(table, "text") else str(table))
 
 
-def test_revert_at_a_part_keeps_the_earlier_parts_of_its_message(ip, server, store, magics, tmp_path):
+def test_revert_at_a_part_keeps_the_earlier_parts_of_its_message(
+    ip, server, store, magics, tmp_path
+):
     (tmp_path / "p.txt").write_text("before")
-    server.enqueue(Reply(text="I will write the file now.",
-                         tool_calls=({"name": "write", "arguments": {"filePath": "p.txt", "content": "after"}},)),
-                   Reply(text="written"))
+    server.enqueue(
+        Reply(
+            text="I will write the file now.",
+            tool_calls=({"name": "write", "arguments": {"filePath": "p.txt", "content": "after"}},),
+        ),
+        Reply(text="written"),
+    )
     run(ip, "write p")
     session = magics.session
     history = store.messages(session.info.id)
@@ -507,7 +622,9 @@ def test_revert_at_a_part_keeps_the_earlier_parts_of_its_message(ip, server, sto
     assert [p.type for p in kept[1].parts] == ["step-start", "text"] and len(kept) == 4
 
 
-def test_the_prompt_after_a_revert_removes_the_subagents_of_removed_turns(ip, server, store, magics):
+def test_the_prompt_after_a_revert_removes_the_subagents_of_removed_turns(
+    ip, server, store, magics
+):
     magics.subagents = True
     for _ in range(2):
         _task_script(server, {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11})
@@ -521,5 +638,7 @@ def test_the_prompt_after_a_revert_removes_the_subagents_of_removed_turns(ip, se
     assert [c.id for c in lifecycle.children(store, session.info.id)] == [first.id]
     with pytest.raises(SessionNotFoundError):
         store.session(second.id)
-    rollup = store.sql(f"select descendants from session_cost where session_id = '{session.info.id}'")
+    rollup = store.sql(
+        f"select descendants from session_cost where session_id = '{session.info.id}'"
+    )
     assert int(rollup["descendants"][0]) == 1

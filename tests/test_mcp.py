@@ -17,10 +17,16 @@ from pathlib import Path
 import pytest
 
 from jupyter_session_agent.core.errors import ConfigError
+from jupyter_session_agent.core.mcp_config import parse_servers
 from jupyter_session_agent.testing.scripted_server import Reply
 from jupyter_session_agent.tools import mcp_client
-from jupyter_session_agent.tools.mcp import MAX_NAME, convert, opencode_files, strip_jsonc, tool_name
-from jupyter_session_agent.core.mcp_config import parse_servers
+from jupyter_session_agent.tools.mcp import (
+    MAX_NAME,
+    convert,
+    opencode_files,
+    strip_jsonc,
+    tool_name,
+)
 
 pytest.importorskip("mcp", reason="the mcp SDK is not installed (pip install -e '.[mcp]')")
 
@@ -284,7 +290,8 @@ def test_everything_over_streamable_http_with_secret_headers(
     node = _need_everything()
     port = _free_port()
     preload = tmp_path / "loopback.mjs"  # express listens on every interface: keep it on loopback
-    preload.write_text(textwrap.dedent("""
+    preload.write_text(
+        textwrap.dedent("""
         import http from "node:http";
         const listen = http.Server.prototype.listen;
         http.Server.prototype.listen = function (port, ...rest) {
@@ -292,7 +299,8 @@ def test_everything_over_streamable_http_with_secret_headers(
             return listen.call(this, port, "127.0.0.1", ...rest);
           return listen.call(this, port, ...rest);
         };
-    """))
+    """)
+    )
     proc = subprocess.Popen(
         [node, "--import", str(preload), str(EVERYTHING), "streamableHttp"],
         env={**os.environ, "PORT": str(port)},
@@ -473,7 +481,8 @@ def test_restart_command_and_status_listing(ip, magics, capsys):
 def test_servers_stop_when_the_process_exits(tmp_path):
     _need_module("mcp_server_time")
     script = tmp_path / "kernel.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import json, os
         from jupyter_session_agent.core.settings import Settings
         from jupyter_session_agent.tools.mcp_client import mcp_tools
@@ -486,7 +495,8 @@ def test_servers_stop_when_the_process_exits(tmp_path):
                 return None
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and parent(p) == os.getpid()]
         print(json.dumps({{"tools": sorted(tools), "pids": pids}}), flush=True)
-    """))  # ends without stopping anything: atexit must
+    """)
+    )  # ends without stopping anything: atexit must
     started = time.monotonic()
     out = subprocess.run(
         [PY, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path
@@ -577,7 +587,7 @@ def test_a_server_that_exits_mid_call_is_a_tool_error_and_restarts_once(
     crashed, echoed = tool_parts(store, magics.session.info.id)
     assert crashed.state.status == "error"
     assert crashed.state.error.startswith(
-        "mcp server 'f' exited during the call to crash (fault server: exiting " "mid-call) — log: "
+        "mcp server 'f' exited during the call to crash (fault server: exiting mid-call) — log: "
     )
     assert crashed.state.metadata["mcp"] == {"server": "f", "tool": "crash"}
     assert echoed.state.status == "completed" and echoed.state.output == "echo: back"
@@ -615,11 +625,14 @@ def test_dying_again_before_any_call_succeeds_leaves_it_failed(ip, server, store
     assert mcp_client.current().servers["f"].status == "connected"
 
 
-def test_a_server_killed_between_turns_is_restarted_at_its_next_use(ip, server, store, magics, faults):
+def test_a_server_killed_between_turns_is_restarted_at_its_next_use(
+    ip, server, store, magics, faults
+):
     magics.mcp = {"f": faults}
     echo = {"name": "f_echo", "arguments": {"text": "hi"}}
-    server.enqueue(Reply(tool_calls=(echo,)), Reply(text="one"), Reply(tool_calls=(echo,)),
-                   Reply(text="two"))
+    server.enqueue(
+        Reply(tool_calls=(echo,)), Reply(text="one"), Reply(tool_calls=(echo,)), Reply(text="two")
+    )
     run(ip, "first")
     (pid,) = children("faults_server.py")
     os.kill(pid, 9)
@@ -741,7 +754,8 @@ def test_a_huge_output_is_truncated_and_saved(ip, server, store, magics, faults,
 def test_opencode_json_mcp_section_when_asked(ip, server, magics, tmp_path, monkeypatch):
     _need_module("mcp_server_time")
     monkeypatch.setenv("MCP_TEST_PYTHON", PY)
-    (tmp_path / "opencode.jsonc").write_text(textwrap.dedent("""
+    (tmp_path / "opencode.jsonc").write_text(
+        textwrap.dedent("""
         {
           // the project's MCP servers, as OpenCode reads them
           "$schema": "https://opencode.ai/config.json",
@@ -752,7 +766,8 @@ def test_opencode_json_mcp_section_when_asked(ip, server, magics, tmp_path, monk
             "off": {"type": "local", "command": ["no-such-server"], "enabled": false},
           },
         }
-    """))
+    """)
+    )
     server.enqueue(Reply(text="no mcp"), Reply(text="with mcp"), Reply(text="switched off"))
     magics.mcp = {}
     run(ip, "not asked yet")
@@ -871,7 +886,7 @@ def test_convert_content_kinds(tmp_path):
         "one",
         "two",
         "[resource] c: file:///c",
-        "[attachment file:///b.bin: " "application/x-b, 3 bytes]",
+        "[attachment file:///b.bin: application/x-b, 3 bytes]",
     ]
     assert files[0] == {
         "mime": "application/x-b",

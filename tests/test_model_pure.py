@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from jupyter_session_agent.core import ids
-from jupyter_session_agent.core.budget import ModelInfo, Prices, budget, cost, estimate, is_overflow, normalise_usage
+from jupyter_session_agent.core.budget import (
+    ModelInfo,
+    Prices,
+    budget,
+    cost,
+    estimate,
+    is_overflow,
+    normalise_usage,
+)
 from jupyter_session_agent.core.chat import (
     COMPACTION_QUESTION,
     INTERRUPTED_OUTPUT,
@@ -45,7 +53,9 @@ def test_ids_have_opencode_shape_and_order():
     assert a.startswith("msg_") and len(a) == 4 + 26 and a < b
     s1, s2 = ids.descending("session"), ids.descending("session")
     assert s1.startswith("ses_") and s2 < s1  # newer sessions sort first
-    assert ids.create("part", now_ms=1_000)[4:16] == f"{(1_000 * 0x1000 + 1) & ((1 << 48) - 1):012x}"
+    assert (
+        ids.create("part", now_ms=1_000)[4:16] == f"{(1_000 * 0x1000 + 1) & ((1 << 48) - 1):012x}"
+    )
 
 
 # -- isOverflow (compaction.test.ts), with reserved subtracted in both branches --
@@ -63,8 +73,16 @@ def model(context, output, input_limit=0):
         (model(100 * K, 32 * K), Tokens(input=75 * K, output=5 * K), True),
         (model(200 * K, 32 * K), Tokens(input=100 * K, output=10 * K), False),
         (model(100 * K, 32 * K), Tokens(input=60 * K, output=10 * K, cache_read=10 * K), True),
-        (model(400 * K, 128 * K, 272 * K), Tokens(input=271 * K, output=1 * K, cache_read=2 * K), True),
-        (model(400 * K, 128 * K, 272 * K), Tokens(input=200 * K, output=20 * K, cache_read=10 * K), False),
+        (
+            model(400 * K, 128 * K, 272 * K),
+            Tokens(input=271 * K, output=1 * K, cache_read=2 * K),
+            True,
+        ),
+        (
+            model(400 * K, 128 * K, 272 * K),
+            Tokens(input=200 * K, output=20 * K, cache_read=10 * K),
+            False,
+        ),
         (model(200 * K, 10 * K, 120 * K), Tokens(input=50 * K, output=9_999), False),
         (model(200 * K, 32 * K, 200 * K), Tokens(total=198 * K), True),
         (model(200 * K, 32 * K), Tokens(total=198 * K), True),
@@ -96,17 +114,25 @@ def test_token_estimate():
 
 
 def test_usage_and_cost():
-    tokens = normalise_usage(prompt_tokens=1000, completion_tokens=500, cached_tokens=200, total_tokens=1500)
+    tokens = normalise_usage(
+        prompt_tokens=1000, completion_tokens=500, cached_tokens=200, total_tokens=1500
+    )
     assert (tokens.input, tokens.cache_read, tokens.total) == (800, 200, 1500)
-    anthropic_like = normalise_usage(prompt_tokens=1000, cached_tokens=200, input_excludes_cache=True)
+    anthropic_like = normalise_usage(
+        prompt_tokens=1000, cached_tokens=200, input_excludes_cache=True
+    )
     assert anthropic_like.input == 1000
     assert normalise_usage(reasoning_tokens=7).reasoning == 7
     priced = ModelInfo("p", "m", prices=Prices(input=3, output=15))
     assert cost(Tokens(), priced) == 0
     assert cost(Tokens(input=1_000_000, output=100_000), priced) == pytest.approx(4.5)
-    tiered = ModelInfo("p", "m", prices=Prices(input=3, output=15), prices_over_200k=Prices(input=6, output=22.5))
+    tiered = ModelInfo(
+        "p", "m", prices=Prices(input=3, output=15), prices_over_200k=Prices(input=6, output=22.5)
+    )
     assert cost(Tokens(input=250_000), tiered) == pytest.approx(1.5)
-    assert cost(Tokens(output=0, reasoning=1_000_000), priced) == pytest.approx(15)  # reasoning billed as output
+    assert cost(Tokens(output=0, reasoning=1_000_000), priced) == pytest.approx(
+        15
+    )  # reasoning billed as output
 
 
 # -- toModelMessages (message-v2.test.ts) ------------------------------------------
@@ -137,8 +163,12 @@ def done(output, compacted=None):
 
 def test_user_parts_become_text():
     history = [
-        user("m1", text("p1", "m1", "hello"), text("p2", "m1", "hidden", ignored=True),
-             text("p3", "m1", "injected", synthetic=True)),
+        user(
+            "m1",
+            text("p1", "m1", "hello"),
+            text("p2", "m1", "hidden", ignored=True),
+            text("p3", "m1", "injected", synthetic=True),
+        ),
         user("m2", CompactionPart("p4", S, "m2", auto=True)),
         user("m3", SubtaskPart("p5", S, "m3", prompt="x", description="d", agent="general")),
         user("m4"),
@@ -152,9 +182,14 @@ def test_user_parts_become_text():
 
 
 def test_media_is_stripped_to_a_placeholder():
-    image = FilePart("p2", S, "m1", mime="image/png", url="data:image/png;base64,AAAA", filename="plot.png")
+    image = FilePart(
+        "p2", S, "m1", mime="image/png", url="data:image/png;base64,AAAA", filename="plot.png"
+    )
     history = [user("m1", text("p1", "m1", "look"), image)]
-    assert to_chat_messages(history)[0]["content"][1] == {"type": "image_url", "image_url": {"url": image.url}}
+    assert to_chat_messages(history)[0]["content"][1] == {
+        "type": "image_url",
+        "image_url": {"url": image.url},
+    }
     assert to_chat_messages(history, strip_media=True) == [
         {"role": "user", "content": "look\n\n[Attached image/png: plot.png]"}
     ]
@@ -176,15 +211,27 @@ def test_tool_states_become_call_and_result_pairs():
     messages = to_chat_messages(history)
     assert messages[0]["content"] == "checking"
     assert [c["id"] for c in messages[0]["tool_calls"]] == ["c1", "c2", "c3", "c4", "c5"]
-    assert [m["content"] for m in messages[1:]] == ["files", PRUNED_OUTPUT, "boom", INTERRUPTED_OUTPUT, INTERRUPTED_OUTPUT]
+    assert [m["content"] for m in messages[1:]] == [
+        "files",
+        PRUNED_OUTPUT,
+        "boom",
+        INTERRUPTED_OUTPUT,
+        INTERRUPTED_OUTPUT,
+    ]
     assert all(m["role"] == "tool" for m in messages[1:])
 
 
 def test_errored_assistants_are_dropped_unless_aborted_with_content():
     failed = assistant("m2", text("p1", "m2", "partial"), error=error_data("APIError", "x"))
-    aborted = assistant("m3", text("p2", "m3", "partial"), error=error_data("MessageAbortedError", "x"))
-    aborted_empty = assistant("m4", StepStartPart("p3", S, "m4"), ReasoningPart("p4", S, "m4", text="hmm"),
-                              error=error_data("MessageAbortedError", "x"))
+    aborted = assistant(
+        "m3", text("p2", "m3", "partial"), error=error_data("MessageAbortedError", "x")
+    )
+    aborted_empty = assistant(
+        "m4",
+        StepStartPart("p3", S, "m4"),
+        ReasoningPart("p4", S, "m4", text="hmm"),
+        error=error_data("MessageAbortedError", "x"),
+    )
     only_step_start = assistant("m5", StepStartPart("p5", S, "m5"))
     assert to_chat_messages([failed, aborted, aborted_empty, only_step_start]) == [
         {"role": "assistant", "content": "partial"}
@@ -197,8 +244,14 @@ def test_filter_compacted_stops_at_the_completed_request():
     summary = assistant("m4", text("p4", "m4", "summary"), summary=True, finish="stop", parent="m3")
     newer = user("m5", text("p5", "m5", "continue"))
     assert filter_compacted([old, request, summary, newer]) == [request, summary, newer]
-    failed = assistant("m4", text("p4", "m4", "summary"), summary=True, finish="stop", parent="m3",
-                       error=error_data("ContextOverflowError", "too big"))
+    failed = assistant(
+        "m4",
+        text("p4", "m4", "summary"),
+        summary=True,
+        finish="stop",
+        parent="m3",
+        error=error_data("ContextOverflowError", "too big"),
+    )
     assert filter_compacted([old, request, failed, newer]) == [old, request, failed, newer]
 
 

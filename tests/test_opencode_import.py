@@ -47,69 +47,300 @@ CREATE TABLE session_share (session_id TEXT PRIMARY KEY REFERENCES session(id) O
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 SES, CHILD = "ses_3f0a1b2c3d4eAbCdEfGhIjKlMn", "ses_3f0a1b2c3d4dChIlDsEsSiOn01"
-U1, A1, A2, U2 = ("msg_c1a0000000010000000000user1", "msg_c1a0000000020000000000asst1",
-                  "msg_c1a0000000030000000000asst2", "msg_c1a0000000040000000000user2")
+U1, A1, A2, U2 = (
+    "msg_c1a0000000010000000000user1",
+    "msg_c1a0000000020000000000asst1",
+    "msg_c1a0000000030000000000asst2",
+    "msg_c1a0000000040000000000user2",
+)
 CU, CA = "msg_c1a0000000050000000000chldu", "msg_c1a0000000060000000000chlda"
 TOKENS = {"input": 1200, "output": 80, "reasoning": 16, "cache": {"read": 300, "write": 0}}
-APIERR = {"name": "APIError", "data": {"message": "Overloaded", "statusCode": 529, "isRetryable": True}}
+APIERR = {
+    "name": "APIError",
+    "data": {"message": "Overloaded", "statusCode": 529, "isRetryable": True},
+}
 
 MESSAGES = [  # (id, session, time, data without id/sessionID)
-    (U1, SES, T0 + 1000, {"role": "user", "time": {"created": T0 + 1000}, "agent": "build",
-                          "model": {"providerID": "anthropic", "modelID": "claude-sonnet-4-5"},
-                          "summary": {"diffs": []}}),
-    (A1, SES, T0 + 2000, {"role": "assistant", "time": {"created": T0 + 2000, "completed": T0 + 5000},
-                          "parentID": U1, "modelID": "claude-sonnet-4-5", "providerID": "anthropic", "mode": "build",
-                          "agent": "build", "path": {"cwd": "/home/u/proj", "root": "/home/u/proj"},
-                          "cost": 0.0123, "tokens": TOKENS, "finish": "tool-calls"}),
-    (A2, SES, T0 + 6000, {"role": "assistant", "time": {"created": T0 + 6000, "completed": T0 + 8000},
-                          "parentID": U1, "modelID": "claude-sonnet-4-5", "providerID": "anthropic", "mode": "build",
-                          "agent": "build", "path": {"cwd": "/home/u/proj", "root": "/home/u/proj"},
-                          "cost": 0.0045, "tokens": {**TOKENS, "input": 1500}, "finish": "stop"}),
-    (U2, SES, T0 + 9000, {"role": "user", "time": {"created": T0 + 9000}, "agent": "build",
-                          "model": {"providerID": "anthropic", "modelID": "claude-sonnet-4-5"}}),
-    (CU, CHILD, T0 + 3000, {"role": "user", "time": {"created": T0 + 3000}, "agent": "general",
-                            "model": {"providerID": "anthropic", "modelID": "claude-haiku-4-5"}}),
-    (CA, CHILD, T0 + 3500, {"role": "assistant", "time": {"created": T0 + 3500, "completed": T0 + 4000},
-                            "parentID": CU, "modelID": "claude-haiku-4-5", "providerID": "anthropic",
-                            "mode": "general", "agent": "general", "path": {"cwd": "/home/u/proj", "root": "/home/u/proj"},
-                            "cost": 0.002, "tokens": TOKENS, "finish": "stop"}),
+    (
+        U1,
+        SES,
+        T0 + 1000,
+        {
+            "role": "user",
+            "time": {"created": T0 + 1000},
+            "agent": "build",
+            "model": {"providerID": "anthropic", "modelID": "claude-sonnet-4-5"},
+            "summary": {"diffs": []},
+        },
+    ),
+    (
+        A1,
+        SES,
+        T0 + 2000,
+        {
+            "role": "assistant",
+            "time": {"created": T0 + 2000, "completed": T0 + 5000},
+            "parentID": U1,
+            "modelID": "claude-sonnet-4-5",
+            "providerID": "anthropic",
+            "mode": "build",
+            "agent": "build",
+            "path": {"cwd": "/home/u/proj", "root": "/home/u/proj"},
+            "cost": 0.0123,
+            "tokens": TOKENS,
+            "finish": "tool-calls",
+        },
+    ),
+    (
+        A2,
+        SES,
+        T0 + 6000,
+        {
+            "role": "assistant",
+            "time": {"created": T0 + 6000, "completed": T0 + 8000},
+            "parentID": U1,
+            "modelID": "claude-sonnet-4-5",
+            "providerID": "anthropic",
+            "mode": "build",
+            "agent": "build",
+            "path": {"cwd": "/home/u/proj", "root": "/home/u/proj"},
+            "cost": 0.0045,
+            "tokens": {**TOKENS, "input": 1500},
+            "finish": "stop",
+        },
+    ),
+    (
+        U2,
+        SES,
+        T0 + 9000,
+        {
+            "role": "user",
+            "time": {"created": T0 + 9000},
+            "agent": "build",
+            "model": {"providerID": "anthropic", "modelID": "claude-sonnet-4-5"},
+        },
+    ),
+    (
+        CU,
+        CHILD,
+        T0 + 3000,
+        {
+            "role": "user",
+            "time": {"created": T0 + 3000},
+            "agent": "general",
+            "model": {"providerID": "anthropic", "modelID": "claude-haiku-4-5"},
+        },
+    ),
+    (
+        CA,
+        CHILD,
+        T0 + 3500,
+        {
+            "role": "assistant",
+            "time": {"created": T0 + 3500, "completed": T0 + 4000},
+            "parentID": CU,
+            "modelID": "claude-haiku-4-5",
+            "providerID": "anthropic",
+            "mode": "general",
+            "agent": "general",
+            "path": {"cwd": "/home/u/proj", "root": "/home/u/proj"},
+            "cost": 0.002,
+            "tokens": TOKENS,
+            "finish": "stop",
+        },
+    ),
 ]
 
 PARTS = [  # (id, message, session, data without ids) — every part type OpenCode has
-    ("prt_01", U1, SES, {"type": "text", "text": "Find the bug in main.py", "time": {"start": T0 + 1000}}),
-    ("prt_02", U1, SES, {"type": "file", "mime": "text/plain", "filename": "main.py", "url": "file:///home/u/proj/main.py",
-                         "source": {"type": "file", "path": "main.py", "text": {"value": "@main.py", "start": 0, "end": 8}}}),
-    ("prt_03", U1, SES, {"type": "agent", "name": "general", "source": {"value": "@general", "start": 0, "end": 8}}),
-    ("prt_04", A1, SES, {"type": "step-start", "snapshot": "4b825dc642cb6eb9a060e54bf8d69288fbee4904"}),
-    ("prt_05", A1, SES, {"type": "reasoning", "text": "Look at main.py first.", "time": {"start": T0 + 2100, "end": T0 + 2200},
-                         "metadata": {"anthropic": {"signature": "sig"}}}),
-    ("prt_06", A1, SES, {"type": "tool", "callID": "toolu_01", "tool": "read",
-                         "state": {"status": "completed", "input": {"filePath": "/home/u/proj/main.py"},
-                                   "output": "1| print(1/0)", "title": "main.py", "metadata": {"preview": "print"},
-                                   "time": {"start": T0 + 2300, "end": T0 + 2400, "compacted": T0 + 9500}}}),
-    ("prt_07", A1, SES, {"type": "tool", "callID": "toolu_02", "tool": "bash",
-                         "state": {"status": "error", "input": {"command": "python main.py"},
-                                   "error": "ZeroDivisionError", "time": {"start": T0 + 2500, "end": T0 + 2600}}}),
-    ("prt_08", A1, SES, {"type": "tool", "callID": "toolu_03", "tool": "task",
-                         "state": {"status": "completed", "input": {"description": "check", "prompt": "check it"},
-                                   "output": f"task_id: {CHILD}", "title": "check",
-                                   "metadata": {"sessionId": CHILD}, "time": {"start": T0 + 2700, "end": T0 + 4100}}}),
-    ("prt_09", A1, SES, {"type": "retry", "attempt": 1, "error": APIERR, "time": {"created": T0 + 2050}}),
-    ("prt_10", A1, SES, {"type": "step-finish", "reason": "tool-calls", "snapshot": "5c0d4ec2b6a2f0e3c0d14e9c1e0b8a5e8c9d1f21",
-                         "cost": 0.0123, "tokens": TOKENS}),
-    ("prt_11", A1, SES, {"type": "patch", "hash": "4b825dc642cb6eb9a060e54bf8d69288fbee4904",
-                         "files": ["/home/u/proj/main.py"]}),
-    ("prt_12", A1, SES, {"type": "snapshot", "snapshot": "5c0d4ec2b6a2f0e3c0d14e9c1e0b8a5e8c9d1f21"}),
+    (
+        "prt_01",
+        U1,
+        SES,
+        {"type": "text", "text": "Find the bug in main.py", "time": {"start": T0 + 1000}},
+    ),
+    (
+        "prt_02",
+        U1,
+        SES,
+        {
+            "type": "file",
+            "mime": "text/plain",
+            "filename": "main.py",
+            "url": "file:///home/u/proj/main.py",
+            "source": {
+                "type": "file",
+                "path": "main.py",
+                "text": {"value": "@main.py", "start": 0, "end": 8},
+            },
+        },
+    ),
+    (
+        "prt_03",
+        U1,
+        SES,
+        {"type": "agent", "name": "general", "source": {"value": "@general", "start": 0, "end": 8}},
+    ),
+    (
+        "prt_04",
+        A1,
+        SES,
+        {"type": "step-start", "snapshot": "4b825dc642cb6eb9a060e54bf8d69288fbee4904"},
+    ),
+    (
+        "prt_05",
+        A1,
+        SES,
+        {
+            "type": "reasoning",
+            "text": "Look at main.py first.",
+            "time": {"start": T0 + 2100, "end": T0 + 2200},
+            "metadata": {"anthropic": {"signature": "sig"}},
+        },
+    ),
+    (
+        "prt_06",
+        A1,
+        SES,
+        {
+            "type": "tool",
+            "callID": "toolu_01",
+            "tool": "read",
+            "state": {
+                "status": "completed",
+                "input": {"filePath": "/home/u/proj/main.py"},
+                "output": "1| print(1/0)",
+                "title": "main.py",
+                "metadata": {"preview": "print"},
+                "time": {"start": T0 + 2300, "end": T0 + 2400, "compacted": T0 + 9500},
+            },
+        },
+    ),
+    (
+        "prt_07",
+        A1,
+        SES,
+        {
+            "type": "tool",
+            "callID": "toolu_02",
+            "tool": "bash",
+            "state": {
+                "status": "error",
+                "input": {"command": "python main.py"},
+                "error": "ZeroDivisionError",
+                "time": {"start": T0 + 2500, "end": T0 + 2600},
+            },
+        },
+    ),
+    (
+        "prt_08",
+        A1,
+        SES,
+        {
+            "type": "tool",
+            "callID": "toolu_03",
+            "tool": "task",
+            "state": {
+                "status": "completed",
+                "input": {"description": "check", "prompt": "check it"},
+                "output": f"task_id: {CHILD}",
+                "title": "check",
+                "metadata": {"sessionId": CHILD},
+                "time": {"start": T0 + 2700, "end": T0 + 4100},
+            },
+        },
+    ),
+    (
+        "prt_09",
+        A1,
+        SES,
+        {"type": "retry", "attempt": 1, "error": APIERR, "time": {"created": T0 + 2050}},
+    ),
+    (
+        "prt_10",
+        A1,
+        SES,
+        {
+            "type": "step-finish",
+            "reason": "tool-calls",
+            "snapshot": "5c0d4ec2b6a2f0e3c0d14e9c1e0b8a5e8c9d1f21",
+            "cost": 0.0123,
+            "tokens": TOKENS,
+        },
+    ),
+    (
+        "prt_11",
+        A1,
+        SES,
+        {
+            "type": "patch",
+            "hash": "4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+            "files": ["/home/u/proj/main.py"],
+        },
+    ),
+    (
+        "prt_12",
+        A1,
+        SES,
+        {"type": "snapshot", "snapshot": "5c0d4ec2b6a2f0e3c0d14e9c1e0b8a5e8c9d1f21"},
+    ),
     ("prt_13", A2, SES, {"type": "step-start"}),
-    ("prt_14", A2, SES, {"type": "text", "text": "Fixed: guard the division.", "time": {"start": T0 + 7000, "end": T0 + 7500}}),
-    ("prt_15", A2, SES, {"type": "step-finish", "reason": "stop", "cost": 0.0045, "tokens": {**TOKENS, "input": 1500}}),
+    (
+        "prt_14",
+        A2,
+        SES,
+        {
+            "type": "text",
+            "text": "Fixed: guard the division.",
+            "time": {"start": T0 + 7000, "end": T0 + 7500},
+        },
+    ),
+    (
+        "prt_15",
+        A2,
+        SES,
+        {
+            "type": "step-finish",
+            "reason": "stop",
+            "cost": 0.0045,
+            "tokens": {**TOKENS, "input": 1500},
+        },
+    ),
     ("prt_16", U2, SES, {"type": "compaction", "auto": True, "overflow": False}),
-    ("prt_17", U2, SES, {"type": "subtask", "prompt": "review the fix", "description": "review", "agent": "general",
-                         "model": {"providerID": "anthropic", "modelID": "claude-haiku-4-5"}, "command": "review"}),
-    ("prt_18", U2, SES, {"type": "tool", "callID": "toolu_04", "tool": "edit",
-                         "state": {"status": "pending", "input": {}, "raw": ""}}),
-    ("prt_19", U2, SES, {"type": "tool", "callID": "toolu_05", "tool": "grep",
-                         "state": {"status": "running", "input": {"pattern": "x"}, "time": {"start": T0 + 9100}}}),
+    (
+        "prt_17",
+        U2,
+        SES,
+        {
+            "type": "subtask",
+            "prompt": "review the fix",
+            "description": "review",
+            "agent": "general",
+            "model": {"providerID": "anthropic", "modelID": "claude-haiku-4-5"},
+            "command": "review",
+        },
+    ),
+    (
+        "prt_18",
+        U2,
+        SES,
+        {
+            "type": "tool",
+            "callID": "toolu_04",
+            "tool": "edit",
+            "state": {"status": "pending", "input": {}, "raw": ""},
+        },
+    ),
+    (
+        "prt_19",
+        U2,
+        SES,
+        {
+            "type": "tool",
+            "callID": "toolu_05",
+            "tool": "grep",
+            "state": {"status": "running", "input": {"pattern": "x"}, "time": {"start": T0 + 9100}},
+        },
+    ),
     ("prt_20", CU, CHILD, {"type": "text", "text": "check it"}),
     ("prt_21", CA, CHILD, {"type": "text", "text": "Looks fine.", "synthetic": False}),
 ]
@@ -120,24 +351,59 @@ def build_db(path: Path) -> Path:
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA foreign_keys=ON")
     con.executescript(SCHEMA)
-    con.execute("INSERT INTO project VALUES ('proj_abc', '/home/u/proj', 'git', 'proj', ?, ?)", (T0, T0))
+    con.execute(
+        "INSERT INTO project VALUES ('proj_abc', '/home/u/proj', 'git', 'proj', ?, ?)", (T0, T0)
+    )
     con.execute(
         "INSERT INTO session (id, project_id, parent_id, slug, directory, title, version, share_url, "
         "summary_additions, summary_deletions, summary_files, summary_diffs, revert, permission, time_created, "
         "time_updated, time_compacting, time_archived) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        (SES, "proj_abc", None, "brave-otter", "/home/u/proj", "Fix the division bug", "1.2.16",
-         "https://opncd.ai/s/abc", 3, 1, 1, json.dumps([{"file": "main.py", "before": "a", "after": "b",
-                                                         "additions": 3, "deletions": 1}]),
-         None, json.dumps([{"permission": "bash", "pattern": "*", "action": "allow"}]), T0, T0 + 9500, None, None))
+        (
+            SES,
+            "proj_abc",
+            None,
+            "brave-otter",
+            "/home/u/proj",
+            "Fix the division bug",
+            "1.2.16",
+            "https://opncd.ai/s/abc",
+            3,
+            1,
+            1,
+            json.dumps(
+                [{"file": "main.py", "before": "a", "after": "b", "additions": 3, "deletions": 1}]
+            ),
+            None,
+            json.dumps([{"permission": "bash", "pattern": "*", "action": "allow"}]),
+            T0,
+            T0 + 9500,
+            None,
+            None,
+        ),
+    )
     con.execute(
         "INSERT INTO session (id, project_id, parent_id, slug, directory, title, version, time_created, time_updated) "
         "VALUES (?,?,?,?,?,?,?,?,?)",
-        (CHILD, "proj_abc", SES, "calm-lynx", "/home/u/proj", "check (@general subagent)", "1.2.16", T0 + 2800, T0 + 4000))
+        (
+            CHILD,
+            "proj_abc",
+            SES,
+            "calm-lynx",
+            "/home/u/proj",
+            "check (@general subagent)",
+            "1.2.16",
+            T0 + 2800,
+            T0 + 4000,
+        ),
+    )
     for id, sid, t, data in MESSAGES:
         con.execute("INSERT INTO message VALUES (?,?,?,?,?)", (id, sid, t, t, json.dumps(data)))
     for id, mid, sid, data in PARTS:
         created = next(t for m, _, t, _ in MESSAGES if m == mid)
-        con.execute("INSERT INTO part VALUES (?,?,?,?,?,?)", (id, mid, sid, created, created, json.dumps(data)))
+        con.execute(
+            "INSERT INTO part VALUES (?,?,?,?,?,?)",
+            (id, mid, sid, created, created, json.dumps(data)),
+        )
     con.commit()  # left open: the WAL is not checkpointed, as with a running OpenCode
     return path
 
@@ -157,9 +423,15 @@ def test_database_import_keeps_ids_and_every_part_type(tmp_path, opencode_dir):
     assert set(result.part_types) == set(PART_TYPES) and len(PART_TYPES) == 12
     assert not result.skipped
     info = store.session(SES)
-    assert info.title == "Fix the division bug" and info.project_id == "proj_abc" and info.slug == "brave-otter"
+    assert (
+        info.title == "Fix the division bug"
+        and info.project_id == "proj_abc"
+        and info.slug == "brave-otter"
+    )
     assert info.share == {"url": "https://opncd.ai/s/abc"} and info.summary["additions"] == 3
-    assert info.summary["diffs"][0]["file"] == "main.py" and info.permission[0]["permission"] == "bash"
+    assert (
+        info.summary["diffs"][0]["file"] == "main.py" and info.permission[0]["permission"] == "bash"
+    )
     assert store.session(CHILD).parent_id == SES
     history = store.messages(SES)
     assert [m.info.id for m in history] == [U1, A1, A2, U2]
@@ -175,9 +447,13 @@ def test_database_import_keeps_ids_and_every_part_type(tmp_path, opencode_dir):
     assert int(times["time_created"][0]) == T0 + 2000
     pruned = store.sql("select compacted_at from part where id = 'prt_06'")
     assert int(pruned["compacted_at"][0]) == T0 + 9500
-    rollup = store.sql(f"select messages_cost, children_cost, total_cost from session_cost where session_id = '{SES}'")
+    rollup = store.sql(
+        f"select messages_cost, children_cost, total_cost from session_cost where session_id = '{SES}'"
+    )
     assert rollup["messages_cost"][0] == pytest.approx(0.0168)
-    assert rollup["children_cost"][0] == pytest.approx(0.002) and rollup["total_cost"][0] == pytest.approx(0.0188)
+    assert rollup["children_cost"][0] == pytest.approx(0.002) and rollup["total_cost"][
+        0
+    ] == pytest.approx(0.0188)
     # importing again changes nothing
     again = import_opencode(store, opencode_dir)
     assert again.parts == len(PARTS)
@@ -200,10 +476,14 @@ def test_import_through_the_magic(ip, magics, opencode_dir):
 
 def test_unknown_part_types_and_fields_are_reported_not_lost_silently(tmp_path, opencode_dir):
     con = sqlite3.connect(opencode_dir / "opencode.db")
-    con.execute("INSERT INTO part VALUES ('prt_99', ?, ?, ?, ?, ?)",
-                (U1, SES, T0, T0, json.dumps({"type": "hologram", "text": "from the future"})))
+    con.execute(
+        "INSERT INTO part VALUES ('prt_99', ?, ?, ?, ?, ?)",
+        (U1, SES, T0, T0, json.dumps({"type": "hologram", "text": "from the future"})),
+    )
     data = json.loads(con.execute("SELECT data FROM part WHERE id = 'prt_01'").fetchone()[0])
-    con.execute("UPDATE part SET data = ? WHERE id = 'prt_01'", (json.dumps({**data, "sparkle": 1}),))
+    con.execute(
+        "UPDATE part SET data = ? WHERE id = 'prt_01'", (json.dumps({**data, "sparkle": 1}),)
+    )
     con.commit()
     con.close()
     result = import_opencode(Store(tmp_path / "data"), opencode_dir)
@@ -220,14 +500,26 @@ def _write(path: Path, data: dict) -> None:
 @pytest.mark.parametrize("layout", ["project", "info"])
 def test_json_storage_layouts(tmp_path, layout):
     storage = tmp_path / "opencode" / "storage"
-    session = {"id": SES, "slug": "s", "projectID": "global", "directory": "/p", "title": "Old JSON session",
-               "version": "0.15.0", "time": {"created": T0, "updated": T0 + 10}}
-    if layout == "project":  # session/<projectID>/<id>.json, message/<sid>/<id>.json, part/<mid>/<id>.json
+    session = {
+        "id": SES,
+        "slug": "s",
+        "projectID": "global",
+        "directory": "/p",
+        "title": "Old JSON session",
+        "version": "0.15.0",
+        "time": {"created": T0, "updated": T0 + 10},
+    }
+    if (
+        layout == "project"
+    ):  # session/<projectID>/<id>.json, message/<sid>/<id>.json, part/<mid>/<id>.json
         _write(storage / "session" / "global" / f"{SES}.json", session)
         msg_dir, part_dir = storage / "message" / SES, lambda mid: storage / "part" / mid
     else:  # the oldest: session/info, session/message/<sid>, session/part/<sid>/<mid>
         _write(storage / "session" / "info" / f"{SES}.json", session)
-        msg_dir, part_dir = storage / "session" / "message" / SES, lambda mid: storage / "session" / "part" / SES / mid
+        msg_dir, part_dir = (
+            storage / "session" / "message" / SES,
+            lambda mid: storage / "session" / "part" / SES / mid,
+        )
     for id, sid, _, data in MESSAGES[:4]:
         _write(msg_dir / f"{id}.json", {**data, "id": id, "sessionID": sid})
     for id, mid, sid, data in PARTS[:19]:

@@ -22,8 +22,8 @@ from benchmarks.compactbench.opencode_cli import Sandbox, find_opencode, session
 from benchmarks.opencode_fixture import digest
 from jupyter_session_agent.core.chat import COMPACTION_QUESTION
 from jupyter_session_agent.exchange.opencode import import_opencode
-from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 from jupyter_session_agent.store import Store
+from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 
 FIXTURE = Path(__file__).parent / "fixtures" / "opencode-1.18"
 META = json.loads((FIXTURE / "next-requests.json").read_text())

@@ -7,7 +7,13 @@ import dataclasses
 import pytest
 
 from jupyter_session_agent.core.errors import ConfigError
-from jupyter_session_agent.providers.presets import Resolved, default_model, describe, detect, resolve
+from jupyter_session_agent.providers.presets import (
+    Resolved,
+    default_model,
+    describe,
+    detect,
+    resolve,
+)
 
 
 def test_openai_needs_a_key():
@@ -21,13 +27,22 @@ def test_openai_needs_a_key():
 def test_openai_base_url_from_env_and_placeholder_key():
     env = {"OPENAI_BASE_URL": "http://127.0.0.1:9999/v1"}
     r = resolve("openai/my-model", env)
-    assert (r.provider_id, r.model_id, r.base_url, r.api_key) == ("openai", "my-model", "http://127.0.0.1:9999/v1", "EMPTY")
+    assert (r.provider_id, r.model_id, r.base_url, r.api_key) == (
+        "openai",
+        "my-model",
+        "http://127.0.0.1:9999/v1",
+        "EMPTY",
+    )
     assert resolve("openai/m", {**env, "OPENAI_API_KEY": "k"}).api_key == "k"
 
 
 def test_bare_model_uses_openai_defaults():
     r = resolve("gpt-4o", {"OPENAI_API_KEY": "sk-1"})
-    assert (r.provider_id, r.model_id, r.base_url) == ("openai", "gpt-4o", "https://api.openai.com/v1")
+    assert (r.provider_id, r.model_id, r.base_url) == (
+        "openai",
+        "gpt-4o",
+        "https://api.openai.com/v1",
+    )
     r = resolve("  llama3  ", {"OPENAI_BASE_URL": "http://localhost:11434/v1"})
     assert (r.model_id, r.base_url, r.api_key) == ("llama3", "http://localhost:11434/v1", "EMPTY")
     assert "ollama" in r.notes
@@ -36,7 +51,11 @@ def test_bare_model_uses_openai_defaults():
 def test_unknown_prefix_is_a_model_name_only_with_a_base_url():
     env = {"OPENAI_BASE_URL": "http://gpu:8000/v1"}
     r = resolve("meta-llama/Llama-3.1-8B", env)
-    assert (r.provider_id, r.model_id, r.base_url) == ("openai", "meta-llama/Llama-3.1-8B", "http://gpu:8000/v1")
+    assert (r.provider_id, r.model_id, r.base_url) == (
+        "openai",
+        "meta-llama/Llama-3.1-8B",
+        "http://gpu:8000/v1",
+    )
     with pytest.raises(ConfigError) as err:
         resolve("meta-llama/Llama-3.1-8B", {})
     msg = str(err.value)
@@ -47,7 +66,13 @@ def test_unknown_prefix_is_a_model_name_only_with_a_base_url():
     "spec, provider, model, url, key",
     [
         ("ollama/llama3.2", "ollama", "llama3.2", "http://localhost:11434/v1", "ollama"),
-        ("vllm/Qwen/Qwen2.5-7B-Instruct", "vllm", "Qwen/Qwen2.5-7B-Instruct", "http://localhost:8000/v1", "EMPTY"),
+        (
+            "vllm/Qwen/Qwen2.5-7B-Instruct",
+            "vllm",
+            "Qwen/Qwen2.5-7B-Instruct",
+            "http://localhost:8000/v1",
+            "EMPTY",
+        ),
         ("lmstudio/qwen2.5-7b", "lmstudio", "qwen2.5-7b", "http://localhost:1234/v1", "lm-studio"),
         ("local/smollm2", "local", "smollm2", None, "local"),
     ],
@@ -61,9 +86,18 @@ def test_keyless_presets(spec, provider, model, url, key):
 def test_presets_ignore_openai_base_url_but_honour_their_own():
     env = {"OPENAI_BASE_URL": "http://elsewhere/v1", "OPENAI_API_KEY": "sk"}
     assert resolve("ollama/x", env).base_url == "http://localhost:11434/v1"
-    assert resolve("ollama/x", {"OLLAMA_BASE_URL": "http://box:11434/v1"}).base_url == "http://box:11434/v1"
-    assert resolve("vllm/x", {"VLLM_BASE_URL": "http://gpu:9000/v1", "VLLM_API_KEY": "t"}).api_key == "t"
-    assert resolve("lmstudio/x", {"LMSTUDIO_BASE_URL": "http://pc:1234/v1"}).base_url == "http://pc:1234/v1"
+    assert (
+        resolve("ollama/x", {"OLLAMA_BASE_URL": "http://box:11434/v1"}).base_url
+        == "http://box:11434/v1"
+    )
+    assert (
+        resolve("vllm/x", {"VLLM_BASE_URL": "http://gpu:9000/v1", "VLLM_API_KEY": "t"}).api_key
+        == "t"
+    )
+    assert (
+        resolve("lmstudio/x", {"LMSTUDIO_BASE_URL": "http://pc:1234/v1"}).base_url
+        == "http://pc:1234/v1"
+    )
 
 
 def test_openrouter():

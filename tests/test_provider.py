@@ -15,14 +15,33 @@ import pytest
 
 from jupyter_session_agent.core import budget, retry
 from jupyter_session_agent.core.errors import AuthError, ContextOverflowError, ProviderError
-from jupyter_session_agent.core.stream import Finish, ReasoningDelta, TextDelta, ToolCall, ToolInputStart
-from jupyter_session_agent.providers.openai_provider import ChatRequest, OpenAIProvider, finish_reason
+from jupyter_session_agent.core.stream import (
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolInputStart,
+)
+from jupyter_session_agent.providers.openai_provider import (
+    ChatRequest,
+    OpenAIProvider,
+    finish_reason,
+)
 from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 
-MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "list the files"}]
+MESSAGES = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": "list the files"},
+]
 TOOLS = [
-    {"type": "function", "function": {"name": "bash", "description": "run", "parameters": {"type": "object"}}},
-    {"type": "function", "function": {"name": "read", "description": "read", "parameters": {"type": "object"}}},
+    {
+        "type": "function",
+        "function": {"name": "bash", "description": "run", "parameters": {"type": "object"}},
+    },
+    {
+        "type": "function",
+        "function": {"name": "read", "description": "read", "parameters": {"type": "object"}},
+    },
 ]
 REQUEST = ChatRequest(model="test-model", messages=MESSAGES, tools=TOOLS)
 
@@ -36,7 +55,9 @@ def server():
 @pytest.fixture
 def provider(server):
     server.reset()
-    return OpenAIProvider(provider_id="local", base_url=server.base_url, api_key="sk-test", timeout=5.0)
+    return OpenAIProvider(
+        provider_id="local", base_url=server.base_url, api_key="sk-test", timeout=5.0
+    )
 
 
 def run(provider: OpenAIProvider, request: ChatRequest = REQUEST) -> list:
@@ -48,7 +69,9 @@ def failure(provider: OpenAIProvider, request: ChatRequest = REQUEST) -> Provide
         run(provider, request)
     err = info.value
     assert "\n" not in str(err), "messages are one line"
-    assert err.__cause__ is not None or err.message.startswith("stream interrupted"), "SDK error kept as cause"
+    assert err.__cause__ is not None or err.message.startswith("stream interrupted"), (
+        "SDK error kept as cause"
+    )
     return err
 
 
@@ -75,7 +98,12 @@ def test_streamed_text(server, provider):
 
 def test_request_options_pass_through(server, provider):
     server.enqueue(Reply(text="ok"))
-    run(provider, ChatRequest(model="m", messages=MESSAGES, max_tokens=77, temperature=0.2, extra_body={"top_k": 5}))
+    run(
+        provider,
+        ChatRequest(
+            model="m", messages=MESSAGES, max_tokens=77, temperature=0.2, extra_body={"top_k": 5}
+        ),
+    )
     body = server.requests[-1]
     assert body["max_tokens"] == 77 and body["temperature"] == 0.2 and body["top_k"] == 5
     assert "tools" not in body  # no empty tools array (some servers reject it)
@@ -91,7 +119,9 @@ def test_reasoning_then_text(server, provider):
 
 
 def test_one_tool_call(server, provider):
-    server.enqueue(Reply(tool_calls=({"name": "bash", "arguments": {"command": "ls -la"}, "id": "call_abc"},)))
+    server.enqueue(
+        Reply(tool_calls=({"name": "bash", "arguments": {"command": "ls -la"}, "id": "call_abc"},))
+    )
     events = run(provider)
     assert events[0] == ToolInputStart("call_abc", "bash")
     (call,) = [e for e in events if isinstance(e, ToolCall)]
@@ -156,30 +186,58 @@ def test_usage_normalised_with_cache_and_reasoning(server, provider):
     server.enqueue(Reply(text="ok", usage=usage))
     finish = run(provider)[-1]
     t = finish.tokens
-    assert (t.input, t.output, t.reasoning, t.cache_read, t.cache_write, t.total) == (800, 300, 120, 200, 0, 1300)
+    assert (t.input, t.output, t.reasoning, t.cache_read, t.cache_write, t.total) == (
+        800,
+        300,
+        120,
+        200,
+        0,
+        1300,
+    )
     assert t.estimated is None
     assert finish.raw_usage == usage
 
 
 def test_usage_cache_writes(server, provider):
-    usage = {"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010,
-             "prompt_tokens_details": {"cached_tokens": 100, "cache_write_tokens": 300}}
+    usage = {
+        "prompt_tokens": 1000,
+        "completion_tokens": 10,
+        "total_tokens": 1010,
+        "prompt_tokens_details": {"cached_tokens": 100, "cache_write_tokens": 300},
+    }
     server.enqueue(Reply(text="ok", usage=usage))
     t = run(provider)[-1].tokens
     assert (t.input, t.cache_read, t.cache_write) == (600, 100, 300)
 
 
 def test_input_excludes_cache(server):
-    p = OpenAIProvider(provider_id="x", base_url=server.base_url, api_key="k", input_excludes_cache=True)
-    server.enqueue(Reply(text="ok", usage={"prompt_tokens": 50, "completion_tokens": 1, "total_tokens": 1051,
-                                           "prompt_tokens_details": {"cached_tokens": 1000}}))
+    p = OpenAIProvider(
+        provider_id="x", base_url=server.base_url, api_key="k", input_excludes_cache=True
+    )
+    server.enqueue(
+        Reply(
+            text="ok",
+            usage={
+                "prompt_tokens": 50,
+                "completion_tokens": 1,
+                "total_tokens": 1051,
+                "prompt_tokens_details": {"cached_tokens": 1000},
+            },
+        )
+    )
     t = run(p)[-1].tokens
     assert (t.input, t.cache_read) == (50, 1000)
 
 
 def test_no_usage_is_estimated(server, provider):
-    server.enqueue(Reply(text="a" * 400, reasoning="r" * 40, tool_calls=({"name": "bash", "arguments": "{}"},),
-                         usage=None))
+    server.enqueue(
+        Reply(
+            text="a" * 400,
+            reasoning="r" * 40,
+            tool_calls=({"name": "bash", "arguments": "{}"},),
+            usage=None,
+        )
+    )
     finish = run(provider)[-1]
     t = finish.tokens
     assert t.estimated is True and finish.raw_usage is None
@@ -249,21 +307,32 @@ def test_retryable_statuses(server, provider, status):
 
 
 def test_html_error_page(server, provider):
-    server.enqueue(Reply(status=502, error_body="<!DOCTYPE html><html><title>502 Bad Gateway</title>…</html>"))
+    server.enqueue(
+        Reply(status=502, error_body="<!DOCTYPE html><html><title>502 Bad Gateway</title>…</html>")
+    )
     err = failure(provider)
     assert err.retryable and "HTML error page: 502 Bad Gateway" in err.message
 
 
 def test_overloaded_message(server, provider):
-    server.enqueue(Reply(status=529, error_body={"type": "error", "error": {"type": "overloaded_error",
-                                                                            "message": "Overloaded"}}))
+    server.enqueue(
+        Reply(
+            status=529,
+            error_body={
+                "type": "error",
+                "error": {"type": "overloaded_error", "message": "Overloaded"},
+            },
+        )
+    )
     err = failure(provider)
     assert err.retryable and retry.retry_message(err) == "Provider is overloaded"
 
 
 @pytest.mark.parametrize("status", [400, 404, 422])
 def test_client_errors_are_not_retryable(server, provider, status):
-    server.enqueue(Reply(status=status, error_body={"error": {"message": "bad thing", "code": "invalid"}}))
+    server.enqueue(
+        Reply(status=status, error_body={"error": {"message": "bad thing", "code": "invalid"}})
+    )
     err = failure(provider)
     assert not err.retryable and err.status == status and "bad thing" in err.message
     assert retry.retry_message(err) is None
@@ -276,9 +345,18 @@ def test_openai_404_is_retryable(server):
 
 
 def test_context_overflow_400(server, provider):
-    server.enqueue(Reply(status=400, error_body={"error": {
-        "message": "This model's maximum context length is 4096 tokens. However, your messages resulted in 5000 tokens.",
-        "type": "invalid_request_error", "code": None}}))
+    server.enqueue(
+        Reply(
+            status=400,
+            error_body={
+                "error": {
+                    "message": "This model's maximum context length is 4096 tokens. However, your messages resulted in 5000 tokens.",
+                    "type": "invalid_request_error",
+                    "code": None,
+                }
+            },
+        )
+    )
     err = failure(provider)
     assert isinstance(err, ContextOverflowError) and not err.retryable and err.status == 400
     assert "maximum context length is 4096 tokens" in err.message
@@ -293,7 +371,11 @@ def test_context_overflow_400(server, provider):
         (413, "Request Entity Too Large", True),
         (429, "", False),  # a bare 429 is a rate limit
         (400, {"error": {"message": "nope", "code": "context_length_exceeded"}}, True),
-        (400, "the request exceeds the available context size, try increasing it", True),  # llama.cpp text body
+        (
+            400,
+            "the request exceeds the available context size, try increasing it",
+            True,
+        ),  # llama.cpp text body
     ],
 )
 def test_overflow_shapes(server, provider, status, body, overflow):
@@ -306,7 +388,9 @@ def test_overflow_shapes(server, provider, status, body, overflow):
 
 @pytest.mark.parametrize("status", [401, 403])
 def test_auth_errors(server, provider, status):
-    server.enqueue(Reply(status=status, error_body={"error": {"message": "Incorrect API key provided"}}))
+    server.enqueue(
+        Reply(status=status, error_body={"error": {"message": "Incorrect API key provided"}})
+    )
     err = failure(provider)
     assert isinstance(err, AuthError) and not err.retryable and err.status == status
     assert "Incorrect API key provided" in err.message
@@ -335,17 +419,26 @@ def test_malformed_chunk(server, provider):
 
 
 def test_stall_with_short_timeout(server):
-    p = OpenAIProvider(provider_id="local", base_url=server.base_url, api_key="k", timeout=5, idle_timeout=0.5)
+    p = OpenAIProvider(
+        provider_id="local", base_url=server.base_url, api_key="k", timeout=5, idle_timeout=0.5
+    )
     server.enqueue(Reply(text="slow", stall=5))
     err = failure(p)
-    assert err.retryable and err.message.startswith(f"stream interrupted: no data from {server.base_url} for 0.5s")
+    assert err.retryable and err.message.startswith(
+        f"stream interrupted: no data from {server.base_url} for 0.5s"
+    )
     assert err.message.endswith("raise %config AgentMagics.idle_timeout")
     assert isinstance(err.__cause__, openai.APITimeoutError)
 
 
 def test_slow_headers_time_out(server):
-    p = OpenAIProvider(provider_id="local", base_url=server.base_url, api_key="k", timeout=5,
-                       first_byte_timeout=0.5)
+    p = OpenAIProvider(
+        provider_id="local",
+        base_url=server.base_url,
+        api_key="k",
+        timeout=5,
+        first_byte_timeout=0.5,
+    )
     server.enqueue(Reply(text="slow", first_delay=5))
     err = failure(p)
     assert err.retryable and err.message.startswith("request timed out after 0.5s")
@@ -358,7 +451,9 @@ def test_unreachable_server():
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    p = OpenAIProvider(provider_id="local", base_url=f"http://127.0.0.1:{port}/v1", api_key="k", timeout=2)
+    p = OpenAIProvider(
+        provider_id="local", base_url=f"http://127.0.0.1:{port}/v1", api_key="k", timeout=2
+    )
     err = failure(p)
     assert err.retryable and err.message.startswith(f"cannot reach http://127.0.0.1:{port}/v1")
     assert isinstance(err.__cause__, openai.APIConnectionError)
@@ -393,7 +488,9 @@ class RawSSE:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        ).start()
         self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
     def close(self) -> None:
@@ -409,35 +506,64 @@ def raw():
 
 
 def chunk(delta: dict | None = None, finish=None, usage=None, choices=True) -> dict:
-    out = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
-           "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}] if choices else []}
+    out = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}] if choices else [],
+    }
     if usage is not None:
         out["usage"] = usage
     return out
 
 
 def raw_provider(raw: RawSSE, **kw) -> OpenAIProvider:
-    return OpenAIProvider(provider_id=kw.pop("provider_id", "local"), base_url=raw.base_url, api_key="k", **kw)
+    return OpenAIProvider(
+        provider_id=kw.pop("provider_id", "local"), base_url=raw.base_url, api_key="k", **kw
+    )
 
 
 def test_reasoning_field_openrouter_style(raw):
-    raw.payloads = [chunk({"role": "assistant", "reasoning": "thinking…"}), chunk({"content": "hi"}),
-                    chunk(finish="stop"), "[DONE]"]
+    raw.payloads = [
+        chunk({"role": "assistant", "reasoning": "thinking…"}),
+        chunk({"content": "hi"}),
+        chunk(finish="stop"),
+        "[DONE]",
+    ]
     events = run(raw_provider(raw))
     assert text_of(events, ReasoningDelta) == "thinking…" and text_of(events) == "hi"
 
 
 def test_both_reasoning_fields_are_not_doubled(raw):
-    raw.payloads = [chunk({"reasoning_content": "abc", "reasoning": "abc"}), chunk(finish="stop"), "[DONE]"]
+    raw.payloads = [
+        chunk({"reasoning_content": "abc", "reasoning": "abc"}),
+        chunk(finish="stop"),
+        "[DONE]",
+    ]
     assert text_of(run(raw_provider(raw)), ReasoningDelta) == "abc"
 
 
 def test_missing_and_duplicate_tool_call_ids(raw):
     raw.payloads = [
-        chunk({"tool_calls": [{"index": 0, "function": {"name": "bash", "arguments": '{"a":'}}]}),  # no id
+        chunk(
+            {"tool_calls": [{"index": 0, "function": {"name": "bash", "arguments": '{"a":'}}]}
+        ),  # no id
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}),
-        chunk({"tool_calls": [{"index": 1, "id": "dup", "function": {"name": "read", "arguments": "{}"}}]}),
-        chunk({"tool_calls": [{"index": 2, "id": "dup", "function": {"name": "list", "arguments": "{}"}}]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {"index": 1, "id": "dup", "function": {"name": "read", "arguments": "{}"}}
+                ]
+            }
+        ),
+        chunk(
+            {
+                "tool_calls": [
+                    {"index": 2, "id": "dup", "function": {"name": "list", "arguments": "{}"}}
+                ]
+            }
+        ),
         chunk(finish="tool_calls"),
         "[DONE]",
     ]
@@ -446,26 +572,63 @@ def test_missing_and_duplicate_tool_call_ids(raw):
     assert [c.name for c in calls] == ["bash", "read", "list"]
     assert calls[0].input == {"a": 1}
     ids = [c.call_id for c in calls]
-    assert len(set(ids)) == 3 and ids[1] == "dup" and ids[0].startswith("call_") and ids[2].startswith("call_")
+    assert (
+        len(set(ids)) == 3
+        and ids[1] == "dup"
+        and ids[0].startswith("call_")
+        and ids[2].startswith("call_")
+    )
 
 
 def test_reused_index_with_new_id_is_a_new_call(raw):
     # Gemini's OpenAI endpoint: parallel calls, each complete, all at index 0.
     raw.payloads = [
-        chunk({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "bash", "arguments": '{"command":"ls"}'}}]}),
-        chunk({"tool_calls": [{"index": 0, "id": "b", "function": {"name": "read", "arguments": '{"path":"x"}'}}]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "a",
+                        "function": {"name": "bash", "arguments": '{"command":"ls"}'},
+                    }
+                ]
+            }
+        ),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "b",
+                        "function": {"name": "read", "arguments": '{"path":"x"}'},
+                    }
+                ]
+            }
+        ),
         chunk(finish="tool_calls"),
         "[DONE]",
     ]
     calls = [e for e in run(raw_provider(raw)) if isinstance(e, ToolCall)]
-    assert [(c.call_id, c.name, c.input) for c in calls] == [("a", "bash", {"command": "ls"}),
-                                                              ("b", "read", {"path": "x"})]
+    assert [(c.call_id, c.name, c.input) for c in calls] == [
+        ("a", "bash", {"command": "ls"}),
+        ("b", "read", {"path": "x"}),
+    ]
 
 
 def test_deepseek_cache_usage(raw):
-    usage = {"prompt_tokens": 500, "completion_tokens": 20, "total_tokens": 520,
-             "prompt_cache_hit_tokens": 300, "prompt_cache_miss_tokens": 200}
-    raw.payloads = [chunk({"content": "x"}), chunk(finish="stop"), chunk(usage=usage, choices=False), "[DONE]"]
+    usage = {
+        "prompt_tokens": 500,
+        "completion_tokens": 20,
+        "total_tokens": 520,
+        "prompt_cache_hit_tokens": 300,
+        "prompt_cache_miss_tokens": 200,
+    }
+    raw.payloads = [
+        chunk({"content": "x"}),
+        chunk(finish="stop"),
+        chunk(usage=usage, choices=False),
+        "[DONE]",
+    ]
     t = run(raw_provider(raw))[-1].tokens
     assert (t.input, t.cache_read, t.output, t.total) == (200, 300, 20, 520)
 
@@ -477,23 +640,40 @@ def test_clean_close_without_finish_reason_is_interrupted(raw):
 
 
 def test_in_stream_context_overflow_event(raw):
-    raw.payloads = [{"type": "error", "error": {"type": "invalid_request_error", "code": "context_length_exceeded",
-                                                "message": "Your input exceeds the context window of this model."}}]
+    raw.payloads = [
+        {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "code": "context_length_exceeded",
+                "message": "Your input exceeds the context window of this model.",
+            },
+        }
+    ]
     err = failure(raw_provider(raw))
     assert isinstance(err, ContextOverflowError) and not err.retryable
     assert isinstance(err.__cause__, openai.APIError)
 
 
 def test_in_stream_rate_limit_event(raw):
-    raw.payloads = [chunk({"content": "a"}),
-                    {"error": {"type": "rate_limit_error", "message": "Concurrency limit exceeded, retry later"}}]
+    raw.payloads = [
+        chunk({"content": "a"}),
+        {
+            "error": {
+                "type": "rate_limit_error",
+                "message": "Concurrency limit exceeded, retry later",
+            }
+        },
+    ]
     err = failure(raw_provider(raw))
     assert type(err) is ProviderError and err.retryable
     assert retry.retry_message(err).endswith("Concurrency limit exceeded, retry later")
 
 
 def test_in_stream_quota_event_is_not_retryable(raw):
-    raw.payloads = [{"error": {"code": "insufficient_quota", "message": "You exceeded your current quota"}}]
+    raw.payloads = [
+        {"error": {"code": "insufficient_quota", "message": "You exceeded your current quota"}}
+    ]
     err = failure(raw_provider(raw))
     assert not err.retryable and "exceeded your current quota" in err.message
 

@@ -27,7 +27,18 @@ def http_date(offset_s: float) -> str:
 
 def test_delays_without_headers_cap_at_30s():
     err = api_error()
-    assert [retry.retry_delay(i + 1, err) for i in range(10)] == [2, 4, 8, 16, 30, 30, 30, 30, 30, 30]
+    assert [retry.retry_delay(i + 1, err) for i in range(10)] == [
+        2,
+        4,
+        8,
+        16,
+        30,
+        30,
+        30,
+        30,
+        30,
+        30,
+    ]
 
 
 def test_delays_without_error_cap_at_30s():
@@ -93,14 +104,29 @@ def wrap(message) -> Exception:
 @pytest.mark.parametrize(
     ("err", "expected"),
     [
-        (wrap(json.dumps({"type": "error", "error": {"type": "too_many_requests"}})), "Too Many Requests"),
+        (
+            wrap(json.dumps({"type": "error", "error": {"type": "too_many_requests"}})),
+            "Too Many Requests",
+        ),
         (wrap(json.dumps({"code": "resource_exhausted"})), "Provider is overloaded"),
         (wrap(json.dumps({"code": "service_unavailable"})), "Provider is overloaded"),
-        (wrap(json.dumps({"type": "error", "error": {"code": "rate_limit_exceeded"}})), "Rate Limited"),
-        (wrap(json.dumps({"error": {"message": "no_kv_space"}})), '{"error":{"message":"no_kv_space"}}'),
+        (
+            wrap(json.dumps({"type": "error", "error": {"code": "rate_limit_exceeded"}})),
+            "Rate Limited",
+        ),
+        (
+            wrap(json.dumps({"error": {"message": "no_kv_space"}})),
+            '{"error":{"message":"no_kv_space"}}',
+        ),
         (wrap(json.dumps({"type": "error", "error": {"code": 123}})), None),  # numeric code
-        (wrap(json.dumps({"type": "error", "error": {"code": "other"}})), '{"type":"error","error":{"code":"other"}}'),
-        (wrap(json.dumps({"msg": "ünïcode"})), '{"msg":"ünïcode"}'),  # JSON.stringify keeps non-ASCII
+        (
+            wrap(json.dumps({"type": "error", "error": {"code": "other"}})),
+            '{"type":"error","error":{"code":"other"}}',
+        ),
+        (
+            wrap(json.dumps({"msg": "ünïcode"})),
+            '{"msg":"ünïcode"}',
+        ),  # JSON.stringify keeps non-ASCII
         (wrap("not-json"), None),
         (wrap("123"), None),  # JSON scalar
         (wrap("null"), None),
@@ -113,13 +139,24 @@ def wrap(message) -> Exception:
             ),
             None,
         ),
-        (ContextOverflowError("x", retryable=True), None),  # overflow never retried, whatever the flag
-        (ProviderError("Connection reset by server", retryable=True), "Connection reset by server"),  # ECONNRESET
+        (
+            ContextOverflowError("x", retryable=True),
+            None,
+        ),  # overflow never retried, whatever the flag
+        (
+            ProviderError("Connection reset by server", retryable=True),
+            "Connection reset by server",
+        ),  # ECONNRESET
         (ProviderError("boom", retryable=False), None),
         (ProviderError("boom", retryable=True), "boom"),
-        (ProviderError("HTTP 529: Overloaded", retryable=True, status=529), "Provider is overloaded"),
         (
-            ProviderError("HTTP 429", retryable=True, body='{"error":{"type":"FreeUsageLimitError"}}'),
+            ProviderError("HTTP 529: Overloaded", retryable=True, status=529),
+            "Provider is overloaded",
+        ),
+        (
+            ProviderError(
+                "HTTP 429", retryable=True, body='{"error":{"type":"FreeUsageLimitError"}}'
+            ),
             "Free usage exceeded, add credits https://opencode.ai/zen",
         ),
         (AuthError("HTTP 401 — check OPENAI_API_KEY", status=401), None),
@@ -185,12 +222,32 @@ def test_not_overflow(message):
     [
         ("anything", 413, None, True),  # HTTP 413
         ("Error code: 429", 429, "", False),
-        ("boom", 400, {"error": {"code": "context_length_exceeded"}}, True),  # fromError: response code
+        (
+            "boom",
+            400,
+            {"error": {"code": "context_length_exceeded"}},
+            True,
+        ),  # fromError: response code
         ("boom", 400, '{"error":{"code":"context_length_exceeded"}}', True),  # as text
-        ("boom", 400, {"code": "context_length_exceeded", "message": "x"}, True),  # SDK-unwrapped body
-        ("boom", None, {"type": "error", "error": {"code": "context_length_exceeded"}}, True),  # stream event
+        (
+            "boom",
+            400,
+            {"code": "context_length_exceeded", "message": "x"},
+            True,
+        ),  # SDK-unwrapped body
+        (
+            "boom",
+            None,
+            {"type": "error", "error": {"code": "context_length_exceeded"}},
+            True,
+        ),  # stream event
         ("boom", 400, {"error": {"code": "invalid_request"}}, False),
-        ("Error code: 400", 400, "maximum context length is 2048 tokens", True),  # explanation in body only
+        (
+            "Error code: 400",
+            400,
+            "maximum context length is 2048 tokens",
+            True,
+        ),  # explanation in body only
         ("boom", 400, "not json", False),
         ("boom", 500, {"error": {"code": 123}}, False),
     ],

@@ -79,8 +79,11 @@ def test_streamed_text(server, client):
 
 
 def test_default_reply_echoes_last_user_text(server, client):
-    messages = [{"role": "user", "content": "first"}, {"role": "assistant", "content": "x"},
-                {"role": "user", "content": [{"type": "text", "text": "y" * 300}]}]
+    messages = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "x"},
+        {"role": "user", "content": [{"type": "text", "text": "y" * 300}]},
+    ]
     assert text_of(stream(client, messages=messages)) == "(scripted) " + "y" * 200
 
 
@@ -97,11 +100,18 @@ def test_reasoning_deltas_before_text(server, client):
 
 def test_single_tool_call(server, client):
     args = {"code": "print('hi')", "timeout": 5}
-    server.enqueue(Reply(tool_calls=({"name": "python", "arguments": args, "id": "call_abc"},), chunk_chars=4))
+    server.enqueue(
+        Reply(tool_calls=({"name": "python", "arguments": args, "id": "call_abc"},), chunk_chars=4)
+    )
     chunks = stream(client)
     first = next(c.choices[0].delta.tool_calls[0] for c in chunks if c.choices[0].delta.tool_calls)
     assert (first.index, first.id, first.type, first.function.name, first.function.arguments) == (
-        0, "call_abc", "function", "python", "")
+        0,
+        "call_abc",
+        "function",
+        "python",
+        "",
+    )
     [call] = tool_calls_of(chunks)
     assert call["id"] == "call_abc" and call["name"] == "python"
     assert json.loads(call["arguments"]) == args
@@ -109,10 +119,15 @@ def test_single_tool_call(server, client):
 
 
 def test_parallel_tool_calls_and_raw_arguments(server, client):
-    server.enqueue(Reply(text="Running two tools.", tool_calls=(
-        {"name": "read", "arguments": {"path": "a.txt"}},
-        {"name": "bash", "arguments": '{"command": "ls'},  # invalid JSON, sent verbatim
-    )))
+    server.enqueue(
+        Reply(
+            text="Running two tools.",
+            tool_calls=(
+                {"name": "read", "arguments": {"path": "a.txt"}},
+                {"name": "bash", "arguments": '{"command": "ls'},  # invalid JSON, sent verbatim
+            ),
+        )
+    )
     chunks = stream(client)
     calls = tool_calls_of(chunks)
     assert [c["name"] for c in calls] == ["read", "bash"]
@@ -133,11 +148,19 @@ def test_usage_auto_only_with_include_usage(server, client):
 
 
 def test_usage_verbatim_and_none(server, client):
-    usage = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120,
-             "prompt_tokens_details": {"cached_tokens": 64}, "completion_tokens_details": {"reasoning_tokens": 7}}
+    usage = {
+        "prompt_tokens": 100,
+        "completion_tokens": 20,
+        "total_tokens": 120,
+        "prompt_tokens_details": {"cached_tokens": 64},
+        "completion_tokens_details": {"reasoning_tokens": 7},
+    }
     server.enqueue(Reply(text="x", usage=usage), Reply(text="x", usage=None))
     got = stream(client, stream_options={"include_usage": True})[-1].usage
-    assert got.prompt_tokens_details.cached_tokens == 64 and got.completion_tokens_details.reasoning_tokens == 7
+    assert (
+        got.prompt_tokens_details.cached_tokens == 64
+        and got.completion_tokens_details.reasoning_tokens == 7
+    )
     chunks = stream(client, stream_options={"include_usage": True})
     assert all(c.usage is None for c in chunks) and chunks[-1].choices[0].finish_reason == "stop"
 
@@ -188,11 +211,14 @@ def test_malformed_after_raises_json_decode_error(server, client):
     assert len(got) == 2
 
 
-@pytest.mark.parametrize("fault, error", [
-    ({"drop_after": 0}, openai.APIConnectionError),     # headers only, then the connection closes
-    ({"drop_after": 99}, openai.APIConnectionError),    # every chunk sent, closed before [DONE]
-    ({"malformed_after": 0}, json.JSONDecodeError),
-])
+@pytest.mark.parametrize(
+    "fault, error",
+    [
+        ({"drop_after": 0}, openai.APIConnectionError),  # headers only, then the connection closes
+        ({"drop_after": 99}, openai.APIConnectionError),  # every chunk sent, closed before [DONE]
+        ({"malformed_after": 0}, json.JSONDecodeError),
+    ],
+)
 def test_fault_edges(server, client, fault, error):
     server.enqueue({"text": "ab", **fault})
     with pytest.raises(error):
@@ -213,8 +239,12 @@ def test_async_client(server):
     async def run() -> str:
         aclient = openai.AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
         server.enqueue(Reply(text="async text", chunk_chars=3))
-        parts = [c.choices[0].delta.content or "" async for c in
-                 await aclient.chat.completions.create(model="m", messages=USER, stream=True)]
+        parts = [
+            c.choices[0].delta.content or ""
+            async for c in await aclient.chat.completions.create(
+                model="m", messages=USER, stream=True
+            )
+        ]
         await aclient.close()
         return "".join(parts)
 
@@ -274,8 +304,9 @@ def test_reply_from_dict_rejects_unknown_keys():
 def test_concurrent_requests_each_pop_one_reply(server, client):
     server.enqueue(*[Reply(text=f"r{i}") for i in range(8)])
     results: list[str] = []
-    threads = [threading.Thread(target=lambda: results.append(text_of(stream(client))))
-               for _ in range(8)]
+    threads = [
+        threading.Thread(target=lambda: results.append(text_of(stream(client)))) for _ in range(8)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -297,7 +328,9 @@ def test_stop_closes_stalled_connections():
 
 
 def _post(url: str, body) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=5) as resp:
         return json.loads(resp.read())
 
@@ -305,7 +338,13 @@ def _post(url: str, body) -> dict:
 def test_cli_control_api_from_another_process(tmp_path):
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([{"text": "from file"}]))
-    cmd = [sys.executable, "-m", "jupyter_session_agent.testing.scripted_server", "--script", str(script)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyter_session_agent.testing.scripted_server",
+        "--script",
+        str(script),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         base_url = proc.stdout.readline().strip()
@@ -313,7 +352,9 @@ def test_cli_control_api_from_another_process(tmp_path):
         root = base_url[: -len("/v1")]
         client = openai.OpenAI(base_url=base_url, api_key="test", max_retries=0)
         assert text_of(stream(client)) == "from file"
-        assert _post(root + "/_script", [{"text": "scripted remotely"}, {"status": 429}]) == {"queued": 2}
+        assert _post(root + "/_script", [{"text": "scripted remotely"}, {"status": 429}]) == {
+            "queued": 2
+        }
         assert text_of(stream(client)) == "scripted remotely"
         with pytest.raises(openai.RateLimitError):
             stream(client)

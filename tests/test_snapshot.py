@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_session_agent.testing.scripted_server import Reply
 from jupyter_session_agent.session.snapshot import Snapshot, copy_repo, repo_path
+from jupyter_session_agent.testing.scripted_server import Reply
 
-pytestmark = pytest.mark.skipif(subprocess.run(["git", "--version"], capture_output=True).returncode != 0,
-                                reason="git is not installed")
+pytestmark = pytest.mark.skipif(
+    subprocess.run(["git", "--version"], capture_output=True).returncode != 0,
+    reason="git is not installed",
+)
 
 
 def files_of(root: Path, skip=("data",)) -> dict[str, bytes]:
@@ -67,7 +69,9 @@ def test_track_changed_restore_byte_for_byte(tmp_path, work):
 
 def test_a_folder_that_is_a_git_repo_is_left_alone(tmp_path, work):
     def git(*args):
-        return subprocess.run(["git", *args], cwd=work, capture_output=True, text=True, check=True).stdout
+        return subprocess.run(
+            ["git", *args], cwd=work, capture_output=True, text=True, check=True
+        ).stdout
 
     git("init", "-q")
     git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "init")
@@ -79,9 +83,15 @@ def test_a_folder_that_is_a_git_repo_is_left_alone(tmp_path, work):
     (work / "a.txt").write_text("edited")
     after = snap.track()
     assert [Path(p).name for p in snap.changed(before, after)] == ["a.txt"]
-    tracked = subprocess.run(["git", "--git-dir", str(snap.git_dir), "ls-tree", "-r", "--name-only", after],
-                             capture_output=True, text=True, check=True).stdout.split()
-    assert "ignored-by-real-repo.txt" not in tracked and not any(t.startswith(".git/") for t in tracked)
+    tracked = subprocess.run(
+        ["git", "--git-dir", str(snap.git_dir), "ls-tree", "-r", "--name-only", after],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert "ignored-by-real-repo.txt" not in tracked and not any(
+        t.startswith(".git/") for t in tracked
+    )
     snap.restore(before, snap.changed(before, after))
     assert git("status", "--porcelain") == status and git("rev-parse", "HEAD") == head
 
@@ -127,8 +137,12 @@ def test_exclusions_gitignore_notebooks_and_our_data_dir(tmp_path):
     (work / "keep.txt").write_text("keep")
     snap = snap_for(tmp_path, work)
     tree = snap.track()
-    listed = subprocess.run(["git", "--git-dir", str(snap.git_dir), "ls-tree", "-r", "--name-only", tree],
-                            capture_output=True, text=True, check=True).stdout.split()
+    listed = subprocess.run(
+        ["git", "--git-dir", str(snap.git_dir), "ls-tree", "-r", "--name-only", tree],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert sorted(listed) == [".gitignore", "keep.txt"]
 
 
@@ -164,9 +178,15 @@ def test_fork_copies_objects_so_old_trees_resolve(tmp_path, work):
 def test_steps_record_snapshots_and_patches(ip, server, store, magics, tmp_path):
     (tmp_path / "notes.txt").write_text("one\n")
     server.enqueue(
-        Reply(tool_calls=({"name": "write", "arguments": {"filePath": "out.txt", "content": "written\n"}},
-                          {"name": "edit", "arguments": {"filePath": "notes.txt", "oldString": "one",
-                                                         "newString": "two"}})),
+        Reply(
+            tool_calls=(
+                {"name": "write", "arguments": {"filePath": "out.txt", "content": "written\n"}},
+                {
+                    "name": "edit",
+                    "arguments": {"filePath": "notes.txt", "oldString": "one", "newString": "two"},
+                },
+            )
+        ),
         Reply(text="done"),
     )
     ip.run_cell_magic("agent", "", "change files")
@@ -174,7 +194,12 @@ def test_steps_record_snapshots_and_patches(ip, server, store, magics, tmp_path)
     first, second = history[1], history[2]
     start, finish = first.parts[0], first.parts[-1]
     patch = first.parts[-2]  # just before step-finish, so step-finish stays the step's last part
-    assert start.type == "step-start" and start.snapshot and finish.snapshot and finish.snapshot != start.snapshot
+    assert (
+        start.type == "step-start"
+        and start.snapshot
+        and finish.snapshot
+        and finish.snapshot != start.snapshot
+    )
     assert patch.type == "patch" and patch.hash == start.snapshot
     assert sorted(Path(f).name for f in patch.files) == ["notes.txt", "out.txt"]
     # a step that changes nothing has equal snapshots and no patch
@@ -187,11 +212,15 @@ def test_steps_record_snapshots_and_patches(ip, server, store, magics, tmp_path)
 
 def test_snapshots_can_be_turned_off(ip, server, store, magics, tmp_path):
     magics.snapshot = {"enabled": False}
-    server.enqueue(Reply(tool_calls=({"name": "write", "arguments": {"filePath": "x.txt", "content": "x"}},)),
-                   Reply(text="ok"))
+    server.enqueue(
+        Reply(tool_calls=({"name": "write", "arguments": {"filePath": "x.txt", "content": "x"}},)),
+        Reply(text="ok"),
+    )
     ip.run_cell_magic("agent", "", "write")
     parts = [p for m in store.messages(magics.session.info.id) for p in m.parts]
-    assert all(getattr(p, "snapshot", None) is None for p in parts) and "patch" not in [p.type for p in parts]
+    assert all(getattr(p, "snapshot", None) is None for p in parts) and "patch" not in [
+        p.type for p in parts
+    ]
     assert not repo_path(magics.settings().data_dir, magics.session.info.id).exists()
 
 

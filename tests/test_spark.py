@@ -21,8 +21,10 @@ if shutil.which("java") is None:
     pytest.skip("no Java runtime — apt-get install default-jre-headless", allow_module_level=True)
 pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed — pip install pyspark")
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings(
-    "ignore:PySpark does not yet fully support pandas:FutureWarning")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+]
 
 SPARK_TYPES = {"string", "bigint", "int", "double", "boolean", "date", "timestamp", "timestamp_ntz"}
 
@@ -31,9 +33,14 @@ SPARK_TYPES = {"string", "bigint", "int", "double", "boolean", "date", "timestam
 def spark():
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[1]").appName("jupyter-session-agent-test")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
-               .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    session = (
+        SparkSession.builder.master("local[1]")
+        .appName("jupyter-session-agent-test")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
@@ -41,12 +48,14 @@ def spark():
 
 def rows_of(records) -> list[tuple]:
     """Rows as sorted tuples with floats rounded (engines sum in different orders)."""
+
     def norm(value):
         if isinstance(value, float):
             return None if math.isnan(value) else round(value, 9)
         if isinstance(value, (dt.date, dt.datetime)):
             return str(value)[:10]
         return value
+
     return sorted((tuple(norm(v) for v in row) for row in records), key=repr)
 
 
@@ -58,11 +67,23 @@ def test_spark_answers_the_analytics_questions_like_sql(ip, magics, store, tmp_p
     build(bob, "bob", 9, seed=1)
     bob.export_parquet(shared, user="bob")
 
-    for table in ("session", "message", "part", "event", "step", "tool_call", "compaction_event",
-                  "session_summary", "daily_cost"):
+    for table in (
+        "session",
+        "message",
+        "part",
+        "event",
+        "step",
+        "tool_call",
+        "compaction_event",
+        "session_summary",
+        "daily_cost",
+    ):
         frame = spark.read.parquet(str(shared / table))  # no schema given: Spark reads it as is
-        odd = {f.name: f.dataType.simpleString() for f in frame.schema.fields
-               if f.dataType.simpleString() not in SPARK_TYPES}
+        odd = {
+            f.name: f.dataType.simpleString()
+            for f in frame.schema.fields
+            if f.dataType.simpleString() not in SPARK_TYPES
+        }
         assert not odd, (table, odd)
         frame.createOrReplaceTempView(table)
     users = spark.sql("SELECT `user`, count(*) n FROM session GROUP BY `user`").collect()
@@ -77,7 +98,8 @@ def test_spark_answers_the_analytics_questions_like_sql(ip, magics, store, tmp_p
             scoped = spark_sql
             for table in ("daily_cost", "session_summary", "compaction_event", "tool_call", "step"):
                 scoped = scoped.replace(
-                    f"FROM {table}", f"FROM (SELECT * FROM {table} WHERE `user` = '{who}')")
+                    f"FROM {table}", f"FROM (SELECT * FROM {table} WHERE `user` = '{who}')"
+                )
             theirs = rows_of(tuple(r) for r in spark.sql(scoped).collect())
             assert theirs == ours, (label, who)
             assert ours, (label, who)  # every question has an answer in this history

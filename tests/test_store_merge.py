@@ -18,8 +18,8 @@ import duckdb
 import pytest
 
 from jupyter_session_agent.core import ids
-from jupyter_session_agent.loop.compaction import CompactionEvent
 from jupyter_session_agent.core.messages import Session, ToolPart, replace
+from jupyter_session_agent.loop.compaction import CompactionEvent
 from jupyter_session_agent.store import COLUMNS, HistoryWarning, Store, merge
 from jupyter_session_agent.store.merge import read_manifest
 from jupyter_session_agent.store.views import VIEWS as ALL_VIEWS
@@ -34,9 +34,12 @@ VIEW_NAMES = sorted(ALL_VIEWS)
 
 def snapshot(store: Store) -> dict[str, str]:
     """Every public view, in a stable order, as JSON text."""
-    return {view: store.sql(f"SELECT * FROM {view} ORDER BY ALL").to_json(orient="records",
-                                                                         date_format="iso")
-            for view in VIEW_NAMES}
+    return {
+        view: store.sql(f"SELECT * FROM {view} ORDER BY ALL").to_json(
+            orient="records", date_format="iso"
+        )
+        for view in VIEW_NAMES
+    }
 
 
 def history_of(store: Store) -> dict:
@@ -58,16 +61,34 @@ def no_duplicates(store: Store) -> None:
 
 
 def spawn(data_dir: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(WORKER), str(data_dir), *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), str(data_dir), *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def unknown_part_line(session_id: str, message_id: str, writer: str) -> str:
     """A journal line of a part type this version does not know (a newer version wrote it)."""
-    return json.dumps({"kind": "part", "id": ids.ascending("part"), "session_id": session_id,
-                       "message_id": message_id, "rev": 10, "writer": writer, "deleted": False,
-                       "time_created": 1, "time_updated": 1,
-                       "data": {"type": "hologram", "frames": 3}}) + "\n"
+    return (
+        json.dumps(
+            {
+                "kind": "part",
+                "id": ids.ascending("part"),
+                "session_id": session_id,
+                "message_id": message_id,
+                "rev": 10,
+                "writer": writer,
+                "deleted": False,
+                "time_created": 1,
+                "time_updated": 1,
+                "data": {"type": "hologram", "frames": 3},
+            }
+        )
+        + "\n"
+    )
 
 
 def rich_history(data_dir: Path) -> tuple[list[Store], dict]:
@@ -77,16 +98,35 @@ def rich_history(data_dir: Path) -> tuple[list[Store], dict]:
     a, b, c = Store(data_dir), Store(data_dir), Store(data_dir)
     s1, s2 = session_values("a", 1, turns=3), session_values("a", 2)
     a.put(*s1, *s2)
-    a.put(replace(s1[0], title_usage={"model": "openai/mini", "cost": 0.002, "time": 5,
-                                      "tokens": {"input": 30, "output": 4}}))
-    a.put(CompactionEvent(id=ids.ascending("event"), session_id=s1[0].id, kind="prune",
-                          cause="auto", outcome="ok", time_created=s1[0].time_created + 10,
-                          tokens_before=900, tokens_after=500))
+    a.put(
+        replace(
+            s1[0],
+            title_usage={
+                "model": "openai/mini",
+                "cost": 0.002,
+                "time": 5,
+                "tokens": {"input": 30, "output": 4},
+            },
+        )
+    )
+    a.put(
+        CompactionEvent(
+            id=ids.ascending("event"),
+            session_id=s1[0].id,
+            kind="prune",
+            cause="auto",
+            outcome="ok",
+            time_created=s1[0].time_created + 10,
+            tokens_before=900,
+            tokens_after=500,
+        )
+    )
     a.flush()
     b.put(replace(s1[0], title="a 1, renamed by b"))  # a newer revision of a's row
     b.delete("part", s2[2].id)  # a tombstone for a's part
-    b.put(*[v for v in session_values("b", 1)[1:]
-            if not isinstance(v, Session)])  # messages of a session that has no session row
+    b.put(
+        *[v for v in session_values("b", 1)[1:] if not isinstance(v, Session)]
+    )  # messages of a session that has no session row
     more = session_values("b", 9)
     b.put(*[replace(v, session_id=s1[0].id) for v in more[1:]])  # continues a's session s1
     b.flush()
@@ -111,8 +151,9 @@ def test_views_equal_before_and_after_compaction_and_merge(tmp_path):
     assert snapshot(reader) == live
     assert json.loads(live["session_summary"]) and json.loads(live["step"])
     messages = history_of(Store(tmp_path))
-    assert any(getattr(p, "stored_type", None) == "hologram"
-               for m in messages[ids_["s1"]] for p in m.parts)
+    assert any(
+        getattr(p, "stored_type", None) == "hologram" for m in messages[ids_["s1"]] for p in m.parts
+    )
 
     for writer in writers:  # finished kernels: journals → typed Parquet files
         writer.close()
@@ -148,26 +189,34 @@ def test_views_equal_before_and_after_compaction_and_merge(tmp_path):
 
 
 def test_a_dead_writers_running_tool_is_settled_the_same_before_and_after_a_merge(tmp_path):
-    code = "\n".join([
-        "import os, sys",
-        "sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})",
-        "from _merge_worker import session_values",
-        "from jupyter_session_agent.store import Store",
-        "from jupyter_session_agent.core.messages import ToolPart, ToolRunning, replace",
-        "s = Store({data!r})",
-        "v = [replace(x, state=ToolRunning(input={{}}, time_start=1)) if isinstance(x, ToolPart)",
-        "     else x for x in session_values('dead', 0)]",
-        "s.put(*v); s.flush(); print(v[0].id); os._exit(0)"])
+    code = "\n".join(
+        [
+            "import os, sys",
+            "sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})",
+            "from _merge_worker import session_values",
+            "from jupyter_session_agent.store import Store",
+            "from jupyter_session_agent.core.messages import ToolPart, ToolRunning, replace",
+            "s = Store({data!r})",
+            "v = [replace(x, state=ToolRunning(input={{}}, time_start=1)) if isinstance(x, ToolPart)",
+            "     else x for x in session_values('dead', 0)]",
+            "s.put(*v); s.flush(); print(v[0].id); os._exit(0)",
+        ]
+    )
     code = code.format(root=str(ROOT), tests=str(Path(__file__).parent), data=str(tmp_path))
-    sid = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                         text=True).stdout.strip()
+    sid = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout.strip()
     reader = Store(tmp_path)  # compacts the dead journal, settling its tools
     before = snapshot(reader)
     assert {r["status"] for r in json.loads(before["tool_call"])} == {"interrupted"}
     merge(tmp_path / "history", force=True)
     assert snapshot(Store(tmp_path)) == before == snapshot(reader)
-    assert all(p.state.interrupted for m in Store(tmp_path).messages(sid) for p in m.parts
-               if isinstance(p, ToolPart))
+    assert all(
+        p.state.interrupted
+        for m in Store(tmp_path).messages(sid)
+        for p in m.parts
+        if isinstance(p, ToolPart)
+    )
 
 
 # --------------------------------------------------------------------------
@@ -237,13 +286,19 @@ def leftovers(data_dir: Path) -> tuple[bool, bool, bool]:
     """What an interrupted merge left: (files being written, files not committed, files
     committed as consumed but not removed yet)."""
     names = set(os.listdir(folder(data_dir)))
-    gens = [g for n in names if n.startswith("generation-")
-            if (g := read_manifest(str(folder(data_dir) / n))) is not None]
+    gens = [
+        g
+        for n in names
+        if n.startswith("generation-")
+        if (g := read_manifest(str(folder(data_dir) / n))) is not None
+    ]
     current = max(gens, key=lambda g: g.number) if gens else None
     listed = {f["name"] for f in current.files} if current else set()
-    return (any(n.endswith(".tmp") for n in names),
-            any(n.startswith("merged-") and n not in listed for n in names),
-            bool(current and current.consumed & names))
+    return (
+        any(n.endswith(".tmp") for n in names),
+        any(n.startswith("merged-") and n not in listed for n in names),
+        bool(current and current.consumed & names),
+    )
 
 
 def test_a_merge_killed_at_any_moment_loses_and_doubles_nothing(tmp_path):
@@ -326,8 +381,11 @@ def test_a_damaged_manifest_falls_back_to_reading_every_file(tmp_path):
         warnings.simplefilter("always")
         got = snapshot(Store(tmp_path))
     assert got == want
-    assert [str(r.message) for r in records if issubclass(r.category, HistoryWarning)
-            and manifest.name in str(r.message)]
+    assert [
+        str(r.message)
+        for r in records
+        if issubclass(r.category, HistoryWarning) and manifest.name in str(r.message)
+    ]
     merge(tmp_path / "history", force=True)  # a new generation takes over; nothing lost
     assert snapshot(Store(tmp_path)) == want
 
@@ -343,8 +401,10 @@ def test_files_of_the_previous_version_are_read_and_merged(tmp_path):
     old = folder(tmp_path) / "host-1-0123abcd.parquet"
     old.parent.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect()
-    con.execute(f"COPY (SELECT * FROM read_json('{journal}', format='newline_delimited', "
-                f"columns={COLUMNS})) TO '{old}' (FORMAT parquet)")
+    con.execute(
+        f"COPY (SELECT * FROM read_json('{journal}', format='newline_delimited', "
+        f"columns={COLUMNS})) TO '{old}' (FORMAT parquet)"
+    )
     writer.close()
     for path in folder(tmp_path).glob("*.parquet"):
         if path != old:

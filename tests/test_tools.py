@@ -38,7 +38,17 @@ def call(name, ctx, **args) -> ToolResult:
 
 
 def test_builtin_tools_are_exactly_the_nine():
-    assert list(TOOLS) == ["python", "bash", "read", "write", "edit", "list", "glob", "grep", "notebook"]
+    assert list(TOOLS) == [
+        "python",
+        "bash",
+        "read",
+        "write",
+        "edit",
+        "list",
+        "glob",
+        "grep",
+        "notebook",
+    ]
     for name, tool in TOOLS.items():
         schema = openai_schema(tool)
         assert schema["type"] == "function"
@@ -65,7 +75,9 @@ def test_missing_argument_names_the_unknown_ones_given(ctx):
 
 
 def test_wrong_types_are_rejected(ctx):
-    with pytest.raises(ToolFailure, match="read: argument 'limit' must be an integer, got string 'ten'"):
+    with pytest.raises(
+        ToolFailure, match="read: argument 'limit' must be an integer, got string 'ten'"
+    ):
         call("read", ctx, filePath="x", limit="ten")
     with pytest.raises(ToolFailure, match="argument 'command' must be a string, got array"):
         call("bash", ctx, command=["ls"])
@@ -86,8 +98,10 @@ def test_unknown_keys_ignored_nulls_dropped_and_light_coercion(ctx):
         parameters = {
             "type": "object",
             "properties": {
-                "n": {"type": "integer"}, "x": {"type": "number"},
-                "flag": {"type": "boolean"}, "opt": {"type": "string"},
+                "n": {"type": "integer"},
+                "x": {"type": "number"},
+                "flag": {"type": "boolean"},
+                "opt": {"type": "string"},
                 "mode": {"type": "string", "enum": ["a", "b"]},
             },
             "required": ["n"],
@@ -110,7 +124,11 @@ def test_unknown_keys_ignored_nulls_dropped_and_light_coercion(ctx):
 class Echo:
     name = "echo"
     description = "returns its text"
-    parameters = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+    parameters = {
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+    }
 
     def __init__(self, metadata=None):
         self.metadata = metadata or {}
@@ -182,7 +200,9 @@ def test_python_result_skips_none_and_semicolon(shell_ctx):
 def test_python_captures_stdout_and_stderr(shell_ctx):
     only_out = call("python", shell_ctx, code="print('hello')")
     assert only_out.output == "hello"
-    both = call("python", shell_ctx, code="import sys\nprint('out')\nprint('err', file=sys.stderr)\n7")
+    both = call(
+        "python", shell_ctx, code="import sys\nprint('out')\nprint('err', file=sys.stderr)\n7"
+    )
     assert both.output == "[stdout]\nout\n[stderr]\nerr\n[result]\n7"
     # stderr alone stays labelled: the model should know it is warnings or errors.
     only_err = call("python", shell_ctx, code="import sys\nprint('careful', file=sys.stderr)")
@@ -194,7 +214,7 @@ def test_python_exception_is_reported_as_output(shell_ctx):
     assert result.metadata["error"] == "ZeroDivisionError"
     out = result.output
     assert out.startswith("[stdout]\nbefore\n[error]\nTraceback (most recent call last):")
-    assert 'line 4, in <module>\n    tool_x / 0' in out
+    assert "line 4, in <module>\n    tool_x / 0" in out
     assert out.endswith("ZeroDivisionError: division by zero")
     assert "jupyter_session_agent" not in out  # our own frames are not shown
     assert shell_ctx.shell.user_ns["tool_x"] == 1  # statements before the error ran
@@ -218,9 +238,14 @@ def test_python_keyboard_interrupt_propagates(shell_ctx):
 
 def test_python_displays_reach_the_notebook(shell_ctx, monkeypatch):
     published = []
-    monkeypatch.setattr(shell_ctx.shell.display_pub, "publish",
-                        lambda data, *a, **k: published.append(data))
-    result = call("python", shell_ctx, code="from IPython.display import display, HTML\ndisplay(HTML('<b>hi</b>'))")
+    monkeypatch.setattr(
+        shell_ctx.shell.display_pub, "publish", lambda data, *a, **k: published.append(data)
+    )
+    result = call(
+        "python",
+        shell_ctx,
+        code="from IPython.display import display, HTML\ndisplay(HTML('<b>hi</b>'))",
+    )
     assert result.output == "(no output)"
     assert published and published[0]["text/html"] == "<b>hi</b>"
 
@@ -258,8 +283,9 @@ def test_bash_output_cwd_and_exit(ctx):
 def test_bash_timeout_kills_the_group_and_keeps_partial_output(ctx):
     pidfile = ctx.directory / "sleep.pid"
     start = time.monotonic()
-    result = call("bash", ctx, command=f"echo started; sleep 37 & echo $! > {pidfile}; wait",
-                  timeout=300)
+    result = call(
+        "bash", ctx, command=f"echo started; sleep 37 & echo $! > {pidfile}; wait", timeout=300
+    )
     assert time.monotonic() - start < 5
     assert result.output.startswith("started\n\n(Command timed out after 300 ms")
     assert result.metadata["timedOut"] is True
@@ -313,7 +339,10 @@ def test_read_numbers_lines_and_pages(ctx):
     )
     assert full.title == "a.txt" and full.metadata["truncated"] is False
     page = call("read", ctx, filePath=str(ctx.directory / "a.txt"), offset=1, limit=2)
-    assert "00002| l2\n00003| l3\n\n(File has more lines. Use 'offset' parameter to read beyond line 3)" in page.output
+    assert (
+        "00002| l2\n00003| l3\n\n(File has more lines. Use 'offset' parameter to read beyond line 3)"
+        in page.output
+    )
     assert page.metadata["truncated"] is True
     with pytest.raises(ToolFailure, match="offset 9 is past the end"):
         call("read", ctx, filePath="a.txt", offset=9)
@@ -325,7 +354,10 @@ def test_read_cuts_long_lines_and_caps_bytes(ctx):
     assert "00001| " + "z" * 2000 + "...\n00002| short" in out
     (ctx.directory / "wide.txt").write_text(("w" * 1000 + "\n") * 100)
     wide = call("read", ctx, filePath="wide.txt")
-    assert "(Output truncated at 51200 bytes. Use 'offset' parameter to read beyond line 50)" in wide.output
+    assert (
+        "(Output truncated at 51200 bytes. Use 'offset' parameter to read beyond line 50)"
+        in wide.output
+    )
     assert wide.metadata["truncated"] is True
 
 
@@ -367,7 +399,9 @@ def test_edit_ambiguity_not_found_and_replace_all(ctx):
     assert path.read_text() == "x = 1\nx = 1\n"  # untouched
     with pytest.raises(ToolFailure, match="oldString not found"):
         call("edit", ctx, filePath="e.py", oldString="y = 1", newString="y = 2")
-    result = call("edit", ctx, filePath="e.py", oldString="x = 1", newString="x = 2", replaceAll=True)
+    result = call(
+        "edit", ctx, filePath="e.py", oldString="x = 1", newString="x = 2", replaceAll=True
+    )
     assert path.read_text() == "x = 2\nx = 2\n" and result.metadata["replacements"] == 2
     with pytest.raises(ToolFailure, match="the same"):
         call("edit", ctx, filePath="e.py", oldString="x", newString="x")
@@ -377,7 +411,13 @@ def test_edit_tolerates_indentation_differences(ctx):
     path = ctx.directory / "f.py"
     path.write_text("def f():\n    return 1\n\nprint(f())\n")
     call("edit", ctx, filePath="f.py", oldString="return 1", newString="return 2")
-    call("edit", ctx, filePath="f.py", oldString="def f():\n  return 2", newString="def f():\n    return 3")
+    call(
+        "edit",
+        ctx,
+        filePath="f.py",
+        oldString="def f():\n  return 2",
+        newString="def f():\n    return 3",
+    )
     assert path.read_text() == "def f():\n    return 3\n\nprint(f())\n"
 
 
@@ -394,9 +434,17 @@ def test_edit_with_empty_old_string_creates_a_file(ctx):
 
 
 def make_tree(root: Path) -> None:
-    for rel in ["src/app.py", "src/util/helpers.py", "src/web/page.ts", "README.md",
-                ".git/config", "node_modules/pkg/index.js", "src/__pycache__/app.cpython.pyc",
-                ".venv/lib/site.py", "logs/run.log"]:
+    for rel in [
+        "src/app.py",
+        "src/util/helpers.py",
+        "src/web/page.ts",
+        "README.md",
+        ".git/config",
+        "node_modules/pkg/index.js",
+        "src/__pycache__/app.cpython.pyc",
+        ".venv/lib/site.py",
+        "logs/run.log",
+    ]:
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"contents of {rel}\n")
@@ -405,11 +453,22 @@ def make_tree(root: Path) -> None:
 def test_list_shows_a_tree_without_ignored_dirs(ctx):
     make_tree(ctx.directory)
     result = call("list", ctx, ignore=["*.log"])
-    assert result.output == "\n".join([
-        f"{ctx.directory}/", "  README.md", "  logs/", "  src/", "    app.py",
-        "    util/", "      helpers.py", "    web/", "      page.ts",
-    ])
-    assert call("list", ctx, path="src/util").output == f"{ctx.directory / 'src/util'}/\n  helpers.py"
+    assert result.output == "\n".join(
+        [
+            f"{ctx.directory}/",
+            "  README.md",
+            "  logs/",
+            "  src/",
+            "    app.py",
+            "    util/",
+            "      helpers.py",
+            "    web/",
+            "      page.ts",
+        ]
+    )
+    assert (
+        call("list", ctx, path="src/util").output == f"{ctx.directory / 'src/util'}/\n  helpers.py"
+    )
 
 
 def test_list_caps_entries(ctx):
@@ -425,7 +484,8 @@ def test_glob_matches_any_depth_newest_first(ctx):
     os.utime(ctx.directory / "src/util/helpers.py", (1e9, 1e9))  # oldest
     result = call("glob", ctx, pattern="*.py")
     assert result.output.split("\n") == [
-        str(ctx.directory / "src/app.py"), str(ctx.directory / "src/util/helpers.py"),
+        str(ctx.directory / "src/app.py"),
+        str(ctx.directory / "src/util/helpers.py"),
     ]
     assert call("glob", ctx, pattern="src/*.{py,ts}").output == str(ctx.directory / "src/app.py")
     assert call("glob", ctx, pattern="src/**/*.ts").output == str(ctx.directory / "src/web/page.ts")
@@ -450,7 +510,10 @@ def test_grep_finds_lines_with_numbers(ctx):
     (ctx.directory / "src/app.py").write_text("import os\n\ndef main():\n    os.getcwd()\n")
     (ctx.directory / "bin.dat").write_bytes(b"os\x00os")
     result = call("grep", ctx, pattern=r"os\.", include="*.py")
-    assert result.output == f"Found 1 matches\n\n{ctx.directory / 'src/app.py'}:\n  Line 4:     os.getcwd()"
+    assert (
+        result.output
+        == f"Found 1 matches\n\n{ctx.directory / 'src/app.py'}:\n  Line 4:     os.getcwd()"
+    )
     everything = call("grep", ctx, pattern="^contents of")
     assert "node_modules" not in everything.output and ".git" not in everything.output
     assert "bin.dat" not in call("grep", ctx, pattern="os").output

@@ -28,7 +28,14 @@ import json
 import sys
 from dataclasses import asdict
 
-from .harness import CLASSES, EXTRA_POLICIES, POLICIES, run_scenario, summarise_pairs, summarise_runs
+from .harness import (
+    CLASSES,
+    EXTRA_POLICIES,
+    POLICIES,
+    run_scenario,
+    summarise_pairs,
+    summarise_runs,
+)
 from .opencode_cli import PACKAGE, VERSION, OpenCodeUnavailable, ensure_opencode
 from .real import POLICY as REAL
 from .real import run_opencode_scenario
@@ -42,7 +49,11 @@ def _fmt(value) -> str:
     if value is None:
         return "–"
     if isinstance(value, float):
-        return f"{value:.0%}" if value <= 1.0 and value >= 0 and not value.is_integer() or value in (0.0, 1.0) else f"{value:,.0f}"
+        return (
+            f"{value:.0%}"
+            if value <= 1.0 and value >= 0 and not value.is_integer() or value in (0.0, 1.0)
+            else f"{value:,.0f}"
+        )
     return str(value)
 
 
@@ -63,15 +74,25 @@ def table(rows: dict[str, dict], keys: list[str], fmt: dict | None = None) -> st
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m benchmarks.compactbench")
     parser.add_argument("--scenarios", help="comma-separated scenario names (default: all)")
-    parser.add_argument("--policies", help="comma-separated policy names (default: none, opencode-1.2.16, ours)")
-    parser.add_argument("--extra", action="store_true", help="add OpenCode with the reserved bug and ours with raw messages")
+    parser.add_argument(
+        "--policies", help="comma-separated policy names (default: none, opencode-1.2.16, ours)"
+    )
+    parser.add_argument(
+        "--extra",
+        action="store_true",
+        help="add OpenCode with the reserved bug and ours with raw messages",
+    )
     parser.add_argument("--base-url", help="a real OpenAI-compatible server for the summary calls")
     parser.add_argument("--model", help="the model name on --base-url")
     parser.add_argument("--json", help="write every run (events, checkpoints) to this file")
     parser.add_argument("--check", action="store_true", help="exit 1 unless ours passes the gates")
     parser.add_argument("--no-real", action="store_true", help="leave out the real OpenCode CLI")
-    parser.add_argument("--opencode-driver", choices=("serve", "run"), default="serve",
-                        help="turns through opencode serve's HTTP API (default) or opencode run --attach")
+    parser.add_argument(
+        "--opencode-driver",
+        choices=("serve", "run"),
+        default="serve",
+        help="turns through opencode serve's HTTP API (default) or opencode run --attach",
+    )
     args = parser.parse_args(argv)
 
     scenarios = default_scenarios()
@@ -82,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.extra:
         policies.update(EXTRA_POLICIES)
     if args.policies:
-        policies = {k: v for k, v in {**POLICIES, **EXTRA_POLICIES}.items() if k in args.policies.split(",")}
+        policies = {
+            k: v for k, v in {**POLICIES, **EXTRA_POLICIES}.items() if k in args.policies.split(",")
+        }
 
     binary = None
     if not args.no_real and (not args.policies or REAL in args.policies.split(",")):
@@ -91,8 +114,12 @@ def main(argv: list[str] | None = None) -> int:
         except OpenCodeUnavailable as err:
             print(f"the real OpenCode column is left out: {err}", file=sys.stderr)
     main_policies = [p for p in policies if p not in EXTRA_POLICIES and p != "ours"]
-    order = [*main_policies, *([REAL] if binary else []), *(["ours"] if "ours" in policies else []),
-             *[p for p in policies if p in EXTRA_POLICIES]]
+    order = [
+        *main_policies,
+        *([REAL] if binary else []),
+        *(["ours"] if "ours" in policies else []),
+        *[p for p in policies if p in EXTRA_POLICIES],
+    ]
     runs = {p: [] for p in order}
     for scn in scenarios:
         for name in order:
@@ -100,61 +127,136 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_opencode_scenario(scn, binary=binary, driver=args.opencode_driver)
             else:
                 config = policies[name]
-                shadows = {p: policies[p] for p in PAIR if p != name and name in PAIR and p in policies}
-                result = run_scenario(scn, name, config, base_url=args.base_url, model=args.model,
-                                      shadows=shadows)
+                shadows = {
+                    p: policies[p] for p in PAIR if p != name and name in PAIR and p in policies
+                }
+                result = run_scenario(
+                    scn, name, config, base_url=args.base_url, model=args.model, shadows=shadows
+                )
             runs[name].append(result)
             ev = [e for e in result.events if e["kind"] == "summary"]
-            print(f"  {scn.name:<13} {name:<26} turns {result.completed}/{result.turns}  summaries {len(ev)}  "
-                  f"prunes {sum(1 for e in result.events if e['kind'] == 'prune')}  "
-                  f"{'died: ' + result.died[:90] if result.died else ''}", file=sys.stderr)
+            print(
+                f"  {scn.name:<13} {name:<26} turns {result.completed}/{result.turns}  summaries {len(ev)}  "
+                f"prunes {sum(1 for e in result.events if e['kind'] == 'prune')}  "
+                f"{'died: ' + result.died[:90] if result.died else ''}",
+                file=sys.stderr,
+            )
     robust = [s.name for s in scenarios if s.name in ROBUSTNESS]
     main_runs = {p: [r for r in rs if r.scenario not in ROBUSTNESS] for p, rs in runs.items()}
     rows = {p: summarise_runs(r) for p, r in main_runs.items() if r}
     pct = lambda v: f"{v:.0%}"  # noqa: E731
     num = lambda v: f"{v:,.0f}"  # noqa: E731
-    keys = ["turns", "died", "LLM calls", "summaries", "prunes", "failed", "no-progress", "freed/event",
-            "freed median", "TSR median", "headroom median", "LLM calls/event",
-            "summary input/event", "summary input total", "ms/event",
-            "overflow errors", "duplicates", "lost request", "latest kept", "constraints kept",
-            *[f"final {c}" for c in CLASSES], "tool reachable", "cost $"]
-    fmt = {k: pct for k in ["TSR median", "headroom median", "latest kept", "constraints kept", "tool reachable",
-                            *[f"final {c}" for c in CLASSES]]}
-    fmt.update({k: num for k in ["freed/event", "freed median", "summary input/event",
-                                 "summary input total", "ms/event"]})
+    keys = [
+        "turns",
+        "died",
+        "LLM calls",
+        "summaries",
+        "prunes",
+        "failed",
+        "no-progress",
+        "freed/event",
+        "freed median",
+        "TSR median",
+        "headroom median",
+        "LLM calls/event",
+        "summary input/event",
+        "summary input total",
+        "ms/event",
+        "overflow errors",
+        "duplicates",
+        "lost request",
+        "latest kept",
+        "constraints kept",
+        *[f"final {c}" for c in CLASSES],
+        "tool reachable",
+        "cost $",
+    ]
+    fmt = {
+        k: pct
+        for k in [
+            "TSR median",
+            "headroom median",
+            "latest kept",
+            "constraints kept",
+            "tool reachable",
+            *[f"final {c}" for c in CLASSES],
+        ]
+    }
+    fmt.update(
+        {
+            k: num
+            for k in [
+                "freed/event",
+                "freed median",
+                "summary input/event",
+                "summary input total",
+                "ms/event",
+            ]
+        }
+    )
     fmt["LLM calls/event"] = lambda v: f"{v:.2f}"
     fmt["cost $"] = lambda v: f"{v:.3f}"
     names = [s.name for s in scenarios if s.name not in ROBUSTNESS]
-    where = f"summaries by {args.model} at {args.base_url}" if args.base_url else "offline (scripted server)"
+    where = (
+        f"summaries by {args.model} at {args.base_url}"
+        if args.base_url
+        else "offline (scripted server)"
+    )
     if rows:
         print(f"\nCompactBench — {len(names)} scenarios ({', '.join(names)}); {where}")
         if REAL in runs and runs[REAL]:
-            print(f"{REAL}: {PACKAGE} {VERSION}, turns through opencode {args.opencode_driver}; its window is "
-                  f"the scenario's + {runs[REAL][0].extra.get('window_extra', 0):,} tokens (the difference "
-                  "in system prompt and tool schemas)")
+            print(
+                f"{REAL}: {PACKAGE} {VERSION}, turns through opencode {args.opencode_driver}; its window is "
+                f"the scenario's + {runs[REAL][0].extra.get('window_extra', 0):,} tokens (the difference "
+                "in system prompt and tool schemas)"
+            )
         print(table(rows, keys, fmt))
         ks = sorted({k for r in rows.values() for k in r["retention@k"] if k <= 12})
         if ks:
-            print("\nNeedles planted before the k-th summary that are in context or one read away, "
-                  "at the end of that turn:")
-            print(table({p: {f"k={k}": r["retention@k"].get(k) for k in ks} for p, r in rows.items()},
-                        [f"k={k}" for k in ks], {f"k={k}": pct for k in ks}))
+            print(
+                "\nNeedles planted before the k-th summary that are in context or one read away, "
+                "at the end of that turn:"
+            )
+            print(
+                table(
+                    {p: {f"k={k}": r["retention@k"].get(k) for k in ks} for p, r in rows.items()},
+                    [f"k={k}" for k in ks],
+                    {f"k={k}": pct for k in ks},
+                )
+            )
         if all(p in main_runs for p in PAIR):
             pairs = summarise_pairs(main_runs, *PAIR)
-            pfmt = {k: pct for k in ("succeeded", "latest visible", "constraints visible", "needles in context",
-                                     "needles reachable")}
+            pfmt = {
+                k: pct
+                for k in (
+                    "succeeded",
+                    "latest visible",
+                    "constraints visible",
+                    "needles in context",
+                    "needles reachable",
+                )
+            }
             pfmt.update({k: num for k in ("freed/event", "after median", "summary input/event")})
             pfmt["LLM calls/point"] = lambda v: f"{v:.2f}"
-            print("\nPaired: both compactors on the same history, at every compaction point of either run:")
+            print(
+                "\nPaired: both compactors on the same history, at every compaction point of either run:"
+            )
             print(table(pairs, list(next(iter(pairs.values()))), pfmt))
     for name in robust:
         print(f"\nRobustness — {name}: {next(s.description for s in scenarios if s.name == name)}")
         loop = {p: summarise_runs([r for r in rs if r.scenario == name]) for p, rs in runs.items()}
-        ended = {p: (next(r for r in rs if r.scenario == name).died or "—") for p, rs in runs.items()}
+        ended = {
+            p: (next(r for r in rs if r.scenario == name).died or "—") for p, rs in runs.items()
+        }
         for p in loop:
             loop[p]["how it ended"] = ended[p].split(": ", 1)[-1][:60].replace("|", "/")
-        print(table(loop, ["turns", "LLM calls", "summaries", "no-progress", "failed", "how it ended"]).replace(
-            "| summaries |", "| summary events |").replace("| failed |", "| not ok |"))
+        print(
+            table(
+                loop, ["turns", "LLM calls", "summaries", "no-progress", "failed", "how it ended"]
+            )
+            .replace("| summaries |", "| summary events |")
+            .replace("| failed |", "| not ok |")
+        )
     print("\nPer scenario:")
     for scn in scenarios:
         parts = []
@@ -162,13 +264,17 @@ def main(argv: list[str] | None = None) -> int:
             r = next(x for x in runs[p] if x.scenario == scn.name)
             ev = [e for e in r.events if e["kind"] == "summary" and e["outcome"] == "ok"]
             freed = sum(e["tokens_before"] - e["tokens_after"] for e in ev) / len(ev) if ev else 0
-            parts.append(f"{p}: turns {r.completed}/{r.turns}, {len(ev)} summaries, "
-                         f"{sum(1 for e in r.events if e['kind'] == 'prune')} prunes, {freed:,.0f} freed/summary, "
-                         f"latest {r.latest_ok}/{r.latest_checks}, constraints {r.constraint_ok}/{r.constraint_checks}")
+            parts.append(
+                f"{p}: turns {r.completed}/{r.turns}, {len(ev)} summaries, "
+                f"{sum(1 for e in r.events if e['kind'] == 'prune')} prunes, {freed:,.0f} freed/summary, "
+                f"latest {r.latest_ok}/{r.latest_checks}, constraints {r.constraint_ok}/{r.constraint_checks}"
+            )
         print(f"- {scn.name}: " + "; ".join(parts))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({p: [asdict(r) for r in rs] for p, rs in runs.items()}, fh, indent=1, default=str)
+            json.dump(
+                {p: [asdict(r) for r in rs] for p, rs in runs.items()}, fh, indent=1, default=str
+            )
     if args.check and "ours" in runs:
         return 0 if check(runs) else 1
     return 0
@@ -180,36 +286,64 @@ def check(runs: dict) -> bool:
     and as the real OpenCode (end to end), and spends no more LLM calls per event than it."""
     ok = True
     if REAL in runs and runs[REAL]:
-        main = {p: summarise_runs([r for r in runs[p] if r.scenario not in ROBUSTNESS]) for p in ("ours", REAL)}
+        main = {
+            p: summarise_runs([r for r in runs[p] if r.scenario not in ROBUSTNESS])
+            for p in ("ours", REAL)
+        }
         if main["ours"]["freed/event"] < main[REAL]["freed/event"]:
-            print(f"FAIL freed/event: ours {main['ours']['freed/event']:,.0f} < {REAL} "
-                  f"{main[REAL]['freed/event']:,.0f}", file=sys.stderr)
+            print(
+                f"FAIL freed/event: ours {main['ours']['freed/event']:,.0f} < {REAL} "
+                f"{main[REAL]['freed/event']:,.0f}",
+                file=sys.stderr,
+            )
             ok = False
         if main["ours"]["LLM calls/event"] > main[REAL]["LLM calls/event"]:
-            print(f"FAIL LLM calls/event: ours {main['ours']['LLM calls/event']:.2f} > {REAL} "
-                  f"{main[REAL]['LLM calls/event']:.2f}", file=sys.stderr)
+            print(
+                f"FAIL LLM calls/event: ours {main['ours']['LLM calls/event']:.2f} > {REAL} "
+                f"{main[REAL]['LLM calls/event']:.2f}",
+                file=sys.stderr,
+            )
             ok = False
     for r in runs["ours"]:
         if r.scenario in ROBUSTNESS:  # compaction cannot help: end with one clear error, never loop
             futile = [e for e in r.events if e["kind"] == "summary" and e["outcome"] != "ok"]
-            if len(futile) > 2 * max(1, r.completed + 1) or sum(e["llm_calls"] for e in futile) > 1 or not r.died:
-                print(f"FAIL ours/{r.scenario}: {len(futile)} futile compactions, "
-                      f"{sum(e['llm_calls'] for e in futile)} LLM calls, died={r.died}", file=sys.stderr)
+            if (
+                len(futile) > 2 * max(1, r.completed + 1)
+                or sum(e["llm_calls"] for e in futile) > 1
+                or not r.died
+            ):
+                print(
+                    f"FAIL ours/{r.scenario}: {len(futile)} futile compactions, "
+                    f"{sum(e['llm_calls'] for e in futile)} LLM calls, died={r.died}",
+                    file=sys.stderr,
+                )
                 ok = False
             continue
-        if r.died or r.latest_ok != r.latest_checks or r.constraint_ok != r.constraint_checks or r.lost_requests:
-            print(f"FAIL ours/{r.scenario}: died={r.died} latest {r.latest_ok}/{r.latest_checks} constraints "
-                  f"{r.constraint_ok}/{r.constraint_checks} lost {r.lost_requests}", file=sys.stderr)
+        if (
+            r.died
+            or r.latest_ok != r.latest_checks
+            or r.constraint_ok != r.constraint_checks
+            or r.lost_requests
+        ):
+            print(
+                f"FAIL ours/{r.scenario}: died={r.died} latest {r.latest_ok}/{r.latest_checks} constraints "
+                f"{r.constraint_ok}/{r.constraint_checks} lost {r.lost_requests}",
+                file=sys.stderr,
+            )
             ok = False
         if not all(v for k, v in r.final.items() if r.needles[k] == "constraint"):
             print(f"FAIL ours/{r.scenario}: a constraint is missing at the end", file=sys.stderr)
             ok = False
     if "opencode-1.2.16" in runs:
-        pairs = summarise_pairs({p: [r for r in rs if r.scenario not in ROBUSTNESS] for p, rs in runs.items()},
-                                *PAIR)
+        pairs = summarise_pairs(
+            {p: [r for r in rs if r.scenario not in ROBUSTNESS] for p, rs in runs.items()}, *PAIR
+        )
         if pairs["ours"]["freed/event"] < pairs["opencode-1.2.16"]["freed/event"]:
-            print(f"FAIL paired freed/event: ours {pairs['ours']['freed/event']:,.0f} < opencode "
-                  f"{pairs['opencode-1.2.16']['freed/event']:,.0f}", file=sys.stderr)
+            print(
+                f"FAIL paired freed/event: ours {pairs['ours']['freed/event']:,.0f} < opencode "
+                f"{pairs['opencode-1.2.16']['freed/event']:,.0f}",
+                file=sys.stderr,
+            )
             ok = False
     return ok
 

@@ -30,11 +30,11 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from jupyter_session_agent.loop.compaction import SUMMARY_SYSTEM
-from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer, is_title_request
+from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 
 CAP_SHARE, CAP_MIN, CAP_MAX = 8, 300, 4_000  # summary ≈ 1/8 of what it reads, 300–4,000 tokens
 SALIENT = re.compile(
@@ -43,16 +43,36 @@ SALIENT = re.compile(
     re.IGNORECASE,
 )
 PATH = re.compile(r"\b(?:logs|src)/[\w./-]+\.\w+")
-PREFIXES = {"[User]: ": "user", "[Assistant]: ": "assistant", "[Assistant reasoning]: ": "assistant",
-            "[Assistant tool call]: ": "call", "[Tool result]: ": "tool"}
-HEADINGS = {"## Goal": "goal", "## Instructions": "user", "## Discoveries": "fact",
-            "## Accomplished": "status", "## Relevant files / directories": "file"}
+PREFIXES = {
+    "[User]: ": "user",
+    "[Assistant]: ": "assistant",
+    "[Assistant reasoning]: ": "assistant",
+    "[Assistant tool call]: ": "call",
+    "[Tool result]: ": "tool",
+}
+HEADINGS = {
+    "## Goal": "goal",
+    "## Instructions": "user",
+    "## Discoveries": "fact",
+    "## Accomplished": "status",
+    "## Relevant files / directories": "file",
+}
 # OpenCode 1.18's template: heading → the class of line it holds (None: written as "(none)")
-OPENCODE_HEADINGS = {"## Objective": "goal", "## Important Details": ("user", "fact"), "## Work State": None,
-                     "### Completed": "status", "### Active": None, "### Blocked": None,
-                     "## Next Move": None, "## Relevant Files": "file"}
+OPENCODE_HEADINGS = {
+    "## Objective": "goal",
+    "## Important Details": ("user", "fact"),
+    "## Work State": None,
+    "### Completed": "status",
+    "### Active": None,
+    "### Blocked": None,
+    "## Next Move": None,
+    "## Relevant Files": "file",
+}
 OPENCODE_SUMMARY_SYSTEM = "You are a context summarization agent."
-CONTINUES = ("The conversation above was compacted", "Continue if you have next steps")  # not the goal
+CONTINUES = (
+    "The conversation above was compacted",
+    "Continue if you have next steps",
+)  # not the goal
 # OpenCode's read tool frames a file (<path>, <type>, <content>, "(End of file - total N lines)")
 # and numbers its lines ("12: text"): the frame and the numbers are not facts of the file
 READ_FRAME = re.compile(r"^(?:<type>\w+</type>|</?content>|\(End of file - total \d+ lines\))$")
@@ -77,7 +97,9 @@ def is_summary_request(body: dict) -> bool:
 def _content(message: dict) -> str:
     content = message.get("content")
     if isinstance(content, list):
-        return "\n".join(p.get("text", "") if p.get("type") == "text" else "[image]" for p in content)
+        return "\n".join(
+            p.get("text", "") if p.get("type") == "text" else "[image]" for p in content
+        )
     return content or ""
 
 
@@ -87,7 +109,9 @@ def _segments(body: dict) -> tuple[list[tuple[str, str]], str]:
     out: list[tuple[str, str]] = []
     last = _content(msgs[-1])
     tag = next((t for t in ("transcript", "conversation") if f"<{t}>" in last), None)
-    if len(msgs) == 2 and tag:  # a transcript: ours (<transcript>) or OpenCode 1.18's (<conversation>)
+    if (
+        len(msgs) == 2 and tag
+    ):  # a transcript: ours (<transcript>) or OpenCode 1.18's (<conversation>)
         prev = re.search(r"<(previous-summary|prior-summary)>\n(.*?)\n</\1>", last, re.S)
         if prev:
             out += _summary_lines(prev.group(2))
@@ -96,7 +120,7 @@ def _segments(body: dict) -> tuple[list[tuple[str, str]], str]:
         for line in (body_text.group(1) if body_text else "").splitlines():
             for prefix, kind in PREFIXES.items():
                 if line.startswith(prefix):
-                    role, line = kind, line[len(prefix):]
+                    role, line = kind, line[len(prefix) :]
                     break
             if role == "tool":
                 line = LINE_NUMBER.sub("", line)
@@ -108,7 +132,9 @@ def _segments(body: dict) -> tuple[list[tuple[str, str]], str]:
     for m in msgs[1:-1]:  # raw messages (v1.2.16)
         role = m.get("role")
         text = _content(m)
-        if role == "assistant" and text.startswith(("## Goal", "## Objective")):  # an earlier summary
+        if role == "assistant" and text.startswith(
+            ("## Goal", "## Objective")
+        ):  # an earlier summary
             out += _summary_lines(text)
             continue
         for line in text.splitlines():
@@ -129,7 +155,11 @@ def _summary_lines(text: str) -> list[tuple[str, str]]:
         elif line in OPENCODE_HEADINGS:
             cls = OPENCODE_HEADINGS[line]
             heading = "fact" if isinstance(cls, tuple) else cls or "skip"
-        elif line and heading != "skip" and line not in ("- (none)", "(none)", "1. (none)", "2. (none)"):
+        elif (
+            line
+            and heading != "skip"
+            and line not in ("- (none)", "(none)", "1. (none)", "2. (none)")
+        ):
             out.append(("summary:" + heading, line.removeprefix("- ")))
     return out
 
@@ -179,15 +209,24 @@ def extractive_summary(body: dict) -> str:
         kept.append(item)
     kept.reverse()
     sections = []
-    headings = OPENCODE_HEADINGS if "## Objective" in prompt and "<template>" in prompt else HEADINGS
+    headings = (
+        OPENCODE_HEADINGS if "## Objective" in prompt and "<template>" in prompt else HEADINGS
+    )
     for heading, cls in headings.items():
         classes = cls if isinstance(cls, tuple) else (cls,)
-        lines = [goal] if cls == "goal" and goal else [f"- {line}" for c, line in kept if c in classes]
-        if cls is None and heading.startswith("## "):  # a heading over sub-headings, or one we leave empty
+        lines = (
+            [goal] if cls == "goal" and goal else [f"- {line}" for c, line in kept if c in classes]
+        )
+        if cls is None and heading.startswith(
+            "## "
+        ):  # a heading over sub-headings, or one we leave empty
             sections.append(heading if heading == "## Work State" else heading + "\n- (none)")
             continue
-        sections.append(heading + "\n" + ("\n".join(lines) if lines else "- (none)" if headings is not HEADINGS
-                                           else "(none)"))
+        sections.append(
+            heading
+            + "\n"
+            + ("\n".join(lines) if lines else "- (none)" if headings is not HEADINGS else "(none)")
+        )
     return "\n\n".join(sections)
 
 
@@ -203,12 +242,16 @@ class RuleAgent:
     def reply(self, body: dict) -> Reply:
         msgs = body.get("messages") or []
         said = "\n".join(_content(m) for m in msgs if m.get("role") in ("user", "assistant"))
-        seen = "\n".join([_content(m) for m in msgs] + [c["function"]["arguments"] for m in msgs
-                                                          for c in (m.get("tool_calls") or ())])
+        seen = "\n".join(
+            [_content(m) for m in msgs]
+            + [c["function"]["arguments"] for m in msgs for c in (m.get("tool_calls") or ())]
+        )
         turn = self.turn
         if turn is None or turn.marker not in said:
             self.lost += 1
-            return Reply(text="I am not sure what you would like me to do next; could you restate the task?")
+            return Reply(
+                text="I am not sure what you would like me to do next; could you restate the task?"
+            )
         for step in turn.steps:
             path = step.args.get("filePath") or step.args.get("command", "").split()[-1]
             if path in seen:
@@ -217,7 +260,11 @@ class RuleAgent:
             if count:
                 self.duplicates += 1
             self.executed[step.id] = count + 1
-            return Reply(tool_calls=({"name": step.tool, "arguments": step.args, "id": f"call_{step.id}_{count}"},))
+            return Reply(
+                tool_calls=(
+                    {"name": step.tool, "arguments": step.args, "id": f"call_{step.id}_{count}"},
+                )
+            )
         return Reply(text=turn.final)
 
 
@@ -237,11 +284,21 @@ class BenchServer(ScriptedServer):
             if self.keep_requests:
                 self._requests.append(body)
             n = self._count
-        prompt = math.ceil(len(json.dumps([*(body.get("messages") or []), *(body.get("tools") or [])])) / 4)
+        prompt = math.ceil(
+            len(json.dumps([*(body.get("messages") or []), *(body.get("tools") or [])])) / 4
+        )
         if prompt + int(body.get("max_tokens") or 0) > self.context:
             self.overflows += 1
-            return n, Reply(status=400, error_body={"error": {
-                "message": f"This model's maximum context length is {self.context} tokens. However, you requested "
-                           f"{prompt + int(body.get('max_tokens') or 0)} tokens. Please reduce the length of the messages.",
-                "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
+            return n, Reply(
+                status=400,
+                error_body={
+                    "error": {
+                        "message": f"This model's maximum context length is {self.context} tokens. However, you requested "
+                        f"{prompt + int(body.get('max_tokens') or 0)} tokens. Please reduce the length of the messages.",
+                        "type": "invalid_request_error",
+                        "param": "messages",
+                        "code": "context_length_exceeded",
+                    }
+                },
+            )
         return n, self.responder(body)

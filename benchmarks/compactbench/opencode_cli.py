@@ -72,7 +72,7 @@ def _binaries(prefix: Path) -> list[Path]:
     return [p for p in [*found, link] if p.exists() and os.access(p, os.X_OK)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def version_of(binary: Path) -> str:
     """``opencode --version`` ("" when the binary does not run here)."""
     try:
@@ -299,7 +299,7 @@ class Sandbox:
             timeout=timeout,
         )
 
-    def serve(self) -> "Serve":
+    def serve(self) -> Serve:
         return Serve(self).start()
 
 
@@ -318,7 +318,7 @@ class Serve:
         self.url = ""
         self.log: list[str] = []
 
-    def start(self, timeout: float = 60) -> "Serve":
+    def start(self, timeout: float = 60) -> Serve:
         sb = self.sandbox
         self.proc = subprocess.Popen(
             [str(sb.binary), "serve", "--pure", "--port", "0"],
@@ -356,7 +356,7 @@ class Serve:
         if proc.stdout is not None:
             proc.stdout.close()
 
-    def __enter__(self) -> "Serve":
+    def __enter__(self) -> Serve:
         return self
 
     def __exit__(self, *exc: Any) -> None:

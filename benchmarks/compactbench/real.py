@@ -101,8 +101,14 @@ class RecordingServer(BenchServer):
         kind = (
             "title" if is_title_request(body) else "summary" if is_summary_request(body) else "main"
         )
-        rec = Req(kind, body, request_tokens(body), self.turn, time.monotonic(),
-                  billed=billed_tokens(body))
+        rec = Req(
+            kind,
+            body,
+            request_tokens(body),
+            self.turn,
+            time.monotonic(),
+            billed=billed_tokens(body),
+        )
         before = self.overflows
         n, reply = super()._take(body)
         rec.reply, rec.refused = reply, self.overflows > before
@@ -182,7 +188,7 @@ class _Db:
     cost: float = 0.0
 
     @classmethod
-    def read(cls, path: Path) -> "_Db":
+    def read(cls, path: Path) -> _Db:
         out = cls()
         if not path.exists():
             return out
@@ -224,8 +230,14 @@ def pruned_outputs(db: Path) -> dict[str, int]:
     return {pid: math.ceil(len(out or "") / 4) for pid, out in rows}
 
 
-def run_opencode_scenario(scn: Scenario, *, binary: Path | None = None, driver: str = "serve",
-                          normalise: bool = True, keep: Path | None = None) -> RunResult:
+def run_opencode_scenario(
+    scn: Scenario,
+    *,
+    binary: Path | None = None,
+    driver: str = "serve",
+    normalise: bool = True,
+    keep: Path | None = None,
+) -> RunResult:
     """Run ``scn`` through the real OpenCode; ``driver``: ``serve`` (HTTP API of ``opencode
     serve``) or ``run`` (one ``opencode run --attach`` per turn). ``keep``: copy the sandbox
     (database, requests) there."""
@@ -264,8 +276,15 @@ def run_opencode_scenario(scn: Scenario, *, binary: Path | None = None, driver: 
 def _drive(scn, root, binary, server, agent, state, context, extra, driver, keep) -> RunResult:
     """Run the turns, then the probe, and score what the server saw (see the module docstring)."""
     started = time.perf_counter()
-    sandbox = Sandbox(root, binary, server.base_url, context, scn.output, tools=TOOLS,
-                      instructions=scn.extra.get("system"))
+    sandbox = Sandbox(
+        root,
+        binary,
+        server.base_url,
+        context,
+        scn.output,
+        tools=TOOLS,
+        instructions=scn.extra.get("system"),
+    )
     _write_files(scn, sandbox.project)
     died, completed, manual_at = None, 0, set(scn.extra.get("manual", ()))
     prunes: list[dict] = []
@@ -306,24 +325,50 @@ def _drive(scn, root, binary, server, agent, state, context, extra, driver, keep
             serve.stop()
         server.stop()
     db = _Db.read(sandbox.db)
-    result = _score(scn, server.log, len(server.log) if probe_start is None else probe_start,
-                    turn_starts, manual_calls, db, agent, context, completed, died, prunes)
+    result = _score(
+        scn,
+        server.log,
+        len(server.log) if probe_start is None else probe_start,
+        turn_starts,
+        manual_calls,
+        db,
+        agent,
+        context,
+        completed,
+        died,
+        prunes,
+    )
     result.cost, result.seconds = db.cost, time.perf_counter() - started
     result.extra["window_extra"] = extra
     if keep is not None:
         shutil.copytree(root, keep, dirs_exist_ok=True)
-        (keep / "requests.jsonl").write_text("".join(
-            json.dumps({"kind": r.kind, "turn": r.turn, "refused": r.refused,
-                        "body": r.body}) + "\n" for r in server.log))
+        (keep / "requests.jsonl").write_text(
+            "".join(
+                json.dumps({"kind": r.kind, "turn": r.turn, "refused": r.refused, "body": r.body})
+                + "\n"
+                for r in server.log
+            )
+        )
     return result
 
 
 def _prune_event(turn: int, cleared: dict[str, int]) -> dict:
     """A turn after which OpenCode's database shows newly cleared outputs."""
-    return {"kind": "prune", "cause": "auto", "outcome": "ok", "turn": turn,
-            "parts_pruned": len(cleared), "tokens_pruned": sum(cleared.values()),
-            "tokens_before": 0, "tokens_after": 0, "usable": 0, "trigger": 0, "llm_calls": 0,
-            "summary_input_tokens": 0, "duration_ms": 0}
+    return {
+        "kind": "prune",
+        "cause": "auto",
+        "outcome": "ok",
+        "turn": turn,
+        "parts_pruned": len(cleared),
+        "tokens_pruned": sum(cleared.values()),
+        "tokens_before": 0,
+        "tokens_after": 0,
+        "usable": 0,
+        "trigger": 0,
+        "llm_calls": 0,
+        "summary_input_tokens": 0,
+        "duration_ms": 0,
+    }
 
 
 def _refuse(why: str) -> Reply:

@@ -27,12 +27,47 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-WORDS = ("worker", "queue", "batch", "cache", "shard", "replica", "scheduler", "gateway", "indexer",
-         "ingest", "parser", "router", "session", "ledger", "snapshot", "compactor", "watcher")
-VERBS = ("processed", "flushed", "skipped", "retried", "accepted", "merged", "rotated", "warmed", "drained")
+WORDS = (
+    "worker",
+    "queue",
+    "batch",
+    "cache",
+    "shard",
+    "replica",
+    "scheduler",
+    "gateway",
+    "indexer",
+    "ingest",
+    "parser",
+    "router",
+    "session",
+    "ledger",
+    "snapshot",
+    "compactor",
+    "watcher",
+)
+VERBS = (
+    "processed",
+    "flushed",
+    "skipped",
+    "retried",
+    "accepted",
+    "merged",
+    "rotated",
+    "warmed",
+    "drained",
+)
 STATES = ("healthy", "idle", "busy", "steady", "nominal", "quiet")
-TOPICS = ("the ingest pipeline", "the billing report", "the search index", "the nightly export",
-          "the auth middleware", "the metrics dashboard", "the retry policy", "the CSV loader")
+TOPICS = (
+    "the ingest pipeline",
+    "the billing report",
+    "the search index",
+    "the nightly export",
+    "the auth middleware",
+    "the metrics dashboard",
+    "the retry policy",
+    "the CSV loader",
+)
 
 
 @dataclass(frozen=True)
@@ -77,8 +112,10 @@ class Scenario:
 def _noise(rng: random.Random, n_chars: int) -> list[str]:
     lines, size = [], 0
     while size < n_chars:
-        line = (f"INFO {rng.choice(WORDS)} {rng.choice(VERBS)} a {rng.choice(WORDS)} and the "
-                f"{rng.choice(WORDS)} is {rng.choice(STATES)}")
+        line = (
+            f"INFO {rng.choice(WORDS)} {rng.choice(VERBS)} a {rng.choice(WORDS)} and the "
+            f"{rng.choice(WORDS)} is {rng.choice(STATES)}"
+        )
         lines.append(line)
         size += len(line) + 1
     return lines
@@ -91,11 +128,22 @@ def _output(rng: random.Random, tokens: int, header: str, facts: list[str] = ())
     return header + "\n" + "\n".join(lines)
 
 
-def generate(name: str, seed: int, *, turns: int = 40, context: int = 32_000, output: int = 4_096,
-             out_tokens: tuple[int, int] = (600, 3_500), steps: tuple[int, int] = (1, 3),
-             burst: dict[int, int] | None = None, giant: dict[int, int] | None = None,
-             media: tuple[int, ...] = (), system_tokens: int = 0, manual: tuple[int, ...] = (),
-             description: str = "") -> Scenario:
+def generate(
+    name: str,
+    seed: int,
+    *,
+    turns: int = 40,
+    context: int = 32_000,
+    output: int = 4_096,
+    out_tokens: tuple[int, int] = (600, 3_500),
+    steps: tuple[int, int] = (1, 3),
+    burst: dict[int, int] | None = None,
+    giant: dict[int, int] | None = None,
+    media: tuple[int, ...] = (),
+    system_tokens: int = 0,
+    manual: tuple[int, ...] = (),
+    description: str = "",
+) -> Scenario:
     """A session of ``turns`` turns; ``burst`` {turn: steps} makes long multi-step turns,
     ``giant`` {turn: tokens} a single huge tool output, ``media`` turns with a large image,
     ``manual`` turns after which the user compacts (``%agent compact``, OpenCode's summarize)."""
@@ -115,9 +163,15 @@ def generate(name: str, seed: int, *, turns: int = 40, context: int = 32_000, ou
         needles.append(Needle(cid, "constraint", text, t))
     # tool facts, one about every five turns
     fact_pool = [
-        "dev server listening on port {n}", "build id is bx{n}", "p95 latency measured at {n} ms",
-        "migration batch size set to {n}", "feature flag rollout at {n} permille", "worker pool size is {n}",
-        "nightly export wrote {n} rows", "cache hit ratio {n} per mille", "schema version {n} applied",
+        "dev server listening on port {n}",
+        "build id is bx{n}",
+        "p95 latency measured at {n} ms",
+        "migration batch size set to {n}",
+        "feature flag rollout at {n} permille",
+        "worker pool size is {n}",
+        "nightly export wrote {n} rows",
+        "cache hit ratio {n} per mille",
+        "schema version {n} applied",
         "retry budget of {n} ms per call",
     ]
     for i, t in enumerate(range(1, turns - 2, 5)):
@@ -130,13 +184,18 @@ def generate(name: str, seed: int, *, turns: int = 40, context: int = 32_000, ou
     plan[t_new]["user"].append("We renamed the database: DATABASE_NAME is now orders_v2.")
     needles.append(Needle("U1", "update", "orders_v2", t_new, stale="orders_v1"))
     # task status and a decision, in the assistant's own words
-    statuses = [(4, "T1 (migrate schema): DONE"), (max(5, turns // 2), "T2 (add retries): DONE"),
-                (max(6, turns - 4), "T3 (write docs): PENDING")]
+    statuses = [
+        (4, "T1 (migrate schema): DONE"),
+        (max(5, turns // 2), "T2 (add retries): DONE"),
+        (max(6, turns - 4), "T3 (write docs): PENDING"),
+    ]
     for i, (t, text) in enumerate(statuses):
         plan[t]["final"].append(f"Task {text}")
         needles.append(Needle(f"S{i + 1}", "status", text, t))
     plan[3]["final"].append("Decision: retry=3 because the upstream API rate-limits bursts.")
-    needles.append(Needle("D1", "decision", "retry=3 because the upstream API rate-limits bursts", 3))
+    needles.append(
+        Needle("D1", "decision", "retry=3 because the upstream API rate-limits bursts", 3)
+    )
 
     out_turns = []
     for t in range(turns):
@@ -161,8 +220,14 @@ def generate(name: str, seed: int, *, turns: int = 40, context: int = 32_000, ou
                 step_list.append(Step(sid, "bash", {"command": f"cat {path}"}, out))
             elif kind < 0.15 and s > 0:
                 path = f"src/app/module_{sid.lower()}.py"
-                step_list.append(Step(sid, "edit", {"filePath": path, "oldString": "a", "newString": "b"},
-                                      f"Edit applied successfully to {path}."))
+                step_list.append(
+                    Step(
+                        sid,
+                        "edit",
+                        {"filePath": path, "oldString": "a", "newString": "b"},
+                        f"Edit applied successfully to {path}.",
+                    )
+                )
             elif kind < 0.55:
                 tokens = rng.randint(*out_tokens)
                 path = f"logs/{sid}.log"
@@ -176,43 +241,131 @@ def generate(name: str, seed: int, *, turns: int = 40, context: int = 32_000, ou
                 facts = facts[1:]
                 step_list.append(Step(sid, "read", {"filePath": path}, out))
         if t == 6:  # one edit everybody must remember
-            step_list.append(Step(f"T{t:02d}S{n_steps}", "edit",
-                                  {"filePath": "src/app/config.py", "oldString": "x", "newString": "y"},
-                                  "Edit applied successfully to src/app/config.py."))
+            step_list.append(
+                Step(
+                    f"T{t:02d}S{n_steps}",
+                    "edit",
+                    {"filePath": "src/app/config.py", "oldString": "x", "newString": "y"},
+                    "Edit applied successfully to src/app/config.py.",
+                )
+            )
             needles.append(Needle("E1", "file", "src/app/config.py", t))
-        final = " ".join([f"{marker} Finished looking into {topic}; nothing else is blocking.", *plan[t]["final"]])
+        final = " ".join(
+            [
+                f"{marker} Finished looking into {topic}; nothing else is blocking.",
+                *plan[t]["final"],
+            ]
+        )
         attachment = None
         if t in media:
-            blob = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
-                           for _ in range(context * 4))
-            attachment = {"mime": "image/png", "filename": f"screenshot-{t}.png", "url": f"data:image/png;base64,{blob}"}
+            blob = "".join(
+                rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+                for _ in range(context * 4)
+            )
+            attachment = {
+                "mime": "image/png",
+                "filename": f"screenshot-{t}.png",
+                "url": f"data:image/png;base64,{blob}",
+            }
         out_turns.append(Turn(t, request, marker, tuple(step_list), final, attachment))
-    extra = {"system": "\n".join(["Project instructions (background):", *_noise(rng, system_tokens * 4)])}\
-        if system_tokens else {}
+    extra = (
+        {
+            "system": "\n".join(
+                ["Project instructions (background):", *_noise(rng, system_tokens * 4)]
+            )
+        }
+        if system_tokens
+        else {}
+    )
     if manual:
         extra["manual"] = tuple(manual)
-    return Scenario(name, seed, description, context, output, tuple(out_turns), tuple(needles), extra)
+    return Scenario(
+        name, seed, description, context, output, tuple(out_turns), tuple(needles), extra
+    )
 
 
 def default_scenarios() -> list[Scenario]:
     """The nine families of the published table (docs/compaction.md)."""
     return [
-        generate("long-60", 11, turns=60, context=64_000, output=8_192,
-                 description="60 turns, 1–3 tool outputs of 0.6–3.5k tokens, 64k window"),
-        generate("long-200k", 17, turns=60, context=200_000, output=32_000, out_tokens=(1_500, 6_000),
-                 description="60 turns of 1.5–6k-token outputs in a 200k window: OpenCode's prune is active"),
-        generate("tight-24k", 12, turns=80, context=24_000, output=4_096, out_tokens=(400, 2_500),
-                 description="80 turns, 24k window with 4k output: little margin between trigger and limit"),
-        generate("burst", 13, turns=30, context=64_000, output=8_192, burst={9: 12, 20: 14},
-                 description="two turns of 12–14 tool calls: compactions in the middle of a turn"),
-        generate("giant-output", 14, turns=20, context=32_000, output=4_096, giant={10: 40_000},
-                 description="one tool output over the window (cut to 50 KB by truncation, still overflows)"),
-        generate("media", 15, turns=16, context=64_000, output=8_192, media=(8,),
-                 description="a pasted image larger than the window: provider overflow error, replay"),
-        generate("small-window", 16, turns=30, context=8_192, output=1_024, out_tokens=(200, 900),
-                 steps=(1, 2), description="an 8k local model: OpenCode's 40k/20k prune never fires"),
-        generate("manual", 19, turns=24, context=128_000, output=8_192, manual=(7, 15),
-                 description="24 turns in a 128k window, compacted by the user after turns 7 and 15"),
-        generate("loop", 18, turns=10, context=32_000, output=4_096, system_tokens=24_000,
-                 description="system prompt alone over the usable window: compaction cannot help (#48827)"),
+        generate(
+            "long-60",
+            11,
+            turns=60,
+            context=64_000,
+            output=8_192,
+            description="60 turns, 1–3 tool outputs of 0.6–3.5k tokens, 64k window",
+        ),
+        generate(
+            "long-200k",
+            17,
+            turns=60,
+            context=200_000,
+            output=32_000,
+            out_tokens=(1_500, 6_000),
+            description="60 turns of 1.5–6k-token outputs in a 200k window: OpenCode's prune is active",
+        ),
+        generate(
+            "tight-24k",
+            12,
+            turns=80,
+            context=24_000,
+            output=4_096,
+            out_tokens=(400, 2_500),
+            description="80 turns, 24k window with 4k output: little margin between trigger and limit",
+        ),
+        generate(
+            "burst",
+            13,
+            turns=30,
+            context=64_000,
+            output=8_192,
+            burst={9: 12, 20: 14},
+            description="two turns of 12–14 tool calls: compactions in the middle of a turn",
+        ),
+        generate(
+            "giant-output",
+            14,
+            turns=20,
+            context=32_000,
+            output=4_096,
+            giant={10: 40_000},
+            description="one tool output over the window (cut to 50 KB by truncation, still overflows)",
+        ),
+        generate(
+            "media",
+            15,
+            turns=16,
+            context=64_000,
+            output=8_192,
+            media=(8,),
+            description="a pasted image larger than the window: provider overflow error, replay",
+        ),
+        generate(
+            "small-window",
+            16,
+            turns=30,
+            context=8_192,
+            output=1_024,
+            out_tokens=(200, 900),
+            steps=(1, 2),
+            description="an 8k local model: OpenCode's 40k/20k prune never fires",
+        ),
+        generate(
+            "manual",
+            19,
+            turns=24,
+            context=128_000,
+            output=8_192,
+            manual=(7, 15),
+            description="24 turns in a 128k window, compacted by the user after turns 7 and 15",
+        ),
+        generate(
+            "loop",
+            18,
+            turns=10,
+            context=32_000,
+            output=4_096,
+            system_tokens=24_000,
+            description="system prompt alone over the usable window: compaction cannot help (#48827)",
+        ),
     ]

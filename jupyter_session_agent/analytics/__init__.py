@@ -18,8 +18,19 @@ import os
 from typing import Any
 
 __all__ = [
-    "steps", "context_per_step", "compactions", "cost_per_day", "cache_hit_ratio", "tool_failure_rates",
-    "plot_context", "plot_cost", "plot_cache", "plot_tools", "export_parquet", "export_duckdb", "open_export",
+    "steps",
+    "context_per_step",
+    "compactions",
+    "cost_per_day",
+    "cache_hit_ratio",
+    "tool_failure_rates",
+    "plot_context",
+    "plot_cost",
+    "plot_cache",
+    "plot_tools",
+    "export_parquet",
+    "export_duckdb",
+    "open_export",
 ]
 
 
@@ -36,8 +47,10 @@ def _session_id(store, session_id: str | None) -> str:
     """A full session id from an id or prefix; None: the most recently updated root session."""
     if session_id:
         return store.session(session_id).id
-    frame = store.sql("SELECT session_id FROM session_summary WHERE parent_id IS NULL AND steps > 0 "
-                      "ORDER BY time_updated DESC LIMIT 1")
+    frame = store.sql(
+        "SELECT session_id FROM session_summary WHERE parent_id IS NULL AND steps > 0 "
+        "ORDER BY time_updated DESC LIMIT 1"
+    )
     if frame.empty:
         from ..core.errors import UsageError
 
@@ -54,7 +67,9 @@ def steps(store: Any = None, session_id: str | None = None):
     store = _store(store)
     if session_id is None:
         return store.sql("SELECT * FROM step ORDER BY id")
-    return store.sql("SELECT * FROM step WHERE session_id = $1 ORDER BY id", [_session_id(store, session_id)])
+    return store.sql(
+        "SELECT * FROM step WHERE session_id = $1 ORDER BY id", [_session_id(store, session_id)]
+    )
 
 
 def context_per_step(store: Any = None, session_id: str | None = None):
@@ -68,7 +83,8 @@ def context_per_step(store: Any = None, session_id: str | None = None):
     """
     store = _store(store)
     sid = _session_id(store, session_id)
-    return store.sql("""
+    return store.sql(
+        """
         WITH s AS (SELECT row_number() OVER (ORDER BY id) step, id, time, model, summary, context_tokens,
                        prompt_tokens, output_tokens, cost, epoch_ms(time) ms,
                        lag(epoch_ms(time), 1, 0) OVER (ORDER BY id) prev_ms
@@ -77,7 +93,9 @@ def context_per_step(store: Any = None, session_id: str | None = None):
             (SELECT string_agg(DISTINCT kind, ',' ORDER BY kind) FROM compaction_event c
              WHERE c.session_id = $1 AND c.time_created - coalesce(c.duration_ms, 0) > s.prev_ms
                AND c.time_created - coalesce(c.duration_ms, 0) <= s.ms) AS compaction
-        FROM s ORDER BY step""", [sid])
+        FROM s ORDER BY step""",
+        [sid],
+    )
 
 
 def compactions(store: Any = None, session_id: str | None = None):
@@ -88,10 +106,13 @@ def compactions(store: Any = None, session_id: str | None = None):
     where, params = "", None
     if session_id is not None:
         where, params = "WHERE c.session_id = $1", [_session_id(store, session_id)]
-    return store.sql(f"""
+    return store.sql(
+        f"""
         SELECT c.*, (SELECT count(*) FROM step s WHERE s.session_id = c.session_id
                      AND epoch_ms(s.time) < c.time_created - coalesce(c.duration_ms, 0)) AS after_step
-        FROM compaction_event c {where} ORDER BY c.time_created""", params)
+        FROM compaction_event c {where} ORDER BY c.time_created""",
+        params,
+    )
 
 
 def cost_per_day(store: Any = None, days: int | None = None):
@@ -108,7 +129,11 @@ def cache_hit_ratio(store: Any = None, by: str = "model"):
     ``cache_hit_ratio = cache_read_tokens / prompt_tokens`` (prompt = input + cache
     reads + cache writes, the OTel convention); NULL where nothing was sent.
     """
-    groups = {"model": "provider, model", "day": "CAST(time AS DATE) AS day", "session": "session_id"}
+    groups = {
+        "model": "provider, model",
+        "day": "CAST(time AS DATE) AS day",
+        "session": "session_id",
+    }
     if by not in groups:
         from ..core.errors import UsageError
 
@@ -176,15 +201,36 @@ def plot_context(store: Any = None, session_id: str | None = None):
     ax = fig.add_subplot()
     if frame.empty:
         return _empty(fig, ax, "no LLM calls in this session")
-    ax.plot(frame.step, frame.context_tokens, marker="o", markersize=3, linewidth=1.2, label="context tokens")
+    ax.plot(
+        frame.step,
+        frame.context_tokens,
+        marker="o",
+        markersize=3,
+        linewidth=1.2,
+        label="context tokens",
+    )
     summary = frame[frame.summary]
     if not summary.empty:
-        ax.scatter(summary.step, summary.context_tokens, marker="s", s=40, color="tab:purple", zorder=3,
-                   label="summary call")
-    for event in compactions(store, sid).itertuples():  # between the calls before and after it started
+        ax.scatter(
+            summary.step,
+            summary.context_tokens,
+            marker="s",
+            s=40,
+            color="tab:purple",
+            zorder=3,
+            label="summary call",
+        )
+    for event in compactions(
+        store, sid
+    ).itertuples():  # between the calls before and after it started
         summary_kind = event.kind == "summary"
-        ax.axvline(event.after_step + 0.5, color="tab:red" if summary_kind else "0.5",
-                   linestyle="-" if summary_kind else ":", linewidth=1, alpha=1 if event.outcome == "ok" else 0.4)
+        ax.axvline(
+            event.after_step + 0.5,
+            color="tab:red" if summary_kind else "0.5",
+            linestyle="-" if summary_kind else ":",
+            linewidth=1,
+            alpha=1 if event.outcome == "ok" else 0.4,
+        )
     ax.plot([], [], color="tab:red", linewidth=1, label="compaction")
     ax.plot([], [], color="0.5", linestyle=":", linewidth=1, label="prune")
     ax.set_xlabel("LLM call")
@@ -205,7 +251,9 @@ def plot_cost(store: Any = None, days: int | None = None):
     if frame.empty:
         return _empty(fig, ax, "no LLM calls yet")
     frame["label"] = frame.provider.fillna("?") + "/" + frame.model.fillna("?")
-    table = frame.pivot_table(index="day", columns="label", values="cost", aggfunc="sum", fill_value=0.0)
+    table = frame.pivot_table(
+        index="day", columns="label", values="cost", aggfunc="sum", fill_value=0.0
+    )
     bottom = None
     labels = [d.strftime("%m-%d") for d in table.index]
     for column in table.columns:
@@ -233,8 +281,13 @@ def plot_cache(store: Any = None, by: str = "model"):
         labels = [str(s)[:12] for s in frame.session_id]
     bars = ax.barh(labels, frame.cache_hit_ratio, color="tab:green")
     for bar, ratio, prompt in zip(bars, frame.cache_hit_ratio, frame.prompt_tokens):
-        ax.text(bar.get_width() + 0.01, bar.get_y() + bar.get_height() / 2,
-                f"{ratio:.0%} of {prompt:,} tokens", va="center", fontsize=8)
+        ax.text(
+            bar.get_width() + 0.01,
+            bar.get_y() + bar.get_height() / 2,
+            f"{ratio:.0%} of {prompt:,} tokens",
+            va="center",
+            fontsize=8,
+        )
     ax.set_xlim(0, 1.15)
     ax.invert_yaxis()
     ax.xaxis.set_major_formatter(_percent())
@@ -251,10 +304,20 @@ def plot_tools(store: Any = None):
         return _empty(fig, ax, "no tool calls yet")
     finished = (frame.completed + frame.errors + frame.interrupted).clip(lower=1)
     ax.barh(frame.tool, frame.errors / finished, color="tab:red", label="error")
-    ax.barh(frame.tool, frame.interrupted / finished, left=frame.errors / finished, color="tab:orange",
-            label="interrupted")
-    ax.barh(frame.tool, frame.raised / finished, left=(frame.errors + frame.interrupted) / finished,
-            color="tab:purple", label="code raised")
+    ax.barh(
+        frame.tool,
+        frame.interrupted / finished,
+        left=frame.errors / finished,
+        color="tab:orange",
+        label="interrupted",
+    )
+    ax.barh(
+        frame.tool,
+        frame.raised / finished,
+        left=(frame.errors + frame.interrupted) / finished,
+        color="tab:purple",
+        label="code raised",
+    )
     for y, (rate, calls) in enumerate(zip(frame.failure_rate.fillna(0), frame.calls)):
         ax.text(rate + 0.01, y, f"{rate:.0%} of {calls} calls", va="center", fontsize=8)
     ax.set_xlim(0, 1.2)
@@ -281,7 +344,9 @@ def _percent():
 # export
 
 
-def export_parquet(directory: str | os.PathLike, store: Any = None, *, user: str | None = None) -> dict[str, int]:
+def export_parquet(
+    directory: str | os.PathLike, store: Any = None, *, user: str | None = None
+) -> dict[str, int]:
     """Write the history as Hive-partitioned Parquet (see :meth:`Store.export_parquet`)."""
     return _store(store).export_parquet(directory, user=user)
 

@@ -1,10 +1,9 @@
-"""Every stored session summarised for the session browser (``%agent browse``).
-"""
+"""Every stored session summarised for the session browser (``%agent browse``)."""
 
 from __future__ import annotations
 
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +64,22 @@ def session_rows(store: Any, limit: int | None = None) -> list[SessionRow]:
     frame = store.sql(query)
     rows = []
     for rec in frame.to_dict("records"):
-        rows.append(SessionRow(
-            id=rec["id"], title=rec["title"] or "", model=rec["model"] or "",
-            turns=_int(rec["turns"]), messages=_int(rec["messages"]), tokens=_int(rec["tokens"]),
-            context=_int(rec["context"]), cost=float(rec["cost"] or 0.0), compactions=_int(rec["compactions"]),
-            time_created=_int(rec["time_created"]), time_updated=_int(rec["time_updated"]),
-            parent_id=rec["parent_id"] if isinstance(rec["parent_id"], str) else None,
-        ))
+        rows.append(
+            SessionRow(
+                id=rec["id"],
+                title=rec["title"] or "",
+                model=rec["model"] or "",
+                turns=_int(rec["turns"]),
+                messages=_int(rec["messages"]),
+                tokens=_int(rec["tokens"]),
+                context=_int(rec["context"]),
+                cost=float(rec["cost"] or 0.0),
+                compactions=_int(rec["compactions"]),
+                time_created=_int(rec["time_created"]),
+                time_updated=_int(rec["time_updated"]),
+                parent_id=rec["parent_id"] if isinstance(rec["parent_id"], str) else None,
+            )
+        )
     return rows
 
 

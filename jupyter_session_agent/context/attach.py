@@ -31,12 +31,13 @@ import base64
 import glob
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from . import ContextError
 from ..tools.kernel import human
+from . import ContextError
 from .markdown import code_spans
 
 MAX_FILES = 20  # attachments per prompt
@@ -44,10 +45,16 @@ MAX_FILE_BYTES = 20 * 1024 * 1024  # a file larger than this is refused before i
 MAX_IMAGE_BYTES = 5 * 1024 * 1024  # an image is sent whole, in every request of the session
 MAX_TEXT_BYTES = 50 * 1024  # text inlined per attachment (the tools' output limit)
 MAX_TEXT_LINES = 2000
-_IMAGES = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"),
-           (b"GIF87a", "image/gif"), (b"GIF89a", "image/gif"))
-_MENTION = re.compile(r"""(?<![^\s(\[<"'])@"""  # "@" at the start or after a space, "(" …
-                      r"""(?:"(?P<quoted>[^"\n]+)"|(?P<bare>[^\s"'`<>()\[\]{},;]+))""")
+_IMAGES = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+_MENTION = re.compile(
+    r"""(?<![^\s(\[<"'])@"""  # "@" at the start or after a space, "(" …
+    r"""(?:"(?P<quoted>[^"\n]+)"|(?P<bare>[^\s"'`<>()\[\]{},;]+))"""
+)
 _TRAILING = ".,:;!?"
 
 
@@ -92,23 +99,30 @@ def _expand(pattern: str, cwd: Path) -> list[Path]:
         files = [p for p in matches if p.is_file()]
         if not files:
             what = "only folders" if matches else "nothing"
-            raise ContextError(f"-f {pattern}: the pattern matches {what} in {cwd} — check it "
-                               "(e.g. -f 'data/*.csv')")
+            raise ContextError(
+                f"-f {pattern}: the pattern matches {what} in {cwd} — check it "
+                "(e.g. -f 'data/*.csv')"
+            )
         if len(files) > MAX_FILES:
-            raise ContextError(f"-f {pattern}: the pattern matches {len(files):,} files; at most "
-                               f"{MAX_FILES} can be attached — narrow the pattern")
+            raise ContextError(
+                f"-f {pattern}: the pattern matches {len(files):,} files; at most "
+                f"{MAX_FILES} can be attached — narrow the pattern"
+            )
         return files
     path = Path(full)
     if not path.exists():
         raise ContextError(f"-f {pattern}: no such file in {cwd} — check the path")
     if path.is_dir():
-        raise ContextError(f"-f {pattern}: that is a folder — attach its files with a glob, "
-                           f"e.g. -f '{pattern.rstrip('/')}/*'")
+        raise ContextError(
+            f"-f {pattern}: that is a folder — attach its files with a glob, "
+            f"e.g. -f '{pattern.rstrip('/')}/*'"
+        )
     return [path]
 
 
-def from_path(path: Path, cwd: Path, *, given: str | None = None,
-              mention: Mapping[str, Any] | None = None) -> Attachment:
+def from_path(
+    path: Path, cwd: Path, *, given: str | None = None, mention: Mapping[str, Any] | None = None
+) -> Attachment:
     """The attachment for one existing file (its kind found from its bytes)."""
     from ..core.errors import ToolFailure
     from ..tools.paths import is_binary, open_regular
@@ -119,40 +133,56 @@ def from_path(path: Path, cwd: Path, *, given: str | None = None,
     try:
         size = os.stat(real).st_size
         if size > MAX_FILE_BYTES:
-            raise ContextError(f"{given}: the file is {human(size)}; attachments are limited to "
-                               f"{human(MAX_FILE_BYTES)} — attach a smaller file or an extract "
-                               "of it")
+            raise ContextError(
+                f"{given}: the file is {human(size)}; attachments are limited to "
+                f"{human(MAX_FILE_BYTES)} — attach a smaller file or an extract "
+                "of it"
+            )
         with open_regular(real, "attach") as fh:  # a FIFO or a device: refused, never read
             head = fh.read(1024) or b""
     except ToolFailure as err:
         raise ContextError(f"{given}: {err} — attach a regular file") from None
     except OSError as err:
-        raise ContextError(f"{given}: {err.strerror or err} — check the path and its "
-                           "permissions") from None
+        raise ContextError(
+            f"{given}: {err.strerror or err} — check the path and its permissions"
+        ) from None
     source: dict[str, Any] = {"type": "file", "path": str(real), "size": size}
     if mention:
         source["text"] = dict(mention)
     image = _image_type(head)
     if image:
         if size > MAX_IMAGE_BYTES:
-            raise ContextError(f"{given}: the image is {human(size)}; images are limited to "
-                               f"{human(MAX_IMAGE_BYTES)} — resize it or save it smaller")
+            raise ContextError(
+                f"{given}: the image is {human(size)}; images are limited to "
+                f"{human(MAX_IMAGE_BYTES)} — resize it or save it smaller"
+            )
         data = _read(real, given)
         return Attachment(image, path.name, _data_url(image, data), None, source, size)
     if head.startswith(b"%PDF-") or real.suffix.lower() == ".pdf":
         text, pages = _pdf_text(real, given)
-        header = (f"Attached PDF {shown} ({pages:,} page{'s' if pages != 1 else ''}, "
-                  f"{human(size)}); its text:")
-        return Attachment("application/pdf", path.name, real.as_uri(),
-                          _file_block(header, real, text), {**source, "pages": pages}, size)
+        header = (
+            f"Attached PDF {shown} ({pages:,} page{'s' if pages != 1 else ''}, "
+            f"{human(size)}); its text:"
+        )
+        return Attachment(
+            "application/pdf",
+            path.name,
+            real.as_uri(),
+            _file_block(header, real, text),
+            {**source, "pages": pages},
+            size,
+        )
     if is_binary(real):
-        raise ContextError(f"{given}: a binary file (not text, an image or a PDF) — attach a text "
-                           "file, a PNG/JPEG/GIF/WebP image or a PDF")
+        raise ContextError(
+            f"{given}: a binary file (not text, an image or a PDF) — attach a text "
+            "file, a PNG/JPEG/GIF/WebP image or a PDF"
+        )
     raw = _read(real, given)
     text = raw.decode("utf-8", errors="replace")
     header = f"Attached file {shown} ({human(size)}):"
-    return Attachment("text/plain", path.name, real.as_uri(), _file_block(header, real, text),
-                      source, size)
+    return Attachment(
+        "text/plain", path.name, real.as_uri(), _file_block(header, real, text), source, size
+    )
 
 
 def _read(path: Path, given: str) -> bytes:
@@ -162,8 +192,9 @@ def _read(path: Path, given: str) -> bytes:
         with open_regular(path, "attach") as fh:
             return fh.read(MAX_FILE_BYTES + 1) or b""
     except OSError as err:
-        raise ContextError(f"{given}: {err.strerror or err} — check the path and its "
-                           "permissions") from None
+        raise ContextError(
+            f"{given}: {err.strerror or err} — check the path and its permissions"
+        ) from None
 
 
 def _shown(path: Path, cwd: Path) -> str:
@@ -199,9 +230,11 @@ def _file_block(header: str, path: Path, text: str) -> str:
         used += cost
     body = "\n".join(kept)
     if len(kept) < len(lines):
-        body += (f"\n\n(Cut: {len(kept):,} of {len(lines):,} lines shown, at most "
-                 f"{MAX_TEXT_LINES:,} lines / {MAX_TEXT_BYTES // 1024} KB are attached; the read "
-                 "tool reads the rest)")
+        body += (
+            f"\n\n(Cut: {len(kept):,} of {len(lines):,} lines shown, at most "
+            f"{MAX_TEXT_LINES:,} lines / {MAX_TEXT_BYTES // 1024} KB are attached; the read "
+            "tool reads the rest)"
+        )
     return f'{header}\n<file path="{path}">\n{body}\n</file>'
 
 
@@ -214,8 +247,9 @@ def _pdf_text(path: Path, given: str) -> tuple[str, int]:
     try:
         reader = PdfReader(str(path))
         if reader.is_encrypted and not reader.decrypt(""):
-            raise ContextError(f"{given}: the PDF is encrypted — attach a decrypted copy, or its "
-                               "text")
+            raise ContextError(
+                f"{given}: the PDF is encrypted — attach a decrypted copy, or its text"
+            )
         pages = len(reader.pages)
         texts = []
         total = 0
@@ -228,11 +262,15 @@ def _pdf_text(path: Path, given: str) -> tuple[str, int]:
     except ContextError:
         raise
     except Exception as err:  # pypdf raises many kinds for a damaged file
-        raise ContextError(f"{given}: not a readable PDF ({type(err).__name__}: {err}) — check "
-                           "the file, or attach its text") from None
+        raise ContextError(
+            f"{given}: not a readable PDF ({type(err).__name__}: {err}) — check "
+            "the file, or attach its text"
+        ) from None
     if not any(t.split("\n", 1)[1].strip() for t in texts):
-        raise ContextError(f"{given}: the PDF has no text to extract (scanned pages?) — attach "
-                           "its pages as images, or its text")
+        raise ContextError(
+            f"{given}: the PDF has no text to extract (scanned pages?) — attach "
+            "its pages as images, or its text"
+        )
     return "\n\n".join(texts), pages
 
 
@@ -256,8 +294,11 @@ def mentions(template: str, cwd: Path, skip: list[tuple[int, int]] = ()) -> list
         path, used = hit
         value = f"@{used}" if quoted is None else match.group(0)
         end = match.start() + len(value)
-        found.append(from_path(path, cwd, given=value,
-                               mention={"value": value, "start": match.start(), "end": end}))
+        found.append(
+            from_path(
+                path, cwd, given=value, mention={"value": value, "start": match.start(), "end": end}
+            )
+        )
     return found
 
 
@@ -287,8 +328,9 @@ def _mentioned(token: str, cwd: Path, quoted: bool) -> tuple[Path, str] | None:
 # -a VAR
 
 
-def from_value(ref: str, namespace: Mapping[str, Any], extra: Mapping[str, Any] | None = None
-               ) -> Attachment:
+def from_value(
+    ref: str, namespace: Mapping[str, Any], extra: Mapping[str, Any] | None = None
+) -> Attachment:
     """``-a ref``: the value ``ref`` names (a name, ``.attr``/``[index]`` lookups) as an
     attachment: a figure or an image as a PNG, anything else as its description."""
     from ..core.redact import clean
@@ -296,25 +338,47 @@ def from_value(ref: str, namespace: Mapping[str, Any], extra: Mapping[str, Any] 
     from .interpolate import is_reference, resolve
 
     if not is_reference(ref):
-        raise ContextError(f"-a takes a variable name (or name.attr, name[0]), not {ref!r} — "
-                           "e.g. %%agent -a df")
-    value = resolve(ref, namespace, extra, where=f"-a {ref}",
-                    fix="or check the spelling (%agent -a takes a variable of this notebook)")
+        raise ContextError(
+            f"-a takes a variable name (or name.attr, name[0]), not {ref!r} — e.g. %%agent -a df"
+        )
+    value = resolve(
+        ref,
+        namespace,
+        extra,
+        where=f"-a {ref}",
+        fix="or check the spelling (%agent -a takes a variable of this notebook)",
+    )
     source = {"type": "variable", "name": ref, "kind": kernel.kind(value)}
     if kernel.is_figure(value) or kernel.is_pil_image(value):
         try:
             data = kernel.png(value)
         except Exception as err:
-            raise ContextError(f"-a {ref}: the {kernel.kind(value)} could not be saved as PNG "
-                               f"({type(err).__name__}: {err}) — check it draws") from None
+            raise ContextError(
+                f"-a {ref}: the {kernel.kind(value)} could not be saved as PNG "
+                f"({type(err).__name__}: {err}) — check it draws"
+            ) from None
         if len(data) > MAX_IMAGE_BYTES:
-            raise ContextError(f"-a {ref}: the image is {human(len(data))} as PNG; images are "
-                               f"limited to {human(MAX_IMAGE_BYTES)} — make it smaller")
-        return Attachment("image/png", f"{ref}.png", _data_url("image/png", data), None,
-                          {**source, "size": len(data)}, len(data))
+            raise ContextError(
+                f"-a {ref}: the image is {human(len(data))} as PNG; images are "
+                f"limited to {human(MAX_IMAGE_BYTES)} — make it smaller"
+            )
+        return Attachment(
+            "image/png",
+            f"{ref}.png",
+            _data_url("image/png", data),
+            None,
+            {**source, "size": len(data)},
+            len(data),
+        )
     text = f"Attached notebook value `{ref}`:\n" + kernel.describe(ref, value)
     # the URL holds the text too: redacted first, as every stored text is (base64 would hide a
     # key from the journal's redaction)
     data = clean(text, refresh=True).encode("utf-8", errors="replace")
-    return Attachment("text/plain", ref, _data_url("text/plain", data), text,
-                      {**source, "size": len(data)}, len(data))
+    return Attachment(
+        "text/plain",
+        ref,
+        _data_url("text/plain", data),
+        text,
+        {**source, "size": len(data)},
+        len(data),
+    )

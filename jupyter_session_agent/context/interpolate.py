@@ -19,8 +19,9 @@ capped at :data:`MAX_VALUE_CHARS`.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from . import ContextError
 from .markdown import outside_code
@@ -33,7 +34,8 @@ _REF = _NAME + r"(?:\." + _NAME + r"|\[[^\[\]{}\n]*\])*"
 _TAIL = r"(?:![rsa])?(?::" + _SPEC + r")?"
 _FIELD = re.compile(
     r"\{\{(?P<escaped>" + _REF + _TAIL + r")\}\}"
-    r"|\{(?P<ref>" + _REF + r")(?:!(?P<conv>[rsa]))?(?::(?P<spec>" + _SPEC + r"))?\}")
+    r"|\{(?P<ref>" + _REF + r")(?:!(?P<conv>[rsa]))?(?::(?P<spec>" + _SPEC + r"))?\}"
+)
 _STEP = re.compile(r"\.(" + _NAME + r")|\[([^\[\]]*)\]")
 FIX = "write {{name}} to send the braces as typed, or add --no-interpolate"
 
@@ -62,8 +64,13 @@ def fields(template: str) -> list[tuple[int, int]]:
     return spans
 
 
-def interpolate(template: str, namespace: Mapping[str, Any], *, extra: Mapping[str, Any] = None,
-                max_chars: int = MAX_VALUE_CHARS) -> Interpolated:
+def interpolate(
+    template: str,
+    namespace: Mapping[str, Any],
+    *,
+    extra: Mapping[str, Any] = None,
+    max_chars: int = MAX_VALUE_CHARS,
+) -> Interpolated:
     """``template`` with its references filled in from ``extra`` (``Err``: it wins) then
     ``namespace``; see the module docstring. Raises :class:`ContextError`."""
     extra = extra or {}
@@ -78,8 +85,13 @@ def interpolate(template: str, namespace: Mapping[str, Any], *, extra: Mapping[s
     return Interpolated("".join(out), template, tuple(dict.fromkeys(used)))
 
 
-def _fill(piece: str, namespace: Mapping[str, Any], extra: Mapping[str, Any], max_chars: int,
-          used: list[str]) -> str:
+def _fill(
+    piece: str,
+    namespace: Mapping[str, Any],
+    extra: Mapping[str, Any],
+    max_chars: int,
+    used: list[str],
+) -> str:
     def replace(match: re.Match) -> str:
         whole = match.group(0)
         if match.group("escaped") is not None:
@@ -94,8 +106,10 @@ def _fill(piece: str, namespace: Mapping[str, Any], extra: Mapping[str, Any], ma
                 value = ascii(value)
             text = format(value, spec) if spec else str(value)
         except Exception as err:
-            raise ContextError(f"{whole} in the prompt could not be formatted "
-                               f"({type(err).__name__}: {err}) — {FIX}") from None
+            raise ContextError(
+                f"{whole} in the prompt could not be formatted "
+                f"({type(err).__name__}: {err}) — {FIX}"
+            ) from None
         used.append(whole)
         if len(text) > max_chars:
             text = text[:max_chars] + f"… [{len(text) - max_chars:,} more characters of {whole}]"
@@ -109,8 +123,14 @@ def is_reference(text: str) -> bool:
     return re.fullmatch(_REF, text or "") is not None
 
 
-def resolve(ref: str, namespace: Mapping[str, Any], extra: Mapping[str, Any] | None = None, *,
-            where: str | None = None, fix: str = FIX) -> Any:
+def resolve(
+    ref: str,
+    namespace: Mapping[str, Any],
+    extra: Mapping[str, Any] | None = None,
+    *,
+    where: str | None = None,
+    fix: str = FIX,
+) -> Any:
     """The value of a reference (``df.shape``, ``In[3]``, ``cfg['a'][0]``): lookups only.
     ``where`` names it in an error (default ``{ref} in the prompt``); ``fix`` ends the line."""
     extra = extra or {}
@@ -121,23 +141,27 @@ def resolve(ref: str, namespace: Mapping[str, Any], extra: Mapping[str, Any] | N
     elif name in namespace:
         value = namespace[name]
     else:
-        raise ContextError(f"{head}: name {name!r} is not defined in the notebook — define it "
-                           f"first, {fix}")
+        raise ContextError(
+            f"{head}: name {name!r} is not defined in the notebook — define it first, {fix}"
+        )
     done = name
     for step in _STEP.finditer(ref, len(name)):
         attr, index = step.group(1), step.group(2)
         if attr is not None:
             if attr.startswith("_"):
-                raise ContextError(f"{head}: private attributes ({attr}) are not read — use a "
-                                   f"public one, or {fix}")
+                raise ContextError(
+                    f"{head}: private attributes ({attr}) are not read — use a public one, or {fix}"
+                )
             try:
                 value = getattr(value, attr)
             except AttributeError:
-                raise ContextError(f"{head}: {done} has no attribute {attr!r} — check the name, "
-                                   f"or {fix}") from None
+                raise ContextError(
+                    f"{head}: {done} has no attribute {attr!r} — check the name, or {fix}"
+                ) from None
             except Exception as err:
-                raise ContextError(f"{head}: reading {done}.{attr} raised "
-                                   f"{type(err).__name__}: {err} — {fix}") from None
+                raise ContextError(
+                    f"{head}: reading {done}.{attr} raised {type(err).__name__}: {err} — {fix}"
+                ) from None
             done += f".{attr}"
         else:
             key = _key(index)
@@ -146,8 +170,9 @@ def resolve(ref: str, namespace: Mapping[str, Any], extra: Mapping[str, Any] | N
             except (KeyError, IndexError, TypeError) as err:
                 raise ContextError(_missing(head, fix, done, name, key, value, err)) from None
             except Exception as err:
-                raise ContextError(f"{head}: reading {done}[{index}] raised "
-                                   f"{type(err).__name__}: {err} — {fix}") from None
+                raise ContextError(
+                    f"{head}: reading {done}[{index}] raised {type(err).__name__}: {err} — {fix}"
+                ) from None
             done += f"[{index}]"
     return value
 
@@ -161,8 +186,9 @@ def _key(index: str) -> Any:
     return text  # as str.format: a bare word is a string key
 
 
-def _missing(head: str, fix: str, done: str, name: str, key: Any, container: Any,
-             err: Exception) -> str:
+def _missing(
+    head: str, fix: str, done: str, name: str, key: Any, container: Any, err: Exception
+) -> str:
     """The line for a lookup that failed; the notebook's own tables say which cells exist."""
     if done == name and name in ("In", "Out", "Err") and isinstance(key, int):
         log = getattr(container, "log", None)
@@ -171,8 +197,11 @@ def _missing(head: str, fix: str, done: str, name: str, key: Any, container: Any
             span = f"cells 1–{last} ran" if last > 0 else "no cell has run yet"
             return f"{head}: there is no cell {key} in this kernel ({span}) — give one of them"
         if name == "Out":
-            have = sorted(k for k in container if isinstance(k, int)) \
-                if isinstance(container, Mapping) else []
+            have = (
+                sorted(k for k in container if isinstance(k, int))
+                if isinstance(container, Mapping)
+                else []
+            )
             some = f"cells with an output: {_few(have)}" if have else "no cell has an output yet"
             return f"{head}: cell {key} has no output ({some}) — give one of them, or {fix}"
         have = [e.number for e in log.errors()] if log is not None else []

@@ -11,7 +11,7 @@ text between them.
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 _FENCE = re.compile(r"^[ ]{0,3}(`{3,}|~{3,})([^\n]*)$", re.M)
 _TICKS = re.compile(r"`+")
@@ -34,7 +34,7 @@ def fenced_blocks(text: str) -> list[tuple[int, int, str, str]]:
         body_start = min(len(text), opening.end() + 1)
         close = closing.search(text, body_start)
         end = close.end() if close else len(text)
-        body = text[body_start:close.start() if close else len(text)]
+        body = text[body_start : close.start() if close else len(text)]
         blocks.append((opening.start(), end, info, body.removesuffix("\n")))
         pos = end
 
@@ -83,8 +83,10 @@ def last_python_block(text: str) -> str | None:
     without one, of its last fenced block that names no language; else ``None``. A block
     tagged with another language (``bash``, ``json`` …) is never taken."""
     blocks = fenced_blocks(text or "")
-    for wanted in (lambda info: info.split()[0].lower() in PYTHON_INFO if info else False,
-                   lambda info: not info):
+    for wanted in (
+        lambda info: info.split()[0].lower() in PYTHON_INFO if info else False,
+        lambda info: not info,
+    ):
         chosen = [body for _, _, info, body in blocks if wanted(info) and body.strip()]
         if chosen:
             return chosen[-1].strip("\n")

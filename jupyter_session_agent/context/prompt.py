@@ -13,9 +13,10 @@ attachment, the ``file`` part and, when the model reads it as text, a synthetic 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from . import ContextError
 from .attach import MAX_FILES, Attachment
@@ -50,12 +51,20 @@ def namespace_of(shell: Any) -> tuple[dict, dict]:
     return shell.user_ns, extra
 
 
-def build(template: str, shell: Any = None, *, files: Iterable[str] = (),
-          values: Iterable[str] = (), interpolate: bool = True, mentions: bool = True,
-          cwd: str | os.PathLike | None = None) -> Prompt:
+def build(
+    template: str,
+    shell: Any = None,
+    *,
+    files: Iterable[str] = (),
+    values: Iterable[str] = (),
+    interpolate: bool = True,
+    mentions: bool = True,
+    cwd: str | os.PathLike | None = None,
+) -> Prompt:
     """The :class:`Prompt` for a cell; every problem is one :class:`ContextError` line."""
     from . import attach
-    from .interpolate import fields, interpolate as fill
+    from .interpolate import fields
+    from .interpolate import interpolate as fill
 
     namespace, extra = namespace_of(shell)
     where = Path(cwd or os.getcwd())
@@ -75,8 +84,10 @@ def build(template: str, shell: Any = None, *, files: Iterable[str] = (),
         seen.setdefault(item.key, item)
     unique = list(seen.values())
     if len(unique) > MAX_FILES:
-        raise ContextError(f"{len(unique)} attachments; at most {MAX_FILES} can go with one "
-                           "prompt — attach fewer files (or narrow the -f patterns)")
+        raise ContextError(
+            f"{len(unique)} attachments; at most {MAX_FILES} can go with one "
+            "prompt — attach fewer files (or narrow the -f patterns)"
+        )
     return Prompt(text, template, tuple(used), tuple(unique))
 
 
@@ -96,14 +107,27 @@ def parts(prompt: Prompt | None, session_id: str, message_id: str) -> tuple:
 
     out: list = []
     for item in prompt.attachments if prompt is not None else ():
-        file = FilePart(ids.ascending("part"), session_id, message_id, mime=item.mime,
-                        url=item.url, filename=clean(item.filename),
-                        source=clean_value(dict(item.source)))
+        file = FilePart(
+            ids.ascending("part"),
+            session_id,
+            message_id,
+            mime=item.mime,
+            url=item.url,
+            filename=clean(item.filename),
+            source=clean_value(dict(item.source)),
+        )
         out.append(file)
         if item.text is not None:
-            out.append(TextPart(ids.ascending("part"), session_id, message_id,
-                                text=clean(item.text, refresh=True), synthetic=True,
-                                metadata={"attachment": file.id}))
+            out.append(
+                TextPart(
+                    ids.ascending("part"),
+                    session_id,
+                    message_id,
+                    text=clean(item.text, refresh=True),
+                    synthetic=True,
+                    metadata={"attachment": file.id},
+                )
+            )
     return tuple(out)
 
 

@@ -28,40 +28,103 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 # How many words name a command, for "always" patterns (OpenCode's BashArity, trimmed).
 BASH_ARITY: Mapping[str, int] = {
-    "git": 2, "git config": 3, "git remote": 3, "git stash": 3, "git submodule": 3,
+    "git": 2,
+    "git config": 3,
+    "git remote": 3,
+    "git stash": 3,
+    "git submodule": 3,
     "git worktree": 3,
-    "npm": 2, "npm run": 3, "npm exec": 3, "pnpm": 2, "pnpm run": 3, "yarn": 2, "yarn run": 3,
-    "bun": 2, "bun run": 3, "npx": 2,
-    "pip": 2, "pip3": 2, "uv": 2, "uv pip": 3, "uv run": 2, "conda": 2, "mamba": 2, "poetry": 2,
-    "poetry run": 3, "python -m": 3, "python3 -m": 3, "python -m pip": 4, "python3 -m pip": 4,
-    "cargo": 2, "go": 2, "docker": 2, "docker compose": 3, "kubectl": 2, "helm": 2,
-    "make": 2, "jupyter": 2, "apt": 2, "apt-get": 2, "brew": 2, "systemctl": 2, "gh": 3,
+    "npm": 2,
+    "npm run": 3,
+    "npm exec": 3,
+    "pnpm": 2,
+    "pnpm run": 3,
+    "yarn": 2,
+    "yarn run": 3,
+    "bun": 2,
+    "bun run": 3,
+    "npx": 2,
+    "pip": 2,
+    "pip3": 2,
+    "uv": 2,
+    "uv pip": 3,
+    "uv run": 2,
+    "conda": 2,
+    "mamba": 2,
+    "poetry": 2,
+    "poetry run": 3,
+    "python -m": 3,
+    "python3 -m": 3,
+    "python -m pip": 4,
+    "python3 -m pip": 4,
+    "cargo": 2,
+    "go": 2,
+    "docker": 2,
+    "docker compose": 3,
+    "kubectl": 2,
+    "helm": 2,
+    "make": 2,
+    "jupyter": 2,
+    "apt": 2,
+    "apt-get": 2,
+    "brew": 2,
+    "systemctl": 2,
+    "gh": 3,
 }
 
 _OPENERS = frozenset({"${", "$(", "$((", "`", "$["})
 _ARITY_WORDS = max(len(key.split()) for key in BASH_ARITY)
 
 # Builtins that run a string or a file as shell code, or change how later words are read.
-CODE_BUILTINS = frozenset({
-    "eval", "source", ".", "exec", "alias", "trap", "fc", "coproc", "enable", "bind", "complete",
-    "compgen", "let", "history",
-})
-SHELLS = frozenset({
-    "bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh", "rbash",
-})
+CODE_BUILTINS = frozenset(
+    {
+        "eval",
+        "source",
+        ".",
+        "exec",
+        "alias",
+        "trap",
+        "fc",
+        "coproc",
+        "enable",
+        "bind",
+        "complete",
+        "compgen",
+        "let",
+        "history",
+    }
+)
+SHELLS = frozenset(
+    {
+        "bash",
+        "sh",
+        "dash",
+        "zsh",
+        "ksh",
+        "mksh",
+        "ash",
+        "fish",
+        "csh",
+        "tcsh",
+        "rbash",
+    }
+)
 
 # Wrappers: the command they run follows their options. Options taking a value are listed;
 # any other option ends the analysis as unsupported (a wrapper we cannot read fails closed).
 _WRAPPERS: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
     # name: (flags without a value, options with a value)
-    "env": (frozenset({"-i", "-0", "--ignore-environment", "--null", "-v", "--debug", "-"}),
-            frozenset({"-u", "--unset", "-C", "--chdir"})),
+    "env": (
+        frozenset({"-i", "-0", "--ignore-environment", "--null", "-v", "--debug", "-"}),
+        frozenset({"-u", "--unset", "-C", "--chdir"}),
+    ),
     "command": (frozenset({"-p"}), frozenset()),
     "builtin": (frozenset(), frozenset()),
     "nohup": (frozenset(), frozenset()),
@@ -69,19 +132,66 @@ _WRAPPERS: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
     "nice": (frozenset(), frozenset({"-n", "--adjustment"})),
     "setsid": (frozenset({"-f", "-w", "--fork", "--wait"}), frozenset()),
     "stdbuf": (frozenset(), frozenset({"-i", "-o", "-e", "--input", "--output", "--error"})),
-    "timeout": (frozenset({"--foreground", "--preserve-status", "-v", "--verbose"}),
-                frozenset({"-s", "--signal", "-k", "--kill-after"})),
-    "sudo": (frozenset({"-E", "-H", "-n", "-P", "-S", "-b", "-k", "--preserve-env",
-                        "--non-interactive", "--set-home"}),
-             frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "--user",
-                        "--group"})),
+    "timeout": (
+        frozenset({"--foreground", "--preserve-status", "-v", "--verbose"}),
+        frozenset({"-s", "--signal", "-k", "--kill-after"}),
+    ),
+    "sudo": (
+        frozenset(
+            {
+                "-E",
+                "-H",
+                "-n",
+                "-P",
+                "-S",
+                "-b",
+                "-k",
+                "--preserve-env",
+                "--non-interactive",
+                "--set-home",
+            }
+        ),
+        frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "--user", "--group"}),
+    ),
     "doas": (frozenset({"-n"}), frozenset({"-u"})),
-    "xargs": (frozenset({"-0", "-r", "-t", "-p", "-x", "--null", "--no-run-if-empty", "--verbose",
-                         "--interactive", "--exit", "--open-tty", "-o"}),
-              frozenset({"-a", "-E", "-I", "-L", "-n", "-P", "-s", "-d", "--arg-file",
-                         "--delimiter",
-                         "--max-args", "--max-lines", "--max-procs", "--max-chars", "--eof",
-                         "--replace"})),
+    "xargs": (
+        frozenset(
+            {
+                "-0",
+                "-r",
+                "-t",
+                "-p",
+                "-x",
+                "--null",
+                "--no-run-if-empty",
+                "--verbose",
+                "--interactive",
+                "--exit",
+                "--open-tty",
+                "-o",
+            }
+        ),
+        frozenset(
+            {
+                "-a",
+                "-E",
+                "-I",
+                "-L",
+                "-n",
+                "-P",
+                "-s",
+                "-d",
+                "--arg-file",
+                "--delimiter",
+                "--max-args",
+                "--max-lines",
+                "--max-procs",
+                "--max-chars",
+                "--eof",
+                "--replace",
+            }
+        ),
+    ),
     "busybox": (frozenset(), frozenset()),
 }
 _WRAPPER_OPERANDS = {"timeout": 1}  # positional words before the command (the duration)
@@ -95,39 +205,133 @@ _SUBSCRIPT_CODE = re.compile(r"\[[^\]]*[$`]")
 _PLAIN_WORD = re.compile(r"^[^\s'\"\\]+$")
 _ARITHMETIC_TESTS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
 _NUMERIC_SPECIALS = frozenset({"?", "#", "$", "!"})
-_STATEMENTS = frozenset({
-    "command", "redirected_statement", "list", "pipeline", "subshell", "compound_statement",
-    "if_statement", "while_statement", "for_statement", "negated_command", "test_command",
-    "variable_assignment", "variable_assignments", "declaration_command", "unset_command",
-})
+_STATEMENTS = frozenset(
+    {
+        "command",
+        "redirected_statement",
+        "list",
+        "pipeline",
+        "subshell",
+        "compound_statement",
+        "if_statement",
+        "while_statement",
+        "for_statement",
+        "negated_command",
+        "test_command",
+        "variable_assignment",
+        "variable_assignments",
+        "declaration_command",
+        "unset_command",
+    }
+)
 # Keywords and operators a statement container may hold.
-_CONTAINER_TOKENS = frozenset({
-    ";", "&", "&&", "||", "|", "|&", "(", ")", "{", "}", "if", "then", "fi", "elif", "else",
-    "do", "done", "while", "until", "for", "in", "!", "$(", "`", "<(", ">(", ";;",
-})
+_CONTAINER_TOKENS = frozenset(
+    {
+        ";",
+        "&",
+        "&&",
+        "||",
+        "|",
+        "|&",
+        "(",
+        ")",
+        "{",
+        "}",
+        "if",
+        "then",
+        "fi",
+        "elif",
+        "else",
+        "do",
+        "done",
+        "while",
+        "until",
+        "for",
+        "in",
+        "!",
+        "$(",
+        "`",
+        "<(",
+        ">(",
+        ";;",
+    }
+)
 _REDIRECT_OPS = frozenset({">", ">>", "<", "&>", "&>>", "<&", ">&", ">|", "<&-", ">&-"})
 _FD_TARGET = re.compile(r"^(\d+-?|-)$")
 # Nodes whose text the checker decodes itself (it does not look inside them).
-_ATOMIC = frozenset({
-    "word", "raw_string", "string_content", "number", "comment", "variable_name",
-    "special_variable_name", "test_operator", "regex", "extglob_pattern", "file_descriptor",
-    "ansi_c_string", "heredoc_body", "heredoc_start", "heredoc_end", "heredoc_content",
-})
+_ATOMIC = frozenset(
+    {
+        "word",
+        "raw_string",
+        "string_content",
+        "number",
+        "comment",
+        "variable_name",
+        "special_variable_name",
+        "test_operator",
+        "regex",
+        "extglob_pattern",
+        "file_descriptor",
+        "ansi_c_string",
+        "heredoc_body",
+        "heredoc_start",
+        "heredoc_end",
+        "heredoc_content",
+    }
+)
 # Pieces of a word, and the nodes made of joined pieces (where no blank separates them).
-_WORDLIKE = frozenset({
-    "word", "string", "raw_string", "concatenation", "simple_expansion", "expansion", "number",
-    "command_substitution", "process_substitution", "ansi_c_string", "translated_string",
-    "brace_expression", "arithmetic_expansion", "command_name", "extglob_pattern", "array",
-})
-_JOINED = frozenset({"concatenation", "string", "command_name", "variable_assignment", "expansion",
-                     "simple_expansion", "subscript"})
+_WORDLIKE = frozenset(
+    {
+        "word",
+        "string",
+        "raw_string",
+        "concatenation",
+        "simple_expansion",
+        "expansion",
+        "number",
+        "command_substitution",
+        "process_substitution",
+        "ansi_c_string",
+        "translated_string",
+        "brace_expression",
+        "arithmetic_expansion",
+        "command_name",
+        "extglob_pattern",
+        "array",
+    }
+)
+_JOINED = frozenset(
+    {
+        "concatenation",
+        "string",
+        "command_name",
+        "variable_assignment",
+        "expansion",
+        "simple_expansion",
+        "subscript",
+    }
+)
 # Containers whose children may be separated by newlines (statement lists).
-_NEWLINE_OK = frozenset({
-    "program", "compound_statement", "subshell", "do_group", "if_statement", "elif_clause",
-    "else_clause", "while_statement", "for_statement", "command_substitution",
-    "process_substitution", "list", "pipeline", "redirected_statement", "negated_command",
-    "heredoc_redirect",
-})
+_NEWLINE_OK = frozenset(
+    {
+        "program",
+        "compound_statement",
+        "subshell",
+        "do_group",
+        "if_statement",
+        "elif_clause",
+        "else_clause",
+        "while_statement",
+        "for_statement",
+        "command_substitution",
+        "process_substitution",
+        "list",
+        "pipeline",
+        "redirected_statement",
+        "negated_command",
+        "heredoc_redirect",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -225,9 +429,13 @@ class _Val:
     known: bool = True
     brace: bool = False  # a brace expansion ({a,b}, {1..3})
 
-    def add(self, other: "_Val") -> "_Val":
-        return _Val(self.chars + other.chars, self.mask + other.mask, self.known and other.known,
-                    self.brace or other.brace)
+    def add(self, other: _Val) -> _Val:
+        return _Val(
+            self.chars + other.chars,
+            self.mask + other.mask,
+            self.known and other.known,
+            self.brace or other.brace,
+        )
 
 
 def _lit(text: str, quoted: bool) -> _Val:
@@ -275,7 +483,7 @@ class _Walker:
             self.reasons.append("a line nested too deeply to check")
 
     def text(self, node: Any) -> str:
-        return self.src[node.start_byte:node.end_byte].decode("utf-8", "surrogatepass")
+        return self.src[node.start_byte : node.end_byte].decode("utf-8", "surrogatepass")
 
     def unsupported(self, reason: str, node: Any = None) -> None:
         self.reasons.append(reason)
@@ -303,15 +511,24 @@ class _Walker:
             pos = node.start_byte
             previous = None
             for child in node.children:
-                if (node.type == "redirected_statement" and child.type == "heredoc_redirect"
-                        and previous is not None and previous.type == "command"
-                        and self.src[pos:child.start_byte].strip(b" \t") == b"-"):
+                if (
+                    node.type == "redirected_statement"
+                    and child.type == "heredoc_redirect"
+                    and previous is not None
+                    and previous.type == "command"
+                    and self.src[pos : child.start_byte].strip(b" \t") == b"-"
+                ):
                     # tree-sitter drops a lone `-` before `<<` (`python3 - <<'EOF'`): put it back
                     self.dashes.add(node.id)
                 else:
                     self._gap(pos, child.start_byte, node.type)
-                if (previous is not None and previous.end_byte == child.start_byte
-                        and node.type not in _JOINED and _wordlike(previous) and _wordlike(child)):
+                if (
+                    previous is not None
+                    and previous.end_byte == child.start_byte
+                    and node.type not in _JOINED
+                    and _wordlike(previous)
+                    and _wordlike(child)
+                ):
                     # bash reads two pieces with nothing between them as one word
                     joined = self.text(previous) + self.text(child)
                     self.reasons.append(f"a word the parser split (`{joined}`)")
@@ -330,8 +547,13 @@ class _Walker:
         if text == token.type:
             return True
         grand = parent.parent
-        return (token.type in _OPENERS and grand is not None and grand.type == "string"
-                and text.endswith(token.type) and not text[:-len(token.type)].strip(" \t\n"))
+        return (
+            token.type in _OPENERS
+            and grand is not None
+            and grand.type == "string"
+            and text.endswith(token.type)
+            and not text[: -len(token.type)].strip(" \t\n")
+        )
 
     def _gap(self, start: int, end: int, parent: str) -> None:
         """Text between tokens must be blanks (a newline only between statements)."""
@@ -360,8 +582,17 @@ class _Walker:
         kind = node.type
         if kind == "comment":
             self._comment(node)
-        elif kind in ("program", "list", "pipeline", "subshell", "do_group", "elif_clause",
-                      "else_clause", "if_statement", "negated_command"):
+        elif kind in (
+            "program",
+            "list",
+            "pipeline",
+            "subshell",
+            "do_group",
+            "elif_clause",
+            "else_clause",
+            "if_statement",
+            "negated_command",
+        ):
             self._statements(node)
         elif kind == "compound_statement":
             if node.children and node.children[0].type == "((":
@@ -503,8 +734,9 @@ class _Walker:
         static = [w.chars if w.known else None for w in words]
         self._add_command(static, texts, redirs)
 
-    def _add_command(self, static: list[str | None], texts: list[str],
-                     redirects: Sequence[str] = ()) -> None:
+    def _add_command(
+        self, static: list[str | None], texts: list[str], redirects: Sequence[str] = ()
+    ) -> None:
         """Record a command from its words (``None``: not static) and look at what it runs."""
         text = " ".join([*texts, *redirects])
         known = [w for w in static if w is not None]
@@ -528,7 +760,7 @@ class _Walker:
             self._inner(words[i:], texts[i:], "an assignment")
             return
         name = words[i]
-        args = words[i + 1:]
+        args = words[i + 1 :]
         if name is None:
             return  # already unsupported (a computed name)
         base = name.rsplit("/", 1)[-1]
@@ -550,10 +782,10 @@ class _Walker:
             self._shell(base, args)
             return
         if base in _FIND:
-            self._find(args, texts[i + 1:])
+            self._find(args, texts[i + 1 :])
             return
         if base in _WRAPPERS:
-            self._wrapper(base, args, texts[i + 1:])
+            self._wrapper(base, args, texts[i + 1 :])
             return
 
     def _inner(self, words: list[str | None], texts: list[str], via: str) -> None:
@@ -642,8 +874,9 @@ class _Walker:
     def _declare_options(self, args: list[str]) -> None:
         for word in args:
             if word.startswith(("-", "+")) and set(word[1:]) & set("inaAf"):
-                self.reasons.append(f"`{word}` (arrays, integers and name references evaluate "
-                                    "their values)")
+                self.reasons.append(
+                    f"`{word}` (arrays, integers and name references evaluate their values)"
+                )
                 return
 
     def _cd(self, name: str, args: list[str | None]) -> None:
@@ -659,8 +892,11 @@ class _Walker:
             return  # already unresolved
         if target == "-" or target.startswith(("+", "-")):
             self.unresolved.append(f"{name} {target}")
-        elif (os.environ.get("CDPATH") and not target.startswith(("/", "./", "../"))
-              and target not in (".", "..")):
+        elif (
+            os.environ.get("CDPATH")
+            and not target.startswith(("/", "./", "../"))
+            and target not in (".", "..")
+        ):
             self.unresolved.append(f"{name} {target} (CDPATH is set)")
 
     # -- other statements ---------------------------------------------------------
@@ -688,8 +924,9 @@ class _Walker:
         for child, field in _fielded(node):
             if field == "name":
                 if child.type != "variable_name":
-                    self.unsupported("an array subscript assignment (bash evaluates the subscript)",
-                                     child)
+                    self.unsupported(
+                        "an array subscript assignment (bash evaluates the subscript)", child
+                    )
                     return _UNKNOWN
                 name = self.text(child)
             elif not child.is_named and child.type in ("=", "+="):
@@ -771,16 +1008,20 @@ class _Walker:
                 static.append(n.type)
                 texts.append(n.type)
                 return
-            if n.type in ("binary_expression", "unary_expression", "parenthesized_expression",
-                          "postfix_expression", "ternary_expression"):
+            if n.type in (
+                "binary_expression",
+                "unary_expression",
+                "parenthesized_expression",
+                "postfix_expression",
+                "ternary_expression",
+            ):
                 for c in n.children:
                     visit(c)
                 return
             if n.type == "test_operator":
                 op = self.text(n)
                 if double and op in _ARITHMETIC_TESTS:
-                    self.reasons.append(f"`[[ … {op} … ]]` evaluates its operands as "
-                                        "arithmetic")
+                    self.reasons.append(f"`[[ … {op} … ]]` evaluates its operands as arithmetic")
                 static.append(op)
                 texts.append(op)
                 return
@@ -901,8 +1142,9 @@ class _Walker:
         quoted = match.group(1) is None
         line_start = self.src.rfind(b"\n", 0, end.start_byte) + 1
         line_end = self.src.find(b"\n", end.end_byte)
-        line = self.src[line_start:len(self.src) if line_end == -1 else line_end].decode(
-            "utf-8", "surrogatepass")
+        line = self.src[line_start : len(self.src) if line_end == -1 else line_end].decode(
+            "utf-8", "surrogatepass"
+        )
         text = self.text(body) if body is not None else ""
         lines = text.split("\n")
         strip = (lambda t: t.lstrip("\t")) if op == "<<-" else (lambda t: t)
@@ -1006,10 +1248,14 @@ class _Walker:
             kind = child.type
             if kind == "string_content":
                 value = value.add(_lit(_dquote(self.text(child)), True))
-            elif kind in ("simple_expansion", "expansion", "command_substitution",
-                          "arithmetic_expansion"):
+            elif kind in (
+                "simple_expansion",
+                "expansion",
+                "command_substitution",
+                "arithmetic_expansion",
+            ):
                 text = self.text(child)
-                blanks = text[:len(text) - len(text.lstrip(" \t\n"))]
+                blanks = text[: len(text) - len(text.lstrip(" \t\n"))]
                 value = value.add(_lit(blanks, True))  # the parser's opening token holds them
                 inner = self._value(child)
                 value = value.add(_Val(inner.chars, "q" * len(inner.chars), inner.known))
@@ -1027,8 +1273,12 @@ class _Walker:
 
     def _expansion(self, node: Any) -> _Val:
         children = node.children
-        if (len(children) == 3 and children[0].type == "${" and children[2].type == "}"
-                and children[1].type in ("variable_name", "special_variable_name")):
+        if (
+            len(children) == 3
+            and children[0].type == "${"
+            and children[2].type == "}"
+            and children[1].type in ("variable_name", "special_variable_name")
+        ):
             return self._variable(children[1])
         self.unsupported(f"the parameter expansion `{self.text(node)}`", node)
         return _UNKNOWN
@@ -1123,7 +1373,7 @@ def _braces(value: _Val) -> _Val:
         if c == "{":
             depth_start = i
         elif c == "}" and depth_start != -1:
-            inner = [(x, y) for x, y in zip(chars[depth_start + 1:i], mask[depth_start + 1:i])]
+            inner = [(x, y) for x, y in zip(chars[depth_start + 1 : i], mask[depth_start + 1 : i])]
             text = "".join(x if y == "u" else "\0" for x, y in inner)
             if "," in text or ".." in text:
                 return _Val(chars, mask, value.known, True)
@@ -1147,8 +1397,21 @@ def _dquote(text: str) -> str:
     return "".join(out)
 
 
-_C_ESCAPES = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r",
-              "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+_C_ESCAPES = {
+    "a": "\a",
+    "b": "\b",
+    "e": "\x1b",
+    "E": "\x1b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "?": "?",
+}
 
 
 def _ansi_c(text: str) -> str | None:
@@ -1162,15 +1425,18 @@ def _ansi_c(text: str) -> str | None:
             out.append(c)
             i += 1
             continue
-        nxt = body[i + 1:i + 2]
+        nxt = body[i + 1 : i + 2]
         if nxt in _C_ESCAPES:
             out.append(_C_ESCAPES[nxt])
             i += 2
             continue
-        rest = body[i + 1:]
-        match = (re.match(r"[0-7]{1,3}", rest) or re.match(r"x([0-9A-Fa-f]{1,2})", rest)
-                 or re.match(r"u([0-9A-Fa-f]{1,4})", rest)
-                 or re.match(r"U([0-9A-Fa-f]{1,8})", rest))
+        rest = body[i + 1 :]
+        match = (
+            re.match(r"[0-7]{1,3}", rest)
+            or re.match(r"x([0-9A-Fa-f]{1,2})", rest)
+            or re.match(r"u([0-9A-Fa-f]{1,4})", rest)
+            or re.match(r"U([0-9A-Fa-f]{1,8})", rest)
+        )
         if not match:
             return None
         digits = match.group(1) if match.groups() else match.group(0)

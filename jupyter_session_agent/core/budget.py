@@ -7,9 +7,10 @@ the spec), and ``getUsage`` cost arithmetic (§5), including the >200k tier.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .messages import Tokens
 
@@ -117,7 +118,9 @@ def budget(model: ModelInfo, reserved: int | None = None) -> Budget:
     return Budget(model.context, max_out, reserved, usable)
 
 
-def is_overflow(tokens: Tokens, model: ModelInfo, *, auto: bool = True, reserved: int | None = None) -> bool:
+def is_overflow(
+    tokens: Tokens, model: ModelInfo, *, auto: bool = True, reserved: int | None = None
+) -> bool:
     """OpenCode's ``isOverflow`` (as fixed upstream): the last step's count >= usable."""
     if not auto or model.context == 0:
         return False
@@ -165,7 +168,11 @@ def normalise_usage(
         return max(0, value)
 
     prompt, out = clean(prompt_tokens), clean(completion_tokens)
-    read, write, reasoning = clean(cached_tokens), clean(cache_write_tokens), clean(reasoning_tokens)
+    read, write, reasoning = (
+        clean(cached_tokens),
+        clean(cache_write_tokens),
+        clean(reasoning_tokens),
+    )
     inp = prompt if input_excludes_cache else max(0, prompt - read - write)
     total = clean(total_tokens) if total_tokens is not None else inp + out + read + write
     return Tokens(

@@ -7,7 +7,8 @@ Ports OpenCode's ``MessageV2.toModelMessages`` and ``filterCompacted``
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from .messages import (
     AssistantMessage,
@@ -67,14 +68,22 @@ def filter_compacted(history: Sequence[WithParts]) -> list[WithParts]:
             and any(isinstance(p, CompactionPart) for p in item.parts)
         ):
             kept.reverse()
-            tail_start = next((p.tail_start_id for p in item.parts
-                               if isinstance(p, CompactionPart) and p.tail_start_id), None)
+            tail_start = next(
+                (
+                    p.tail_start_id
+                    for p in item.parts
+                    if isinstance(p, CompactionPart) and p.tail_start_id
+                ),
+                None,
+            )
             return _with_tail(items[:index], kept, tail_start) if tail_start else kept
     kept.reverse()
     return kept
 
 
-def _with_tail(older: Sequence[WithParts], kept: list[WithParts], tail_start: str) -> list[WithParts]:
+def _with_tail(
+    older: Sequence[WithParts], kept: list[WithParts], tail_start: str
+) -> list[WithParts]:
     """``[request, summary, tail…, newer…]`` where the tail is ``older`` from ``tail_start`` on."""
     tail = []
     for item in reversed(older):
@@ -82,13 +91,25 @@ def _with_tail(older: Sequence[WithParts], kept: list[WithParts], tail_start: st
             break
         if isinstance(item.info, AssistantMessage) and item.info.summary:
             continue
-        if isinstance(item.info, UserMessage) and any(isinstance(p, CompactionPart) for p in item.parts):
+        if isinstance(item.info, UserMessage) and any(
+            isinstance(p, CompactionPart) for p in item.parts
+        ):
             continue
         tail.append(item)
     tail.reverse()
     request, rest = kept[0], kept[1:]
-    summary = next((m for m in reversed(rest) if isinstance(m.info, AssistantMessage) and m.info.summary
-                    and m.info.finish and not m.info.error and m.info.parent_id == request.info.id), None)
+    summary = next(
+        (
+            m
+            for m in reversed(rest)
+            if isinstance(m.info, AssistantMessage)
+            and m.info.summary
+            and m.info.finish
+            and not m.info.error
+            and m.info.parent_id == request.info.id
+        ),
+        None,
+    )
     if summary is None:
         return [request, *tail, *rest]
     return [request, summary, *tail, *(m for m in rest if m is not summary)]
@@ -106,7 +127,8 @@ def without_failed_compactions(history: Sequence[WithParts]) -> list[WithParts]:
             (failed if info.error else completed if info.finish else set()).add(info.parent_id)
     drop = failed - completed
     return [
-        item for item in history
+        item
+        for item in history
         if not (isinstance(item.info, AssistantMessage) and item.info.summary and item.info.error)
         and not (item.info.id in drop and any(isinstance(p, CompactionPart) for p in item.parts))
     ]
@@ -149,7 +171,9 @@ def sends_content(part: FilePart) -> bool:
     """Whether a user message's file part is sent itself. Text files and directories were
     expanded into (synthetic) text parts when attached, as OpenCode does; so was any file
     part that points at a file (``file:`` URL: a PDF's text) rather than carrying its data."""
-    return part.mime not in ("text/plain", "application/x-directory") and not part.url.startswith("file:")
+    return part.mime not in ("text/plain", "application/x-directory") and not part.url.startswith(
+        "file:"
+    )
 
 
 def _file_content(part: FilePart, strip_media: bool) -> Chat:
@@ -189,7 +213,9 @@ def _assistant_messages(item: WithParts) -> list[Chat]:
                     "function": {"name": part.tool, "arguments": json.dumps(part.state.input)},
                 }
             )
-            results.append({"role": "tool", "tool_call_id": part.call_id, "content": tool_result_text(part)})
+            results.append(
+                {"role": "tool", "tool_call_id": part.call_id, "content": tool_result_text(part)}
+            )
     if not texts and not calls:
         return []  # e.g. only step-start / reasoning parts
     # No "content": null for a call-only message: llama.cpp's server rejects it (500).

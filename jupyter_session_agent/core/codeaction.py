@@ -34,20 +34,22 @@ import fnmatch
 import json
 import re
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
-from .stream import Finish, TextDelta, ToolCall, ToolInputStart
 from .chat import MAX_STEPS_TEXT
+from .stream import Finish, TextDelta, ToolCall, ToolInputStart
 
 CODE_SUFFIX = "+code"  # appended to the embedded server's model name: "use code actions"
 TOOL = "python"
 LANGUAGES = frozenset({"python", "py", "python3", "ipython"})
-CUT_TEXT = ("the code block was cut off at the output limit before its closing ``` — "
-            "write shorter code")
+CUT_TEXT = (
+    "the code block was cut off at the output limit before its closing ``` — write shorter code"
+)
 VARIABLES_HEAD = "Variables in the kernel:"
 MAX_RESULT_CHARS = 1500
-HUGE_RANGE = 10 ** 8  # a range this long would hold the kernel for minutes (a C loop: no interrupt)
+HUGE_RANGE = 10**8  # a range this long would hold the kernel for minutes (a C loop: no interrupt)
 HOURS = "would run for hours"
 STOP_TEXT = "Stop running code now: answer in one short sentence."  # the max-steps step
 
@@ -65,19 +67,43 @@ PROMPT = (
 #: so a model that copies an example cannot pass a task by accident.
 EXAMPLES: tuple[tuple[str, str, str, str], ...] = (
     ("Use python to compute 123 + 456.", "123 + 456", "579", "123 + 456 is 579."),
-    ("Use python to make 'abc' upper case.", "'abc'.upper()", "'ABC'",
-     "'abc' in upper case is 'ABC'."),
-    ("Use python to count the spaces in 'a b c d e f'.", "'a b c d e f'.count(' ')", "5",
-     "'a b c d e f' has 5 spaces."),
+    (
+        "Use python to make 'abc' upper case.",
+        "'abc'.upper()",
+        "'ABC'",
+        "'abc' in upper case is 'ABC'.",
+    ),
+    (
+        "Use python to count the spaces in 'a b c d e f'.",
+        "'a b c d e f'.count(' ')",
+        "5",
+        "'a b c d e f' has 5 spaces.",
+    ),
     ("Set name to 'Ada' in python.", "name = 'Ada'\nname", "'Ada'", "name is now 'Ada'."),
-    ("Create a list called colors with 'red' and 'blue', in python.",
-     "colors = ['red', 'blue']\ncolors", "['red', 'blue']", "colors is now ['red', 'blue']."),
-    ("Use python to compute two times pi.", "import math\n2 * math.pi", "6.283185307179586",
-     "Two times pi is 6.283185307179586."),
-    ("What is the mean of the price column of the DataFrame sales? Use python.",
-     "sales['price'].mean()", "12.5", "The mean price is 12.5."),
-    ("How many rows of the DataFrame sales have a price over 20? Use python.",
-     "len(sales[sales['price'] > 20])", "8", "8 rows of sales have a price over 20."),
+    (
+        "Create a list called colors with 'red' and 'blue', in python.",
+        "colors = ['red', 'blue']\ncolors",
+        "['red', 'blue']",
+        "colors is now ['red', 'blue'].",
+    ),
+    (
+        "Use python to compute two times pi.",
+        "import math\n2 * math.pi",
+        "6.283185307179586",
+        "Two times pi is 6.283185307179586.",
+    ),
+    (
+        "What is the mean of the price column of the DataFrame sales? Use python.",
+        "sales['price'].mean()",
+        "12.5",
+        "The mean price is 12.5.",
+    ),
+    (
+        "How many rows of the DataFrame sales have a price over 20? Use python.",
+        "len(sales[sales['price'] > 20])",
+        "8",
+        "8 rows of sales have a price over 20.",
+    ),
 )
 
 
@@ -123,7 +149,7 @@ def known_names(messages: list[dict]) -> set[str]:
     if messages and messages[0].get("role") == "system":
         for line in _text(messages[0].get("content")).splitlines():
             if line.startswith(VARIABLES_HEAD):
-                body = line[len(VARIABLES_HEAD):].strip().rstrip(".")
+                body = line[len(VARIABLES_HEAD) :].strip().rstrip(".")
                 described, _, older = body.partition("; also ")
                 known |= set(re.findall(r"(?:^|\), )([A-Za-z_]\w*) \(", described))
                 known |= {n.strip() for n in older.split(",") if n.strip().isidentifier()}
@@ -161,7 +187,11 @@ def problem(code: str, known: Iterable[str] = ()) -> str:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in defined:
             return f"NameError: name '{node.id}' is not defined"
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "range"
+        ):
             sizes = [_constant(a) for a in node.args]
             if any(n is not None and abs(n) >= HUGE_RANGE for n in sizes):
                 return f"range({max(abs(n) for n in sizes if n is not None):,}) {HOURS}"
@@ -184,7 +214,7 @@ def _constant(node: Any, depth: int = 0) -> int | None:
         if left is None or right is None:
             return None
         if isinstance(node.op, ast.Pow):
-            return left ** right if 0 <= right <= 64 and abs(left) <= 10 ** 6 else None
+            return left**right if 0 <= right <= 64 and abs(left) <= 10**6 else None
         return {ast.Add: left + right, ast.Sub: left - right, ast.Mult: left * right}[type(node.op)]
     return None
 
@@ -226,10 +256,12 @@ def code_messages(messages: list[dict]) -> list[dict]:
         out.append({"role": "system", "content": _text(msgs[0].get("content"))})
         msgs = msgs[1:]
     for question, code, output, answer in EXAMPLES:
-        out += [{"role": "user", "content": question},
-                {"role": "assistant", "content": fence(code)},
-                {"role": "user", "content": "Output:\n" + output},
-                {"role": "assistant", "content": answer}]
+        out += [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": fence(code)},
+            {"role": "user", "content": "Output:\n" + output},
+            {"role": "assistant", "content": answer},
+        ]
     names: dict[str, str] = {}
     for msg in msgs:
         role = msg.get("role")
@@ -282,8 +314,12 @@ def result_text(content: str) -> str:
 def is_error(content: str) -> bool:
     """Whether a ``python`` result reports an exception (or the call itself failed)."""
     text = content or ""
-    return ('File "<python-tool' in text or "Traceback (most recent call last)" in text
-            or text.startswith(("Invalid arguments for tool", "Error:")) or CUT_TEXT in text)
+    return (
+        'File "<python-tool' in text
+        or "Traceback (most recent call last)" in text
+        or text.startswith(("Invalid arguments for tool", "Error:"))
+        or CUT_TEXT in text
+    )
 
 
 def _merge_users(messages: list[dict]) -> list[dict]:
@@ -308,8 +344,9 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content
-                         if isinstance(p, dict) and p.get("type") == "text")
+        return "\n".join(
+            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
+        )
     return str(content)
 
 
@@ -387,7 +424,7 @@ class BlockParser:
                 self.mode, self.code = "text", []
                 self.blocks += 1
                 return [("close", code)]
-            piece = ("\n" if self.code and self.sent == 0 else "") + bare[self.sent:]
+            piece = ("\n" if self.code and self.sent == 0 else "") + bare[self.sent :]
             self.code.append(bare)
             return [("code", piece)]
         if self.mode == "text" and fence and lang in LANGUAGES and not final:
@@ -395,15 +432,16 @@ class BlockParser:
             return [("open", "")]
         if fence and (self.mode == "text" or not lang):
             self.mode = "other" if self.mode == "text" else "text"
-        return [("text", line[self.sent:])]
+        return [("text", line[self.sent :])]
 
     def _partial(self) -> list[tuple[str, str]]:
         line = self.line
         stripped = line.lstrip(" ")
-        if len(line) - len(stripped) <= 3 and ("```".startswith(stripped)
-                                               or stripped.startswith("```")):
+        if len(line) - len(stripped) <= 3 and (
+            "```".startswith(stripped) or stripped.startswith("```")
+        ):
             return []  # may still become a fence line: wait for its end
-        piece = line[self.sent:]
+        piece = line[self.sent :]
         if not piece:
             return []
         prefix = "\n" if self.mode == "code" and self.code and self.sent == 0 else ""
@@ -430,8 +468,11 @@ def _joined(events: list[tuple[str, str]]) -> list[tuple[str, str]]:
 def offers_python(tools: Any, messages: list[dict]) -> bool:
     """Whether this step may run code: the request offers ``python`` and is not the max-steps
     step (the loop ends those chats with its max-steps instruction; nothing runs then)."""
-    if messages and messages[-1].get("role") == "assistant" \
-            and _text(messages[-1].get("content")).strip() == MAX_STEPS_TEXT.strip():
+    if (
+        messages
+        and messages[-1].get("role") == "assistant"
+        and _text(messages[-1].get("content")).strip() == MAX_STEPS_TEXT.strip()
+    ):
         return False
     return any(((t or {}).get("function") or {}).get("name") == TOOL for t in tools or ())
 
@@ -463,8 +504,9 @@ class CodeActionProvider:
             yield from _mark_cut(self.inner.stream(request))
             return
         python = offers_python(request.tools, request.messages)
-        request = replace(request, messages=code_messages(request.messages), tools=(),
-                          temperature=temperature)
+        request = replace(
+            request, messages=code_messages(request.messages), tools=(), temperature=temperature
+        )
         if not python:  # the max-steps step (or python denied): text only, nothing runs
             yield from self.inner.stream(request)
             return

@@ -92,8 +92,10 @@ MAX_BODY = 64  # generated bodies have 26 characters; OpenCode also accepts call
 _BODY = re.compile(r"[0-9A-Za-z]{1,%d}" % MAX_BODY)
 _HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # a git object name (SHA-1 or SHA-256)
 _NAME = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.:-]{0,127}")  # a tool call id: one harmless file name
-_LISTS = {"session": "`%agent sessions` lists them",
-          "message": "`%agent turns` lists the turns and their ids"}
+_LISTS = {
+    "session": "`%agent sessions` lists them",
+    "message": "`%agent turns` lists the turns and their ids",
+}
 
 
 class InvalidIdError(UsageError):
@@ -107,14 +109,17 @@ class UnsafePathError(UsageError):
 def shown(value: object, limit: int = 60) -> str:
     """``value`` for a one-line message: ASCII only (look-alike letters show as escapes), cut."""
     text = ascii(value)
-    return text if len(text) <= limit else text[:limit - 4] + "…" + text[-3:]
+    return text if len(text) <= limit else text[: limit - 4] + "…" + text[-3:]
 
 
 def valid(value: object, kind: str) -> bool:
     """Whether ``value`` is a whole id of ``kind`` (a key of :data:`PREFIXES`)."""
     prefix = PREFIXES[kind] + "_"
-    return (isinstance(value, str) and value.startswith(prefix)
-            and _BODY.fullmatch(value, len(prefix)) is not None)
+    return (
+        isinstance(value, str)
+        and value.startswith(prefix)
+        and _BODY.fullmatch(value, len(prefix)) is not None
+    )
 
 
 def check(value: object, kind: str, *, what: str = "") -> str:
@@ -128,9 +133,17 @@ def check(value: object, kind: str, *, what: str = "") -> str:
 def check_ref(value: object, kind: str) -> str:
     """What a user typed for an id of ``kind``: the whole id or a prefix of one."""
     prefix = PREFIXES[kind] + "_"
-    if isinstance(value, str) and value and (
-            prefix.startswith(value) or (value.startswith(prefix) and (
-                value == prefix or _BODY.fullmatch(value, len(prefix)) is not None))):
+    if (
+        isinstance(value, str)
+        and value
+        and (
+            prefix.startswith(value)
+            or (
+                value.startswith(prefix)
+                and (value == prefix or _BODY.fullmatch(value, len(prefix)) is not None)
+            )
+        )
+    ):
         return value
     hint = f"; {_LISTS[kind]}" if kind in _LISTS else ""
     raise InvalidIdError(f"{shown(value)} is not a {kind} id — {_grammar(kind)}{hint}")
@@ -155,14 +168,22 @@ def safe_child(root: str | os.PathLike, *names: str, what: str = "the path") -> 
     """
     base = Path(root).expanduser().resolve()
     for name in names:
-        if (not isinstance(name, str) or name in ("", ".", "..") or "\0" in name or "/" in name
-                or (os.altsep and os.altsep in name) or os.sep in name):
-            raise UnsafePathError(f"refusing {what} {shown(name)}: it is not one file name "
-                                  f"inside {base}")
+        if (
+            not isinstance(name, str)
+            or name in ("", ".", "..")
+            or "\0" in name
+            or "/" in name
+            or (os.altsep and os.altsep in name)
+            or os.sep in name
+        ):
+            raise UnsafePathError(
+                f"refusing {what} {shown(name)}: it is not one file name inside {base}"
+            )
     path = base.joinpath(*names).resolve()
     if path != base and base not in path.parents:
-        raise UnsafePathError(f"refusing {what} {shown('/'.join(names))}: it leads to {path}, "
-                              f"outside {base}")
+        raise UnsafePathError(
+            f"refusing {what} {shown('/'.join(names))}: it leads to {path}, outside {base}"
+        )
     return path
 
 

@@ -5,17 +5,15 @@ OpenCode's tool-name sanitising. Settings validate with it; ``tools/mcp.py`` run
 
 from __future__ import annotations
 
-from typing import Any
-from .errors import ConfigError
-from typing import Mapping
-from .errors import ToolFailure
-from dataclasses import dataclass
-from dataclasses import field
 import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
+from .errors import ConfigError, ToolFailure
 
 DEFAULT_TIMEOUT = 30.0  # seconds: starting a server (connect + list tools) and each call
 MAX_TIMEOUT = 3600.0  # more than this in %config is taken for milliseconds (OpenCode's unit)

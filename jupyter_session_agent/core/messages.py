@@ -16,8 +16,9 @@ import collections.abc as _abc
 import dataclasses
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Literal, Mapping
+from typing import Any, ClassVar, Literal
 
 Json = dict[str, Any]
 
@@ -131,23 +132,39 @@ def _nested(value: Any, key: str) -> Any:
 
 
 def _compile_decoder(cls: type) -> Any:
-    ns: dict[str, Any] = {"cls": cls, "new": object.__new__, "freeze": _freeze, "nested": _nested,
-                          "dict": dict, "list": list}
+    ns: dict[str, Any] = {
+        "cls": cls,
+        "new": object.__new__,
+        "freeze": _freeze,
+        "nested": _nested,
+        "dict": dict,
+        "list": list,
+    }
     flds = fields(cls)
-    slots = {f.name: next((c.__dict__[f.name] for c in cls.__mro__ if f.name in c.__dict__), None) for f in flds}
-    direct = (not hasattr(cls, "__post_init__")
-              and all(f.init and type(slots[f.name]).__name__ == "member_descriptor" for f in flds))
+    slots = {
+        f.name: next((c.__dict__[f.name] for c in cls.__mro__ if f.name in c.__dict__), None)
+        for f in flds
+    }
+    direct = not hasattr(cls, "__post_init__") and all(
+        f.init and type(slots[f.name]).__name__ == "member_descriptor" for f in flds
+    )
     body = ["def decode(d):", "    get = d.get"]
     for i, f in enumerate(flds):
         v = f"v{i}"
         head, *rest = _key(f.name, cls._KEYS).split(".")
         body.append(f"    {v} = get({head!r})")
         for key in rest:
-            body.append(f"    if {v} is not None: "
-                        f"{v} = {v}.get({key!r}) if {v}.__class__ is dict else nested({v}, {key!r})")
+            body.append(
+                f"    if {v} is not None: "
+                f"{v} = {v}.get({key!r}) if {v}.__class__ is dict else nested({v}, {key!r})"
+            )
         convert = cls._CONVERT.get(f.name)
         owner = getattr(convert, "__self__", None)
-        if isinstance(owner, type) and issubclass(owner, _Value) and getattr(convert, "__name__", "") == "from_data":
+        if (
+            isinstance(owner, type)
+            and issubclass(owner, _Value)
+            and getattr(convert, "__name__", "") == "from_data"
+        ):
             ns[f"c{i}"] = decoder(owner)
             value = f"c{i}({v})"
         elif convert is tool_state_from_data:
@@ -170,7 +187,11 @@ def _compile_decoder(cls: type) -> Any:
             ns[f"m{i}"] = f"{cls.__name__}.from_data: missing required field {f.name!r}"
             body.append(f"    if {v} is None: raise TypeError(m{i})")
             default = None
-        body.append(f"    {v} = {value}" if default is None else f"    {v} = {default} if {v} is None else {value}")
+        body.append(
+            f"    {v} = {value}"
+            if default is None
+            else f"    {v} = {default} if {v} is None else {value}"
+        )
         allowed = _scalar_classes(f.type) if convert is None else None
         if allowed is not None:  # a stored field of the wrong shape is unreadable, not trusted
             ns[f"a{i}"] = allowed
@@ -189,7 +210,10 @@ def _compile_decoder(cls: type) -> Any:
 
 
 _SCALARS: dict[str, tuple[type, ...]] = {
-    "str": (str,), "bool": (bool,), "int": (int, bool, float), "float": (float, int, bool),
+    "str": (str,),
+    "bool": (bool,),
+    "int": (int, bool, float),
+    "float": (float, int, bool),
     "None": (type(None),),
 }
 
@@ -249,7 +273,9 @@ class Tokens(_Value):
 # sessions
 
 
-DEFAULT_TITLE_RE = re.compile(r"^(New session - |Child session - )\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+DEFAULT_TITLE_RE = re.compile(
+    r"^(New session - |Child session - )\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$"
+)
 
 
 def default_title(created_ms: int, *, child: bool = False) -> str:
@@ -311,7 +337,7 @@ class ModelRef(_Value):
     model_id: str
 
     @classmethod
-    def parse(cls, spec: str) -> "ModelRef":
+    def parse(cls, spec: str) -> ModelRef:
         """``"provider/model"`` → ModelRef; a bare name means provider ``openai``."""
         provider, sep, model = spec.partition("/")
         return cls(provider, model) if sep else cls("openai", provider)
@@ -588,7 +614,9 @@ class RetryPart(_PartBase):
     attempt: int = 1
     error: Json = field(default_factory=dict)
     time_created: int = 0
-    time_next: int | None = None  # when the retry was due (epoch ms): the wait is time.next - time.created
+    time_next: int | None = (
+        None  # when the retry was due (epoch ms): the wait is time.next - time.created
+    )
     type: ClassVar[str] = "retry"
     _KEYS: ClassVar[dict[str, str]] = {"time_created": "time.created", "time_next": "time.next"}
     _CONVERT: ClassVar[dict[str, Any]] = {"error": dict}
@@ -597,13 +625,33 @@ class RetryPart(_PartBase):
 PART_TYPES: dict[str, type[_PartBase]] = {
     c.type: c
     for c in (
-        TextPart, ReasoningPart, FilePart, ToolPart, StepStartPart, StepFinishPart,
-        SnapshotPart, PatchPart, AgentPart, CompactionPart, SubtaskPart, RetryPart,
+        TextPart,
+        ReasoningPart,
+        FilePart,
+        ToolPart,
+        StepStartPart,
+        StepFinishPart,
+        SnapshotPart,
+        PatchPart,
+        AgentPart,
+        CompactionPart,
+        SubtaskPart,
+        RetryPart,
     )
 }
 Part = (
-    TextPart | ReasoningPart | FilePart | ToolPart | StepStartPart | StepFinishPart
-    | SnapshotPart | PatchPart | AgentPart | CompactionPart | SubtaskPart | RetryPart
+    TextPart
+    | ReasoningPart
+    | FilePart
+    | ToolPart
+    | StepStartPart
+    | StepFinishPart
+    | SnapshotPart
+    | PatchPart
+    | AgentPart
+    | CompactionPart
+    | SubtaskPart
+    | RetryPart
 )
 
 
@@ -634,10 +682,15 @@ class UnknownPart(_PartBase):
         return {**self.data, **ids}
 
     @classmethod
-    def from_data(cls, data: Mapping[str, Any], problem: str = "") -> "UnknownPart":
+    def from_data(cls, data: Mapping[str, Any], problem: str = "") -> UnknownPart:
         rest = {k: v for k, v in data.items() if k not in ("id", "sessionID", "messageID")}
-        return cls(id=data["id"], session_id=data["sessionID"], message_id=data["messageID"],
-                   data=rest, problem=problem or f"unknown part type {rest.get('type')!r}")
+        return cls(
+            id=data["id"],
+            session_id=data["sessionID"],
+            message_id=data["messageID"],
+            data=rest,
+            problem=problem or f"unknown part type {rest.get('type')!r}",
+        )
 
 
 def read_part(data: Mapping[str, Any]) -> Part | UnknownPart:

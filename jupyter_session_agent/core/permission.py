@@ -23,9 +23,10 @@ import json
 import os
 import posixpath
 import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from . import ids
 from .errors import ConfigError, ToolFailure, UsageError
@@ -58,8 +59,10 @@ def permission_name(name: str) -> str:
     if name in EDIT_TOOLS:
         return "edit"
     if name in READ_TOOLS and name != "read" or name in KERNEL_READ_TOOLS:
-        raise ConfigError(f"{name} asks the read permission — write the rule for read, e.g. "
-                          f"%agent permit read \"/data/*\" deny")
+        raise ConfigError(
+            f"{name} asks the read permission — write the rule for read, e.g. "
+            f'%agent permit read "/data/*" deny'
+        )
     return name
 
 
@@ -77,14 +80,18 @@ class Rule:
         return {"permission": self.permission, "pattern": self.pattern, "action": self.action}
 
     @classmethod
-    def of(cls, value: "Rule | Mapping[str, Any]") -> "Rule":
+    def of(cls, value: Rule | Mapping[str, Any]) -> Rule:
         """A Rule from a Rule or a ``{permission, pattern, action}`` mapping (validated)."""
         if isinstance(value, Rule):
             return value
         try:
-            rule = cls(str(value["permission"]), str(value.get("pattern", "*")), str(value["action"]))
+            rule = cls(
+                str(value["permission"]), str(value.get("pattern", "*")), str(value["action"])
+            )
         except (KeyError, TypeError, AttributeError):
-            raise ConfigError(f"a permission rule needs permission, pattern and action; got {value!r}") from None
+            raise ConfigError(
+                f"a permission rule needs permission, pattern and action; got {value!r}"
+            ) from None
         _check_action(rule.action, rule.permission)
         return rule
 
@@ -96,7 +103,7 @@ def _check_action(action: Any, where: str) -> None:
     if action not in ACTIONS:
         raise ConfigError(
             f"permission {where!r}: action must be allow, ask or deny, not {action!r} — "
-            "e.g. %config AgentMagics.permission = {\"bash\": \"allow\"}"
+            'e.g. %config AgentMagics.permission = {"bash": "allow"}'
         )
 
 
@@ -126,7 +133,9 @@ def expand(pattern: str, home: str | None = None) -> str:
     return pattern
 
 
-def from_config(config: Mapping[str, Any] | str | None, *, home: str | None = None) -> tuple[Rule, ...]:
+def from_config(
+    config: Mapping[str, Any] | str | None, *, home: str | None = None
+) -> tuple[Rule, ...]:
     """``{perm: action | {pattern: action}}`` (or one action for everything) → rules, key order kept."""
     if config is None:
         return ()
@@ -134,7 +143,7 @@ def from_config(config: Mapping[str, Any] | str | None, *, home: str | None = No
         config = {"*": config}
     if not isinstance(config, Mapping):
         raise ConfigError(
-            f"permission must be a dict like {{\"bash\": \"allow\", \"edit\": {{\"*.py\": \"allow\"}}}}, "
+            f'permission must be a dict like {{"bash": "allow", "edit": {{"*.py": "allow"}}}}, '
             f"not {type(config).__name__}"
         )
     rules: list[Rule] = []
@@ -145,7 +154,9 @@ def from_config(config: Mapping[str, Any] | str | None, *, home: str | None = No
             rules.append(Rule(name, "*", value))
             continue
         if not isinstance(value, Mapping):
-            raise ConfigError(f"permission {key!r}: use an action or a {{pattern: action}} dict, not {value!r}")
+            raise ConfigError(
+                f"permission {key!r}: use an action or a {{pattern: action}} dict, not {value!r}"
+            )
         for pattern, action in value.items():
             _check_action(action, f"{key}: {pattern}")
             rules.append(Rule(name, expand(str(pattern), home), action))
@@ -171,8 +182,11 @@ def evaluate(permission: str, pattern: str, *rulesets: Iterable[Rule | Mapping[s
     return Rule(permission, "*", "ask")
 
 
-def disabled(tools: Iterable[str], ruleset: Iterable[Rule | Mapping[str, Any]],
-             *bounds: Iterable[Rule | Mapping[str, Any]]) -> set[str]:
+def disabled(
+    tools: Iterable[str],
+    ruleset: Iterable[Rule | Mapping[str, Any]],
+    *bounds: Iterable[Rule | Mapping[str, Any]],
+) -> set[str]:
     """Tools to hide from the model: the last rule for their permission is a ``*`` deny
     (in ``ruleset`` or in any of ``bounds``, the rules of a subagent's parents)."""
     tools = list(tools)
@@ -194,7 +208,9 @@ def parse_rule(text: str) -> Rule:
     left, sep, action = text.rpartition("=")
     action = action.strip().lower()
     if not sep or not left.strip() or action not in ACTIONS:
-        raise UsageError(f"bad permission rule {text!r} — use TOOL=allow|ask|deny or TOOL:PATTERN=allow|ask|deny")
+        raise UsageError(
+            f"bad permission rule {text!r} — use TOOL=allow|ask|deny or TOOL:PATTERN=allow|ask|deny"
+        )
     tool, colon, pattern = left.partition(":")
     try:
         name = permission_name(tool)
@@ -310,8 +326,16 @@ def tool_asks(tool: str, args: Mapping[str, Any], directory: str) -> list[Ask]:
 
 
 def doom_loop_ask(tool: str, args: Mapping[str, Any]) -> Ask:
-    return Ask("doom_loop", (tool,), (tool,), {"tool": tool, "input": dict(args or {}),
-                                              "summary": f"{tool} called 3 times in a row with the same input"})
+    return Ask(
+        "doom_loop",
+        (tool,),
+        (tool,),
+        {
+            "tool": tool,
+            "input": dict(args or {}),
+            "summary": f"{tool} called 3 times in a row with the same input",
+        },
+    )
 
 
 def _norm(path: str) -> str:
@@ -348,7 +372,14 @@ def _external(directory: str, target: str, *, directory_kind: bool, tool: str) -
         return []
     parent = target if directory_kind else posixpath.dirname(target)
     glob = posixpath.join(parent, "*")
-    return [Ask("external_directory", (glob,), (glob,), {"tool": tool, "summary": f"{glob} ({tool} {target})"})]
+    return [
+        Ask(
+            "external_directory",
+            (glob,),
+            (glob,),
+            {"tool": tool, "summary": f"{glob} ({tool} {target})"},
+        )
+    ]
 
 
 def _dedupe_external(asks: list[Ask]) -> list[Ask]:
@@ -358,8 +389,13 @@ def _dedupe_external(asks: list[Ask]) -> list[Ask]:
         return asks
     patterns = tuple(dict.fromkeys(p for a in external for p in a.patterns))
     unsure = "; ".join(a.unsure for a in external if a.unsure)
-    merged = Ask("external_directory", patterns, patterns,
-                 {"tool": external[0].metadata.get("tool"), "summary": ", ".join(patterns)}, unsure)
+    merged = Ask(
+        "external_directory",
+        patterns,
+        patterns,
+        {"tool": external[0].metadata.get("tool"), "summary": ", ".join(patterns)},
+        unsure,
+    )
     return [merged] + [a for a in asks if a.permission != "external_directory"]
 
 
@@ -380,8 +416,18 @@ def _glob_root(root: str, pattern: str) -> str:
 
 # -- bash ---------------------------------------------------------------------
 
-_HARMLESS_PATHS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/stdin", "/dev/tty",
-                             "/dev/zero", "/dev/random", "/dev/urandom"})
+_HARMLESS_PATHS = frozenset(
+    {
+        "/dev/null",
+        "/dev/stdout",
+        "/dev/stderr",
+        "/dev/stdin",
+        "/dev/tty",
+        "/dev/zero",
+        "/dev/random",
+        "/dev/urandom",
+    }
+)
 _FD_PATH = re.compile(r"/dev/fd/[0-9]+")
 GLOB_LIMIT = 1000  # matches of one glob word looked at; more: the word is unresolved
 
@@ -431,16 +477,33 @@ def _bash_asks(command: str, directory: str, tool: str) -> list[Ask]:
         else:
             unsure = ""
         summary = ", ".join(globs) if globs else "paths the checker cannot resolve"
-        asks.append(Ask("external_directory", globs, globs,
-                        {"tool": tool, "summary": f"{summary} (bash {_short(command, 80)})",
-                         "command": command}, unsure))
+        asks.append(
+            Ask(
+                "external_directory",
+                globs,
+                globs,
+                {
+                    "tool": tool,
+                    "summary": f"{summary} (bash {_short(command, 80)})",
+                    "command": command,
+                },
+                unsure,
+            )
+        )
     commands = analysis.commands
     patterns = tuple(dict.fromkeys(c.text for c in commands)) or (command.strip(),)
     always = tuple(dict.fromkeys(c.prefix + " *" for c in commands if c.prefix)) or patterns
     unsupported = "; ".join(analysis.unsupported)
     metadata = {"tool": tool, "summary": command.strip(), "command": command}
-    asks.append(Ask("bash", patterns, always, metadata,
-                    f"cannot account for {unsupported}" if unsupported else ""))
+    asks.append(
+        Ask(
+            "bash",
+            patterns,
+            always,
+            metadata,
+            f"cannot account for {unsupported}" if unsupported else "",
+        )
+    )
     return asks
 
 
@@ -512,7 +575,9 @@ class PermissionFailure(ToolFailure):
 
     outcome = "denied"
 
-    def __init__(self, message: str, *, permission: str | None = None, patterns: Sequence[str] = ()):
+    def __init__(
+        self, message: str, *, permission: str | None = None, patterns: Sequence[str] = ()
+    ):
         super().__init__(message)
         self.permission = permission
         self.patterns = tuple(patterns)
@@ -531,16 +596,21 @@ class DeniedError(PermissionFailure):
 
     outcome = "denied"
 
-    def __init__(self, permission: str, pattern: str, rules: Sequence[Rule], *,
-                 inherited: bool = False):
+    def __init__(
+        self, permission: str, pattern: str, rules: Sequence[Rule], *, inherited: bool = False
+    ):
         self.rules = tuple(rules)
         shown = ", ".join(f"{r.permission} {r.pattern!r} → {r.action}" for r in self.rules[-5:])
-        whose = ("the rules of the session that started this subagent" if inherited
-                 else "the user's rules")
+        whose = (
+            "the rules of the session that started this subagent"
+            if inherited
+            else "the user's rules"
+        )
         super().__init__(
             f"permission denied: {permission} {_short(pattern)!r} is denied by {whose} "
             f"({shown}). Do not retry it; use another approach or ask the user.",
-            permission=permission, patterns=(pattern,),
+            permission=permission,
+            patterns=(pattern,),
         )
         self.pattern = pattern
 
@@ -601,10 +671,20 @@ class Broker:
         self.pending: dict[str, Request] = {}
         self.approved: dict[str, list[Rule]] = {}  # session → rules added by "always"
 
-    def ask(self, session_id: str, permission: str, patterns: Sequence[str], *, always: Sequence[str] = (),
-            metadata: Mapping[str, Any] | None = None, ruleset: Iterable[Rule | Mapping] = (),
-            call_id: str | None = None, id: str | None = None, unsure: str = "",
-            bounds: Iterable[Iterable[Rule | Mapping]] = ()) -> Request | None:
+    def ask(
+        self,
+        session_id: str,
+        permission: str,
+        patterns: Sequence[str],
+        *,
+        always: Sequence[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+        ruleset: Iterable[Rule | Mapping] = (),
+        call_id: str | None = None,
+        id: str | None = None,
+        unsure: str = "",
+        bounds: Iterable[Iterable[Rule | Mapping]] = (),
+    ) -> Request | None:
         """``None`` when every pattern is allowed; raises :class:`DeniedError` when one is
         denied; otherwise a pending :class:`Request` to answer with :meth:`reply`.
 
@@ -619,15 +699,27 @@ class Broker:
         action = _decide(permission, patterns, rules, approved, limits, unsure)
         if action == "allow":
             return None
-        request = Request(id or ids.ascending("permission"), session_id, permission, tuple(patterns),
-                          tuple(always), dict(metadata or {}), call_id, rules, unsure, limits)
+        request = Request(
+            id or ids.ascending("permission"),
+            session_id,
+            permission,
+            tuple(patterns),
+            tuple(always),
+            dict(metadata or {}),
+            call_id,
+            rules,
+            unsure,
+            limits,
+        )
         self.pending[request.id] = request
         return request
 
     def list(self) -> list[Request]:
         return list(self.pending.values())
 
-    def reply(self, request_id: str, reply: Reply, message: str | None = None) -> dict[str, ToolFailure | None]:
+    def reply(
+        self, request_id: str, reply: Reply, message: str | None = None
+    ) -> dict[str, ToolFailure | None]:
         """Answer a request. Returns what each request it settles must do: ``None``
         = go ahead, an exception = fail with it.
 
@@ -646,10 +738,14 @@ class Broker:
         same = [r for r in self.pending.values() if r.session_id == request.session_id]
         if reply == "reject":
             where = {"permission": request.permission, "patterns": request.patterns}
-            outcome[request.id] = CorrectedError(message, **where) if message else RejectedError(**where)
+            outcome[request.id] = (
+                CorrectedError(message, **where) if message else RejectedError(**where)
+            )
             for other in same:
                 del self.pending[other.id]
-                outcome[other.id] = RejectedError(permission=other.permission, patterns=other.patterns)
+                outcome[other.id] = RejectedError(
+                    permission=other.permission, patterns=other.patterns
+                )
             return outcome
         outcome[request.id] = None
         if reply == "always":
@@ -657,8 +753,14 @@ class Broker:
             approved.extend(Rule(request.permission, p, "allow") for p in request.always)
             for other in same:
                 try:
-                    action = _decide(other.permission, other.patterns, other.ruleset, approved,
-                                     other.bounds, other.unsure)
+                    action = _decide(
+                        other.permission,
+                        other.patterns,
+                        other.ruleset,
+                        approved,
+                        other.bounds,
+                        other.unsure,
+                    )
                 except DeniedError:
                     continue
                 if action == "allow":
@@ -680,8 +782,14 @@ def unrestricted(permission: str, *rulesets: Iterable[Rule | Mapping[str, Any]])
     return False
 
 
-def _decide(permission: str, patterns: Sequence[str], rules: Sequence[Rule],
-            approved: Sequence[Rule], bounds: Sequence[Sequence[Rule]] = (), unsure: str = "") -> str:
+def _decide(
+    permission: str,
+    patterns: Sequence[str],
+    rules: Sequence[Rule],
+    approved: Sequence[Rule],
+    bounds: Sequence[Sequence[Rule]] = (),
+    unsure: str = "",
+) -> str:
     """``allow`` or ``ask`` for a call, over the session's rules and every bound; raises
     :class:`DeniedError` when any of them denies a pattern."""
     needs = False
@@ -701,22 +809,30 @@ def how_to_allow(request: Request) -> str:
     """The one-line fix for a call that could not be asked about."""
     tool = request.metadata.get("tool") or request.permission
     if request.unsure and (request.permission != "external_directory" or not request.patterns):
-        return (f"{tool}: the permission checker {_short(request.unsure, 160)}, so it asks, and "
-                f"this front end cannot ask (no stdin): write the command without it, or allow "
-                f"every {request.permission} call with %agent permit {request.permission} allow, "
-                f"then run the cell again")
+        return (
+            f"{tool}: the permission checker {_short(request.unsure, 160)}, so it asks, and "
+            f"this front end cannot ask (no stdin): write the command without it, or allow "
+            f"every {request.permission} call with %agent permit {request.permission} allow, "
+            f"then run the cell again"
+        )
     if request.permission == "external_directory":
         pattern = request.patterns[0]
-        return (f"{tool} needs access outside the session directory ({_short(pattern)}) and this front end "
-                f"cannot ask (no stdin): allow it with %agent permit external_directory \"{pattern}\" allow, "
-                f"then run the cell again")
+        return (
+            f"{tool} needs access outside the session directory ({_short(pattern)}) and this front end "
+            f'cannot ask (no stdin): allow it with %agent permit external_directory "{pattern}" allow, '
+            f"then run the cell again"
+        )
     if request.permission == "doom_loop":
-        return (f"{tool} was called 3 times in a row with the same input and this front end cannot ask "
-                "(no stdin): the turn stopped; %agent permit doom_loop allow lets such loops run")
-    config = f"{{\"{request.permission}\": \"allow\"}}"
-    return (f"{tool} needs your approval and this front end cannot ask (no stdin): allow it with "
-            f"%agent permit {request.permission} allow (this session) or "
-            f"%config AgentMagics.permission = {config}, then run the cell again")
+        return (
+            f"{tool} was called 3 times in a row with the same input and this front end cannot ask "
+            "(no stdin): the turn stopped; %agent permit doom_loop allow lets such loops run"
+        )
+    config = f'{{"{request.permission}": "allow"}}'
+    return (
+        f"{tool} needs your approval and this front end cannot ask (no stdin): allow it with "
+        f"%agent permit {request.permission} allow (this session) or "
+        f"%config AgentMagics.permission = {config}, then run the cell again"
+    )
 
 
 # --------------------------------------------------------------------------
@@ -738,10 +854,16 @@ class Gate:
     the session's other pending requests).
     """
 
-    def __init__(self, *, session_id: str, directory: str, ruleset: Callable[[], Sequence[Rule]],
-                 approver: Callable[[Request], tuple[str, str | None]],
-                 on_always: Callable[[list[Rule]], None] | None = None,
-                 bounds: Sequence[Callable[[], Sequence[Rule]]] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        directory: str,
+        ruleset: Callable[[], Sequence[Rule]],
+        approver: Callable[[Request], tuple[str, str | None]],
+        on_always: Callable[[list[Rule]], None] | None = None,
+        bounds: Sequence[Callable[[], Sequence[Rule]]] = (),
+    ) -> None:
         self.session_id = session_id
         self.bounds = tuple(bounds)  # the rules of the sessions that started this one (subagents)
         self.directory = directory
@@ -754,7 +876,7 @@ class Gate:
 
     def __call__(self, tool: str, args: Mapping[str, Any], call: Any = None) -> None:
         key = (tool, _canonical(args))
-        recent = self.calls[-(DOOM_LOOP_THRESHOLD - 1):]
+        recent = self.calls[-(DOOM_LOOP_THRESHOLD - 1) :]
         self.calls.append(key)
         asks = tool_asks(tool, args, self.directory)
         if len(recent) == DOOM_LOOP_THRESHOLD - 1 and all(k == key for k in recent):
@@ -782,9 +904,10 @@ class Gate:
 
         def may_read(path: str) -> bool:
             try:
-                return all(_decide(a.permission, a.patterns, rules, approved, bounds, a.unsure)
-                           == "allow" for a in tool_asks("read", {"filePath": path},
-                                                         self.directory))
+                return all(
+                    _decide(a.permission, a.patterns, rules, approved, bounds, a.unsure) == "allow"
+                    for a in tool_asks("read", {"filePath": path}, self.directory)
+                )
             except DeniedError:
                 return False
 
@@ -793,21 +916,33 @@ class Gate:
     def child_bounds(self) -> tuple[Callable[[], Sequence[Rule]], ...]:
         """What a subagent started now must stay within: this turn's rules (defaults, config,
         session, cell), the answers given so far, and this gate's own bounds."""
+
         def effective() -> list[Rule]:
             return [*self.ruleset(), *self.broker.approved.get(self.session_id, [])]
 
         return (effective, *self.bounds)
 
     def _check(self, ask: Ask, call_id: str | None) -> None:
-        request = self.broker.ask(self.session_id, ask.permission, ask.patterns, always=ask.always,
-                                  metadata=ask.metadata, ruleset=self.ruleset(), call_id=call_id,
-                                  unsure=ask.unsure, bounds=[bound() for bound in self.bounds])
+        request = self.broker.ask(
+            self.session_id,
+            ask.permission,
+            ask.patterns,
+            always=ask.always,
+            metadata=ask.metadata,
+            ruleset=self.ruleset(),
+            call_id=call_id,
+            unsure=ask.unsure,
+            bounds=[bound() for bound in self.bounds],
+        )
         if request is None:
             return
         if self.stopped is not None:
             self.broker.reply(request.id, "reject")
-            raise RejectedError("rejected: the user rejected an earlier tool call in this turn",
-                                permission=request.permission, patterns=request.patterns)
+            raise RejectedError(
+                "rejected: the user rejected an earlier tool call in this turn",
+                permission=request.permission,
+                patterns=request.patterns,
+            )
         try:
             reply, message = self.approver(request)
         except RejectedError as err:  # no way to ask: a denial that stops the turn
@@ -837,9 +972,29 @@ def _canonical(args: Mapping[str, Any]) -> str:
 
 
 __all__ = [
-    "Rule", "Ask", "Request", "Broker", "Gate", "DeniedError", "RejectedError", "CorrectedError",
-    "ApprovalUnavailable", "match", "expand", "from_config", "from_data", "merge", "evaluate",
-    "disabled", "defaults", "tool_asks", "doom_loop_ask", "split_commands", "bash_prefix",
+    "Rule",
+    "Ask",
+    "Request",
+    "Broker",
+    "Gate",
+    "DeniedError",
+    "RejectedError",
+    "CorrectedError",
+    "ApprovalUnavailable",
+    "match",
+    "expand",
+    "from_config",
+    "from_data",
+    "merge",
+    "evaluate",
+    "disabled",
+    "defaults",
+    "tool_asks",
+    "doom_loop_ask",
+    "split_commands",
+    "bash_prefix",
     "unrestricted",
-    "parse_rule", "permission_of", "how_to_allow",
+    "parse_rule",
+    "permission_of",
+    "how_to_allow",
 ]

@@ -52,8 +52,11 @@ _FORMATS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("anthropic", ("sk-ant-",), r"(?<![\w-])sk-ant-[A-Za-z0-9_-]{20,}"),
     ("openai", ("sk-",), r"(?<![\w-])sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
     ("aws", ("AKIA", "ASIA"), r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])"),
-    ("github", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
-     r"(?<![\w])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
+    (
+        "github",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        r"(?<![\w])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})",
+    ),
     ("slack", ("xox",), r"(?<![\w-])xox[abposr]-[A-Za-z0-9-]{10,}"),
     ("google", ("AIza",), r"(?<![\w-])AIza[0-9A-Za-z_-]{35}"),
     ("bearer", ("earer",), r"(?<=[Bb]earer )[A-Za-z0-9._~+/-]{16,}=*"),
@@ -73,8 +76,12 @@ def _label(name: str) -> str:
 
 def _forms(value: str) -> set[str]:
     """``value`` and how it looks inside JSON, HTML, a Python repr and a URL."""
-    forms = {value, json.dumps(value, ensure_ascii=False)[1:-1], html.escape(value),
-             repr(value)[1:-1]}
+    forms = {
+        value,
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        html.escape(value),
+        repr(value)[1:-1],
+    }
     try:
         forms.add(quote(value, safe=""))
     except UnicodeEncodeError:  # a lone surrogate: no URL holds it as it is
@@ -94,8 +101,12 @@ def _add(pairs: list[tuple[str, str]]) -> None:
 
 
 def _plausible(value: str) -> bool:
-    return (len(value) >= MIN_SECRET_LENGTH and not value.startswith(("/", "~", "."))
-            and re.search(r"[A-Za-z]", value) is not None and value.lower() not in _NOT_SECRETS)
+    return (
+        len(value) >= MIN_SECRET_LENGTH
+        and not value.startswith(("/", "~", "."))
+        and re.search(r"[A-Za-z]", value) is not None
+        and value.lower() not in _NOT_SECRETS
+    )
 
 
 def remember(value: str | None, name: str = "secret") -> None:
@@ -204,5 +215,14 @@ def clean_record(value: Any) -> Any:
 
 _scan()  # at import (``%load_ext``): what the kernel started with is known from the start
 
-__all__ = ["redact", "redact_value", "secret_env_values", "contains_secret", "remember", "clean",
-           "clean_value", "clean_record", "SECRET_NAME_WORDS"]
+__all__ = [
+    "redact",
+    "redact_value",
+    "secret_env_values",
+    "contains_secret",
+    "remember",
+    "clean",
+    "clean_value",
+    "clean_record",
+    "SECRET_NAME_WORDS",
+]

@@ -25,7 +25,8 @@ import json
 import math
 import re
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .errors import ContextOverflowError, ProviderError
 
@@ -167,7 +168,11 @@ def retry_message(err: BaseException) -> str | None:
 
     code = data.get("code") if isinstance(data.get("code"), str) else ""
     inner = data.get("error")
-    if data.get("type") == "error" and isinstance(inner, Mapping) and inner.get("type") == "too_many_requests":
+    if (
+        data.get("type") == "error"
+        and isinstance(inner, Mapping)
+        and inner.get("type") == "too_many_requests"
+    ):
         return "Too Many Requests"
     if "exhausted" in code or "unavailable" in code:
         return OVERLOADED
@@ -228,14 +233,16 @@ def _hinted_ms(headers: Mapping[str, Any], now: float) -> float | None:
             if when.tzinfo is None:  # "-0000" parses naive; HTTP dates are GMT
                 import datetime as _dt
 
-                when = when.replace(tzinfo=_dt.timezone.utc)
+                when = when.replace(tzinfo=_dt.UTC)
             delta_ms = when.timestamp() * 1000 - now * 1000
             if delta_ms > 0:
                 return float(math.ceil(delta_ms))
     return None
 
 
-def retry_delay(attempt: int, err: BaseException | None = None, *, now: float | None = None) -> float:
+def retry_delay(
+    attempt: int, err: BaseException | None = None, *, now: float | None = None
+) -> float:
     """Seconds to wait before retry number ``attempt`` (1-based).
 
     With response headers on ``err`` (``err.headers``, as on
@@ -289,8 +296,9 @@ def human_seconds(seconds: float) -> str:
     return " ".join(shown)
 
 
-def next_wait(attempt: int, err: BaseException, *, max_wait: float,
-              now: float | None = None) -> float:
+def next_wait(
+    attempt: int, err: BaseException, *, max_wait: float, now: float | None = None
+) -> float:
     """Seconds to wait before retry ``attempt``, never more than ``max_wait``.
 
     The server's own hint is honoured up to ``max_wait``; a longer one raises
@@ -307,8 +315,10 @@ def next_wait(attempt: int, err: BaseException, *, max_wait: float,
             f"{reason} — the server asks to wait {human_seconds(asked)} before a retry, "
             f"more than max_retry_wait allows ({max_wait:g} s): try again later, or raise "
             f"%config AgentMagics.max_retry_wait = {int(math.ceil(asked))}",
-            status=getattr(err, "status", None), retryable=False,
-            headers=getattr(err, "headers", None), body=getattr(err, "body", None),
+            status=getattr(err, "status", None),
+            retryable=False,
+            headers=getattr(err, "headers", None),
+            body=getattr(err, "body", None),
         )
     return asked
 

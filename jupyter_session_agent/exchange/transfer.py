@@ -30,14 +30,13 @@ import json
 import os
 import re
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from ..core import ids
-from ..core.messages import tool_label, tool_status
 from ..core.errors import AgentError, SessionNotFoundError, UsageError
-from ..core.redact import clean, clean_value
 from ..core.messages import (
     AgentPart,
     AssistantMessage,
@@ -60,7 +59,10 @@ from ..core.messages import (
     message_from_data,
     read_part,
     replace,
+    tool_label,
+    tool_status,
 )
+from ..core.redact import clean, clean_value
 
 BUNDLE_FORMAT = "jupyter-session-agent/session"
 BUNDLE_VERSION = 1
@@ -114,7 +116,9 @@ def bundle(store, session_id: str, depth: int = 0) -> dict:
     out["messages"] = [m.to_data() for m in store.messages(info.id)]
     kids = children(store, info.id)
     if kids:
-        out["children"] = [bundle(store, c.id, depth + 1) for c in sorted(kids, key=lambda s: s.time_created)]
+        out["children"] = [
+            bundle(store, c.id, depth + 1) for c in sorted(kids, key=lambda s: s.time_created)
+        ]
     return out
 
 
@@ -124,12 +128,30 @@ def _totals(store, info: Session, history: Sequence[WithParts]) -> dict:
     own = sum(m.info.cost for m in history if isinstance(m.info, AssistantMessage))
     title = float((info.title_usage or {}).get("cost") or 0.0)
     kids = children_cost(store, info.id)
-    models = sorted({f"{m.info.provider_id}/{m.info.model_id}" for m in history if isinstance(m.info, AssistantMessage)})
-    tokens_in = sum(p.tokens.prompt for m in history for p in m.parts if isinstance(p, StepFinishPart))
-    tokens_out = sum(p.tokens.output for m in history for p in m.parts if isinstance(p, StepFinishPart))
+    models = sorted(
+        {
+            f"{m.info.provider_id}/{m.info.model_id}"
+            for m in history
+            if isinstance(m.info, AssistantMessage)
+        }
+    )
+    tokens_in = sum(
+        p.tokens.prompt for m in history for p in m.parts if isinstance(p, StepFinishPart)
+    )
+    tokens_out = sum(
+        p.tokens.output for m in history for p in m.parts if isinstance(p, StepFinishPart)
+    )
     steps = sum(1 for m in history for p in m.parts if isinstance(p, StepFinishPart))
-    return {"own": own, "title": title, "children": kids, "total": own + title + kids, "models": models,
-            "tokens_in": tokens_in, "tokens_out": tokens_out, "steps": steps}
+    return {
+        "own": own,
+        "title": title,
+        "children": kids,
+        "total": own + title + kids,
+        "models": models,
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "steps": steps,
+    }
 
 
 def _when(ms: int | None) -> str:
@@ -145,15 +167,24 @@ def _visible(info: Session, history: list[WithParts]) -> list[WithParts]:
 def markdown(store, info: Session) -> str:
     history = _visible(info, store.messages(info.id))
     t = _totals(store, info, history)
-    lines = [f"# {info.title}", "",
-             f"- session `{info.id}` · {_when(info.time_created)} → {_when(info.time_updated)} · `{info.directory}`",
-             f"- models: {', '.join(t['models']) or '—'} · {t['steps']} LLM step(s) · "
-             f"{t['tokens_in']:,} tokens in / {t['tokens_out']:,} out",
-             f"- cost: **${t['total']:.4f}** (messages ${t['own']:.4f}, title ${t['title']:.4f}, "
-             f"subagents ${t['children']:.4f})"]
+    lines = [
+        f"# {info.title}",
+        "",
+        f"- session `{info.id}` · {_when(info.time_created)} → {_when(info.time_updated)} · `{info.directory}`",
+        f"- models: {', '.join(t['models']) or '—'} · {t['steps']} LLM step(s) · "
+        f"{t['tokens_in']:,} tokens in / {t['tokens_out']:,} out",
+        f"- cost: **${t['total']:.4f}** (messages ${t['own']:.4f}, title ${t['title']:.4f}, "
+        f"subagents ${t['children']:.4f})",
+    ]
     if info.forked_from:
-        lines.append(f"- forked from `{info.forked_from.get('sessionID')}`"
-                     + (f" before `{info.forked_from['messageID']}`" if info.forked_from.get("messageID") else ""))
+        lines.append(
+            f"- forked from `{info.forked_from.get('sessionID')}`"
+            + (
+                f" before `{info.forked_from['messageID']}`"
+                if info.forked_from.get("messageID")
+                else ""
+            )
+        )
     if info.parent_id:
         lines.append(f"- subagent of `{info.parent_id}`")
     if info.revert:
@@ -168,11 +199,17 @@ def _message_md(item: WithParts) -> str:
     if isinstance(info, UserMessage):
         return f"### You <sub>{_when(info.time_created)}</sub>\n\n{body}".rstrip()
     label = "Summary" if info.summary else "Agent"
-    used = f" · {info.tokens.count:,} tokens · ${info.cost:.4f}" if info.tokens.count or info.cost else ""
+    used = (
+        f" · {info.tokens.count:,} tokens · ${info.cost:.4f}"
+        if info.tokens.count or info.cost
+        else ""
+    )
     error = ""
     if info.error:
         error = f"\n\n❗ **{info.error.get('name', 'Error')}**: {info.error.get('data', {}).get('message', '')}"
-    return f"### {label} <sub>{info.provider_id}/{info.model_id}{used}</sub>\n\n{body}{error}".rstrip()
+    return (
+        f"### {label} <sub>{info.provider_id}/{info.model_id}{used}</sub>\n\n{body}{error}".rstrip()
+    )
 
 
 def _fence(text: str) -> str:
@@ -186,26 +223,43 @@ def _part_md(part) -> str:
     if isinstance(part, TextPart):
         return "" if part.ignored else part.text
     if isinstance(part, ReasoningPart):
-        return f"<details><summary>💭 reasoning</summary>\n\n{part.text}\n\n</details>" if part.text else ""
+        return (
+            f"<details><summary>💭 reasoning</summary>\n\n{part.text}\n\n</details>"
+            if part.text
+            else ""
+        )
     if isinstance(part, ToolPart):
         state = part.state
-        status = tool_status(part)  # failed: completed, but the code raised (the class is the label)
+        status = tool_status(
+            part
+        )  # failed: completed, but the code raised (the class is the label)
         title = getattr(state, "title", None) or ""
-        head = (f"{_ICON.get(status, '')} **{part.tool}**"
-                f"{' · ' + title if title and title != part.tool else ''} · {tool_label(part)}")
+        head = (
+            f"{_ICON.get(status, '')} **{part.tool}**"
+            f"{' · ' + title if title and title != part.tool else ''} · {tool_label(part)}"
+        )
         inner = ["input:", _fence(json.dumps(state.input, ensure_ascii=False, indent=1))]
         if isinstance(state, ToolCompleted):
-            inner += ["output:", _fence("[output pruned by compaction]" if state.time_compacted else state.output)]
+            inner += [
+                "output:",
+                _fence("[output pruned by compaction]" if state.time_compacted else state.output),
+            ]
             child = (state.metadata or {}).get("sessionId") if part.tool == "task" else None
             if child:
                 inner.append(f"subagent session `{child}`")
         elif isinstance(state, ToolError):
             inner += ["error:", _fence(state.error)]
-        return f"<details><summary>{html.escape(head, quote=False)}</summary>\n\n" + "\n\n".join(inner) + "\n\n</details>"
+        return (
+            f"<details><summary>{html.escape(head, quote=False)}</summary>\n\n"
+            + "\n\n".join(inner)
+            + "\n\n</details>"
+        )
     if isinstance(part, StepFinishPart):
         t = part.tokens
-        return (f"<sub>step · {t.prompt:,} in / {t.output:,} out{' (estimated)' if t.estimated else ''}"
-                f" · ${part.cost:.4f} · {part.reason}</sub>")
+        return (
+            f"<sub>step · {t.prompt:,} in / {t.output:,} out{' (estimated)' if t.estimated else ''}"
+            f" · ${part.cost:.4f} · {part.reason}</sub>"
+        )
     if isinstance(part, PatchPart):
         return "📝 files changed: " + ", ".join(f"`{os.path.basename(f)}`" for f in part.files)
     if isinstance(part, CompactionPart):
@@ -250,21 +304,25 @@ _ICON = {"pending": "⏳", "running": "⚙️", "completed": "✅", "error": "�
 
 def html_page(store, info: Session) -> str:
     t = _totals(store, info, _visible(info, store.messages(info.id)))
-    meta = [f"<li>session <code>{_e(info.id)}</code> · {_when(info.time_created)} → {_when(info.time_updated)}"
-            f" · <code>{_e(info.directory)}</code></li>",
-            f"<li>models: {_e(', '.join(t['models']) or '—')} · {t['steps']} LLM step(s) · "
-            f"{t['tokens_in']:,} tokens in / {t['tokens_out']:,} out</li>",
-            f"<li>cost: <b>${t['total']:.4f}</b> (messages ${t['own']:.4f}, title ${t['title']:.4f}, "
-            f"subagents ${t['children']:.4f})</li>"]
+    meta = [
+        f"<li>session <code>{_e(info.id)}</code> · {_when(info.time_created)} → {_when(info.time_updated)}"
+        f" · <code>{_e(info.directory)}</code></li>",
+        f"<li>models: {_e(', '.join(t['models']) or '—')} · {t['steps']} LLM step(s) · "
+        f"{t['tokens_in']:,} tokens in / {t['tokens_out']:,} out</li>",
+        f"<li>cost: <b>${t['total']:.4f}</b> (messages ${t['own']:.4f}, title ${t['title']:.4f}, "
+        f"subagents ${t['children']:.4f})</li>",
+    ]
     if info.forked_from:
-        meta.append(f"<li>forked from <code>{_e(info.forked_from.get('sessionID', ''))}</code></li>")
+        meta.append(
+            f"<li>forked from <code>{_e(info.forked_from.get('sessionID', ''))}</code></li>"
+        )
     body = _session_html(store, info, 0)
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
-        "<meta name=\"generator\" content=\"jupyter-session-agent\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        '<meta name="generator" content="jupyter-session-agent">'
         f"<title>{_e(info.title)}</title><style>{_CSS}</style></head>\n<body><main>\n"
-        f"<h1>{_e(info.title)}</h1>\n<ul class=\"meta\">{''.join(meta)}</ul>\n{body}\n"
+        f'<h1>{_e(info.title)}</h1>\n<ul class="meta">{"".join(meta)}</ul>\n{body}\n'
         f"<footer>exported {time.strftime('%Y-%m-%d %H:%M')} by jupyter-session-agent</footer>\n"
         "</main></body></html>\n"
     )
@@ -274,55 +332,72 @@ def _session_html(store, info: Session, depth: int) -> str:
     history = _visible(info, store.messages(info.id))
     out = [_message_html(store, item, depth) for item in history]
     if info.revert:
-        out.append(f"<div class=\"note\">later messages are hidden by a revert at <code>"
-                   f"{_e(info.revert.get('messageID', ''))}</code></div>")
-    return "\n".join(out) or "<p class=\"note\">(empty session)</p>"
+        out.append(
+            f'<div class="note">later messages are hidden by a revert at <code>'
+            f"{_e(info.revert.get('messageID', ''))}</code></div>"
+        )
+    return "\n".join(out) or '<p class="note">(empty session)</p>'
 
 
 def _message_html(store, item: WithParts, depth: int) -> str:
     info = item.info
     parts = "\n".join(x for x in (_part_html(store, p, depth) for p in item.parts) if x)
     if isinstance(info, UserMessage):
-        return f"<section class=\"msg user\"><div class=\"who\">You · {_when(info.time_created)}</div>{parts}</section>"
+        return f'<section class="msg user"><div class="who">You · {_when(info.time_created)}</div>{parts}</section>'
     label = "Summary" if info.summary else "Agent"
-    cost = f" · {info.tokens.count:,} tokens · ${info.cost:.4f}" if info.tokens.count or info.cost else ""
+    cost = (
+        f" · {info.tokens.count:,} tokens · ${info.cost:.4f}"
+        if info.tokens.count or info.cost
+        else ""
+    )
     error = ""
     if info.error:
-        error = (f"<div class=\"error-line\">❗ {_e(info.error.get('name', 'Error'))}: "
-                 f"{_e(str(info.error.get('data', {}).get('message', '')))}</div>")
+        error = (
+            f'<div class="error-line">❗ {_e(info.error.get("name", "Error"))}: '
+            f"{_e(str(info.error.get('data', {}).get('message', '')))}</div>"
+        )
     cls = "msg summary" if info.summary else "msg"
-    return (f"<section class=\"{cls}\"><div class=\"who\">{label} <span class=\"cost\">"
-            f"({_e(info.provider_id)}/{_e(info.model_id)}{cost})</span></div>{parts}{error}</section>")
+    return (
+        f'<section class="{cls}"><div class="who">{label} <span class="cost">'
+        f"({_e(info.provider_id)}/{_e(info.model_id)}{cost})</span></div>{parts}{error}</section>"
+    )
 
 
 def _part_html(store, part, depth: int) -> str:
     if isinstance(part, TextPart):
-        return "" if part.ignored or not part.text else f"<div class=\"text\">{_md(part.text)}</div>"
+        return "" if part.ignored or not part.text else f'<div class="text">{_md(part.text)}</div>'
     if isinstance(part, ReasoningPart):
-        return "" if not part.text else (
-            f"<details class=\"reasoning\"><summary>💭 reasoning</summary><div class=\"text\">{_md(part.text)}</div></details>")
+        return (
+            ""
+            if not part.text
+            else (
+                f'<details class="reasoning"><summary>💭 reasoning</summary><div class="text">{_md(part.text)}</div></details>'
+            )
+        )
     if isinstance(part, ToolPart):
         return _tool_html(store, part, depth)
     if isinstance(part, StepFinishPart):
         t = part.tokens
         est = " (estimated)" if t.estimated else ""
-        return (f"<div class=\"step\">step · {t.prompt:,} in / {t.output:,} out{est}"
-                f"{f' / {t.reasoning:,} reasoning' if t.reasoning else ''} · ${part.cost:.4f} · {_e(part.reason)}</div>")
+        return (
+            f'<div class="step">step · {t.prompt:,} in / {t.output:,} out{est}'
+            f"{f' / {t.reasoning:,} reasoning' if t.reasoning else ''} · ${part.cost:.4f} · {_e(part.reason)}</div>"
+        )
     if isinstance(part, PatchPart):
         files = ", ".join(f"<code>{_e(os.path.basename(f))}</code>" for f in part.files)
-        return f"<div class=\"note\">📝 files changed: {files}</div>"
+        return f'<div class="note">📝 files changed: {files}</div>'
     if isinstance(part, CompactionPart):
-        return f"<div class=\"marker\">— compaction requested ({'auto' if part.auto else 'manual'}) —</div>"
+        return f'<div class="marker">— compaction requested ({"auto" if part.auto else "manual"}) —</div>'
     if isinstance(part, FilePart):
         if part.url.startswith("data:image/"):
-            return f"<div><img alt=\"{_e(part.filename or 'image')}\" src=\"{_e(part.url)}\"></div>"
-        return f"<div class=\"note\">📎 {_e(part.filename or part.url)} ({_e(part.mime)})</div>"
+            return f'<div><img alt="{_e(part.filename or "image")}" src="{_e(part.url)}"></div>'
+        return f'<div class="note">📎 {_e(part.filename or part.url)} ({_e(part.mime)})</div>'
     if isinstance(part, RetryPart):
-        return f"<div class=\"note\">⟳ retry {part.attempt}: {_e(str(part.error.get('data', {}).get('message', '')))}</div>"
+        return f'<div class="note">⟳ retry {part.attempt}: {_e(str(part.error.get("data", {}).get("message", "")))}</div>'
     if isinstance(part, SubtaskPart):
-        return f"<div class=\"note\">🧩 subtask @{_e(part.agent)}: {_e(part.description)}</div>"
+        return f'<div class="note">🧩 subtask @{_e(part.agent)}: {_e(part.description)}</div>'
     if isinstance(part, AgentPart):
-        return f"<div class=\"note\">@{_e(part.name)}</div>"
+        return f'<div class="note">@{_e(part.name)}</div>'
     if isinstance(part, SnapshotPart):
         return ""
     return ""
@@ -335,24 +410,30 @@ def _tool_html(store, part: ToolPart, depth: int) -> str:
     took = ""
     if isinstance(state, (ToolCompleted, ToolError)):
         took = f" · {(state.time_end - state.time_start) / 1000:.2f} s"
-    inner = [f"<div class=\"label\">input</div><pre>{_e(json.dumps(state.input, ensure_ascii=False, indent=1))}</pre>"]
+    inner = [
+        f'<div class="label">input</div><pre>{_e(json.dumps(state.input, ensure_ascii=False, indent=1))}</pre>'
+    ]
     if isinstance(state, ToolCompleted):
         output = "[output pruned by compaction]" if state.time_compacted else state.output
-        inner.append(f"<div class=\"label\">output</div><pre>{_e(output)}</pre>")
+        inner.append(f'<div class="label">output</div><pre>{_e(output)}</pre>')
         child = (state.metadata or {}).get("sessionId") if part.tool == "task" else None
         if child and depth < MAX_DEPTH:
             try:
                 child_info = store.session(ids.check(child, "session"))
-                inner.append(f"<div class=\"label\">subagent session <code>{_e(child)}</code></div>"
-                             f"<div class=\"child\">{_session_html(store, child_info, depth + 1)}</div>")
+                inner.append(
+                    f'<div class="label">subagent session <code>{_e(child)}</code></div>'
+                    f'<div class="child">{_session_html(store, child_info, depth + 1)}</div>'
+                )
             except AgentError:  # not a session id, or no such session (any more)
                 pass
     elif isinstance(state, ToolError):
-        inner.append(f"<div class=\"label\">error</div><pre>{_e(state.error)}</pre>")
-    return (f"<details class=\"tool {status}\"><summary>{_ICON.get(status, '')} <b>{_e(part.tool)}</b>"
-            f"{' · ' + _e(title) if title and title != part.tool else ''} · "
-            f"<span class=\"status\">{_e(tool_label(part))}</span>"
-            f"{took}</summary><div>{''.join(inner)}</div></details>")
+        inner.append(f'<div class="label">error</div><pre>{_e(state.error)}</pre>')
+    return (
+        f'<details class="tool {status}"><summary>{_ICON.get(status, "")} <b>{_e(part.tool)}</b>'
+        f"{' · ' + _e(title) if title and title != part.tool else ''} · "
+        f'<span class="status">{_e(tool_label(part))}</span>'
+        f"{took}</summary><div>{''.join(inner)}</div></details>"
+    )
 
 
 def _e(text: Any) -> str:
@@ -368,7 +449,7 @@ def _md(text: str) -> str:
     """A small, safe Markdown subset: fenced code, headings, paragraphs, `code`, **bold**."""
     out, pos = [], 0
     for match in _FENCE.finditer(text):
-        out.append(_paragraphs(text[pos:match.start()]))
+        out.append(_paragraphs(text[pos : match.start()]))
         out.append(f"<pre><code>{_e(match.group(1).rstrip(chr(10)))}</code></pre>")
         pos = match.end()
     out.append(_paragraphs(text[pos:]))
@@ -392,8 +473,12 @@ def _paragraphs(text: str) -> str:
 def _inline(text: str) -> str:
     out, pos = [], 0
     for match in _INLINE.finditer(text):
-        out.append(_e(text[pos:match.start()]))
-        out.append(f"<code>{_e(match.group(1))}</code>" if match.group(1) is not None else f"<b>{_e(match.group(2))}</b>")
+        out.append(_e(text[pos : match.start()]))
+        out.append(
+            f"<code>{_e(match.group(1))}</code>"
+            if match.group(1) is not None
+            else f"<b>{_e(match.group(2))}</b>"
+        )
         pos = match.end()
     out.append(_e(text[pos:]))
     return "".join(out)
@@ -416,12 +501,19 @@ class ImportResult:
     def __str__(self) -> str:
         if self.status == "unchanged":
             return f"{self.session_id} is already in the history, unchanged — nothing imported"
-        kids = f" and {len(self.sessions) - 1} subagent session(s)" if len(self.sessions) > 1 else ""
-        dropped = (f"; {self.dropped_paths} saved-output path(s) outside this data directory "
-                   "dropped" if self.dropped_paths else "")
+        kids = (
+            f" and {len(self.sessions) - 1} subagent session(s)" if len(self.sessions) > 1 else ""
+        )
+        dropped = (
+            f"; {self.dropped_paths} saved-output path(s) outside this data directory dropped"
+            if self.dropped_paths
+            else ""
+        )
         where = f"; it works in {self.directory}" if self.directory else ""
-        return (f"imported {self.session_id}{kids}: {self.messages} messages, {self.parts} parts "
-                f"(same ids){dropped}{where}")
+        return (
+            f"imported {self.session_id}{kids}: {self.messages} messages, {self.parts} parts "
+            f"(same ids){dropped}{where}"
+        )
 
 
 def load_bundle(source: Any) -> dict:
@@ -434,23 +526,37 @@ def load_bundle(source: Any) -> dict:
     except FileNotFoundError:
         raise UsageError(f"no file {str(path)!r} — {hint}") from None
     except IsADirectoryError:
-        raise UsageError(f"{path} is a folder — {hint} (for OpenCode's data folder: "
-                         "`%agent import-opencode DIR`)") from None
+        raise UsageError(
+            f"{path} is a folder — {hint} (for OpenCode's data folder: "
+            "`%agent import-opencode DIR`)"
+        ) from None
     except OSError as err:
         raise UsageError(f"cannot read {path}: {err.strerror or err} — {hint}") from None
     except (ValueError, RecursionError) as err:
-        raise UsageError(f"{path} is not JSON ({type(err).__name__}: {str(err)[:120]}) — "
-                         "expected a bundle from `%agent export --format json`") from None
-    if (not isinstance(data, dict) or not isinstance(data.get("info"), dict)
-            or not isinstance(data.get("messages"), list)):
-        raise UsageError(f"{path} is not a session bundle — expected {{\"info\": …, \"messages\": […]}} "
-                         "(from `%agent export --format json` or `opencode export`)")
+        raise UsageError(
+            f"{path} is not JSON ({type(err).__name__}: {str(err)[:120]}) — "
+            "expected a bundle from `%agent export --format json`"
+        ) from None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("info"), dict)
+        or not isinstance(data.get("messages"), list)
+    ):
+        raise UsageError(
+            f'{path} is not a session bundle — expected {{"info": …, "messages": […]}} '
+            "(from `%agent export --format json` or `opencode export`)"
+        )
     version = data.get("version", 1)
-    if (data.get("format", BUNDLE_FORMAT) != BUNDLE_FORMAT or not isinstance(version, int)
-            or version > BUNDLE_VERSION):
-        raise UsageError(f"{path}: unsupported bundle format {ids.shown(data.get('format'))} "
-                         f"version {ids.shown(version)} — export it again with this version's "
-                         "`%agent export`")
+    if (
+        data.get("format", BUNDLE_FORMAT) != BUNDLE_FORMAT
+        or not isinstance(version, int)
+        or version > BUNDLE_VERSION
+    ):
+        raise UsageError(
+            f"{path}: unsupported bundle format {ids.shown(data.get('format'))} "
+            f"version {ids.shown(version)} — export it again with this version's "
+            "`%agent export`"
+        )
     return data
 
 
@@ -471,16 +577,19 @@ def _decode(data: dict) -> tuple[Session, list[WithParts]]:
     except ids.InvalidIdError as err:
         raise UsageError(f"refusing the bundle: {err}; nothing was imported") from None
     except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise UsageError(f"the bundle has a malformed session, message or part "
-                         f"({type(err).__name__}: {str(err)[:120]})") from None
+        raise UsageError(
+            f"the bundle has a malformed session, message or part "
+            f"({type(err).__name__}: {str(err)[:120]})"
+        ) from None
     return info, history
 
 
 def _same_owner(data: Any, key: str, expected: str, kind: str) -> None:
     value = data.get(key) if isinstance(data, dict) else None
     if value is not None and value != expected:
-        raise ids.InvalidIdError(f"a {kind} in session {expected} says its {key} is "
-                                 f"{ids.shown(value)}")
+        raise ids.InvalidIdError(
+            f"a {kind} in session {expected} says its {key} is {ids.shown(value)}"
+        )
 
 
 # --------------------------------------------------------------------------
@@ -524,8 +633,10 @@ def check_part(part) -> Any:
     ids.check(part.message_id, "message", what=f"{where}'s messageID")
     if isinstance(part, ToolPart):
         if part.call_id and not ids.safe_name(part.call_id):
-            raise ids.InvalidIdError(f"{where}'s callID {ids.shown(part.call_id)} is not a tool "
-                                     "call id (letters, digits and _.:- only)")
+            raise ids.InvalidIdError(
+                f"{where}'s callID {ids.shown(part.call_id)} is not a tool "
+                "call id (letters, digits and _.:- only)"
+            )
         metadata = getattr(part.state, "metadata", None) or {}
         child = metadata.get("sessionId") if part.tool == "task" else None
         if child is not None:
@@ -535,8 +646,9 @@ def check_part(part) -> Any:
         value = getattr(part, name, None)
         if value and not ids.is_hash(value):
             raise ids.InvalidIdError(f"{where}'s {name} {ids.shown(value)} is not a tree hash")
-    if isinstance(part, PatchPart) and not all(isinstance(f, str) and "\0" not in f
-                                               for f in part.files):
+    if isinstance(part, PatchPart) and not all(
+        isinstance(f, str) and "\0" not in f for f in part.files
+    ):
         raise ids.InvalidIdError(f"{where}'s files are not all paths")
     if isinstance(part, CompactionPart) and part.tail_start_id is not None:
         ids.check(part.tail_start_id, "message", what=f"{where}'s tail_start_id")
@@ -570,10 +682,14 @@ def _same(store, info: Session, history: list[WithParts]) -> bool | None:
     if existing.id != info.id:  # a prefix match of another session
         return None
     # the working folder is the importer's, never the bundle's: it is not compared
-    return replace(existing, directory=info.directory) == info and store.messages(info.id) == history
+    return (
+        replace(existing, directory=info.directory) == info and store.messages(info.id) == history
+    )
 
 
-def import_bundle(store, source: Any, *, directory: str | os.PathLike | None = None) -> ImportResult:
+def import_bundle(
+    store, source: Any, *, directory: str | os.PathLike | None = None
+) -> ImportResult:
     """Write a bundle's session (and its subagent sessions) into the history, ids unchanged.
 
     The bundle's working folder is a path from outside: the imported sessions work in
@@ -595,16 +711,19 @@ def import_bundle(store, source: Any, *, directory: str | os.PathLike | None = N
                 dropped += lost
             history[i] = WithParts(item.info, tuple(parts))
     if len({info.id for info, _ in plan}) != len(plan):
-        raise UsageError("refusing the bundle: it holds the same session twice; "
-                         "nothing was imported")
+        raise UsageError(
+            "refusing the bundle: it holds the same session twice; nothing was imported"
+        )
     states = [_same(store, info, history) for info, history in plan]
     root = plan[0][0]
     if all(s is True for s in states):
         return ImportResult(root.id, "unchanged", sessions=[i.id for i, _ in plan])
     clash = next((info.id for (info, _), s in zip(plan, states) if s is False), None)
     if clash:
-        raise UsageError(f"session {clash} is already in the history and differs from this bundle — "
-                         f"`%agent delete {clash}` first to replace it")
+        raise UsageError(
+            f"session {clash} is already in the history and differs from this bundle — "
+            f"`%agent delete {clash}` first to replace it"
+        )
     result = ImportResult(root.id, "imported", dropped_paths=dropped, directory=home)
     for (info, history), state in zip(plan, states):
         if state is True:
@@ -622,16 +741,23 @@ def import_bundle(store, source: Any, *, directory: str | os.PathLike | None = N
 def _collect(data: dict, plan: list, depth: int, parent: str | None = None) -> None:
     if depth > 32:
         raise UsageError("the bundle nests subagent sessions more than 32 deep")
-    if (not isinstance(data, dict) or not isinstance(data.get("info"), dict)
-            or not isinstance(data.get("messages"), list)
-            or not isinstance(data.get("children") or [], list)):
-        raise UsageError("the bundle has a malformed subagent session — expected "
-                         "{\"info\": …, \"messages\": […], \"children\": […]}")
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("info"), dict)
+        or not isinstance(data.get("messages"), list)
+        or not isinstance(data.get("children") or [], list)
+    ):
+        raise UsageError(
+            "the bundle has a malformed subagent session — expected "
+            '{"info": …, "messages": […], "children": […]}'
+        )
     info, history = _decode(data)
     if parent is not None and info.parent_id != parent:
-        raise UsageError(f"refusing the bundle: subagent session {info.id} names "
-                         f"{ids.shown(info.parent_id)} as its parent, not {parent}; "
-                         "nothing was imported")
+        raise UsageError(
+            f"refusing the bundle: subagent session {info.id} names "
+            f"{ids.shown(info.parent_id)} as its parent, not {parent}; "
+            "nothing was imported"
+        )
     plan.append((info, history))
     for child in data.get("children") or ():
         _collect(child, plan, depth + 1, info.id)

@@ -24,9 +24,9 @@ the browser from :mod:`..analytics.sessions`. Nothing here imports IPython or wi
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..core import budget as _budget
 from ..core.messages import (
@@ -145,8 +145,11 @@ def budget_report(
 
     try:
         config = CompactionConfig.from_settings(
-            {k: v for k, v in (compaction or {}).items() if k in CompactionConfig.USER_KEYS}, model)
-    except ConfigError:  # a view never fails on a setting the loop would reject with its own message
+            {k: v for k, v in (compaction or {}).items() if k in CompactionConfig.USER_KEYS}, model
+        )
+    except (
+        ConfigError
+    ):  # a view never fails on a setting the loop would reject with its own message
         config = CompactionConfig()
     auto, prune_on = config.auto, config.prune
     protect, minimum = config.prune_limits(model)
@@ -172,14 +175,32 @@ def budget_report(
         for part in item.parts:
             if isinstance(part, StepFinishPart):
                 t = part.tokens
-                steps.append(StepPoint(
-                    info.id, part.id, t.count, t.prompt, t.output, part.cost,
-                    bool(t.estimated), is_summary, after_summary,
-                ))
+                steps.append(
+                    StepPoint(
+                        info.id,
+                        part.id,
+                        t.count,
+                        t.prompt,
+                        t.output,
+                        part.cost,
+                        bool(t.estimated),
+                        is_summary,
+                        after_summary,
+                    )
+                )
                 after_summary = False
                 last = t
-                tin, tout, treason, tcache = tin + t.prompt, tout + t.output, treason + t.reasoning, tcache + t.cache_read
-            elif isinstance(part, ToolPart) and isinstance(part.state, ToolCompleted) and part.state.time_compacted:
+                tin, tout, treason, tcache = (
+                    tin + t.prompt,
+                    tout + t.output,
+                    treason + t.reasoning,
+                    tcache + t.cache_read,
+                )
+            elif (
+                isinstance(part, ToolPart)
+                and isinstance(part.state, ToolCompleted)
+                and part.state.time_compacted
+            ):
                 pruned_parts += 1
                 pruned_tokens += _budget.estimate(part.state.output)
         if is_summary and info.finish and not info.error:
@@ -222,8 +243,11 @@ def budget_report(
     )
 
 
-def _prune_walk(history: Sequence[WithParts], protect: int,
-                protected_tools: Sequence[str] = PRUNE_PROTECTED_TOOLS) -> tuple[int, int]:
+def _prune_walk(
+    history: Sequence[WithParts],
+    protect: int,
+    protected_tools: Sequence[str] = PRUNE_PROTECTED_TOOLS,
+) -> tuple[int, int]:
     """OpenCode's prune walk: (tool-output tokens counted, tokens a prune would clear)."""
     turns = total = pruned = 0
     for item in reversed(history):
@@ -254,5 +278,3 @@ def _prune_walk(history: Sequence[WithParts], protect: int,
 
 # --------------------------------------------------------------------------
 # every session, for the browser
-
-

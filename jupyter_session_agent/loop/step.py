@@ -14,12 +14,12 @@ step ends with an fsync, so ``kill -9`` loses at most the step in flight.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ..core import budget, ids, retry
 from ..core.errors import ContextOverflowError, ProviderError, ToolFailure
-from ..core.stream import Finish, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolInputStart
 from ..core.messages import (
     AssistantMessage,
     FilePart,
@@ -30,12 +30,12 @@ from ..core.messages import (
     StepFinishPart,
     StepStartPart,
     TextPart,
+    Tokens,
     ToolCompleted,
     ToolError,
     ToolPart,
     ToolPending,
     ToolRunning,
-    Tokens,
     WithParts,
     error_data,
     now_ms,
@@ -43,6 +43,7 @@ from ..core.messages import (
 )
 from ..core.permission import RejectedError
 from ..core.redact import clean_record
+from ..core.stream import Finish, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolInputStart
 
 ABORTED_TOOL_ERROR = "Tool execution aborted"
 
@@ -105,8 +106,12 @@ class StepProcessor:
         outcome = "continue"
         self._save_message()
         self._before, self._patched = self._track(), False
-        self._add(StepStartPart(ids.ascending("part"), message.session_id, message.id, snapshot=self._before),
-                  write=True)
+        self._add(
+            StepStartPart(
+                ids.ascending("part"), message.session_id, message.id, snapshot=self._before
+            ),
+            write=True,
+        )
         try:
             finish = self._stream_with_retries()
             self._run_tools()
@@ -129,7 +134,9 @@ class StepProcessor:
             )
             raise
         except BaseException as err:
-            self.message = replace(self.message, error=error_data("UnknownError", f"{type(err).__name__}: {err}"))
+            self.message = replace(
+                self.message, error=error_data("UnknownError", f"{type(err).__name__}: {err}")
+            )
             raise
         finally:
             self._finalise()
@@ -154,8 +161,12 @@ class StepProcessor:
                 self.attempts = attempt + 1
                 created = now_ms()
                 part = RetryPart(
-                    ids.ascending("part"), self.message.session_id, self.message.id,
-                    attempt=attempt, error=_api_error(err), time_created=created,
+                    ids.ascending("part"),
+                    self.message.session_id,
+                    self.message.id,
+                    attempt=attempt,
+                    error=_api_error(err),
+                    time_created=created,
                     time_next=created + int(delay * 1000),
                 )
                 self._add(part, write=True)
@@ -201,7 +212,9 @@ class StepProcessor:
         kind = TextPart if isinstance(event, TextDelta) else ReasoningPart
         if not isinstance(self._open, kind):
             self._end_open()
-            self._open = kind(ids.ascending("part"), self.message.session_id, self.message.id, time_start=now_ms())
+            self._open = kind(
+                ids.ascending("part"), self.message.session_id, self.message.id, time_start=now_ms()
+            )
             self._chunks = []
             self._add(self._open)
         self._chunks.append(event.text)
@@ -216,7 +229,13 @@ class StepProcessor:
         self._add(part, write=True)
 
     def _tool_part(self, call_id: str, name: str) -> None:
-        part = ToolPart(ids.ascending("part"), self.message.session_id, self.message.id, call_id=call_id, tool=name)
+        part = ToolPart(
+            ids.ascending("part"),
+            self.message.session_id,
+            self.message.id,
+            call_id=call_id,
+            tool=name,
+        )
         self._add(part, write=True)
         self.store.flush(sync=False)
 
@@ -233,10 +252,20 @@ class StepProcessor:
             part = self._find_tool(call.call_id)
             name = self._tool_name(call.name)
             start = now_ms()
-            running = replace(part, tool=name or call.name, state=ToolRunning(input=call.input, time_start=start))
+            running = replace(
+                part, tool=name or call.name, state=ToolRunning(input=call.input, time_start=start)
+            )
             self._add(running, write=True)
             if call.invalid is not None or name is None:
-                self._add(replace(running, state=ToolError(call.input, self._call_problem(call, name), start, now_ms())), write=True)
+                self._add(
+                    replace(
+                        running,
+                        state=ToolError(
+                            call.input, self._call_problem(call, name), start, now_ms()
+                        ),
+                    ),
+                    write=True,
+                )
                 continue
             self.store.flush(sync=False)  # a crash while the tool runs shows it as interrupted
             try:
@@ -244,12 +273,18 @@ class StepProcessor:
                     self.permit(name, call.input, call)
                 result = self.run_tool(self.tools[name], call.input, call)
                 state = ToolCompleted(
-                    input=call.input, output=result.output, title=result.title or name,
-                    metadata=dict(result.metadata), time_start=start, time_end=now_ms(),
+                    input=call.input,
+                    output=result.output,
+                    title=result.title or name,
+                    metadata=dict(result.metadata),
+                    time_start=start,
+                    time_end=now_ms(),
                     attachments=self._attachments(getattr(result, "attachments", ())),
                 )
             except ToolFailure as err:
-                state = ToolError(call.input, str(err), start, now_ms(), getattr(err, "metadata", None))
+                state = ToolError(
+                    call.input, str(err), start, now_ms(), getattr(err, "metadata", None)
+                )
                 self.blocked = self.blocked or isinstance(err, RejectedError)
             except Exception as err:  # a tool's bug is the model's tool error, never a crashed turn
                 state = ToolError(call.input, f"{type(err).__name__}: {err}", start, now_ms())
@@ -257,9 +292,17 @@ class StepProcessor:
 
     def _attachments(self, files: Any) -> tuple | None:
         """A tool's returned files as OpenCode's file parts (``state.attachments``)."""
-        parts = tuple(FilePart(ids.ascending("part"), self.message.session_id, self.message.id,
-                               mime=f["mime"], url=f["url"], filename=f.get("filename")).to_data()
-                      for f in files or ())
+        parts = tuple(
+            FilePart(
+                ids.ascending("part"),
+                self.message.session_id,
+                self.message.id,
+                mime=f["mime"],
+                url=f["url"],
+                filename=f.get("filename"),
+            ).to_data()
+            for f in files or ()
+        )
         return parts or None
 
     def _tool_name(self, name: str) -> str | None:
@@ -290,8 +333,13 @@ class StepProcessor:
         self._patch(after)
         self._add(
             StepFinishPart(
-                ids.ascending("part"), self.message.session_id, self.message.id,
-                reason=reason, cost=step_cost, tokens=finish.tokens, snapshot=after,
+                ids.ascending("part"),
+                self.message.session_id,
+                self.message.id,
+                reason=reason,
+                cost=step_cost,
+                tokens=finish.tokens,
+                snapshot=after,
                 metadata={
                     "firstTokenMs": finish.first_token_ms,
                     "latencyMs": finish.latency_ms,
@@ -322,19 +370,28 @@ class StepProcessor:
         except Exception:
             return
         if files:
-            part = PatchPart(ids.ascending("part"), self.message.session_id, self.message.id,
-                             hash=self._before, files=tuple(files))
+            part = PatchPart(
+                ids.ascending("part"),
+                self.message.session_id,
+                self.message.id,
+                hash=self._before,
+                files=tuple(files),
+            )
             self._add(part, write=True)
 
     def _finalise(self) -> None:
         """Always runs: keep partial text, mark unfinished tools, complete and fsync."""
         self._end_open()
-        if not self._patched and self._calls:  # the step did not finish (error, interrupt): its tools' changes
+        if (
+            not self._patched and self._calls
+        ):  # the step did not finish (error, interrupt): its tools' changes
             self._patch(self._track())
         for part in list(self.parts.values()):
             if isinstance(part, ToolPart) and isinstance(part.state, (ToolPending, ToolRunning)):
                 start = getattr(part.state, "time_start", now_ms())
-                state = ToolError(part.state.input, ABORTED_TOOL_ERROR, start, now_ms(), {"interrupted": True})
+                state = ToolError(
+                    part.state.input, ABORTED_TOOL_ERROR, start, now_ms(), {"interrupted": True}
+                )
                 self._add(replace(part, state=state), write=True)
         self.message = replace(self.message, time_completed=now_ms())
         self._save_message()
@@ -364,7 +421,9 @@ class StepProcessor:
         self.observer.on_message(self.message)
 
 
-def run_step(processor: StepProcessor, message: AssistantMessage, history: list, added: list) -> StepResult:
+def run_step(
+    processor: StepProcessor, message: AssistantMessage, history: list, added: list
+) -> StepResult:
     """Run one step and append it to ``history`` and ``added`` even when it raises:
     an interrupted or failed step is part of the history too."""
     try:
@@ -377,7 +436,10 @@ def run_step(processor: StepProcessor, message: AssistantMessage, history: list,
 
 def _api_error(err: ProviderError) -> dict:
     return error_data(
-        "APIError", err.message, statusCode=err.status, isRetryable=err.retryable,
+        "APIError",
+        err.message,
+        statusCode=err.status,
+        isRetryable=err.retryable,
         responseHeaders=err.headers or None,
     )
 

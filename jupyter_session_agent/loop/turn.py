@@ -21,12 +21,18 @@ from __future__ import annotations
 import dataclasses
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..core import ids
+from ..core.chat import (
+    MAX_STEPS_TEXT,
+    filter_compacted,
+    to_chat_messages,
+    without_failed_compactions,
+)
 from ..core.errors import AgentError, ToolFailure
-from ..core.chat import MAX_STEPS_TEXT, filter_compacted, to_chat_messages, without_failed_compactions
 from ..core.messages import AssistantMessage, UserMessage, WithParts, now_ms
 from .step import Observer, StepProcessor, run_step
 
@@ -53,13 +59,17 @@ class TurnSetup:
     auto_compact: bool = True
     reserved: int | None = None
     cwd: str = "."
-    permit: Callable[[str, dict, Any], None] | None = None  # permission.Gate: checked before each tool runs
+    permit: Callable[[str, dict, Any], None] | None = (
+        None  # permission.Gate: checked before each tool runs
+    )
     snapshot: Any = None  # snapshot.Snapshot: file snapshots around each step, for revert
     compactor: Any = None  # compaction.Compactor; None: an overflow is a ContextLimitError
     max_retry_wait: float = 60.0  # seconds a retry may wait; a longer retry-after fails at once
 
 
-def run_turn(setup: TurnSetup, history: list[WithParts], observer: Observer | None = None) -> list[WithParts]:
+def run_turn(
+    setup: TurnSetup, history: list[WithParts], observer: Observer | None = None
+) -> list[WithParts]:
     """Answer the newest user message in ``history``; returns the assistant messages added.
 
     ``history`` is extended in place as steps finish. Raises ``ProviderError``
@@ -82,8 +92,10 @@ def run_turn(setup: TurnSetup, history: list[WithParts], observer: Observer | No
         last_step = step >= setup.max_steps
         # a model that takes no images gets "[Attached image/png: name]" in their place
         images = bool(getattr(setup.model, "images", False))
-        chat = [{"role": "system", "content": setup.system_prompt},
-                *to_chat_messages(visible, strip_media=not images)]
+        chat = [
+            {"role": "system", "content": setup.system_prompt},
+            *to_chat_messages(visible, strip_media=not images),
+        ]
         if last_step:
             chat.append({"role": "assistant", "content": MAX_STEPS_TEXT})
         request = setup.request_factory(chat, last_step)
@@ -122,15 +134,25 @@ def run_turn(setup: TurnSetup, history: list[WithParts], observer: Observer | No
                 raise ContextLimitError(_overflow_text(result.message, setup.model))
         elif not getattr(processor, "blocked", False):
             compactor.observe(chat, None if result.message.error else result.message.tokens)
-            overflow_error = bool(result.message.error) and result.message.error.get("name") == "ContextOverflowError"
+            overflow_error = (
+                bool(result.message.error)
+                and result.message.error.get("name") == "ContextOverflowError"
+            )
             if overflow_error and (not compactor.config.auto or compactor.disabled):
-                raise ContextLimitError(_overflow_text(result.message, setup.model, auto=compactor.config.auto))
-            if overflow_error or (not result.message.error and compactor.is_overflow(result.message.tokens)):
+                raise ContextLimitError(
+                    _overflow_text(result.message, setup.model, auto=compactor.config.auto)
+                )
+            if overflow_error or (
+                not result.message.error and compactor.is_overflow(result.message.tokens)
+            ):
                 finished = not overflow_error and result.message.finish not in CONTINUE_REASONS
                 stop_after = last_step or (finished and compactor.config.skip_turn_end_continue)
                 compacted = compactor.compact(
-                    history, cause="overflow" if overflow_error else "auto", auto=True,
-                    continue_after=not stop_after, step_tokens=result.message.tokens.count or None,
+                    history,
+                    cause="overflow" if overflow_error else "auto",
+                    auto=True,
+                    continue_after=not stop_after,
+                    step_tokens=result.message.tokens.count or None,
                     observer=observer,
                 )
                 added.extend(compacted.added)
@@ -168,24 +190,32 @@ def _max_steps_refusal(max_steps: int) -> Callable[[str, dict, Any], None]:
     """The permit of the last step: every tool call fails (recorded as its error) unrun."""
 
     def refuse(tool: str, args: dict, call: Any = None) -> None:
-        raise ToolFailure(f"max steps reached ({max_steps}): tools are disabled on the last step "
-                          f"of a turn, so {tool} did not run. Answer with text only; the user can "
-                          "continue in the next cell.")
+        raise ToolFailure(
+            f"max steps reached ({max_steps}): tools are disabled on the last step "
+            f"of a turn, so {tool} did not run. Answer with text only; the user can "
+            "continue in the next cell."
+        )
 
     return refuse
 
 
-def _proactive(compactor: Any, history: list[WithParts], added: list[WithParts], observer: Observer) -> None:
+def _proactive(
+    compactor: Any, history: list[WithParts], added: list[WithParts], observer: Observer
+) -> None:
     """§2.1 step 8: the newest finished step (not a summary) already overflowed: compact first."""
-    finished = [m.info for m in filter_compacted(history)
-                if isinstance(m.info, AssistantMessage) and m.info.finish and not m.info.error]
+    finished = [
+        m.info
+        for m in filter_compacted(history)
+        if isinstance(m.info, AssistantMessage) and m.info.finish and not m.info.error
+    ]
     if not finished:
         return
     newest = max(finished, key=lambda info: info.id)
     if newest.summary or not compactor.is_overflow(newest.tokens):
         return
-    result = compactor.compact(history, cause="auto", auto=True, step_tokens=newest.tokens.count or None,
-                               observer=observer)
+    result = compactor.compact(
+        history, cause="auto", auto=True, step_tokens=newest.tokens.count or None, observer=observer
+    )
     added.extend(result.added)
     if not result.ok:
         compactor.disabled = True  # the turn still runs; compaction would not make room
@@ -194,16 +224,25 @@ def _proactive(compactor: Any, history: list[WithParts], added: list[WithParts],
 def _answered(assistant: AssistantMessage, user: UserMessage) -> bool:
     if assistant.error:
         return True
-    return bool(assistant.finish) and assistant.finish not in CONTINUE_REASONS and user.id < assistant.id
+    return (
+        bool(assistant.finish)
+        and assistant.finish not in CONTINUE_REASONS
+        and user.id < assistant.id
+    )
 
 
 def _overflow_text(message: AssistantMessage, model: Any, auto: bool = False) -> str:
     used = message.tokens.count
-    fix = ("compaction could not make room — start a new session with `%%agent --new`" if auto else
-           "compaction.auto is off — `%agent compact`, or start a new session with `%%agent --new`")
+    fix = (
+        "compaction could not make room — start a new session with `%%agent --new`"
+        if auto
+        else "compaction.auto is off — `%agent compact`, or start a new session with `%%agent --new`"
+    )
     if used:
         return f"the conversation needs {used:,} tokens and {model.model_id} allows {model.context:,}; {fix}"
-    return f"the request exceeded {model.model_id}'s context window ({model.context:,} tokens); {fix}"
+    return (
+        f"the request exceeded {model.model_id}'s context window ({model.context:,} tokens); {fix}"
+    )
 
 
 def system_prompt(cwd: str, tools: list[str]) -> str:

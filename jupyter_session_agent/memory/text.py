@@ -12,17 +12,189 @@ from __future__ import annotations
 import re
 import time
 
-STOPWORDS = frozenset("""
-a about above after again against all also am an and any are aren as at be because been before being
-below between both but by can cannot could couldn did didn do does doesn doing don down during each
-else ever few for from further get gets got had hadn has hasn have haven having he her here hers herself
-him himself his how i if in into is isn it its itself just let lets like ll me more most much my myself
-no nor not now of off ok okay on once only or other ought our ours ourselves out over own please re
-same shall she should shouldn so some such than that the their theirs them themselves then there these
-they this those through to too under until up us ve very was wasn we were weren what when where which
-while who whom why will with won would wouldn yes yet you your yours yourself yourselves
-again anything something thing things really want wanted know tell told say said use used uses using
-""".split())
+STOPWORDS = frozenset(
+    [
+        "a",
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "all",
+        "also",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "aren",
+        "as",
+        "at",
+        "be",
+        "because",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "but",
+        "by",
+        "can",
+        "cannot",
+        "could",
+        "couldn",
+        "did",
+        "didn",
+        "do",
+        "does",
+        "doesn",
+        "doing",
+        "don",
+        "down",
+        "during",
+        "each",
+        "else",
+        "ever",
+        "few",
+        "for",
+        "from",
+        "further",
+        "get",
+        "gets",
+        "got",
+        "had",
+        "hadn",
+        "has",
+        "hasn",
+        "have",
+        "haven",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "herself",
+        "him",
+        "himself",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "isn",
+        "it",
+        "its",
+        "itself",
+        "just",
+        "let",
+        "lets",
+        "like",
+        "ll",
+        "me",
+        "more",
+        "most",
+        "much",
+        "my",
+        "myself",
+        "no",
+        "nor",
+        "not",
+        "now",
+        "of",
+        "off",
+        "ok",
+        "okay",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "ought",
+        "our",
+        "ours",
+        "ourselves",
+        "out",
+        "over",
+        "own",
+        "please",
+        "re",
+        "same",
+        "shall",
+        "she",
+        "should",
+        "shouldn",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "themselves",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "us",
+        "ve",
+        "very",
+        "was",
+        "wasn",
+        "we",
+        "were",
+        "weren",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "won",
+        "would",
+        "wouldn",
+        "yes",
+        "yet",
+        "you",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+        "again",
+        "anything",
+        "something",
+        "thing",
+        "things",
+        "really",
+        "want",
+        "wanted",
+        "know",
+        "tell",
+        "told",
+        "say",
+        "said",
+        "use",
+        "used",
+        "uses",
+        "using",
+    ]
+)
 
 # Han, Hiragana, Katakana, Hangul: scripts written without spaces between words.
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
@@ -58,8 +230,13 @@ def _has_vowel(stem: str) -> bool:
 
 def _cvc(word: str) -> bool:
     n = len(word)
-    return n >= 3 and _consonant(word, n - 3) and not _consonant(word, n - 2) and _consonant(word, n - 1) \
+    return (
+        n >= 3
+        and _consonant(word, n - 3)
+        and not _consonant(word, n - 2)
+        and _consonant(word, n - 1)
         and word[-1] not in "wxy"
+    )
 
 
 def stem(word: str) -> str:
@@ -68,9 +245,7 @@ def stem(word: str) -> str:
     if len(word) <= 2 or not word.isascii() or not word.isalpha():
         return word
     # 1a
-    if word.endswith("sses"):
-        word = word[:-2]
-    elif word.endswith("ies"):
+    if word.endswith("sses") or word.endswith("ies"):
         word = word[:-2]
     elif word.endswith("s") and not word.endswith("ss"):
         word = word[:-1]
@@ -84,8 +259,12 @@ def stem(word: str) -> str:
                 word = word[: -len(suffix)]
                 if word.endswith(("at", "bl", "iz")):
                     word += "e"
-                elif len(word) >= 2 and word[-1] == word[-2] and _consonant(word, len(word) - 1) \
-                        and word[-1] not in "lsz":
+                elif (
+                    len(word) >= 2
+                    and word[-1] == word[-2]
+                    and _consonant(word, len(word) - 1)
+                    and word[-1] not in "lsz"
+                ):
                     word = word[:-1]
                 elif _measure(word) == 1 and _cvc(word):
                     word += "e"
@@ -117,21 +296,43 @@ def tokens(text: str) -> list[str]:
 def _cjk_terms(word: str) -> list[str]:
     """Latin pieces as words, CJK runs as overlapping bigrams (a lone character as itself)."""
     out: list[str] = []
-    for run in re.findall(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+|[^\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+", word):
+    for run in re.findall(
+        r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+|[^\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+",
+        word,
+    ):
         if _CJK.match(run):
-            out.extend([run] if len(run) == 1 else [run[i:i + 2] for i in range(len(run) - 1)])
+            out.extend([run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)])
         elif run not in STOPWORDS and len(run) > 1:
             out.append(stem(run))
     return out
 
 
-_MONTHS = {m: i for i, names in enumerate((
-    ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",),
-    ("june", "jun"), ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"),
-    ("october", "oct"), ("november", "nov"), ("december", "dec")), 1) for m in names}
-_MONTH = r"(january|february|march|april|may|june|july|august|september|october|november|" \
-         r"december|" \
-         r"jan|feb|mar|apr|jun|jul|aug|sept|sep|oct|nov|dec)\.?"
+_MONTHS = {
+    m: i
+    for i, names in enumerate(
+        (
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ),
+        1,
+    )
+    for m in names
+}
+_MONTH = (
+    r"(january|february|march|april|may|june|july|august|september|october|november|"
+    r"december|"
+    r"jan|feb|mar|apr|jun|jul|aug|sept|sep|oct|nov|dec)\.?"
+)
 _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
 _DATES = (  # (pattern, group of year, month, day); a month name counts only next to a day or a year
     (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), 1, 2, 3),
@@ -215,7 +416,11 @@ def iso_date(ms: int | None) -> str:
 
 def iso_time(ms: int | None) -> str:
     """``YYYY-MM-DDTHH:MM:SS.mmmZ`` (UTC) of a millisecond timestamp, "" for none."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z" if ms else ""
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+        if ms
+        else ""
+    )
 
 
 def parse_time(text: str) -> int | None:

@@ -27,8 +27,14 @@ class RecallTool:
     parameters = {
         "type": "object",
         "properties": {
-            "query": {"type": "string", "description": "What to look for, as keywords (e.g. 'staging database port')"},
-            "k": {"type": "integer", "description": f"How many results (default 5, at most {MAX_K})"},
+            "query": {
+                "type": "string",
+                "description": "What to look for, as keywords (e.g. 'staging database port')",
+            },
+            "k": {
+                "type": "integer",
+                "description": f"How many results (default 5, at most {MAX_K})",
+            },
         },
         "required": ["query"],
     }
@@ -43,16 +49,30 @@ class RecallTool:
 
         query = args["query"].strip()
         if not query:
-            raise ToolFailure("recall: query is empty — give keywords, e.g. 'staging database port'")
+            raise ToolFailure(
+                "recall: query is empty — give keywords, e.g. 'staging database port'"
+            )
         k = max(1, min(MAX_K, int(args.get("k") or 0) or 5))
-        hits = recall(self.store, self.settings, query, directory=self.directory or str(ctx.directory), k=k,
-                      exclude_session=ctx.session_id)
+        hits = recall(
+            self.store,
+            self.settings,
+            query,
+            directory=self.directory or str(ctx.directory),
+            k=k,
+            exclude_session=ctx.session_id,
+        )
         if not hits:
             return ToolResult(
                 output=f'No earlier session matches "{query}". Nothing is known about it from past sessions.',
-                title=f"recall: {query} (no match)", metadata={"hits": []},
+                title=f"recall: {query} (no match)",
+                metadata={"hits": []},
             )
-        lines = [f'{len(hits)} result(s) for "{query}", best first (newer statements replace older ones):']
+        lines = [
+            f'{len(hits)} result(s) for "{query}", best first (newer statements replace older ones):'
+        ]
         lines += [f"{i}. {hit.line()}" for i, hit in enumerate(hits, 1)]
-        return ToolResult(output="\n".join(lines), title=f"recall: {query} ({len(hits)})",
-                          metadata={"hits": [h.to_data() for h in hits]})
+        return ToolResult(
+            output="\n".join(lines),
+            title=f"recall: {query} ({len(hits)})",
+            metadata={"hits": [h.to_data() for h in hits]},
+        )

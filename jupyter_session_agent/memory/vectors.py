@@ -29,8 +29,9 @@ import struct
 import threading
 import time
 import zlib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .embed import Embedder, warn_once
 
@@ -110,8 +111,8 @@ class VectorFile:
 
         bad = 0
         for start in range(0, len(data) - self._record + 1, self._record):
-            record = data[start:start + self._record]
-            key, crc, body = record[:KEY], record[KEY:KEY + 4], record[KEY + 4:]
+            record = data[start : start + self._record]
+            key, crc, body = record[:KEY], record[KEY : KEY + 4], record[KEY + 4 :]
             if struct.unpack("<I", crc)[0] != zlib.crc32(key + body):
                 bad += 1
                 continue
@@ -121,17 +122,20 @@ class VectorFile:
                 continue
             self._vectors[key] = vector
         if bad:
-            warn_once(("records", str(self.path)),
-                      f"memory: skipped {bad} damaged vector(s) in {self.path} "
-                      "(they are computed again)")
+            warn_once(
+                ("records", str(self.path)),
+                f"memory: skipped {bad} damaged vector(s) in {self.path} (they are computed again)",
+            )
         if data:
             self.version += 1
 
     def _set_aside(self, fd: int, why: str) -> None:
         """Move a file that is not ours out of the way (once), keeping it for inspection."""
-        warn_once(("corrupt", str(self.path)),
-                  f"memory: ignoring the embedding cache {self.path} ({why}); it is kept as "
-                  f"{self.path.name}.corrupt and the vectors are computed again")
+        warn_once(
+            ("corrupt", str(self.path)),
+            f"memory: ignoring the embedding cache {self.path} ({why}); it is kept as "
+            f"{self.path.name}.corrupt and the vectors are computed again",
+        )
         try:
             st = os.fstat(fd)
             now = os.stat(self.path)
@@ -152,8 +156,9 @@ class VectorFile:
         with self._lock:
             for key, vector in zip(keys, vectors):
                 if vector.shape != (self.dim,):
-                    raise ValueError(f"the model returned {vector.shape[0]} dimensions, "
-                                     f"not {self.dim}")
+                    raise ValueError(
+                        f"the model returned {vector.shape[0]} dimensions, not {self.dim}"
+                    )
                 body = vector.tobytes()
                 records.append(key + struct.pack("<I", zlib.crc32(key + body)) + body)
                 self._vectors[key] = np.frombuffer(body, dtype="<f4")
@@ -230,8 +235,9 @@ class Worker:
             idle = self._thread is None or not self._thread.is_alive()
             if self._queue and idle and not self._stop:
                 self.error = ""
-                self._thread = threading.Thread(target=self._run, name="memory-embeddings",
-                                                daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="memory-embeddings", daemon=True
+                )
                 self._thread.start()
             return len(self._queue)
 
@@ -265,9 +271,11 @@ class Worker:
                 self.vectors.add([key for key, _ in batch], vectors)
             except Exception as err:  # an endpoint down: BM25 for what is missing, said once
                 self.error = f"{type(err).__name__}: {err}"
-                warn_once(("worker", self.embedder.name),
-                          f"memory: embedding passages failed ({self.error}); the passages "
-                          "without vectors are ranked by BM25 only")
+                warn_once(
+                    ("worker", self.embedder.name),
+                    f"memory: embedding passages failed ({self.error}); the passages "
+                    "without vectors are ranked by BM25 only",
+                )
                 with self._cond:
                     self._queue.clear()
                     self._cond.notify_all()

@@ -15,7 +15,8 @@ import json
 import os
 import sys
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ..core import codeaction
 from .local import CHAT_FORMAT, MODEL_ALIAS
@@ -42,7 +43,9 @@ def _text(content: Any) -> str:
         out = []
         for part in content:
             if isinstance(part, dict):
-                if part.get("type") in ("text", "input_text", None) and isinstance(part.get("text"), str):
+                if part.get("type") in ("text", "input_text", None) and isinstance(
+                    part.get("text"), str
+                ):
                     out.append(part["text"])
             elif isinstance(part, str):
                 out.append(part)
@@ -91,8 +94,12 @@ def render_prompt(messages: list[dict], tools: list[dict] | None = None) -> str:
             lines = []
             for fn in tools:
                 desc = str(fn.get("description") or "").strip()
-                params = json.dumps(fn.get("parameters") or {"type": "object", "properties": {}}, ensure_ascii=False)
-                lines.append(f"\nfunctions.{fn['name']}:" + (f" {desc}" if desc else "") + f"\n{params}\n")
+                params = json.dumps(
+                    fn.get("parameters") or {"type": "object", "properties": {}}, ensure_ascii=False
+                )
+                lines.append(
+                    f"\nfunctions.{fn['name']}:" + (f" {desc}" if desc else "") + f"\n{params}\n"
+                )
             content += _TOOL_PROMPT.format(functions="".join(lines))
         if role == "assistant":
             body = []
@@ -197,15 +204,33 @@ def _chat_impl(
     choice = tool_choice if tool_choice is not None else function_call
     if str(model or "").endswith(codeaction.CODE_SUFFIX):
         sampling = dict(
-            temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
-            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-            repeat_penalty=CODE_REPEAT_PENALTY, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
-            mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, logits_processor=logits_processor,
-            seed=seed, logit_bias=logit_bias,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            min_p=min_p,
+            typical_p=typical_p,
+            presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty,
+            repeat_penalty=CODE_REPEAT_PENALTY,
+            tfs_z=tfs_z,
+            mirostat_mode=mirostat_mode,
+            mirostat_tau=mirostat_tau,
+            mirostat_eta=mirostat_eta,
+            logits_processor=logits_processor,
+            seed=seed,
+            logit_bias=logit_bias,
         )
         offered = choice != "none" and codeaction.offers_python(tools, messages)
-        return _code_chat(llama, messages, offered=offered, stream=stream, max_tokens=max_tokens,
-                          stop=stop, sampling=sampling, model=str(model)[: -len(codeaction.CODE_SUFFIX)])
+        return _code_chat(
+            llama,
+            messages,
+            offered=offered,
+            stream=stream,
+            max_tokens=max_tokens,
+            stop=stop,
+            sampling=sampling,
+            model=str(model)[: -len(codeaction.CODE_SUFFIX)],
+        )
     forced: str | None = None
     if isinstance(choice, dict):
         forced = str((choice.get("function") or {}).get("name") or choice.get("name") or "") or None
@@ -234,7 +259,11 @@ def _chat_impl(
     def complete(text: str, gram: Any, **kw: Any) -> tuple[str, str | None, int]:
         out = llama.create_completion(prompt=text, stream=False, grammar=gram, **{**sampling, **kw})
         ch = out["choices"][0]
-        return ch.get("text") or "", ch.get("finish_reason"), int((out.get("usage") or {}).get("completion_tokens", 0))
+        return (
+            ch.get("text") or "",
+            ch.get("finish_reason"),
+            int((out.get("usage") or {}).get("completion_tokens", 0)),
+        )
 
     # 1. decide: message or which function; 2. the call's arguments
     call: tuple[str, str, str | None] | None = None  # (name, arguments, finish)
@@ -247,8 +276,12 @@ def _chat_impl(
                 raise ValueError(f"tool_choice names {forced!r}, which is not in tools")
             target = forced
         else:
-            options = [f'"functions.{n}:"' for n in known] + ([] if choice == "required" else ['"message:"'])
-            gbnf = llama_grammar.LlamaGrammar.from_string("root ::= " + " | ".join(options) + "\n", verbose=False)
+            options = [f'"functions.{n}:"' for n in known] + (
+                [] if choice == "required" else ['"message:"']
+            )
+            gbnf = llama_grammar.LlamaGrammar.from_string(
+                "root ::= " + " | ".join(options) + "\n", verbose=False
+            )
             text, _fin, used = complete(prompt, gbnf, max_tokens=48, stop=[":"], temperature=0.0)
             spent += used
             text = text.strip()
@@ -262,13 +295,23 @@ def _chat_impl(
                     json.dumps(fn.get("parameters") or {"type": "object"}), verbose=False
                 )
             except Exception:
-                gram = llama_grammar.LlamaGrammar.from_string(llama_grammar.JSON_GBNF, verbose=False)
-            args, fin, used = complete(prompt + f"functions.{target}:\n", gram, max_tokens=max_tokens, stop=stops)
+                gram = llama_grammar.LlamaGrammar.from_string(
+                    llama_grammar.JSON_GBNF, verbose=False
+                )
+            args, fin, used = complete(
+                prompt + f"functions.{target}:\n", gram, max_tokens=max_tokens, stop=stops
+            )
             spent += used
             args = args.strip()
             if not _parses(args):  # cut by max_tokens mid-object: one more, sampled, try
-                again, fin2, used = complete(prompt + f"functions.{target}:\n", gram, max_tokens=max_tokens,
-                                             stop=stops, temperature=CODE_RESAMPLE_TEMPERATURE, seed=CODE_SEED)
+                again, fin2, used = complete(
+                    prompt + f"functions.{target}:\n",
+                    gram,
+                    max_tokens=max_tokens,
+                    stop=stops,
+                    temperature=CODE_RESAMPLE_TEMPERATURE,
+                    seed=CODE_SEED,
+                )
                 spent += used
                 if _parses(again.strip()):
                     args, fin = again.strip(), fin2
@@ -281,7 +324,11 @@ def _chat_impl(
 
     def usage(text: str) -> dict:
         completion = spent + count(text)
-        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+        }
 
     def chunk(delta: dict, finish: str | None = None) -> dict:
         return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name_out,
@@ -310,15 +357,27 @@ def _chat_impl(
     if use_tools and forced is None:
         spent = max(spent, 1)  # "message" was generated by the model
     gram = grammar
-    if gram is None and isinstance(response_format, dict) and response_format.get("type") in ("json_object", "json_schema"):
-        schema = response_format.get("schema") or (response_format.get("json_schema") or {}).get("schema")
+    if (
+        gram is None
+        and isinstance(response_format, dict)
+        and response_format.get("type") in ("json_object", "json_schema")
+    ):
+        schema = response_format.get("schema") or (response_format.get("json_schema") or {}).get(
+            "schema"
+        )
         try:
-            gram = llama_grammar.LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False) if schema else None
+            gram = (
+                llama_grammar.LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
+                if schema
+                else None
+            )
         except Exception:
             gram = None
         if gram is None:
             gram = llama_grammar.LlamaGrammar.from_string(llama_grammar.JSON_GBNF, verbose=False)
-    pieces = llama.create_completion(prompt=gen_prompt, max_tokens=max_tokens, stop=stops, stream=True, grammar=gram, **sampling)
+    pieces = llama.create_completion(
+        prompt=gen_prompt, max_tokens=max_tokens, stop=stops, stream=True, grammar=gram, **sampling
+    )
 
     if stream:
 
@@ -333,7 +392,14 @@ def _chat_impl(
                         text += ch["text"]
                         yield chunk({"content": ch["text"]})
             except Exception as err:  # report in-band: the 200 is already sent
-                yield {"error": {"message": f"{type(err).__name__}: {err}", "type": "server_error", "param": None, "code": None}}
+                yield {
+                    "error": {
+                        "message": f"{type(err).__name__}: {err}",
+                        "type": "server_error",
+                        "param": None,
+                        "code": None,
+                    }
+                }
                 return
             yield chunk({}, finish or "stop")
             yield {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name_out,
@@ -360,13 +426,24 @@ CODE_REPEAT_PENALTY = 1.0
 CODE_SEED = 7
 CODE_RESAMPLES = 2  # more candidates for a block that cannot run (syntax error, undefined name)
 CODE_RESAMPLE_TEMPERATURE = 0.7
-CODE_COMMENT = True  # start the first block of a turn with the request as a comment (measured: +2 tasks)
+CODE_COMMENT = (
+    True  # start the first block of a turn with the request as a comment (measured: +2 tasks)
+)
 _ONE_LINE = r"root ::= [^\n`]+"  # the answer after a run: one line, no code
 _NO_CODE = r"root ::= [^`]+"  # without the python tool: text, no fences
 
 
-def _code_chat(llama: Any, messages: list[dict], *, offered: bool, stream: bool, max_tokens: int | None,
-               stop: Any, sampling: dict, model: str) -> Any:
+def _code_chat(
+    llama: Any,
+    messages: list[dict],
+    *,
+    offered: bool,
+    stream: bool,
+    max_tokens: int | None,
+    stop: Any,
+    sampling: dict,
+    model: str,
+) -> Any:
     """One step of the code-action protocol (see :mod:`.codeaction`) for the embedded model.
 
     The history is rendered as text (:func:`codeaction.code_messages`); the reply streams as
@@ -398,20 +475,35 @@ def _code_chat(llama: Any, messages: list[dict], *, offered: bool, stream: bool,
     rule = _ONE_LINE if answer else None if offered else _NO_CODE
     grammar = llama_grammar.LlamaGrammar.from_string(rule, verbose=False) if rule else None
     stops = [_IM_END] + ([stop] if isinstance(stop, str) else list(stop or []))
-    cid, created, call_id = "chatcmpl-" + uuid.uuid4().hex, int(time.time()), "call_" + uuid.uuid4().hex[:24]
+    cid, created, call_id = (
+        "chatcmpl-" + uuid.uuid4().hex,
+        int(time.time()),
+        "call_" + uuid.uuid4().hex[:24],
+    )
 
     known = codeaction.known_names(messages)
     comment = ""
     if CODE_COMMENT and offered and not after_result:
-        request = next((codeaction.plain(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+        request = next(
+            (
+                codeaction.plain(m.get("content"))
+                for m in reversed(messages)
+                if m.get("role") == "user"
+            ),
+            "",
+        )
         request = " ".join(request.split())[:200]
         comment = f"# {request}\n" if request else ""
 
-    def generate(text: str, temperature: float | None = None, seed: int | None = None) -> Iterator[Any]:
+    def generate(
+        text: str, temperature: float | None = None, seed: int | None = None
+    ) -> Iterator[Any]:
         kw = dict(sampling)
         if temperature is not None:
             kw.update(temperature=temperature, seed=seed)
-        return llama.create_completion(prompt=text, max_tokens=limit, stop=stops, stream=True, grammar=grammar, **kw)
+        return llama.create_completion(
+            prompt=text, max_tokens=limit, stop=stops, stream=True, grammar=grammar, **kw
+        )
 
     def block(pieces: Iterator[Any], parser: Any, spent: list[str]) -> Iterator[tuple[str, str]]:
         """Parser events of one generation (stopped once a block is over), then ("end", finish)."""
@@ -422,7 +514,7 @@ def _code_chat(llama: Any, messages: list[dict], *, offered: bool, stream: bool,
                 finish = ch.get("finish_reason") or finish
                 text = ch.get("text") or ""
                 spent.append(text)
-                for event in (parser.feed(text) if offered else [("text", text)] if text else []):
+                for event in parser.feed(text) if offered else [("text", text)] if text else []:
                     if not done:  # nothing after the block is sent
                         yield event
                     done = done or event[0] in ("close", "cut")
@@ -456,8 +548,10 @@ def _code_chat(llama: Any, messages: list[dict], *, offered: bool, stream: bool,
         def candidate(temperature: float | None = None, seed: int | None = None) -> None:
             nonlocal finish
             again = codeaction.BlockParser()
-            for kind, text in itertools.chain(again.feed(head), block(
-                    generate(prompt + before + head, temperature, seed), again, spent)):
+            for kind, text in itertools.chain(
+                again.feed(head),
+                block(generate(prompt + before + head, temperature, seed), again, spent),
+            ):
                 if kind in ("close", "cut"):
                     candidates.append((kind, text))
                 elif kind == "end":
@@ -476,7 +570,9 @@ def _code_chat(llama: Any, messages: list[dict], *, offered: bool, stream: bool,
             elif kind == "end":
                 finish = text
         for attempt in range(1, CODE_RESAMPLES + 1):
-            if not candidates or (candidates[-1][0] == "close" and not codeaction.problem(candidates[-1][1], known)):
+            if not candidates or (
+                candidates[-1][0] == "close" and not codeaction.problem(candidates[-1][1], known)
+            ):
                 break
             candidate(CODE_RESAMPLE_TEMPERATURE, CODE_SEED + attempt)
         if candidates:
@@ -488,7 +584,9 @@ def _code_chat(llama: Any, messages: list[dict], *, offered: bool, stream: bool,
                 yield "finish", "stop"
                 yield "usage", "".join(spent)
                 return
-            ranked = [c for c in safe if c[0] == "close" and not c[2]] or [c for c in safe if c[0] == "close"]
+            ranked = [c for c in safe if c[0] == "close" and not c[2]] or [
+                c for c in safe if c[0] == "close"
+            ]
             kind, code, _ = (ranked or safe)[0]
             yield "open", ""
             yield "args", '{"code": ' + json.dumps(code, ensure_ascii=False)[:-1]
@@ -501,12 +599,20 @@ def _code_chat(llama: Any, messages: list[dict], *, offered: bool, stream: bool,
 
     def usage(text: str) -> dict:
         completion = count(text)
-        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-                "total_tokens": prompt_tokens + completion}
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+        }
 
     def chunk(delta: dict, finish: str | None = None) -> dict:
-        return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+        return {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        }
 
     if stream:
 
@@ -517,18 +623,40 @@ def _code_chat(llama: Any, messages: list[dict], *, offered: bool, stream: bool,
                     if kind == "text":
                         yield chunk({"content": text})
                     elif kind == "open":
-                        yield chunk({"tool_calls": [{"index": 0, "id": call_id, "type": "function",
-                                                     "function": {"name": codeaction.TOOL, "arguments": ""}}]})
+                        yield chunk(
+                            {
+                                "tool_calls": [
+                                    {
+                                        "index": 0,
+                                        "id": call_id,
+                                        "type": "function",
+                                        "function": {"name": codeaction.TOOL, "arguments": ""},
+                                    }
+                                ]
+                            }
+                        )
                     elif kind == "args":
                         yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": text}}]})
                     elif kind == "finish":
                         yield chunk({}, text)
                     else:
-                        yield {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                               "choices": [], "usage": usage(text)}
+                        yield {
+                            "id": cid,
+                            "object": "chat.completion.chunk",
+                            "created": created,
+                            "model": model,
+                            "choices": [],
+                            "usage": usage(text),
+                        }
             except Exception as err:  # report in-band: the 200 is already sent
-                yield {"error": {"message": f"{type(err).__name__}: {err}", "type": "server_error",
-                                 "param": None, "code": None}}
+                yield {
+                    "error": {
+                        "message": f"{type(err).__name__}: {err}",
+                        "type": "server_error",
+                        "param": None,
+                        "code": None,
+                    }
+                }
 
         return events()
 
@@ -546,11 +674,21 @@ def _code_chat(llama: Any, messages: list[dict], *, offered: bool, stream: bool,
             generated = text
     message: dict = {"role": "assistant", "content": content or None}
     if opened:
-        message["tool_calls"] = [{"id": call_id, "type": "function",
-                                  "function": {"name": codeaction.TOOL, "arguments": args}}]
-    return {"id": cid, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-            "usage": usage(generated)}
+        message["tool_calls"] = [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": codeaction.TOOL, "arguments": args},
+            }
+        ]
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": usage(generated),
+    }
 
 
 class _Overflow(ValueError):
@@ -583,7 +721,12 @@ def _chat_handler(**kwargs: Any) -> Any:
         error = {"message": err.openai_message(), "type": "invalid_request_error", "param": "messages",
                  "code": "context_length_exceeded"}  # fmt: skip
     except Exception as err:
-        error = {"message": f"{type(err).__name__}: {err}", "type": "server_error", "param": None, "code": None}
+        error = {
+            "message": f"{type(err).__name__}: {err}",
+            "type": "server_error",
+            "param": None,
+            "code": None,
+        }
     return iter([{"error": error}])
 
 
@@ -635,8 +778,14 @@ def _tracked_handler(**kwargs: Any) -> Any:
     return _ACTIVITY.track(result)
 
 
-def watch(state_dir: str, idle_timeout: float, client_grace: float, *, activity: _Activity = _ACTIVITY,
-          stop: Any = None) -> str:
+def watch(
+    state_dir: str,
+    idle_timeout: float,
+    client_grace: float,
+    *,
+    activity: _Activity = _ACTIVITY,
+    stop: Any = None,
+) -> str:
     """Wait until the server should stop; clear its ``state.json`` and return the reason.
 
     Stops when no request has been served for ``idle_timeout`` seconds (0: never), or when
@@ -647,7 +796,7 @@ def watch(state_dir: str, idle_timeout: float, client_grace: float, *, activity:
     """
     from pathlib import Path
 
-    from .local import ServerState, FileLock, live_clients
+    from .local import FileLock, ServerState, live_clients
 
     folder = Path(state_dir)
     limits = [t for t in (idle_timeout, client_grace) if t > 0]
@@ -691,8 +840,10 @@ def _watchdog(state_dir: str, idle_timeout: float, client_grace: float) -> None:
 
     def run() -> None:
         reason = watch(state_dir, idle_timeout, client_grace)
-        print(f"--- jupyter-session-agent: stopping ({reason}) at {time.strftime('%Y-%m-%d %H:%M:%S')}",
-              flush=True)
+        print(
+            f"--- jupyter-session-agent: stopping ({reason}) at {time.strftime('%Y-%m-%d %H:%M:%S')}",
+            flush=True,
+        )
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(10.0)
         os._exit(0)  # uvicorn did not stop in time
@@ -706,7 +857,7 @@ def _own_args(argv: list[str]) -> tuple[list[str], dict[str, str]]:
     items = iter(argv)
     for item in items:
         if item.startswith("--jsa_"):
-            ours[item[len("--jsa_"):]] = next(items, "")
+            ours[item[len("--jsa_") :]] = next(items, "")
         else:
             rest.append(item)
     return rest, ours
@@ -719,7 +870,11 @@ def _serve(argv: list[str]) -> None:
 
     argv, ours = _own_args(argv)
     fields: set[str] = set()
-    for cls in (server_settings.Settings, server_settings.ServerSettings, server_settings.ModelSettings):
+    for cls in (
+        server_settings.Settings,
+        server_settings.ServerSettings,
+        server_settings.ModelSettings,
+    ):
         fields.update(name.lower() for name in getattr(cls, "model_fields", {}))
     fields.add("config_file")
     for key in list(os.environ):
@@ -729,7 +884,11 @@ def _serve(argv: list[str]) -> None:
         CHAT_FORMAT, _tracked_handler, overwrite=True
     )
     if ours.get("state_dir"):
-        _watchdog(ours["state_dir"], float(ours.get("idle_timeout") or 0), float(ours.get("client_grace") or 0))
+        _watchdog(
+            ours["state_dir"],
+            float(ours.get("idle_timeout") or 0),
+            float(ours.get("client_grace") or 0),
+        )
     from llama_cpp.server.__main__ import main
 
     sys.argv = ["llama_cpp.server", *argv]

@@ -86,9 +86,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..core.budget import ModelInfo, Prices
 from ..core.errors import AgentError, ConfigError, NoModelError
@@ -110,7 +111,14 @@ CLIENT_GRACE = 30.0  # seconds the server waits once no kernel that used it is a
 INSTALL_HINT = "pip install 'jupyter-session-agent[local]'"
 
 # Modules ``python -m llama_cpp.server`` needs (checked with find_spec: no import).
-_SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
+_SERVER_MODULES = (
+    "llama_cpp",
+    "uvicorn",
+    "fastapi",
+    "sse_starlette",
+    "starlette_context",
+    "pydantic_settings",
+)
 
 
 # ---------------------------------------------------------------------------
@@ -324,7 +332,10 @@ def _is_our_server(pid: int) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
     except OSError:
         return True  # no /proc (macOS): trust the state file plus the /v1/models check
-    return b"jupyter_session_agent.providers.llama_handler" in cmdline or b"llama_cpp.server" in cmdline
+    return (
+        b"jupyter_session_agent.providers.llama_handler" in cmdline
+        or b"llama_cpp.server" in cmdline
+    )
 
 
 def _terminate(pid: int, grace: float = STOP_GRACE) -> None:
@@ -380,11 +391,15 @@ def _models(host: str, port: int, timeout: float = HEALTH_TIMEOUT) -> str:
         if isinstance(reason, (TimeoutError, socket.timeout)):
             return "busy"
         return "down"
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         return "busy"
     except (OSError, ValueError):
         return "down"
-    ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)] if isinstance(data, dict) else []
+    ids = (
+        [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
+        if isinstance(data, dict)
+        else []
+    )
     return "ok" if MODEL_ALIAS in ids else "foreign"
 
 
@@ -398,7 +413,11 @@ def _log_tail(path: Path, lines: int = 4, limit: int = 400) -> str:
             text = f.read().decode("utf-8", "replace")
     except OSError:
         return ""
-    keep = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("--- jupyter-session-agent")]
+    keep = [
+        ln.strip()
+        for ln in text.splitlines()
+        if ln.strip() and not ln.startswith("--- jupyter-session-agent")
+    ]
     out = " | ".join(keep[-lines:])
     return out if len(out) <= limit else "…" + out[-limit:]
 
@@ -424,7 +443,7 @@ class ServerState:
         return f"http://{self.host}:{self.port}/v1"
 
     @classmethod
-    def from_data(cls, data: Any) -> "ServerState | None":
+    def from_data(cls, data: Any) -> ServerState | None:
         try:
             return cls(
                 pid=int(data["pid"]),
@@ -445,7 +464,7 @@ class FileLock:
     def __init__(self, path: Path, timeout: float) -> None:
         self.path, self.timeout, self.fd = path, timeout, -1
 
-    def __enter__(self) -> "FileLock":
+    def __enter__(self) -> FileLock:
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -462,7 +481,9 @@ class FileLock:
             if time.monotonic() >= deadline:
                 os.close(self.fd)
                 self.fd = -1
-                raise AgentError(f"another process has held the local server lock for {self.timeout:.0f} s ({self.path})")
+                raise AgentError(
+                    f"another process has held the local server lock for {self.timeout:.0f} s ({self.path})"
+                )
             time.sleep(0.05)
 
     def __exit__(self, *exc: Any) -> None:
@@ -603,7 +624,7 @@ class LocalServer:
         ``ensure()`` starts a new one.
         """
         try:
-            self.gguf
+            _ = self.gguf  # which server (its directory) depends on the model file
         except NoModelError:
             return False
         if not self.dir.exists():
@@ -697,14 +718,18 @@ class LocalServer:
         # The child must import this package even when it is not installed
         # (a source checkout on sys.path); cwd is the state dir, not the user's.
         root = str(Path(__file__).resolve().parent.parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env["PYTHONPATH"] = os.pathsep.join(
+            [root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        )
         env.setdefault("PYTHONUNBUFFERED", "1")
         for attempt in range(3):
             port = _free_port(self.host)
             log = self._open_log()
             try:
                 stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-                log.write(f"--- jupyter-session-agent: starting {gguf.name} on port {port} (n_ctx {self.n_ctx}) at {stamp}\n".encode())
+                log.write(
+                    f"--- jupyter-session-agent: starting {gguf.name} on port {port} (n_ctx {self.n_ctx}) at {stamp}\n".encode()
+                )
                 proc = subprocess.Popen(
                     self._command(gguf, port),
                     stdin=subprocess.DEVNULL,
@@ -750,7 +775,10 @@ class LocalServer:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 return False
-            if _models(self.host, port, timeout=max(0.5, min(5.0, deadline - time.monotonic()))) == "ok":
+            if (
+                _models(self.host, port, timeout=max(0.5, min(5.0, deadline - time.monotonic())))
+                == "ok"
+            ):
                 return True
             time.sleep(delay)
             delay = min(0.25, delay * 1.5)

@@ -25,15 +25,16 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from ..core import budget, retry
 from ..core.errors import AuthError, ContextOverflowError, ProviderError
-from ..core.stream import Finish, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolInputStart
 from ..core.messages import Tokens
 from ..core.redact import clean_value, remember
+from ..core.stream import Finish, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolInputStart
 
 __all__ = ["ChatRequest", "OpenAIProvider", "finish_reason"]
 
@@ -218,8 +219,12 @@ class _Accumulator:
         for position, tc in enumerate(getattr(delta, "tool_calls", None) or ()):
             yield from self._tool_delta(position, tc)
         legacy = getattr(delta, "function_call", None)  # pre-tools servers
-        if legacy is not None and (getattr(legacy, "name", None) or getattr(legacy, "arguments", None)):
-            yield from self._tool_fragment(-1, None, getattr(legacy, "name", None), getattr(legacy, "arguments", None))
+        if legacy is not None and (
+            getattr(legacy, "name", None) or getattr(legacy, "arguments", None)
+        ):
+            yield from self._tool_fragment(
+                -1, None, getattr(legacy, "name", None), getattr(legacy, "arguments", None)
+            )
 
     def _tool_delta(self, position: int, tc: Any) -> Iterator[StreamEvent]:
         index = getattr(tc, "index", None)
@@ -227,16 +232,27 @@ class _Accumulator:
             index = position  # some servers omit the index on single-call chunks
         fn = getattr(tc, "function", None)
         yield from self._tool_fragment(
-            index, getattr(tc, "id", None), getattr(fn, "name", None), getattr(fn, "arguments", None)
+            index,
+            getattr(tc, "id", None),
+            getattr(fn, "name", None),
+            getattr(fn, "arguments", None),
         )
 
-    def _tool_fragment(self, index: int, server_id: Any, name: Any, args: Any) -> Iterator[StreamEvent]:
+    def _tool_fragment(
+        self, index: int, server_id: Any, name: Any, args: Any
+    ) -> Iterator[StreamEvent]:
         server_id = server_id if isinstance(server_id, str) and server_id else None
         key = self.by_index.get(index)
         call = self.calls.get(key) if key is not None else None
         # Gemini's OpenAI endpoint reuses index 0 for parallel calls, each with
         # its own id: a new id on a named call at a known index is a new call.
-        if call is not None and server_id and call.server_id and server_id != call.server_id and call.name:
+        if (
+            call is not None
+            and server_id
+            and call.server_id
+            and server_id != call.server_id
+            and call.name
+        ):
             call = None
         if call is None:
             key = len(self.calls)
@@ -275,7 +291,9 @@ class _Accumulator:
         """No usage from the server: count locally (chars / 4) and say so."""
         sent = list(request.messages) + list(request.tools or ())  # an image counts as one image
         reasoning = "".join(self.reasoning)
-        generated = "".join(self.text) + reasoning + "".join("".join(c.args) for c in self.calls.values())
+        generated = (
+            "".join(self.text) + reasoning + "".join("".join(c.args) for c in self.calls.values())
+        )
         return budget.normalise_usage(
             prompt_tokens=budget.estimate_chat(sent),
             completion_tokens=budget.estimate(generated),
@@ -291,10 +309,16 @@ def _tool_call(call: _Call) -> ToolCall:
     try:
         parsed = json.loads(raw)
     except ValueError as err:
-        return ToolCall(call.call_id, call.name, {}, raw, invalid=f"arguments are not valid JSON: {err}")
+        return ToolCall(
+            call.call_id, call.name, {}, raw, invalid=f"arguments are not valid JSON: {err}"
+        )
     if not isinstance(parsed, dict):
-        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(parsed), "a number")
-        return ToolCall(call.call_id, call.name, {}, raw, invalid=f"arguments must be a JSON object, got {kind}")
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(parsed), "a number"
+        )
+        return ToolCall(
+            call.call_id, call.name, {}, raw, invalid=f"arguments must be a JSON object, got {kind}"
+        )
     return ToolCall(call.call_id, call.name, parsed, raw)
 
 
@@ -334,9 +358,13 @@ class OpenAIProvider:
                 raise AuthError(f"no API key for the OpenAI API — {AUTH_HINT}")
             key = NO_KEY_PLACEHOLDER
         try:
-            self._client = openai.OpenAI(api_key=key, base_url=base_url, timeout=timeout, max_retries=0)
+            self._client = openai.OpenAI(
+                api_key=key, base_url=base_url, timeout=timeout, max_retries=0
+            )
         except openai.OpenAIError as err:
-            raise AuthError(f"cannot create the OpenAI client: {_one_line(err)} — {AUTH_HINT}") from err
+            raise AuthError(
+                f"cannot create the OpenAI client: {_one_line(err)} — {AUTH_HINT}"
+            ) from err
         self.base_url = str(self._client.base_url).rstrip("/")
         # OpenAI's own API rejects `max_tokens` for reasoning models; others may
         # not know `max_completion_tokens` (older vLLM, llama.cpp).
@@ -362,8 +390,9 @@ class OpenAIProvider:
             kwargs["extra_body"] = dict(request.extra_body)
         return kwargs
 
-    def stream(self, request: ChatRequest, *,
-               deadline: float | None = None) -> Iterator[StreamEvent]:
+    def stream(
+        self, request: ChatRequest, *, deadline: float | None = None
+    ) -> Iterator[StreamEvent]:
         """Stream one completion as events; ``Finish`` is last. Never retries.
 
         Bounded waits: the response must start within ``first_byte_timeout``, no gap
@@ -385,7 +414,9 @@ class OpenAIProvider:
             raise self._deadline_error()
         try:
             chunks = self._client.chat.completions.create(
-                **self._kwargs(request), stream=True, stream_options={"include_usage": True},
+                **self._kwargs(request),
+                stream=True,
+                stream_options={"include_usage": True},
                 timeout=self._first_byte(deadline),
             )
         except openai.OpenAIError as err:
@@ -428,8 +459,9 @@ class OpenAIProvider:
         import openai
 
         try:  # the whole answer is the first byte here: request_timeout bounds the wait
-            response = self._client.chat.completions.create(**self._kwargs(request),
-                                                            timeout=self._whole())
+            response = self._client.chat.completions.create(
+                **self._kwargs(request), timeout=self._whole()
+            )
         except openai.OpenAIError as err:
             if isinstance(err, openai.APITimeoutError):
                 raise self._deadline_error() from err
@@ -451,12 +483,15 @@ class OpenAIProvider:
         import openai
 
         try:
-            response = self._client.embeddings.create(model=model, input=clean_value(list(texts)),
-                                                      timeout=self._whole())
+            response = self._client.embeddings.create(
+                model=model, input=clean_value(list(texts)), timeout=self._whole()
+            )
         except openai.OpenAIError as err:
             raise self._request_error(err) from err
         except ValueError as err:
-            raise ProviderError(f"malformed response from {self.base_url}: {_one_line(err)}") from err
+            raise ProviderError(
+                f"malformed response from {self.base_url}: {_one_line(err)}"
+            ) from err
         rows = sorted(response.data, key=lambda d: d.index)
         return [list(d.embedding) for d in rows]
 
@@ -509,7 +544,9 @@ class OpenAIProvider:
                 retryable=True,
             )
         if isinstance(err, openai.APIConnectionError):
-            return ProviderError(f"cannot reach {self.base_url}: {_connection_reason(err)}", retryable=True)
+            return ProviderError(
+                f"cannot reach {self.base_url}: {_connection_reason(err)}", retryable=True
+            )
         if isinstance(err, openai.APIError):
             return self._event_error(err)
         return ProviderError(f"{type(err).__name__} from {self.base_url}: {_one_line(err)}")
@@ -524,13 +561,16 @@ class OpenAIProvider:
             return ProviderError(f"stream interrupted: {_connection_reason(err)}", retryable=True)
         if isinstance(err, ValueError):
             return ProviderError(
-                f"stream interrupted: malformed chunk from {self.base_url} ({_one_line(err)})", retryable=True
+                f"stream interrupted: malformed chunk from {self.base_url} ({_one_line(err)})",
+                retryable=True,
             )
         if isinstance(err, openai.APIStatusError):
             return self._status_error(err)
         if isinstance(err, openai.APIError):
             return self._event_error(err)
-        return ProviderError(f"stream interrupted: {type(err).__name__}: {_one_line(err)}", retryable=True)
+        return ProviderError(
+            f"stream interrupted: {type(err).__name__}: {_one_line(err)}", retryable=True
+        )
 
     def _event_error(self, err: Any) -> ProviderError:
         """An in-stream ``data: {"error": …}`` event (the SDK raises ``APIError``
@@ -543,13 +583,20 @@ class OpenAIProvider:
         status = code if isinstance(code, int) and 100 <= code < 600 else None
         where = f"error event from {self.base_url}"
         if retry.is_context_overflow(message, None, {"error": body}):
-            return ContextOverflowError(f"context overflow: {where}: {message}", status=status, body=text)
+            return ContextOverflowError(
+                f"context overflow: {where}: {message}", status=status, body=text
+            )
         scode, stype = str(code or ""), str(etype or "")
         if scode in ("insufficient_quota", "usage_not_included", "invalid_prompt"):
             retryable = False
-        elif stype in ("too_many_requests", "rate_limit_error") or "rate_limit" in scode:
-            retryable = True
-        elif any(w in f"{scode} {stype}".lower() for w in ("overloaded", "exhausted", "unavailable", "server_error")):
+        elif (
+            stype in ("too_many_requests", "rate_limit_error")
+            or "rate_limit" in scode
+            or any(
+                w in f"{scode} {stype}".lower()
+                for w in ("overloaded", "exhausted", "unavailable", "server_error")
+            )
+        ):
             retryable = True
         else:
             retryable = status is not None and (status in (408, 409, 429) or status >= 500)
@@ -569,16 +616,22 @@ class OpenAIProvider:
         # What OpenCode matches: the SDK message plus body, or "400 status code
         # (no body)" for an empty one (Cerebras/Mistral overflow).
         probe = f"{err.message} {detail}" if text.strip() else f"{status} status code (no body)"
-        if retry.is_context_overflow(probe, status, err.body if isinstance(err.body, Mapping) else text):
+        if retry.is_context_overflow(
+            probe, status, err.body if isinstance(err.body, Mapping) else text
+        ):
             return ContextOverflowError(
                 f"context overflow: {prefix}: {detail}", status=status, headers=headers, body=text
             )
         if status in (401, 403):
-            return AuthError(f"{prefix}: {detail} — {AUTH_HINT}", status=status, headers=headers, body=text)
+            return AuthError(
+                f"{prefix}: {detail} — {AUTH_HINT}", status=status, headers=headers, body=text
+            )
         retryable = status in (408, 409, 429) or status >= 500
         if status == 404 and self.provider_id.startswith("openai"):
             retryable = True  # OpenAI sometimes 404s for models that exist
-        return ProviderError(f"{prefix}: {detail}", status=status, retryable=retryable, headers=headers, body=text)
+        return ProviderError(
+            f"{prefix}: {detail}", status=status, retryable=retryable, headers=headers, body=text
+        )
 
 
 class _Deadline:

@@ -26,8 +26,8 @@ spec                      base URL                       API key
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 from urllib.parse import urlsplit
 
 from ..core.errors import ConfigError
@@ -95,7 +95,9 @@ def _url(env: Mapping[str, str], provider: str) -> str | None:
 def _need(env: Mapping[str, str], var: str, spec: str) -> str:
     key = _get(env, var)
     if key is None:
-        raise ConfigError(f"{var} is not set — export it to use {spec!r}, or pick another model (e.g. {DEFAULT_LOCAL_MODEL!r})")
+        raise ConfigError(
+            f"{var} is not set — export it to use {spec!r}, or pick another model (e.g. {DEFAULT_LOCAL_MODEL!r})"
+        )
     return key
 
 
@@ -103,7 +105,9 @@ def resolve(model_spec: str, env: Mapping[str, str]) -> Resolved:
     """The preset for ``model_spec`` given the environment ``env`` (e.g. ``os.environ``)."""
     spec = (model_spec or "").strip()
     if not spec:
-        raise ConfigError("empty model name — use e.g. 'openai/gpt-4o-mini', 'ollama/llama3.2' or 'local/smollm2'")
+        raise ConfigError(
+            "empty model name — use e.g. 'openai/gpt-4o-mini', 'ollama/llama3.2' or 'local/smollm2'"
+        )
     provider, sep, model = spec.partition("/")
     provider_key = provider.lower()
     if not sep:
@@ -118,26 +122,42 @@ def resolve(model_spec: str, env: Mapping[str, str]) -> Resolved:
         )
     model = model.strip()
     if not model:
-        raise ConfigError(f"no model name after {provider!r} in {spec!r} — e.g. '{provider_key}/<model>'")
+        raise ConfigError(
+            f"no model name after {provider!r} in {spec!r} — e.g. '{provider_key}/<model>'"
+        )
 
     if provider_key == "openai":
         return _openai(model, env, spec, bare=False)
     if provider_key == "ollama":
         url = _url(env, "ollama")
-        return Resolved("ollama", model, url, "ollama", f"Ollama at {url} (run `ollama pull {model}` first)")
+        return Resolved(
+            "ollama", model, url, "ollama", f"Ollama at {url} (run `ollama pull {model}` first)"
+        )
     if provider_key == "vllm":
         url = _url(env, "vllm")
         key = _get(env, "VLLM_API_KEY") or "EMPTY"
         return Resolved("vllm", model, url, key, f"vLLM at {url} (`vllm serve {model}`)")
     if provider_key == "lmstudio":
         url = _url(env, "lmstudio")
-        return Resolved("lmstudio", model, url, "lm-studio", f"LM Studio at {url} (load {model} and start the server)")
+        return Resolved(
+            "lmstudio",
+            model,
+            url,
+            "lm-studio",
+            f"LM Studio at {url} (load {model} and start the server)",
+        )
     if provider_key == "openrouter":
         key = _need(env, "OPENROUTER_API_KEY", spec)
         url = _url(env, "openrouter")
         return Resolved("openrouter", model, url, key, f"OpenRouter at {url}")
     # local
-    return Resolved("local", model, None, "local", "embedded llama.cpp server (started on first use, shared by all kernels)")
+    return Resolved(
+        "local",
+        model,
+        None,
+        "local",
+        "embedded llama.cpp server (started on first use, shared by all kernels)",
+    )
 
 
 def _openai(model: str, env: Mapping[str, str], spec: str, *, bare: bool) -> Resolved:
@@ -153,7 +173,13 @@ def _openai(model: str, env: Mapping[str, str], spec: str, *, bare: bool) -> Res
     found = detect(base)
     where = f"{found} server" if found and found != "openai" else "server"
     # OpenAI-compatible servers rarely check the key, but the SDK refuses an empty one.
-    return Resolved("openai", model, base, key or "EMPTY", f"OpenAI-compatible {where} at {base} (OPENAI_BASE_URL)")
+    return Resolved(
+        "openai",
+        model,
+        base,
+        key or "EMPTY",
+        f"OpenAI-compatible {where} at {base} (OPENAI_BASE_URL)",
+    )
 
 
 def default_model(env: Mapping[str, str]) -> str:

@@ -33,17 +33,35 @@ from __future__ import annotations
 import dataclasses
 import re
 import threading
+from collections.abc import Mapping
+from datetime import UTC
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any
 
 from ..core.budget import ModelInfo, Prices
 from ..core.errors import ConfigError
 
-__all__ = ["model_info", "apply_overrides", "accepts_images", "OVERRIDE_KEYS", "PROVIDER_ALIASES", "LOCAL_PROVIDERS", "clear_cache"]
+__all__ = [
+    "model_info",
+    "apply_overrides",
+    "accepts_images",
+    "OVERRIDE_KEYS",
+    "PROVIDER_ALIASES",
+    "LOCAL_PROVIDERS",
+    "clear_cache",
+]
 
-OVERRIDE_KEYS = ("context", "output", "input", "price_input", "price_output", "price_cache_read", "price_cache_write",
-                 "compaction_threshold",  # ratio of the usable window where auto compaction starts (→ extra)
-                 "images")  # True/False: the model accepts image content (attached images)
+OVERRIDE_KEYS = (
+    "context",
+    "output",
+    "input",
+    "price_input",
+    "price_output",
+    "price_cache_read",
+    "price_cache_write",
+    "compaction_threshold",  # ratio of the usable window where auto compaction starts (→ extra)
+    "images",
+)  # True/False: the model accepts image content (attached images)
 _LIMIT_KEYS = ("context", "output", "input")
 _PRICE_FIELDS = {
     "price_input": "input",
@@ -93,7 +111,18 @@ PROVIDER_ALIASES: dict[str, str] = {
 }
 # Servers whose model names mean nothing to a price list (and cost nothing).
 LOCAL_PROVIDERS = frozenset(
-    {"local", "llamacpp", "llama.cpp", "llama-cpp", "ollama", "vllm", "lmstudio", "lm-studio", "scripted", "sglang"}
+    {
+        "local",
+        "llamacpp",
+        "llama.cpp",
+        "llama-cpp",
+        "ollama",
+        "vllm",
+        "lmstudio",
+        "lm-studio",
+        "scripted",
+        "sglang",
+    }
 )
 
 _TIER_200K = (199_999, 200_000)  # x-ai states its tier as "above 199,999"
@@ -105,12 +134,15 @@ _IMAGE_MODELS = re.compile(
     r"(?:^|/)o3(?!-mini)|(?:^|/)o4|claude-3|claude-(?:opus|sonnet|haiku)-4|claude-4|gemini|"
     r"gemma-?3|grok-(?:2-)?vision|grok-4|pixtral|mistral-(?:small|medium)-(?:3|25)|"
     r"llama-?3\.2-?(?:\d+b-)?vision|llama-?4|llava|moondream|minicpm-v|qwen[\d.]*-?vl|qvq|"
-    r"internvl|glm-4\.?\d*v|-vl\b|vision", re.I)
+    r"internvl|glm-4\.?\d*v|-vl\b|vision",
+    re.I,
+)
 
 
 def accepts_images(provider_id: str, model_id: str) -> bool:
     """Whether the model takes image content parts, by its name (see ``_IMAGE_MODELS``)."""
     return _IMAGE_MODELS.search(f"{provider_id}/{model_id}") is not None
+
 
 _cache: dict[tuple[str, str], ModelInfo] = {}
 _lock = threading.Lock()
@@ -122,7 +154,9 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def model_info(provider_id: str, model_id: str, overrides: Mapping[str, Mapping] | None = None) -> ModelInfo:
+def model_info(
+    provider_id: str, model_id: str, overrides: Mapping[str, Mapping] | None = None
+) -> ModelInfo:
     """Limits and prices for ``provider_id/model_id``, then ``overrides`` applied.
 
     ``source`` is ``"catalogue"`` (genai-prices), ``"unknown"`` (not found:
@@ -150,13 +184,17 @@ def apply_overrides(info: ModelInfo, overrides: Mapping[str, Mapping] | None) ->
 # overrides
 
 
-def _matching_override(provider_id: str, model_id: str, overrides: Mapping[str, Mapping] | None) -> dict:
+def _matching_override(
+    provider_id: str, model_id: str, overrides: Mapping[str, Mapping] | None
+) -> dict:
     """Every entry is validated (a typo fails whatever model runs); the bare
     model id's settings, then ``provider/model``'s on top, merged into one."""
     if not overrides:
         return {}
     if not isinstance(overrides, Mapping):
-        raise ConfigError(f"model_overrides must be a mapping of model id → settings, got {type(overrides).__name__}")
+        raise ConfigError(
+            f"model_overrides must be a mapping of model id → settings, got {type(overrides).__name__}"
+        )
     for name, patch in overrides.items():
         _validate(name, patch)
     merged: dict[str, Any] = {}
@@ -167,7 +205,9 @@ def _matching_override(provider_id: str, model_id: str, overrides: Mapping[str, 
 
 def _validate(name: Any, patch: Any) -> None:
     if not isinstance(patch, Mapping):
-        raise ConfigError(f"model_overrides[{name!r}] must be a mapping with keys {', '.join(OVERRIDE_KEYS)}")
+        raise ConfigError(
+            f"model_overrides[{name!r}] must be a mapping with keys {', '.join(OVERRIDE_KEYS)}"
+        )
     unknown = sorted(str(k) for k in patch if k not in OVERRIDE_KEYS)
     if unknown:
         raise ConfigError(
@@ -183,7 +223,11 @@ def _validate(name: Any, patch: Any) -> None:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
             what = "a ratio of the usable window, 0 < r <= 1"
         else:
-            ok = isinstance(value, (int, float, Decimal)) and not isinstance(value, bool) and 0 <= value < float("inf")
+            ok = (
+                isinstance(value, (int, float, Decimal))
+                and not isinstance(value, bool)
+                and 0 <= value < float("inf")
+            )
             what = "USD per million tokens, a number >= 0"
         if not ok:
             raise ConfigError(f"model_overrides[{name!r}][{k!r}] must be {what}, got {value!r}")
@@ -205,7 +249,10 @@ def _apply(info: ModelInfo, patch: Mapping[str, Any]) -> ModelInfo:
     if "images" in patch:
         changes["images"] = bool(patch["images"])
     if "compaction_threshold" in patch:
-        changes["extra"] = {**info.extra, "compaction_threshold": float(patch["compaction_threshold"])}
+        changes["extra"] = {
+            **info.extra,
+            "compaction_threshold": float(patch["compaction_threshold"]),
+        }
     return dataclasses.replace(info, **changes)
 
 
@@ -214,15 +261,24 @@ def _apply(info: ModelInfo, patch: Mapping[str, Any]) -> ModelInfo:
 
 
 def _unknown(provider_id: str, model_id: str, why: str) -> ModelInfo:
-    return ModelInfo(provider_id=provider_id, model_id=model_id, source="unknown", extra={"why": why},
-                     images=accepts_images(provider_id, model_id))
+    return ModelInfo(
+        provider_id=provider_id,
+        model_id=model_id,
+        source="unknown",
+        extra={"why": why},
+        images=accepts_images(provider_id, model_id),
+    )
 
 
 def _candidates(provider_id: str, model_id: str) -> list[str]:
     """The model id as given, then without a ``provider/`` prefix."""
     refs = [model_id]
     head, sep, tail = model_id.partition("/")
-    if sep and tail and head.lower() in (provider_id.lower(), PROVIDER_ALIASES.get(provider_id.lower(), "")):
+    if (
+        sep
+        and tail
+        and head.lower() in (provider_id.lower(), PROVIDER_ALIASES.get(provider_id.lower(), ""))
+    ):
         refs.append(tail)
     return refs
 
@@ -245,7 +301,9 @@ def _lookup(provider_id: str, model_id: str) -> ModelInfo:
         except LookupError:
             continue
         return _from_genai(provider_id, model_id, provider, model)
-    return _unknown(provider_id, model_id, f"model {model_id!r} not in genai-prices for {provider.id!r}")
+    return _unknown(
+        provider_id, model_id, f"model {model_id!r} not in genai-prices for {provider.id!r}"
+    )
 
 
 def _price(value: Any) -> float:
@@ -271,9 +329,9 @@ def _tier_prices(model_price: Any, start: int) -> Prices:
 
 
 def _from_genai(provider_id: str, model_id: str, provider: Any, model: Any) -> ModelInfo:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    mp = model.get_prices(datetime.now(tz=timezone.utc))  # time-conditional prices: today's
+    mp = model.get_prices(datetime.now(tz=UTC))  # time-conditional prices: today's
     fields = (mp.input_mtok, mp.output_mtok, mp.cache_read_mtok, mp.cache_write_mtok)
     prices = Prices(*(_price(v) for v in fields))
     starts = sorted({t.start for v in fields for t in (getattr(v, "tiers", None) or ())})

@@ -7,16 +7,17 @@ subagents; :func:`model_info_for` finds the limits without starting anything.
 
 from __future__ import annotations
 
-from ..core.settings import Settings
 import os
+from collections.abc import Mapping
 from typing import Any
-from typing import Mapping
+
 from ..core import budget as _budget
+from ..core.settings import Settings
 
 
 def resolve(spec: str, settings: Settings):
     """(provider, ModelInfo, resolved preset) for a ``provider/model`` id."""
-    from . import prices, presets
+    from . import presets, prices
     from .openai_provider import OpenAIProvider
 
     resolved = presets.resolve(spec, os.environ)
@@ -24,33 +25,49 @@ def resolve(spec: str, settings: Settings):
     if resolved.provider_id == "local":
         from . import local
 
-        server = local.LocalServer(n_ctx=settings.local_context, idle_timeout=settings.local_idle_timeout)
+        server = local.LocalServer(
+            n_ctx=settings.local_context, idle_timeout=settings.local_idle_timeout
+        )
         base_url = server.ensure()
-        info = prices.apply_overrides(local.model_info(settings.local_context), settings.model_overrides)
+        info = prices.apply_overrides(
+            local.model_info(settings.local_context), settings.model_overrides
+        )
     else:
         info = prices.model_info(resolved.provider_id, resolved.model_id, settings.model_overrides)
-    provider = OpenAIProvider(provider_id=resolved.provider_id, base_url=base_url,
-                              api_key=resolved.api_key, timeout=settings.request_timeout,
-                              first_byte_timeout=settings.first_byte_timeout,
-                              idle_timeout=settings.idle_timeout)
+    provider = OpenAIProvider(
+        provider_id=resolved.provider_id,
+        base_url=base_url,
+        api_key=resolved.api_key,
+        timeout=settings.request_timeout,
+        first_byte_timeout=settings.first_byte_timeout,
+        idle_timeout=settings.idle_timeout,
+    )
     return provider, info, resolved
 
 
 def local_url(settings: Settings) -> str:
     from . import local
 
-    return local.LocalServer(n_ctx=settings.local_context,
-                             idle_timeout=settings.local_idle_timeout).ensure().rstrip("/")
+    return (
+        local.LocalServer(n_ctx=settings.local_context, idle_timeout=settings.local_idle_timeout)
+        .ensure()
+        .rstrip("/")
+    )
 
 
-def model_info_for(spec: str, *, model_overrides: Mapping[str, Mapping] | None = None,
-                   local_context: int = 8192, env: Mapping[str, str] | None = None) -> _budget.ModelInfo:
+def model_info_for(
+    spec: str,
+    *,
+    model_overrides: Mapping[str, Mapping] | None = None,
+    local_context: int = 8192,
+    env: Mapping[str, str] | None = None,
+) -> _budget.ModelInfo:
     """Limits and prices for a ``provider/model`` id, as a turn would use them.
 
     Never starts the embedded server (its limits follow from ``local_context``).
     An empty ``spec`` means the default model for ``env``.
     """
-    from . import prices, presets
+    from . import presets, prices
 
     env = os.environ if env is None else env
     resolved = presets.resolve(spec or presets.default_model(env), env)
@@ -71,7 +88,9 @@ def settings_model_info(spec: str, settings: Any) -> _budget.ModelInfo:
     from ..core.errors import AgentError
 
     try:
-        return model_info_for(spec, model_overrides=settings.model_overrides, local_context=settings.local_context)
+        return model_info_for(
+            spec, model_overrides=settings.model_overrides, local_context=settings.local_context
+        )
     except AgentError:
         provider, _, model = (spec or "unknown/unknown").partition("/")
         return _budget.ModelInfo(provider, model or provider, source="unknown")
@@ -92,8 +111,9 @@ class ProviderCache:
         cached = self._entries.get(spec)
         # The embedded server is shared and may have been stopped or killed since the
         # last turn: ensure() is a 3 ms check when it runs, a restart when it does not.
-        if cached is None or (cached[2].provider_id == "local"
-                              and local_url(settings) != cached[0].base_url):
+        if cached is None or (
+            cached[2].provider_id == "local" and local_url(settings) != cached[0].base_url
+        ):
             self._entries[spec] = cached = resolve(spec, settings)
         return cached
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import ids
-from ..loop.turn import TurnSetup, run_turn, system_prompt
+from ..core.errors import ToolFailure
 from ..core.messages import (
     AssistantMessage,
     ModelRef,
@@ -28,11 +28,10 @@ from ..core.messages import (
     now_ms,
     replace,
 )
-from ..core.errors import ToolFailure
-from ..loop.step import Observer
 from ..core.settings import Settings
+from ..loop.step import Observer
+from ..loop.turn import TurnSetup, run_turn, system_prompt
 from ..providers.registry import ProviderCache
-from ..providers.registry import resolve, local_url
 
 VERSION = "0.1.0"
 
@@ -54,7 +53,14 @@ class TurnResult:
 class AgentSession:
     """One conversation: its stored history plus the provider and tools to continue it."""
 
-    def __init__(self, info: Session, history: list[WithParts], settings: Settings, store: Any, shell: Any = None):
+    def __init__(
+        self,
+        info: Session,
+        history: list[WithParts],
+        settings: Settings,
+        store: Any,
+        shell: Any = None,
+    ):
         self.info = info
         self.history = history
         self.settings = settings
@@ -78,9 +84,16 @@ class AgentSession:
     # -- construction ---------------------------------------------------------
 
     @classmethod
-    def create(cls, settings: Settings | None = None, *, store: Any = None, shell: Any = None,
-               directory: str | os.PathLike | None = None, title: str | None = None,
-               parent_id: str | None = None) -> "AgentSession":
+    def create(
+        cls,
+        settings: Settings | None = None,
+        *,
+        store: Any = None,
+        shell: Any = None,
+        directory: str | os.PathLike | None = None,
+        title: str | None = None,
+        parent_id: str | None = None,
+    ) -> AgentSession:
         settings = settings or Settings()
         store = store or _open_store(settings)
         created = now_ms()
@@ -101,8 +114,14 @@ class AgentSession:
         return session
 
     @classmethod
-    def open(cls, session_id: str, settings: Settings | None = None, *, store: Any = None,
-             shell: Any = None) -> "AgentSession":
+    def open(
+        cls,
+        session_id: str,
+        settings: Settings | None = None,
+        *,
+        store: Any = None,
+        shell: Any = None,
+    ) -> AgentSession:
         settings = settings or Settings()
         store = store or _open_store(settings)
         info = store.session(ids.check_ref(session_id, "session"))  # from outside: grammar first
@@ -114,8 +133,15 @@ class AgentSession:
 
     # -- turns ------------------------------------------------------------------
 
-    def prompt(self, text: str, *, model: str | None = None, observer: Observer | None = None,
-               permission: Any = (), context: Any = None) -> TurnResult:
+    def prompt(
+        self,
+        text: str,
+        *,
+        model: str | None = None,
+        observer: Observer | None = None,
+        permission: Any = (),
+        context: Any = None,
+    ) -> TurnResult:
         """Send ``text`` as a user message and run the loop until the model has answered.
 
         ``permission``: rules for this turn only (``permission.Rule`` or dicts), after the
@@ -129,15 +155,25 @@ class AgentSession:
         self._before_prompt()
         provider, info, spec = self.provider(model or self.settings.model or self.last_model())
         user = UserMessage(
-            id=ids.ascending("message"), session_id=self.info.id, time_created=now_ms(),
+            id=ids.ascending("message"),
+            session_id=self.info.id,
+            time_created=now_ms(),
             model=ModelRef(info.provider_id, info.model_id),
         )
         text = context.text if context is not None else text
         meta = clean_value(context.metadata()) if context is not None else None
-        part = TextPart(ids.ascending("part"), self.info.id, user.id, text=clean(text, refresh=True),
-                        metadata=meta)
-        parts = (part, *attachment_parts(context, self.info.id, user.id),
-                 *_memory_parts(self, user.id, part.text))  # memory.inject: a new session's first message
+        part = TextPart(
+            ids.ascending("part"),
+            self.info.id,
+            user.id,
+            text=clean(text, refresh=True),
+            metadata=meta,
+        )
+        parts = (
+            part,
+            *attachment_parts(context, self.info.id, user.id),
+            *_memory_parts(self, user.id, part.text),
+        )  # memory.inject: a new session's first message
         self.store.put(user, *parts)
         self._touch()
         self.history.append(WithParts(user, parts))  # before the flush: if the disk is full, the
@@ -156,7 +192,8 @@ class AgentSession:
             session_id=self.info.id,
             text=_final_text(added),
             messages=tuple(added),
-            cost=sum(m.info.cost for m in added if isinstance(m.info, AssistantMessage)) + _turn_children_cost(added),
+            cost=sum(m.info.cost for m in added if isinstance(m.info, AssistantMessage))
+            + _turn_children_cost(added),
             steps=sum(1 for m in added if isinstance(m.info, AssistantMessage)),
         )
 
@@ -173,7 +210,7 @@ class AgentSession:
 
     # -- lifecycle (docs/lifecycle.md; the work is in session/lifecycle.py) --------------
 
-    def fork(self, at: Any = None) -> "AgentSession":
+    def fork(self, at: Any = None) -> AgentSession:
         """A new session with copies of the messages before ``at`` (a message id or turn number)."""
         from . import lifecycle
 
@@ -204,8 +241,13 @@ class AgentSession:
         options = self.settings.snapshot
         if not options.get("enabled", True):
             return None
-        if self._snapshot is None or self._snapshot.work_tree != Path(self.info.directory).resolve():
-            self._snapshot = Snapshot.for_session(self.settings.data_dir, self.info.id, self.info.directory, options)
+        if (
+            self._snapshot is None
+            or self._snapshot.work_tree != Path(self.info.directory).resolve()
+        ):
+            self._snapshot = Snapshot.for_session(
+                self.settings.data_dir, self.info.id, self.info.directory, options
+            )
         return self._snapshot
 
     def wait_title(self, timeout: float | None = None) -> None:
@@ -228,8 +270,8 @@ class AgentSession:
         """Load what another kernel wrote to this session since this one read it, so that
         turns from two kernels never interleave unseen (each model seeing only its half);
         refuse, in one line, while the other kernel's turn is still running."""
-        from . import lifecycle
         from ..core.errors import UsageError
+        from . import lifecycle
 
         mark = self.store.foreign(self.info.id)
         if mark != self._foreign:
@@ -242,9 +284,11 @@ class AgentSession:
             self._foreign = mark
         last = self.history[-1] if self.history else None
         if last is not None and _in_progress(last) and self.store.live_writer(last.info.id):
-            raise UsageError(f"session {self.info.id} has a turn running in another kernel — run "
-                             "the cell again when it has finished, or start a new session with "
-                             "%%agent --new")
+            raise UsageError(
+                f"session {self.info.id} has a turn running in another kernel — run "
+                "the cell again when it has finished, or start a new session with "
+                "%%agent --new"
+            )
 
     def _after_turn(self, model: str) -> None:
         from . import title
@@ -261,8 +305,14 @@ class AgentSession:
         from ..core import permission as P
 
         inherited = getattr(self, "inherited_rules", None)
-        head = inherited() if inherited is not None else P.merge(
-            P.defaults(data_dir=os.path.abspath(self.settings.data_dir)), P.from_config(self.settings.permission))
+        head = (
+            inherited()
+            if inherited is not None
+            else P.merge(
+                P.defaults(data_dir=os.path.abspath(self.settings.data_dir)),
+                P.from_config(self.settings.permission),
+            )
+        )
         return P.merge(head, P.from_data(self.info.permission), cell)
 
     def allow(self, rules: Any) -> None:
@@ -291,7 +341,9 @@ class AgentSession:
         own = sum(m.info.cost for m in self.history if isinstance(m.info, AssistantMessage))
         own += float((self.info.title_usage or {}).get("cost") or 0.0)
         if self._has_children is None:  # a task part (any state) means a child session may exist
-            self._has_children = any(p.type == "tool" and p.tool == "task" for m in self.history for p in m.parts)
+            self._has_children = any(
+                p.type == "tool" and p.tool == "task" for m in self.history for p in m.parts
+            )
         if self._has_children:
             from ..store.tree import children_cost
 
@@ -305,10 +357,16 @@ class AgentSession:
         spec = model or self.settings.model or self.last_model()
         ref = ModelRef.parse(spec) if spec else None
         for _, info, _ in self.providers.values():
-            if ref is not None and (info.provider_id, info.model_id) == (ref.provider_id, ref.model_id):
+            if ref is not None and (info.provider_id, info.model_id) == (
+                ref.provider_id,
+                ref.model_id,
+            ):
                 return info
-        return model_info_for(spec, model_overrides=self.settings.model_overrides,
-                              local_context=self.settings.local_context)
+        return model_info_for(
+            spec,
+            model_overrides=self.settings.model_overrides,
+            local_context=self.settings.local_context,
+        )
 
     def budget_report(self, model: str | None = None):
         """The token budget now: a frozen ``report.BudgetReport`` (``%agent budget`` shows it)."""
@@ -325,15 +383,15 @@ class AgentSession:
 
     def _setup(self, provider: Any, info: Any, spec: Any, permission: Any = ()) -> TurnSetup:
         from ..core import permission as P
-        from .approval import default_approver
-        from ..providers.openai_provider import ChatRequest
         from ..core.redact import redact, redact_value
+        from ..providers.openai_provider import ChatRequest
         from ..tools import builtin_tools, run_tool
+        from .approval import default_approver
 
         tools = builtin_tools()
         if self.settings.subagents:
-            from .lifecycle import subagent_runner
             from ..tools.task import task_tool
+            from .lifecycle import subagent_runner
 
             tools["task"] = task_tool(subagent_runner(self))
         if _memory_option(self.settings, "tool"):  # cross-session memory (docs/memory.md)
@@ -359,11 +417,17 @@ class AgentSession:
         code = codeaction.enabled(self.settings.code_actions, spec.provider_id, spec.model_id)
         if code:  # the model writes ```python blocks (core/codeaction.py): python is its only tool
             tools = {k: v for k, v in tools.items() if k == codeaction.TOOL}
-            provider = codeaction.CodeActionProvider(provider, server_side=spec.provider_id == "local")
-        gate = P.Gate(session_id=self.info.id, directory=self.info.directory,
-                      ruleset=lambda: self.ruleset(cell_rules),
-                      approver=self.approver or default_approver(self.shell), on_always=self.allow,
-                      bounds=bounds)
+            provider = codeaction.CodeActionProvider(
+                provider, server_side=spec.provider_id == "local"
+            )
+        gate = P.Gate(
+            session_id=self.info.id,
+            directory=self.info.directory,
+            ruleset=lambda: self.ruleset(cell_rules),
+            approver=self.approver or default_approver(self.shell),
+            on_always=self.allow,
+            bounds=bounds,
+        )
         self.gate = gate  # this turn's permission gate: a subagent started now inherits its rules
         tool_list = list(tools.values())
         schemas = [_schema(t) for t in tool_list]
@@ -371,19 +435,31 @@ class AgentSession:
         max_tokens = info.max_output_tokens if info.output else None
 
         def request_factory(chat: list[dict], last_step: bool) -> ChatRequest:
-            return ChatRequest(model=spec.model_id, messages=chat, tools=schemas,
-                               max_tokens=max_tokens, temperature=self.settings.temperature)
+            return ChatRequest(
+                model=spec.model_id,
+                messages=chat,
+                tools=schemas,
+                max_tokens=max_tokens,
+                temperature=self.settings.temperature,
+            )
 
         def call_tool(tool: Any, args: dict, call: Any):
             from ..tools import ToolContext
 
-            ctx = ToolContext(session_id=self.info.id, message_id=self.history[-1].info.id,
-                              call_id=call.call_id, directory=directory,
-                              data_dir=self.settings.data_dir, shell=self.shell,
-                              may_read=gate.reader())
+            ctx = ToolContext(
+                session_id=self.info.id,
+                message_id=self.history[-1].info.id,
+                call_id=call.call_id,
+                directory=directory,
+                data_dir=self.settings.data_dir,
+                shell=self.shell,
+                may_read=gate.reader(),
+            )
             try:
                 return run_tool(tool, args, ctx)
-            except ToolFailure as err:  # error texts reach the model and the history: no keys in them
+            except (
+                ToolFailure
+            ) as err:  # error texts reach the model and the history: no keys in them
                 failure = ToolFailure(redact(str(err), refresh=True))
                 if isinstance(getattr(err, "metadata", None), dict):  # e.g. an MCP call's server
                     failure.metadata = redact_value(err.metadata, refresh=True)
@@ -393,17 +469,31 @@ class AgentSession:
 
         compaction = self.settings.compaction
         prompt_text = self.settings.system_prompt or (
-            codeaction.system_prompt(kernel.variables_line(getattr(self.shell, "user_ns", None) or {},
-                                                    getattr(self.shell, "user_ns_hidden", ())))
-            if code else system_prompt(str(directory), list(tools)))
+            codeaction.system_prompt(
+                kernel.variables_line(
+                    getattr(self.shell, "user_ns", None) or {},
+                    getattr(self.shell, "user_ns_hidden", ()),
+                )
+            )
+            if code
+            else system_prompt(str(directory), list(tools))
+        )
         return TurnSetup(
-            store=self.store, provider=provider, request_factory=request_factory, model=info,
-            tools=tools, run_tool=call_tool,
+            store=self.store,
+            provider=provider,
+            request_factory=request_factory,
+            model=info,
+            tools=tools,
+            run_tool=call_tool,
             system_prompt=prompt_text,
-            max_steps=self.settings.max_steps, max_retries=self.settings.max_retries,
+            max_steps=self.settings.max_steps,
+            max_retries=self.settings.max_retries,
             max_retry_wait=self.settings.max_retry_wait,
-            auto_compact=bool(compaction.get("auto", True)), reserved=compaction.get("reserved"),
-            cwd=str(directory), permit=gate, snapshot=self.snapshot(),
+            auto_compact=bool(compaction.get("auto", True)),
+            reserved=compaction.get("reserved"),
+            cwd=str(directory),
+            permit=gate,
+            snapshot=self.snapshot(),
             compactor=self._compactor((summary_provider, info, spec), prompt_text, schemas),
         )
 
@@ -416,15 +506,20 @@ class AgentSession:
 
         return CompactionConfig.from_settings(self.settings.compaction, self.model_info(model))
 
-    def compact(self, instructions: str | None = None, *, model: str | None = None,
-                observer: Observer | None = None):
+    def compact(
+        self,
+        instructions: str | None = None,
+        *,
+        model: str | None = None,
+        observer: Observer | None = None,
+    ):
         """Compact now (``%agent compact``): prune, then summarise the head and keep the tail.
 
         Returns the ``compaction.CompactionEvent`` (also stored: ``compaction_event`` in SQL);
         raises ``ContextLimitError`` (one line) when nothing could be compacted.
         """
-        from ..loop.turn import ContextLimitError
         from ..core.errors import UsageError
+        from ..loop.turn import ContextLimitError
 
         self._before_prompt()
         if not any(isinstance(m.info, AssistantMessage) for m in self.history):
@@ -436,8 +531,13 @@ class AgentSession:
         self._busy = True
         try:
             compactor.prune(self.history, cause="manual")
-            result = compactor.compact(self.history, cause="manual", auto=False, instructions=instructions,
-                                       observer=observer)
+            result = compactor.compact(
+                self.history,
+                cause="manual",
+                auto=False,
+                instructions=instructions,
+                observer=observer,
+            )
         finally:
             self._busy = False
         self._touch()
@@ -448,7 +548,9 @@ class AgentSession:
 
     def compaction_events(self):
         """This session's compaction events, oldest first (a pandas DataFrame)."""
-        return self.store.sql(f"SELECT * FROM compaction_event WHERE session_id = '{self.info.id}' ORDER BY id")
+        return self.store.sql(
+            f"SELECT * FROM compaction_event WHERE session_id = '{self.info.id}' ORDER BY id"
+        )
 
     def _compactor(self, main: Any, prompt_text: str, schemas: Any, tool_names: Any = None):
         """A ``compaction.Compactor`` for one turn; ``main`` is the turn's (provider, ModelInfo, spec)."""
@@ -459,23 +561,39 @@ class AgentSession:
 
         info = main[1]
         config = CompactionConfig.from_settings(self.settings.compaction, info)
-        summary_provider, summary_info, summary_spec = self.provider(config.model) if config.model else main
+        summary_provider, summary_info, summary_spec = (
+            self.provider(config.model) if config.model else main
+        )
         default_max = summary_info.max_output_tokens if summary_info.output else None
 
         def summary_request(chat: list[dict], max_tokens: int | None) -> ChatRequest:
-            return ChatRequest(model=summary_spec.model_id, messages=chat, max_tokens=max_tokens or default_max,
-                               temperature=self.settings.temperature)
+            return ChatRequest(
+                model=summary_spec.model_id,
+                messages=chat,
+                max_tokens=max_tokens or default_max,
+                temperature=self.settings.temperature,
+            )
 
         if schemas is None:
             from ..tools import builtin_tools
 
-            schemas = [_schema(t) for name, t in builtin_tools().items() if name in (tool_names or ())]
+            schemas = [
+                _schema(t) for name, t in builtin_tools().items() if name in (tool_names or ())
+            ]
         state = self.__dict__.setdefault("_compaction_state", {})
         compactor = Compactor(
-            config=config, store=self.store, model=info, data_dir=Path(self.settings.data_dir),
-            system_prompt=prompt_text, tools_tokens=B.estimate(json.dumps(schemas)) if schemas else 0,
-            summary_provider=summary_provider, summary_model=summary_info, summary_request=summary_request,
-            max_retries=self.settings.max_retries, cwd=self.info.directory, state=state,
+            config=config,
+            store=self.store,
+            model=info,
+            data_dir=Path(self.settings.data_dir),
+            system_prompt=prompt_text,
+            tools_tokens=B.estimate(json.dumps(schemas)) if schemas else 0,
+            summary_provider=summary_provider,
+            summary_model=summary_info,
+            summary_request=summary_request,
+            max_retries=self.settings.max_retries,
+            cwd=self.info.directory,
+            state=state,
         )
         return compactor
 
@@ -527,21 +645,28 @@ def _memory_option(settings: Settings, name: str) -> bool:
     return bool(memory.get("enabled") if value is None else value)
 
 
-def _memory_parts(session: "AgentSession", message_id: str, prompt: str) -> tuple:
+def _memory_parts(session: AgentSession, message_id: str, prompt: str) -> tuple:
     """The memory injected into a new session's first user message (a synthetic text part), if any."""
     if session.history or not _memory_option(session.settings, "inject"):
         return ()
     from ..memory import injection_part
 
-    part = injection_part(session.store, session.settings, prompt, directory=session.info.directory,
-                          session_id=session.info.id, message_id=message_id)
+    part = injection_part(
+        session.store,
+        session.settings,
+        prompt,
+        directory=session.info.directory,
+        session_id=session.info.id,
+        message_id=message_id,
+    )
     return (part,) if part is not None else ()
 
 
-def _memory_after_turn(session: "AgentSession") -> None:
+def _memory_after_turn(session: AgentSession) -> None:
     """Remember the session (``auto_remember``); embed the turn's passages (memory on)."""
     if (getattr(session.settings, "memory", None) or {}).get("auto_remember") or any(
-            _memory_option(session.settings, name) for name in ("tool", "inject")):
+        _memory_option(session.settings, name) for name in ("tool", "inject")
+    ):
         from ..memory import after_turn
 
         after_turn(session)
@@ -556,7 +681,9 @@ def _final_text(added: list[WithParts]) -> str:
     for item in reversed(added):
         if not isinstance(item.info, AssistantMessage) or item.info.summary:
             continue  # compaction requests, summaries and continue messages are not the answer
-        texts = [p.text for p in item.parts if isinstance(p, TextPart) and p.text and not p.synthetic]
+        texts = [
+            p.text for p in item.parts if isinstance(p, TextPart) and p.text and not p.synthetic
+        ]
         if texts:
             return "\n\n".join(texts)
     return ""

@@ -18,7 +18,8 @@ from __future__ import annotations
 import builtins
 import sys
 import unicodedata
-from typing import Any, Callable, Iterable, Protocol
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from ..core.permission import ApprovalUnavailable, Request, how_to_allow
 
@@ -124,7 +125,9 @@ def prompt_line(request: Request) -> str:
         what = _one_line(visible(str(summary)))
     if request.unsure:
         what += f" [the checker {_one_line(visible(request.unsure), 120)}]"
-    label = tool if request.permission in (tool, "edit", "read") else f"{request.permission} · {tool}"
+    label = (
+        tool if request.permission in (tool, "edit", "read") else f"{request.permission} · {tool}"
+    )
     always = ", ".join(request.always)
     scope = ""
     if always and always != "*":
@@ -192,5 +195,16 @@ def default_approver(shell: Any = None) -> Approver:
     return StdinApprover(shell)
 
 
-__all__ = ["Approver", "StdinApprover", "ScriptedApprover", "parse_answer", "prompt_line",
-           "prompt_text", "preamble", "shown_in_full", "visible", "default_approver", "CHOICES"]
+__all__ = [
+    "Approver",
+    "StdinApprover",
+    "ScriptedApprover",
+    "parse_answer",
+    "prompt_line",
+    "prompt_text",
+    "preamble",
+    "shown_in_full",
+    "visible",
+    "default_approver",
+    "CHOICES",
+]

@@ -14,11 +14,12 @@ a model's ``task_id``) is checked against the id grammar first (``ids.check``).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from ..core import ids
-from ..store.schema import quote
+from ..core.chat import visible
 from ..core.errors import UsageError
 from ..core.messages import (
     AssistantMessage,
@@ -30,8 +31,8 @@ from ..core.messages import (
     now_ms,
     replace,
 )
+from ..store.schema import quote
 from ..store.tree import children
-from ..core.chat import visible
 
 FORK_TITLE = re.compile(r"^(.+) \(fork #(\d+)\)$")
 KERNEL_NOTE = "kernel variables are not reverted"
@@ -48,7 +49,9 @@ def resolve_message(history: Sequence[WithParts], ref: Any) -> str:
         users = [m.info.id for m in history if isinstance(m.info, UserMessage)]
         n = int(text)
         if n == 0 or abs(n) > len(users):
-            raise UsageError(f"no turn {n} — this session has {len(users)} turn(s); `%agent turns` lists them")
+            raise UsageError(
+                f"no turn {n} — this session has {len(users)} turn(s); `%agent turns` lists them"
+            )
         return users[n - 1] if n > 0 else users[n]
     ids.check_ref(text, "message")
     matches = [m.info.id for m in history if m.info.id.startswith(text)] if text else []
@@ -57,7 +60,9 @@ def resolve_message(history: Sequence[WithParts], ref: Any) -> str:
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise UsageError(f"no message {text!r} in this session — `%agent turns` lists the turns and their ids")
+        raise UsageError(
+            f"no message {text!r} in this session — `%agent turns` lists the turns and their ids"
+        )
     raise UsageError(f"{text!r} matches {len(matches)} messages — give more of the id")
 
 
@@ -66,9 +71,20 @@ def turns(history: Sequence[WithParts]) -> list[dict]:
     rows: list[dict] = []
     for item in history:
         if isinstance(item.info, UserMessage):
-            text = " ".join(getattr(p, "text", "") or "" for p in item.parts if p.type == "text").strip()
-            rows.append({"turn": len(rows) + 1, "id": item.info.id, "time": item.info.time_created,
-                         "prompt": text, "messages": 1, "cost": 0.0, "files": set()})
+            text = " ".join(
+                getattr(p, "text", "") or "" for p in item.parts if p.type == "text"
+            ).strip()
+            rows.append(
+                {
+                    "turn": len(rows) + 1,
+                    "id": item.info.id,
+                    "time": item.info.time_created,
+                    "prompt": text,
+                    "messages": 1,
+                    "cost": 0.0,
+                    "files": set(),
+                }
+            )
         elif rows:
             rows[-1]["messages"] += 1
             rows[-1]["cost"] += item.info.cost
@@ -100,7 +116,6 @@ def fork(session, at: Any = None):
     absent for a whole-session fork). Returns the new ``AgentSession``.
     """
     from . import snapshot
-    
 
     session.wait_title()
     store = session.store
@@ -108,8 +123,13 @@ def fork(session, at: Any = None):
     history = visible(store.messages(source.id), source.revert)
     cut = resolve_message(history, at) if at is not None else None
     copied = [m for m in history if cut is None or m.info.id < cut]
-    new = type(session).create(session.settings, store=store, shell=session.shell,
-                              directory=source.directory, title=forked_title(source.title))
+    new = type(session).create(
+        session.settings,
+        store=store,
+        shell=session.shell,
+        directory=source.directory,
+        title=forked_title(source.title),
+    )
     new.approver = getattr(session, "approver", None)
     origin = {"sessionID": source.id, **({"messageID": cut} if cut else {})}
     new.info = replace(new.info, forked_from=origin)
@@ -131,7 +151,11 @@ def fork(session, at: Any = None):
 
 
 def _copy_part(part, session_id: str, message_id: str, id_map: dict[str, str]):
-    changes: dict[str, Any] = {"id": ids.ascending("part"), "session_id": session_id, "message_id": message_id}
+    changes: dict[str, Any] = {
+        "id": ids.ascending("part"),
+        "session_id": session_id,
+        "message_id": message_id,
+    }
     if isinstance(part, CompactionPart) and part.tail_start_id:
         changes["tail_start_id"] = id_map.get(part.tail_start_id, part.tail_start_id)
     return replace(part, **changes)
@@ -155,15 +179,23 @@ class RevertResult:
 
     def __str__(self) -> str:
         names = [*self.restored, *self.deleted]
-        files = f"{len(names)} file(s) restored" + (f" ({', '.join(_short(names))})" if names else "")
+        files = f"{len(names)} file(s) restored" + (
+            f" ({', '.join(_short(names))})" if names else ""
+        )
         if self.deleted:
             files += f", {len(self.deleted)} of them deleted (created later)"
-        skipped = f"; {len(self.skipped)} left as they are ({', '.join(_short(self.skipped))})" if self.skipped else ""
+        skipped = (
+            f"; {len(self.skipped)} left as they are ({', '.join(_short(self.skipped))})"
+            if self.skipped
+            else ""
+        )
         note = f"; {self.note}" if self.note else ""
         if self.undo:
             return f"unreverted {self.session_id}: messages back, {files}{skipped}{note} — {KERNEL_NOTE}"
-        return (f"reverted {self.session_id} to {self.message_id}: {self.hidden} message(s) hidden until the next "
-                f"prompt removes them, {files}{skipped}{note} — {KERNEL_NOTE}; `%agent unrevert` undoes this")
+        return (
+            f"reverted {self.session_id} to {self.message_id}: {self.hidden} message(s) hidden until the next "
+            f"prompt removes them, {files}{skipped}{note} — {KERNEL_NOTE}; `%agent unrevert` undoes this"
+        )
 
 
 def _short(paths: Sequence[str], limit: int = 5) -> list[str]:
@@ -173,7 +205,9 @@ def _short(paths: Sequence[str], limit: int = 5) -> list[str]:
     return names + [f"… {len(paths) - limit} more"] if len(paths) > limit else names
 
 
-def _point(history: Sequence[WithParts], message_id: str, part_id: str | None) -> tuple[str, str | None]:
+def _point(
+    history: Sequence[WithParts], message_id: str, part_id: str | None
+) -> tuple[str, str | None]:
     """OpenCode's revert target: the last user message at or before ``message_id``, or that
     message from ``part_id`` on when earlier text/tool parts of it stay."""
     if part_id is not None:
@@ -229,8 +263,10 @@ def _restore_patches(snap, patches: Sequence[PatchPart], result: RevertResult) -
         result.deleted += done.deleted
         result.skipped += done.skipped
     if foreign:
-        result.note = (f"{foreign} file(s) left as they are: their snapshots were not taken here "
-                       "for this session (an imported session's changes cannot be reverted)")
+        result.note = (
+            f"{foreign} file(s) left as they are: their snapshots were not taken here "
+            "for this session (an imported session's changes cannot be reverted)"
+        )
 
 
 def _snapshot_note(snap) -> str:
@@ -297,7 +333,9 @@ def unrevert(session) -> RevertResult:
         raise UsageError("nothing to unrevert — `%agent revert MSG` first")
     history = session.store.messages(session.info.id)
     result = RevertResult(session.info.id, state["messageID"], state.get("partID"), undo=True)
-    files = sorted({f for p in _patches(history, state["messageID"], state.get("partID")) for f in p.files})
+    files = sorted(
+        {f for p in _patches(history, state["messageID"], state.get("partID")) for f in p.files}
+    )
     snap = session.snapshot()
     if files and state.get("snapshot") and snap is not None and not snap.disabled_reason:
         if not snap.took(state["snapshot"]):  # a revert state that came with an imported session
@@ -341,7 +379,9 @@ def cleanup(session) -> int:
                 if part.id >= pid:
                     store.delete("part", part.id)
                     if isinstance(part, ToolPart) and part.tool == "task":
-                        starts.append(getattr(part.state, "time_start", None) or item.info.time_created)
+                        starts.append(
+                            getattr(part.state, "time_start", None) or item.info.time_created
+                        )
             kept.append(WithParts(item.info, tuple(p for p in item.parts if p.id < pid)))
             continue
         starts.append(item.info.time_created)
@@ -378,24 +418,31 @@ def _set_info(session, **changes: Any) -> None:
 def subagent_runner(parent):
     """The ``run_child`` callback of the parent's ``task`` tool (see tools/task.py)."""
     from ..core.errors import AgentError, ToolFailure
-    
 
     def run_child(description: str, prompt: str, model: str | None, task_id: str | None):
         settings = replace(parent.settings, subagents=False, titles=False)  # one level deep
         if task_id:
             if not ids.valid(task_id, "session"):
-                raise ToolFailure(f"task: {ids.shown(task_id)} is not a task id — omit task_id "
-                                  "to start one")
+                raise ToolFailure(
+                    f"task: {ids.shown(task_id)} is not a task id — omit task_id to start one"
+                )
             try:
                 child = type(parent).open(task_id, settings, store=parent.store, shell=parent.shell)
             except AgentError:
-                raise ToolFailure(f"task: no task {task_id!r} to continue — omit task_id to start one") from None
+                raise ToolFailure(
+                    f"task: no task {task_id!r} to continue — omit task_id to start one"
+                ) from None
             if child.info.parent_id != parent.info.id:
                 raise ToolFailure(f"task: {task_id!r} is not a task of this session")
         else:
-            child = type(parent).create(settings, store=parent.store, shell=parent.shell,
-                                        directory=parent.info.directory,
-                                        title=f"{description} (@general subagent)", parent_id=parent.info.id)
+            child = type(parent).create(
+                settings,
+                store=parent.store,
+                shell=parent.shell,
+                directory=parent.info.directory,
+                title=f"{description} (@general subagent)",
+                parent_id=parent.info.id,
+            )
             # the parent's snapshot index and objects: the child's first snapshot re-hashes nothing
             from . import snapshot
 
@@ -410,7 +457,9 @@ def subagent_runner(parent):
         bounds = gate.child_bounds() if gate is not None else (lambda: parent.ruleset(),)
         child.inherited_rules = bounds[0]
         child.permission_bounds = bounds
-        spec = model or parent.settings.subagent_model or parent.last_model() or parent.settings.model
+        spec = (
+            model or parent.settings.subagent_model or parent.last_model() or parent.settings.model
+        )
         try:
             result = child.prompt(prompt, model=spec or None)
         except AgentError as err:
@@ -425,7 +474,11 @@ def turn_children_cost(added: Iterable[WithParts]) -> float:
     total = 0.0
     for item in added:
         for part in item.parts:
-            if isinstance(part, ToolPart) and part.tool == "task" and part.state.status == "completed":
+            if (
+                isinstance(part, ToolPart)
+                and part.tool == "task"
+                and part.state.status == "completed"
+            ):
                 total += float((part.state.metadata or {}).get("cost") or 0.0)
     return total
 
@@ -455,13 +508,18 @@ def delete(store, session_id: str, *, data_dir=None) -> list[str]:
     from . import snapshot
 
     root = store.session(ids.check_ref(session_id, "session")).id
-    tree = list(store.sql(
-        f"WITH RECURSIVE tree(id) AS (SELECT {quote(root)} UNION "
-        f"SELECT s.id FROM session s JOIN tree t ON s.parent_id = t.id) SELECT id FROM tree")["id"])
+    tree = list(
+        store.sql(
+            f"WITH RECURSIVE tree(id) AS (SELECT {quote(root)} UNION "
+            f"SELECT s.id FROM session s JOIN tree t ON s.parent_id = t.id) SELECT id FROM tree"
+        )["id"]
+    )
     tree = [root] + [s for s in tree if s != root]
     quoted = ", ".join(quote(s) for s in tree)
-    rows = store.sql(f"SELECT 'part' AS kind, id FROM part WHERE session_id IN ({quoted}) UNION ALL "
-                     f"SELECT 'message' AS kind, id FROM message WHERE session_id IN ({quoted})")
+    rows = store.sql(
+        f"SELECT 'part' AS kind, id FROM part WHERE session_id IN ({quoted}) UNION ALL "
+        f"SELECT 'message' AS kind, id FROM message WHERE session_id IN ({quoted})"
+    )
     for kind, id in zip(rows["kind"], rows["id"]):
         store.delete(kind, id)
     for sid in tree:

@@ -51,9 +51,9 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from ..core import ids
 from ..core.errors import UsageError
@@ -64,16 +64,25 @@ GIT_TIMEOUT = 300.0
 DIFF_LIMIT = 200_000  # characters of revert.diff kept on the session
 # -c options on every git call: no configuration anywhere may run a command or read user files
 ISOLATION = (
-    f"core.hooksPath={os.devnull}", "core.fsmonitor=false", f"core.attributesFile={os.devnull}",
-    f"core.excludesFile={os.devnull}", "core.pager=cat", "submodule.recurse=false",
-    "protocol.allow=never", "gc.auto=0", "maintenance.auto=false", "core.useReplaceRefs=false",
+    f"core.hooksPath={os.devnull}",
+    "core.fsmonitor=false",
+    f"core.attributesFile={os.devnull}",
+    f"core.excludesFile={os.devnull}",
+    "core.pager=cat",
+    "submodule.recurse=false",
+    "protocol.allow=never",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "core.useReplaceRefs=false",
     "diff.external=",
 )
 # $GIT_DIR/info/attributes has the highest precedence: every work-tree .gitattributes is
 # neutralised (no filter, textconv, eol or encoding conversion; diff/merge as git's defaults)
-ATTRIBUTES = ("# written by jupyter-session-agent: work-tree .gitattributes must not convert\n"
-              "* !text !eol !crlf !filter !ident !diff !merge !working-tree-encoding"
-              " !export-subst\n")
+ATTRIBUTES = (
+    "# written by jupyter-session-agent: work-tree .gitattributes must not convert\n"
+    "* !text !eol !crlf !filter !ident !diff !merge !working-tree-encoding"
+    " !export-subst\n"
+)
 
 
 class SnapshotError(RuntimeError):
@@ -87,7 +96,7 @@ class RestoreResult:
     skipped: list[str] = field(default_factory=list)  # large or unreadable: left alone
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def git_executable() -> str | None:
     """The absolute path of ``git`` from the absolute ``PATH`` entries only: a ``git`` file in the
     current folder (an empty or relative ``PATH`` entry) is never run."""
@@ -108,29 +117,46 @@ def git_env(git_dir: Path, work_tree: Path) -> dict[str, str]:
     """The environment of every snapshot git call: the process's minus ``GIT_*``, ``HOME`` and
     ``XDG_CONFIG_HOME``, with no system or global configuration and its own repository."""
     dropped = ("HOME", "XDG_CONFIG_HOME", "PAGER", "PATH")
-    env = {k: v for k, v in os.environ.items()
-           if not k.upper().startswith("GIT_") and k not in dropped}
+    env = {
+        k: v for k, v in os.environ.items() if not k.upper().startswith("GIT_") and k not in dropped
+    }
     ceiling = dict.fromkeys((str(work_tree), str(work_tree.parent)))
-    env.update({
-        "PATH": os.pathsep.join(_absolute_path()),
-        "HOME": str(git_dir), "XDG_CONFIG_HOME": str(git_dir / "xdg"),  # neither holds a config
-        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_SYSTEM": os.devnull,
-        "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ATTR_NOSYSTEM": "1", "GIT_NO_REPLACE_OBJECTS": "1",
-        "GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(work_tree),
-        "GIT_CEILING_DIRECTORIES": os.pathsep.join(ceiling),
-        "GIT_LITERAL_PATHSPECS": "1", "GIT_TERMINAL_PROMPT": "0", "GIT_PROTOCOL_FROM_USER": "0",
-        "LC_ALL": "C",
-    })
+    env.update(
+        {
+            "PATH": os.pathsep.join(_absolute_path()),
+            "HOME": str(git_dir),
+            "XDG_CONFIG_HOME": str(git_dir / "xdg"),  # neither holds a config
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_SYSTEM": os.devnull,
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_ATTR_NOSYSTEM": "1",
+            "GIT_NO_REPLACE_OBJECTS": "1",
+            "GIT_DIR": str(git_dir),
+            "GIT_WORK_TREE": str(work_tree),
+            "GIT_CEILING_DIRECTORIES": os.pathsep.join(ceiling),
+            "GIT_LITERAL_PATHSPECS": "1",
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_PROTOCOL_FROM_USER": "0",
+            "LC_ALL": "C",
+        }
+    )
     return env
 
 
 class Snapshot:
     """The shadow repository of one session over its working directory."""
 
-    def __init__(self, git_dir: str | os.PathLike, work_tree: str | os.PathLike, *,
-                 max_file_size: int = int(DEFAULTS["max_file_size"]), max_files: int = int(DEFAULTS["max_files"]),
-                 exclude: Iterable[str] = DEFAULTS["exclude"],
-                 private: Iterable[str | os.PathLike] = (), refused: str | None = None) -> None:
+    def __init__(
+        self,
+        git_dir: str | os.PathLike,
+        work_tree: str | os.PathLike,
+        *,
+        max_file_size: int = int(DEFAULTS["max_file_size"]),
+        max_files: int = int(DEFAULTS["max_files"]),
+        exclude: Iterable[str] = DEFAULTS["exclude"],
+        private: Iterable[str | os.PathLike] = (),
+        refused: str | None = None,
+    ) -> None:
         self.refused = refused  # why no repository may be used (its path left the data directory)
         self.git_dir = Path(git_dir).absolute()
         self.work_tree = Path(work_tree).resolve()
@@ -139,22 +165,35 @@ class Snapshot:
         self.exclude = tuple(exclude)
         # folders inside the work tree that hold our own data (the history, this repo): never tracked
         self.private = tuple(Path(p).resolve() for p in private)
-        self._last: tuple[tuple, str] | None = None  # (index file stat, its tree): skips a write-tree
+        self._last: tuple[tuple, str] | None = (
+            None  # (index file stat, its tree): skips a write-tree
+        )
         self._hardened = False
         self._trees: set[str] | None = None  # the trees listed in <repo>/trees
 
     @classmethod
-    def for_session(cls, data_dir: str | os.PathLike, session_id: str, directory: str | os.PathLike,
-                    options: Mapping[str, object] | None = None) -> "Snapshot":
+    def for_session(
+        cls,
+        data_dir: str | os.PathLike,
+        session_id: str,
+        directory: str | os.PathLike,
+        options: Mapping[str, object] | None = None,
+    ) -> Snapshot:
         opts = {**DEFAULTS, **(options or {})}
         data_dir = Path(data_dir)
         try:
             git_dir, refused = repo_path(data_dir, session_id), None
         except UsageError as err:  # contained like every snapshot failure: off, with the reason
             git_dir, refused = data_dir / "snapshot", str(err)
-        return cls(git_dir, directory, max_file_size=int(opts["max_file_size"]),
-                   max_files=int(opts["max_files"]), exclude=tuple(opts["exclude"] or ()),
-                   private=(data_dir,), refused=refused)
+        return cls(
+            git_dir,
+            directory,
+            max_file_size=int(opts["max_file_size"]),
+            max_files=int(opts["max_files"]),
+            exclude=tuple(opts["exclude"] or ()),
+            private=(data_dir,),
+            refused=refused,
+        )
 
     # -- state -----------------------------------------------------------------
 
@@ -190,15 +229,22 @@ class Snapshot:
             raise SnapshotError("git is not installed")
         options = [x for pair in (("-c", o) for o in ISOLATION) for x in pair]
         try:
-            proc = subprocess.run([git, "--no-pager", *options, *args], input=input,
-                                  capture_output=True, env=git_env(self.git_dir, self.work_tree),
-                                  cwd=self.work_tree, timeout=GIT_TIMEOUT,
-                                  stdin=None if input is not None else subprocess.DEVNULL)
+            proc = subprocess.run(
+                [git, "--no-pager", *options, *args],
+                input=input,
+                capture_output=True,
+                env=git_env(self.git_dir, self.work_tree),
+                cwd=self.work_tree,
+                timeout=GIT_TIMEOUT,
+                stdin=None if input is not None else subprocess.DEVNULL,
+            )
         except (OSError, subprocess.TimeoutExpired) as err:
             raise SnapshotError(f"git {args[0]}: {err}") from None
         if check and proc.returncode != 0:
             lines = proc.stderr.decode(errors="replace").strip().splitlines()
-            raise SnapshotError(f"git {args[0]}: {lines[0] if lines else f'exit {proc.returncode}'}")
+            raise SnapshotError(
+                f"git {args[0]}: {lines[0] if lines else f'exit {proc.returncode}'}"
+            )
         return proc.stdout
 
     def init(self) -> None:
@@ -207,10 +253,17 @@ class Snapshot:
             return
         self.git_dir.mkdir(parents=True, exist_ok=True)
         self._git("init", "-q", "--template=")  # no hooks or info/ copied from a template
-        for key, value in (("core.autocrlf", "false"), ("core.longpaths", "true"), ("core.symlinks", "true"),
-                           ("core.fsmonitor", "false"), ("core.quotepath", "false"), ("gc.auto", "0"),
-                           ("core.untrackedCache", "true"), ("advice.addEmbeddedRepo", "false"),
-                           ("core.hooksPath", os.devnull)):
+        for key, value in (
+            ("core.autocrlf", "false"),
+            ("core.longpaths", "true"),
+            ("core.symlinks", "true"),
+            ("core.fsmonitor", "false"),
+            ("core.quotepath", "false"),
+            ("gc.auto", "0"),
+            ("core.untrackedCache", "true"),
+            ("advice.addEmbeddedRepo", "false"),
+            ("core.hooksPath", os.devnull),
+        ):
             self._git("config", key, value)
         (self.git_dir / TREES).touch()  # a new repository: only trees listed there are restored
         self._write_exclude(self.large_files)
@@ -266,7 +319,9 @@ class Snapshot:
                 continue
             if str(rel) != ".":
                 lines.append(_anchored(rel.as_posix()) + "/")
-        real = self.work_tree / ".git" / "info" / "exclude"  # OpenCode copies the real repo's excludes too
+        real = (
+            self.work_tree / ".git" / "info" / "exclude"
+        )  # OpenCode copies the real repo's excludes too
         if real.is_file():
             lines.append(real.read_text(errors="replace"))
         lines += [_anchored(path) for path in sorted(large)]
@@ -290,15 +345,19 @@ class Snapshot:
         if kept != large:
             self._save_large(kept)
             large = kept
-        out = self._git("ls-files", "-z", "--others", "--modified", "--deleted", "--exclude-standard")
+        out = self._git(
+            "ls-files", "-z", "--others", "--modified", "--deleted", "--exclude-standard"
+        )
         # "dir/" is a nested repository: its files are its own (not snapshotted, not even as a
         # gitlink: one without a commit would fail `git add`)
         listed = out.decode("utf-8", "surrogateescape").split("\0")
         candidates = sorted({p for p in listed if p and p[-1] != "/"})
         first = not (self.git_dir / "index").exists()
         if first and len(candidates) > self.max_files:
-            self._disable(f"{self.work_tree} holds {len(candidates):,} files to track (more than max_files="
-                          f"{self.max_files:,}); snapshots are off for this session")
+            self._disable(
+                f"{self.work_tree} holds {len(candidates):,} files to track (more than max_files="
+                f"{self.max_files:,}); snapshots are off for this session"
+            )
             return None
         small, big = [], {}
         for path in candidates:
@@ -310,12 +369,27 @@ class Snapshot:
         if big:
             self._save_large({**large, **big})
             # a tracked file that grew past the limit leaves the index (its old content stays in old trees)
-            self._git("rm", "-q", "-f", "--cached", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul",
-                      input=_nul(big))
+            self._git(
+                "rm",
+                "-q",
+                "-f",
+                "--cached",
+                "--ignore-unmatch",
+                "--pathspec-from-file=-",
+                "--pathspec-file-nul",
+                input=_nul(big),
+            )
         if small:
             # --ignore-errors: a file that cannot be read is left out, the others are snapshotted
-            self._git("add", "-A", "-f", "--ignore-errors", "--pathspec-from-file=-",
-                      "--pathspec-file-nul", input=_nul(small))
+            self._git(
+                "add",
+                "-A",
+                "-f",
+                "--ignore-errors",
+                "--pathspec-from-file=-",
+                "--pathspec-file-nul",
+                input=_nul(small),
+            )
         key = self._index_key()
         if self._last is not None and self._last[0] == key and key:
             return self._last[1]  # nothing staged, index untouched since: the same tree
@@ -340,14 +414,17 @@ class Snapshot:
         if before == after:
             return []
         out = self._git("diff-tree", "-r", "-z", "--name-only", "--no-renames", before, after)
-        return [str(self.work_tree / p) for p in out.decode("utf-8", "surrogateescape").split("\0") if p]
+        return [
+            str(self.work_tree / p) for p in out.decode("utf-8", "surrogateescape").split("\0") if p
+        ]
 
     def diff(self, before: str, after: str) -> str:
         """The unified diff between two trees, cut at :data:`DIFF_LIMIT` characters."""
         if before == after:
             return ""
-        out = self._git("diff", "--no-color", "--no-ext-diff", "--no-textconv", before, after,
-                        check=False)
+        out = self._git(
+            "diff", "--no-color", "--no-ext-diff", "--no-textconv", before, after, check=False
+        )
         text = out.decode("utf-8", "replace")
         return text if len(text) <= DIFF_LIMIT else text[:DIFF_LIMIT] + "\n… (diff cut)\n"
 
@@ -358,8 +435,9 @@ class Snapshot:
         never snapshotted, so overwriting it could not be undone).
         """
         if not self.took(tree):
-            raise SnapshotError(f"tree {ids.shown(tree, 20)} is not a snapshot taken here "
-                                "for this session")
+            raise SnapshotError(
+                f"tree {ids.shown(tree, 20)} is not a snapshot taken here for this session"
+            )
         self._harden()
         result = RestoreResult()
         rels = {}
@@ -371,8 +449,11 @@ class Snapshot:
                 rels[rel] = path
         if not rels:
             return result
-        present = set(self._git("ls-tree", "-r", "-z", "--name-only", tree)
-                      .decode("utf-8", "surrogateescape").split("\0")) - {""}
+        present = set(
+            self._git("ls-tree", "-r", "-z", "--name-only", tree)
+            .decode("utf-8", "surrogateescape")
+            .split("\0")
+        ) - {""}
         large = self.large_files
         checkout = []
         for rel, path in sorted(rels.items()):
@@ -390,10 +471,16 @@ class Snapshot:
                 except OSError:
                     result.skipped.append(path)
         if checkout:
-            self._git("checkout", "-q", "-f", tree, "--pathspec-from-file=-", "--pathspec-file-nul",
-                      input=_nul(checkout))
+            self._git(
+                "checkout",
+                "-q",
+                "-f",
+                tree,
+                "--pathspec-from-file=-",
+                "--pathspec-file-nul",
+                input=_nul(checkout),
+            )
         return result
-
 
     def _inside(self, path: str) -> str | None:
         """``path`` relative to the work tree, or None when it is outside (after ``..`` and
@@ -433,7 +520,9 @@ def copy_repo(data_dir: str | os.PathLike, source_id: str, target_id: str) -> No
         return
     if not (src / "HEAD").exists() or dst.exists():
         return
-    shutil.copytree(src, dst, copy_function=_link_or_copy, ignore=shutil.ignore_patterns("index.lock"))
+    shutil.copytree(
+        src, dst, copy_function=_link_or_copy, ignore=shutil.ignore_patterns("index.lock")
+    )
 
 
 def remove_repo(data_dir: str | os.PathLike, session_id: str) -> None:

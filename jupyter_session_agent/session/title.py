@@ -52,7 +52,9 @@ def first_prompt(history) -> str | None:
     users = []
     for item in history:
         if isinstance(item.info, UserMessage):
-            texts = [p.text for p in item.parts if isinstance(p, TextPart) and not p.synthetic and p.text]
+            texts = [
+                p.text for p in item.parts if isinstance(p, TextPart) and not p.synthetic and p.text
+            ]
             if texts:
                 users.append("\n".join(texts))
     return users[0] if len(users) == 1 else None
@@ -71,19 +73,21 @@ def generate(session, text: str, model: str) -> tuple[str, dict]:
     from ..core import budget, retry
     from ..core.errors import ProviderError
     from ..core.stream import Finish, TextDelta
-    from ..providers.openai_provider import ChatRequest
-
     from ..providers import presets
+    from ..providers.openai_provider import ChatRequest
     from ..providers.registry import resolve
 
     # read the session's provider cache, never write it: the main thread may be iterating it
     cached = session.providers.peek(model)
-    provider, info, resolved = cached or resolve(model or presets.default_model(os.environ),
-                                                         session.settings)
+    provider, info, resolved = cached or resolve(
+        model or presets.default_model(os.environ), session.settings
+    )
     request = ChatRequest(
         model=resolved.model_id,
-        messages=[{"role": "system", "content": TITLE_PROMPT},
-                  {"role": "user", "content": f"{ASK}\n\n{text[:INPUT_LIMIT]}"}],
+        messages=[
+            {"role": "system", "content": TITLE_PROMPT},
+            {"role": "user", "content": f"{ASK}\n\n{text[:INPUT_LIMIT]}"},
+        ],
         temperature=0.5,
         # a tiny local model may ramble until its context is full; a title needs a few tokens
         max_tokens=64 if resolved.provider_id == "local" else None,
@@ -117,7 +121,9 @@ def apply(session, title: str, usage: dict) -> None:
         changes: dict[str, Any] = {"title_usage": usage, "time_updated": now_ms()}
         if title and info.has_default_title:
             changes["title"] = title
-        session.info = clean_record(replace(info, **changes))  # as the journal keeps it (core/redact.py)
+        session.info = clean_record(
+            replace(info, **changes)
+        )  # as the journal keeps it (core/redact.py)
         session.store.put(session.info)
         session.store.flush(sync=True)
 

@@ -53,5 +53,17 @@ from .schema import KINDS
 from .store import Store, shared
 
 # What the rest of the package, the tests, benchmarks and notebooks import from here.
-__all__ = ["COLUMNS", "KINDS", "HistoryWarning", "HistoryWriteError", "Kind", "Store", "compact",
-           "export_views_sql", "merge", "open_export", "scratch_connection", "shared"]
+__all__ = [
+    "COLUMNS",
+    "KINDS",
+    "HistoryWarning",
+    "HistoryWriteError",
+    "Kind",
+    "Store",
+    "compact",
+    "export_views_sql",
+    "merge",
+    "open_export",
+    "scratch_connection",
+    "shared",
+]

@@ -23,7 +23,16 @@ from pathlib import Path
 
 from .problems import BadFile
 from .schema import (
-    EMPTY_RELATION, COLUMN_LIST, DERIVED, KINDS, RAW_TYPES, TYPED, quote, read_json_sql, derived, typed,
+    COLUMN_LIST,
+    DERIVED,
+    EMPTY_RELATION,
+    KINDS,
+    RAW_TYPES,
+    TYPED,
+    derived,
+    quote,
+    read_json_sql,
+    typed,
 )
 
 _RAW_SPEC = json.dumps(RAW_TYPES)
@@ -44,10 +53,14 @@ def typed_parquet(paths, typed_files: bool, src: int, where: str = "true") -> st
     """The stored columns of the journal kinds' rows of Parquet files (typed, or typed here)."""
     files = "[" + ", ".join(quote(p) for p in paths) + "]"
     if typed_files:
-        return (f"SELECT {_STORED}, {src} AS src FROM read_parquet({files}, union_by_name=true) "
-                f"WHERE kind IN {_KINDS} AND ({where})")
-    raw = (f"SELECT {COLUMN_LIST}::JSON AS data FROM read_parquet({files}, union_by_name=true) "
-           "WHERE id IS NOT NULL")
+        return (
+            f"SELECT {_STORED}, {src} AS src FROM read_parquet({files}, union_by_name=true) "
+            f"WHERE kind IN {_KINDS} AND ({where})"
+        )
+    raw = (
+        f"SELECT {COLUMN_LIST}::JSON AS data FROM read_parquet({files}, union_by_name=true) "
+        "WHERE id IS NOT NULL"
+    )
     return f"SELECT *, {src} AS src FROM ({typed(raw)}) WHERE {where}"
 
 
@@ -87,8 +100,10 @@ class Catalog:
         for scratch in ("batch", "hit", "touched"):
             con.execute(f"DROP TABLE IF EXISTS _tail.{scratch}")
         con.execute(f"CREATE OR REPLACE TABLE _tail.rows AS {typed(EMPTY_RELATION)}")
-        con.execute("CREATE OR REPLACE TABLE _tail.tombstone "
-                    "(id VARCHAR, rev BIGINT, writer VARCHAR, session_id VARCHAR)")
+        con.execute(
+            "CREATE OR REPLACE TABLE _tail.tombstone "
+            "(id VARCHAR, rev BIGINT, writer VARCHAR, session_id VARCHAR)"
+        )
         for kind in DERIVED:
             none = derived(kind, _PARTS, _MESSAGES, "false")
             con.execute(f"CREATE OR REPLACE TABLE _tail.{kind} AS {none}")
@@ -98,9 +113,11 @@ class Catalog:
         """Ingest what changed since the last refresh; True if anything was read.
         ``typed_file(path)``: whether a small file has the typed columns."""
         stems = {Path(p).stem for p in plan.small}
-        if (plan.base != self.base and not (self.empty and not self.probed)) or any(
-                p not in plan.small for p in self.parquet) or any(
-                p not in plan.live and Path(p).stem not in stems for p in self.journals):
+        if (
+            (plan.base != self.base and not (self.empty and not self.probed))
+            or any(p not in plan.small for p in self.parquet)
+            or any(p not in plan.live and Path(p).stem not in stems for p in self.journals)
+        ):
             self._create(con) if self.created else self._reset()  # a new generation, or files
             # vanished without a successor: start again
         self.base = plan.base
@@ -127,8 +144,10 @@ class Catalog:
             sources.append(f"SELECT *, 0 AS src FROM ({typed(raw)})")
         if chunks:
             params.append(b"".join(chunks).decode("utf-8", "replace"))
-            raw = (f"SELECT unnest(TRY(from_json(line, {quote(_RAW_SPEC)}))) "
-                   "FROM unnest(string_split($1, chr(10))) t(line) WHERE line <> ''")
+            raw = (
+                f"SELECT unnest(TRY(from_json(line, {quote(_RAW_SPEC)}))) "
+                "FROM unnest(string_split($1, chr(10))) t(line) WHERE line <> ''"
+            )
             sources.append(f"SELECT *, 0 AS src FROM ({typed(raw)})")
         read = bool(sources)
         if sources:
@@ -173,9 +192,13 @@ class Catalog:
 
     def _probe(self, con, plan) -> bool:
         """Copy in the base rows of sessions the tail touches that the base also holds."""
-        keys = {k for (k,) in con.execute(
-            f"SELECT DISTINCT {KEY} FROM _tail.rows UNION "
-            f"SELECT DISTINCT {KEY} FROM _tail.tombstone").fetchall()}
+        keys = {
+            k
+            for (k,) in con.execute(
+                f"SELECT DISTINCT {KEY} FROM _tail.rows UNION "
+                f"SELECT DISTINCT {KEY} FROM _tail.tombstone"
+            ).fetchall()
+        }
         new = keys - self.probed
         if not new:
             return False
@@ -188,11 +211,21 @@ class Catalog:
         found = False
         for path, wanted in by_file.items():
             named = [k for k in wanted if k]
-            where = " OR ".join(filter(None, [
-                f"session_id IN ({', '.join(quote(k) for k in named)})" if named else "",
-                "session_id IS NULL" if "" in wanted else ""]))
-            hits = {k for (k,) in con.execute(f"SELECT DISTINCT {KEY} FROM read_parquet("
-                                              f"[{quote(path)}]) WHERE {where}").fetchall()}
+            where = " OR ".join(
+                filter(
+                    None,
+                    [
+                        f"session_id IN ({', '.join(quote(k) for k in named)})" if named else "",
+                        "session_id IS NULL" if "" in wanted else "",
+                    ],
+                )
+            )
+            hits = {
+                k
+                for (k,) in con.execute(
+                    f"SELECT DISTINCT {KEY} FROM read_parquet([{quote(path)}]) WHERE {where}"
+                ).fetchall()
+            }
             if not hits:
                 continue
             self._ingest(con, typed_parquet([path], True, -1, where), [])
@@ -207,9 +240,12 @@ class Catalog:
         try:
             # several rows of an id in one batch: all but the newest lose; a Parquet file beats
             # the journal it was compacted from (its unfinished tools are settled)
-            con.execute(f"CREATE TABLE _tail.batch AS SELECT * EXCLUDE (src) FROM ({source}) "
-                        "WHERE id IS NOT NULL QUALIFY row_number() OVER "
-                        "(PARTITION BY id ORDER BY rev DESC, writer DESC, src DESC) = 1", params)
+            con.execute(
+                f"CREATE TABLE _tail.batch AS SELECT * EXCLUDE (src) FROM ({source}) "
+                "WHERE id IS NOT NULL QUALIFY row_number() OVER "
+                "(PARTITION BY id ORDER BY rev DESC, writer DESC, src DESC) = 1",
+                params,
+            )
             self._apply(con, first=self.empty)
             con.execute("DROP TABLE _tail.batch")
             con.execute("COMMIT")
@@ -227,36 +263,50 @@ class Catalog:
         """
         deleted, buried = con.execute(
             "SELECT count(*) FILTER (WHERE deleted), (SELECT count(*) FROM _tail.tombstone) "
-            "FROM _tail.batch").fetchone()
+            "FROM _tail.batch"
+        ).fetchone()
         if deleted:
-            con.execute(f"DELETE FROM _tail.tombstone t USING _tail.batch b "
-                        f"WHERE b.deleted AND t.id = b.id AND {_newer('b', 't')}")
-            con.execute("INSERT INTO _tail.tombstone SELECT id, rev, writer, session_id "
-                        "FROM _tail.batch b WHERE b.deleted "
-                        "AND NOT EXISTS (SELECT 1 FROM _tail.tombstone t WHERE t.id = b.id)")
+            con.execute(
+                f"DELETE FROM _tail.tombstone t USING _tail.batch b "
+                f"WHERE b.deleted AND t.id = b.id AND {_newer('b', 't')}"
+            )
+            con.execute(
+                "INSERT INTO _tail.tombstone SELECT id, rev, writer, session_id "
+                "FROM _tail.batch b WHERE b.deleted "
+                "AND NOT EXISTS (SELECT 1 FROM _tail.tombstone t WHERE t.id = b.id)"
+            )
         newer = _newer("t", "b", strict=True)
-        buried = "false" if not (deleted or buried) else (
-            f"EXISTS (SELECT 1 FROM _tail.tombstone t WHERE t.id = b.id AND {newer})")
+        buried = (
+            "false"
+            if not (deleted or buried)
+            else (f"EXISTS (SELECT 1 FROM _tail.tombstone t WHERE t.id = b.id AND {newer})")
+        )
         rows = f"SELECT * FROM _tail.batch b WHERE b.deleted IS NOT TRUE AND NOT {buried}"
         if first:
             con.execute(f"INSERT INTO _tail.rows BY NAME {rows}")
         else:
             # ids the table has already: replace the older revisions, keep the newer ones
-            con.execute(f"CREATE OR REPLACE TABLE _tail.hit AS SELECT t.id, {_newer('b', 't')} "
-                        "AS newer FROM _tail.batch b JOIN _tail.rows t ON t.id = b.id")
+            con.execute(
+                f"CREATE OR REPLACE TABLE _tail.hit AS SELECT t.id, {_newer('b', 't')} "
+                "AS newer FROM _tail.batch b JOIN _tail.rows t ON t.id = b.id"
+            )
             con.execute("DELETE FROM _tail.rows WHERE id IN (SELECT id FROM _tail.hit WHERE newer)")
-            con.execute(f"INSERT INTO _tail.rows BY NAME {rows} "
-                        "AND b.id NOT IN (SELECT id FROM _tail.hit WHERE NOT newer)")
+            con.execute(
+                f"INSERT INTO _tail.rows BY NAME {rows} "
+                "AND b.id NOT IN (SELECT id FROM _tail.hit WHERE NOT newer)"
+            )
             con.execute("DROP TABLE _tail.hit")
         if first:
             for kind in DERIVED:
                 con.execute(f"INSERT INTO _tail.{kind} {derived(kind, _PARTS, _MESSAGES)}")
         else:  # rebuild the rows of the batch's parts and its messages' parts
             types = ", ".join(f"'{t}'" for t in ("step-finish", "tool"))
-            con.execute("CREATE TABLE _tail.touched AS SELECT id FROM _tail.batch "
-                        "WHERE kind = 'part' UNION SELECT p.id FROM _tail.rows p WHERE "
-                        "p.kind = 'part' AND p.message_id IN (SELECT id FROM _tail.batch "
-                        f"WHERE kind = 'message') AND p.type IN ({types})")
+            con.execute(
+                "CREATE TABLE _tail.touched AS SELECT id FROM _tail.batch "
+                "WHERE kind = 'part' UNION SELECT p.id FROM _tail.rows p WHERE "
+                "p.kind = 'part' AND p.message_id IN (SELECT id FROM _tail.batch "
+                f"WHERE kind = 'message') AND p.type IN ({types})"
+            )
             for kind in DERIVED:
                 con.execute(f"DELETE FROM _tail.{kind} WHERE id IN (SELECT id FROM _tail.touched)")
                 touched = "p.id IN (SELECT id FROM _tail.touched)"

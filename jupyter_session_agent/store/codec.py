@@ -24,9 +24,13 @@ def kind_of(value: Any) -> Kind:
         return "message"
     if type(value) in M.PART_TYPES.values() or type(value) is M.UnknownPart:
         return "part"
-    if getattr(type(value), "JOURNAL_KIND", None) == "event":  # immutable records, e.g. compaction events
+    if (
+        getattr(type(value), "JOURNAL_KIND", None) == "event"
+    ):  # immutable records, e.g. compaction events
         return "event"
-    raise UsageError(f"cannot store a {type(value).__name__} — put() takes a Session, message, part or event")
+    raise UsageError(
+        f"cannot store a {type(value).__name__} — put() takes a Session, message, part or event"
+    )
 
 
 def encode(row: dict) -> bytes:
@@ -47,8 +51,11 @@ def encode(row: dict) -> bytes:
 @functools.cache
 def decoders():
     """(UserMessage decoder, AssistantMessage decoder, part type → decoder)."""
-    return (M.decoder(M.UserMessage), M.decoder(M.AssistantMessage),
-            {name: M.decoder(cls) for name, cls in M.PART_TYPES.items()})
+    return (
+        M.decoder(M.UserMessage),
+        M.decoder(M.AssistantMessage),
+        {name: M.decoder(cls) for name, cls in M.PART_TYPES.items()},
+    )
 
 
 @contextlib.contextmanager
@@ -92,13 +99,18 @@ def undecodable(row: tuple, data: Any, session_id: str, err: Exception):
         part = M.read_part(data)  # the one rule: what this version cannot read is an UnknownPart
         if type(part) is not M.UnknownPart:
             return part
-        report(("unknown", session_id, part.problem),
-               f"history: session {session_id} has a part this version cannot read "
-               f"({part.problem}) — kept unchanged, shown as unknown, not sent to the model; "
-               "a newer version may read it")
+        report(
+            ("unknown", session_id, part.problem),
+            f"history: session {session_id} has a part this version cannot read "
+            f"({part.problem}) — kept unchanged, shown as unknown, not sent to the model; "
+            "a newer version may read it",
+        )
         return part
-    why = (f"{type(err).__name__}: {err}" if isinstance(data, dict)
-           else f"not a JSON object: {type(data).__name__}")
+    why = (
+        f"{type(err).__name__}: {err}"
+        if isinstance(data, dict)
+        else f"not a JSON object: {type(data).__name__}"
+    )
     report_row(kind, row[0], session_id, why)
     return None
 
@@ -107,6 +119,11 @@ def interrupted(part: ToolPart) -> ToolPart:
     """A dead writer's unfinished tool call, as OpenCode shows it after a crash."""
     state, now = part.state, now_ms()
     metadata = {**(getattr(state, "metadata", None) or {}), "interrupted": True}
-    error = ToolError(input=dict(state.input), error="Tool execution was interrupted",
-                      time_start=getattr(state, "time_start", None) or now, time_end=now, metadata=metadata)
+    error = ToolError(
+        input=dict(state.input),
+        error="Tool execution was interrupted",
+        time_start=getattr(state, "time_start", None) or now,
+        time_end=now,
+        metadata=metadata,
+    )
     return M.replace(part, state=error)

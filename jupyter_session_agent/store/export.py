@@ -18,10 +18,18 @@ from pathlib import Path
 
 from ..core.errors import UsageError
 from .catalog import Catalog
-from .schema import (
-    EMPTY_RELATION, DERIVED, DERIVED_COLUMNS, KINDS, quote, derived, select_list, table_columns, typed,
-)
 from .merge import MEMORY_LIMIT
+from .schema import (
+    DERIVED,
+    DERIVED_COLUMNS,
+    EMPTY_RELATION,
+    KINDS,
+    derived,
+    quote,
+    select_list,
+    table_columns,
+    typed,
+)
 from .segment import connect
 from .views import VIEWS
 
@@ -40,9 +48,16 @@ EXPORTED = {
     "daily_cost": ("daily_cost", "day"),
 }
 _HOST = "regexp_extract(writer, '^(.*)-[0-9]+-[0-9a-f]+$', 1)"  # the writing process's machine
-_SPARK_TYPES = {"JSON": "VARCHAR", "UBIGINT": "BIGINT", "UINTEGER": "BIGINT",
-                "USMALLINT": "INTEGER", "UTINYINT": "SMALLINT", "HUGEINT": "BIGINT",
-                "UHUGEINT": "BIGINT", "UUID": "VARCHAR"}
+_SPARK_TYPES = {
+    "JSON": "VARCHAR",
+    "UBIGINT": "BIGINT",
+    "UINTEGER": "BIGINT",
+    "USMALLINT": "INTEGER",
+    "UTINYINT": "SMALLINT",
+    "HUGEINT": "BIGINT",
+    "UHUGEINT": "BIGINT",
+    "UUID": "VARCHAR",
+}
 
 
 class ExportMixin:
@@ -66,8 +81,9 @@ class ExportMixin:
             self._guarded(attempt, settle=True)
         return con
 
-    def export_parquet(self, directory: str | os.PathLike, *,
-                       user: str | None = None) -> dict[str, int]:
+    def export_parquet(
+        self, directory: str | os.PathLike, *, user: str | None = None
+    ) -> dict[str, int]:
         """Write the history as Parquet, Hive-partitioned by day, for Spark, Trino or DuckDB.
 
         Layout (``docs/analytics.md``):
@@ -99,15 +115,26 @@ class ExportMixin:
             for table, (source, day) in EXPORTED.items():
                 columns = _spark_columns(con, source)
                 extra = f"{_HOST} AS host" if "writer" in columns else f"{quote(host)} AS host"
-                rows = (f"SELECT {', '.join(columns.values())}, $1 AS user, {extra}, {day} AS date "
-                        f"FROM {source}")
-                fingerprints = {str(d): [n, str(f)] for d, n, f in con.execute(
-                    f"SELECT date, count(*), bit_xor(hash({_fingerprint(con, source)})) "
-                    f"FROM ({rows}) GROUP BY date", [user]).fetchall()}
+                rows = (
+                    f"SELECT {', '.join(columns.values())}, $1 AS user, {extra}, {day} AS date "
+                    f"FROM {source}"
+                )
+                fingerprints = {
+                    str(d): [n, str(f)]
+                    for d, n, f in con.execute(
+                        f"SELECT date, count(*), bit_xor(hash({_fingerprint(con, source)})) "
+                        f"FROM ({rows}) GROUP BY date",
+                        [user],
+                    ).fetchall()
+                }
                 new_state[table] = fingerprints
                 old = state.get(table, {})
-                changed = [d for d, f in fingerprints.items() if old.get(d) != f
-                           or not (out / table / f"date={d}" / f"{prefix}-0.parquet").exists()]
+                changed = [
+                    d
+                    for d, f in fingerprints.items()
+                    if old.get(d) != f
+                    or not (out / table / f"date={d}" / f"{prefix}-0.parquet").exists()
+                ]
                 gone = [d for d in old if d not in fingerprints]
                 counts[table] = 0
                 if changed:
@@ -116,7 +143,9 @@ class ExportMixin:
                     counts[table] = con.execute(
                         f"COPY (SELECT * FROM ({rows}) WHERE date IN ({days})) TO "
                         f"{quote(tmp / table)} (FORMAT parquet, PARTITION_BY (date), "
-                        f"FILENAME_PATTERN {pattern})", [user]).fetchone()[0]
+                        f"FILENAME_PATTERN {pattern})",
+                        [user],
+                    ).fetchone()[0]
                 for d in changed + gone:  # replace this user's files, partition by partition
                     partition = out / table / f"date={d}"
                     new = sorted((tmp / table / f"date={d}").glob("*.parquet"))
@@ -147,8 +176,9 @@ class ExportMixin:
 
         target = Path(path).expanduser().absolute()
         if target.is_dir():
-            raise UsageError(f"{target} is a folder — give a file name, "
-                             f"e.g. {target / 'history.duckdb'}")
+            raise UsageError(
+                f"{target} is a folder — give a file name, e.g. {target / 'history.duckdb'}"
+            )
         target.parent.mkdir(parents=True, exist_ok=True)
         spill = target.parent / f".{target.name}.spill-{secrets.token_hex(4)}"
         con = self._reader(spill)
@@ -163,10 +193,13 @@ class ExportMixin:
             except duckdb.Error as err:
                 text = str(err).strip().splitlines()[0]
                 if "lock" in text.lower():
-                    raise UsageError(f"{target} is open in another program (DuckDB allows one "
-                                     "writer) — close it there and export again") from None
-                raise UsageError(f"cannot open {target} as a DuckDB database ({text}) — "
-                                 "give another file name") from None
+                    raise UsageError(
+                        f"{target} is open in another program (DuckDB allows one "
+                        "writer) — close it there and export again"
+                    ) from None
+                raise UsageError(
+                    f"cannot open {target} as a DuckDB database ({text}) — give another file name"
+                ) from None
             return _sync_duckdb(con)
         finally:
             con.close()
@@ -177,35 +210,52 @@ def _sync_duckdb(con) -> dict[str, int]:
     """Copy into ``out`` the rows of the sessions that changed, then (re)create the views."""
     tables = (*KINDS, *DERIVED)
     con.execute("CREATE SCHEMA IF NOT EXISTS out._store")
-    existing = {(s, t): [c for (c,) in con.execute(
-        "SELECT column_name FROM duckdb_columns() WHERE database_name = 'out' AND schema_name = $1 "
-        "AND table_name = $2 ORDER BY column_index", [s, t]).fetchall()]
-        for s, t in con.execute("SELECT schema_name, table_name FROM duckdb_tables() "
-                                "WHERE database_name = 'out'").fetchall()}
+    existing = {
+        (s, t): [
+            c
+            for (c,) in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE database_name = 'out' AND schema_name = $1 "
+                "AND table_name = $2 ORDER BY column_index",
+                [s, t],
+            ).fetchall()
+        ]
+        for s, t in con.execute(
+            "SELECT schema_name, table_name FROM duckdb_tables() WHERE database_name = 'out'"
+        ).fetchall()
+    }
     wanted = {t: table_columns(t) if t in KINDS else list(DERIVED_COLUMNS[t]) for t in tables}
     fresh = ("_store", "exported") not in existing or any(
-        existing.get(("_store", t)) != columns for t, columns in wanted.items())
+        existing.get(("_store", t)) != columns for t, columns in wanted.items()
+    )
     sessions = " UNION ALL ".join(
         f"SELECT {_SKEY} k, hash(id, {'rev' if k in KINDS else 0}, '{k}') h FROM _store.{k}"
-        for k in tables)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE now AS SELECT k, count(*) n, bit_xor(h) f "
-                f"FROM ({sessions}) GROUP BY k")
+        for k in tables
+    )
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE now AS SELECT k, count(*) n, bit_xor(h) f "
+        f"FROM ({sessions}) GROUP BY k"
+    )
     if fresh:  # first export to this file, or one by another version: start again
         for t in tables:
-            con.execute(f"CREATE OR REPLACE TABLE out._store.{t} AS "
-                        f"SELECT * FROM _store.{t} WHERE false")
+            con.execute(
+                f"CREATE OR REPLACE TABLE out._store.{t} AS SELECT * FROM _store.{t} WHERE false"
+            )
         con.execute("CREATE OR REPLACE TABLE out._store.exported (k VARCHAR, n BIGINT, f UBIGINT)")
     # sessions whose rows changed (or are gone) since the last export
-    con.execute("CREATE OR REPLACE TEMP TABLE changed AS (SELECT k FROM now EXCEPT "
-                "SELECT k FROM now JOIN out._store.exported e USING (k, n, f)) "
-                "UNION SELECT k FROM out._store.exported WHERE k NOT IN (SELECT k FROM now)")
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE changed AS (SELECT k FROM now EXCEPT "
+        "SELECT k FROM now JOIN out._store.exported e USING (k, n, f)) "
+        "UNION SELECT k FROM out._store.exported WHERE k NOT IN (SELECT k FROM now)"
+    )
     con.execute("BEGIN")
     try:
         counts = {}
         for t in tables:
             con.execute(f"DELETE FROM out._store.{t} WHERE {_SKEY} IN (SELECT k FROM changed)")
-            counts[t] = con.execute(f"INSERT INTO out._store.{t} SELECT * FROM _store.{t} "
-                                    f"WHERE {_SKEY} IN (SELECT k FROM changed)").fetchone()[0]
+            counts[t] = con.execute(
+                f"INSERT INTO out._store.{t} SELECT * FROM _store.{t} "
+                f"WHERE {_SKEY} IN (SELECT k FROM changed)"
+            ).fetchone()[0]
         con.execute("DELETE FROM out._store.exported")
         con.execute("INSERT INTO out._store.exported SELECT * FROM now")
         con.execute("COMMIT")
@@ -248,14 +298,18 @@ def export_views_sql(directory: str | os.PathLike) -> str:
     """SQL that recreates the history's views over an ``export_parquet`` directory (every
     user's files): ``duckdb -init DIR/views.sql``."""
     root = Path(directory).absolute()
-    lines = [f"-- jupyter-session-agent views over {root} (written by export_parquet)",
-             "CREATE SCHEMA IF NOT EXISTS _store;"]
+    lines = [
+        f"-- jupyter-session-agent views over {root} (written by export_parquet)",
+        "CREATE SCHEMA IF NOT EXISTS _store;",
+    ]
     for kind in (*KINDS, *DERIVED):
         files = quote(f"{root / kind}/*/*.parquet")
         if any((root / kind).glob("*/*.parquet")):
             data = " REPLACE (data::JSON AS data)" if kind in KINDS else ""
-            source = (f"SELECT *{data} FROM read_parquet({files}, hive_partitioning=true, "
-                      "union_by_name=true)")
+            source = (
+                f"SELECT *{data} FROM read_parquet({files}, hive_partitioning=true, "
+                "union_by_name=true)"
+            )
         elif kind in KINDS:
             source = f"SELECT {select_list(kind)} FROM ({typed(EMPTY_RELATION)})"
         else:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from .problems import HistoryWriteError, report, report_file, write_error
-from .schema import COLUMNS, EMPTY_RELATION, COLUMN_LIST, KINDS, quote, read_json_sql  # noqa: F401 - re-exported
+from .schema import COLUMN_LIST, COLUMNS, EMPTY_RELATION, KINDS, quote, read_json_sql  # noqa: F401 - re-exported
 from .segment import compact
 
 Kind = Literal["session", "message", "part", "event"]  # event: e.g. compaction.CompactionEvent
@@ -64,7 +64,9 @@ class Journal:
             if not self.buffer or os.getpid() != self.pid:
                 return
             try:
-                if self.fd is not None and os.fstat(self.fd).st_nlink == 0:  # the history was deleted
+                if (
+                    self.fd is not None and os.fstat(self.fd).st_nlink == 0
+                ):  # the history was deleted
                     os.close(self.fd)
                     self.fd = None
                 if self.fd is None:
@@ -72,7 +74,7 @@ class Journal:
                 data = (b"\n" if self.torn else b"") + b"".join(self.buffer.values())
                 view = memoryview(data)
                 while view:  # a regular-file write is whole unless the disk is full
-                    view = view[os.write(self.fd, view):]
+                    view = view[os.write(self.fd, view) :]
                     self.torn = bool(view)
                 if sync:
                     os.fsync(self.fd)
@@ -94,8 +96,10 @@ class Journal:
         try:
             self.append(sync=True)
         except HistoryWriteError as err:
-            report(("unsaved", self.writer),
-                   f"history: {len(self.buffer)} unsaved rows are lost at close: {err}")
+            report(
+                ("unsaved", self.writer),
+                f"history: {len(self.buffer)} unsaved rows are lost at close: {err}",
+            )
         finally:
             with self.lock:
                 if self.fd is not None:
@@ -182,6 +186,8 @@ def events_sql(jsonl: tuple[str, ...], parquet: tuple[str, ...]) -> str:
         parts.append(f"SELECT {COLUMN_LIST} FROM {read_json_sql(jsonl)} WHERE id IS NOT NULL")
     if parquet:
         files = ", ".join(quote(p) for p in parquet)
-        parts.append(f"SELECT {COLUMN_LIST}::JSON AS data FROM read_parquet([{files}], union_by_name=true) "
-                     f"WHERE kind IN ({', '.join(repr(k) for k in KINDS)})")
+        parts.append(
+            f"SELECT {COLUMN_LIST}::JSON AS data FROM read_parquet([{files}], union_by_name=true) "
+            f"WHERE kind IN ({', '.join(repr(k) for k in KINDS)})"
+        )
     return " UNION ALL ".join(parts) or EMPTY_RELATION

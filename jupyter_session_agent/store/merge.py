@@ -42,7 +42,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .schema import COLUMN_LIST, DERIVED, KINDS, LAYOUT, quote, derived, typed
+from .schema import COLUMN_LIST, DERIVED, KINDS, LAYOUT, derived, quote, typed
 from .segment import ORDER, connect, copy, fsync_dir, parquet_problem, read_meta, stat_key
 
 MERGED = "merged-"
@@ -103,17 +103,25 @@ def read_manifest(path: str) -> _Generation | None:
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read(1 << 24))
-        files = tuple({"name": str(f["name"]), "lo": f["lo"], "hi": f["hi"], "rows": int(f["rows"]),
-                       "layout": f.get("layout"),
-                       "derived": {str(k): str(v) for k, v in f.get("derived", {}).items()}}
-                      for f in data["files"])
+        files = tuple(
+            {
+                "name": str(f["name"]),
+                "lo": f["lo"],
+                "hi": f["hi"],
+                "rows": int(f["rows"]),
+                "layout": f.get("layout"),
+                "derived": {str(k): str(v) for k, v in f.get("derived", {}).items()},
+            }
+            for f in data["files"]
+        )
         return _Generation(int(data["generation"]), files, frozenset(map(str, data["consumed"])))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def plan(live: tuple[str, ...], parquet: tuple[str, ...], names: frozenset, manifests: dict,
-         meta) -> Plan:
+def plan(
+    live: tuple[str, ...], parquet: tuple[str, ...], names: frozenset, manifests: dict, meta
+) -> Plan:
     """The plan for these files.
 
     ``live`` and ``parquet`` are the usable journals and Parquet files, ``names`` every entry
@@ -129,8 +137,9 @@ def plan(live: tuple[str, ...], parquet: tuple[str, ...], names: frozenset, mani
             if f["name"] in by_name:  # else left out of reads (a warning says why)
                 path = by_name[f["name"]]
                 layout = f.get("layout") or (meta(path) or {}).get("layout")
-                derived = tuple((k, by_name[n]) for k, n in sorted(f["derived"].items())
-                                if n in by_name)
+                derived = tuple(
+                    (k, by_name[n]) for k, n in sorted(f["derived"].items()) if n in by_name
+                )
                 base.append(Partition(path, f["lo"], f["hi"], f["rows"], layout, derived))
         ignored |= {n for f in current.files for n in _names(f)}
     small = []
@@ -141,8 +150,11 @@ def plan(live: tuple[str, ...], parquet: tuple[str, ...], names: frozenset, mani
             info = meta(path) or {}
             if info.get("level") == 1 and info.get("derived"):
                 continue  # step or tool_call rows of a generation not in use: computed again
-            older = current is not None and info.get("level") == 1 \
+            older = (
+                current is not None
+                and info.get("level") == 1
                 and int(info.get("generation", 0)) < current.number
+            )
             if older:
                 continue  # an older generation's: its rows are in the current one
         small.append(path)
@@ -193,8 +205,13 @@ def list_manifests(folder: Path, cache: dict) -> dict:
 # merging
 
 
-def merge(history: Path, *, force: bool = False, min_files: int = MIN_FILES,
-          target_rows: int = TARGET_ROWS) -> dict | None:
+def merge(
+    history: Path,
+    *,
+    force: bool = False,
+    min_files: int = MIN_FILES,
+    target_rows: int = TARGET_ROWS,
+) -> dict | None:
     """Merge the small files into a new generation, if another merge is not running and there
     are enough of them (any number when ``force``). Returns what it did, or None."""
     folder = history / "parquet"
@@ -239,15 +256,23 @@ class _Merge:
 
     def _listing(self):
         names = frozenset(os.listdir(self.folder))
-        parquet = tuple(str(self.folder / n) for n in sorted(names) if n.endswith(".parquet")
-                        and n[0] != "." and os.path.isfile(self.folder / n)
-                        and not os.path.islink(self.folder / n)
-                        and parquet_problem(str(self.folder / n)) is None)
+        parquet = tuple(
+            str(self.folder / n)
+            for n in sorted(names)
+            if n.endswith(".parquet")
+            and n[0] != "."
+            and os.path.isfile(self.folder / n)
+            and not os.path.islink(self.folder / n)
+            and parquet_problem(str(self.folder / n)) is None
+        )
         parquet = tuple(p for p in parquet if not (self.meta(p) or {}).get("unreadable"))
         manifests = list_manifests(self.folder, {})
         live_dir = self.history / "live"
-        live = tuple(str(live_dir / n) for n in sorted(os.listdir(live_dir))
-                     if n.endswith(".jsonl")) if live_dir.is_dir() else ()
+        live = (
+            tuple(str(live_dir / n) for n in sorted(os.listdir(live_dir)) if n.endswith(".jsonl"))
+            if live_dir.is_dir()
+            else ()
+        )
         return names, parquet, manifests, live
 
     def _run(self, force: bool, min_files: int) -> dict | None:
@@ -267,8 +292,12 @@ class _Merge:
         number = max([0, *manifests, *seen]) + 1
         written, consumed = self._write(number, now, inputs)
         kept = [f for f in (current.files if current else ()) if f["name"] not in consumed]
-        manifest = {"format": 2, "generation": number, "files": kept + written,
-                    "consumed": sorted(consumed)}
+        manifest = {
+            "format": 2,
+            "generation": number,
+            "files": kept + written,
+            "consumed": sorted(consumed),
+        }
         # step 2: into place (until step 3, readers read them like small files)
         for name in (n for f in written for n in _names(f)):
             os.rename(self.folder / f".{name}.tmp", self.folder / name)
@@ -286,8 +315,12 @@ class _Merge:
             if old != number:
                 (self.folder / f"generation-{old}.json").unlink(missing_ok=True)
         fsync_dir(self.folder)
-        return {"generation": number, "inputs": len(inputs), "files": len(written),
-                "rows": sum(f["rows"] for f in written)}
+        return {
+            "generation": number,
+            "inputs": len(inputs),
+            "files": len(written),
+            "rows": sum(f["rows"] for f in written),
+        }
 
     def _clean(self, names, parquet, manifests, current) -> None:
         """Step 1: what earlier merges left behind (we hold the lock: nobody else merges)."""
@@ -295,7 +328,8 @@ class _Merge:
             if name == self.spill.name:
                 continue
             temporary = name.startswith((".merge-", ".generation-")) or (
-                name.startswith(".merged-") and name.endswith(".tmp"))
+                name.startswith(".merged-") and name.endswith(".tmp")
+            )
             if temporary:
                 path = self.folder / name
                 if path.is_dir():
@@ -326,11 +360,15 @@ class _Merge:
         legacy = [p for p in inputs if self.meta(p) is None]
         sources = []
         if typed_in:
-            sources.append(f"SELECT *, 1 AS src FROM read_parquet({_list(typed_in)}, "
-                           f"union_by_name=true) WHERE kind IN {_KINDS}")
+            sources.append(
+                f"SELECT *, 1 AS src FROM read_parquet({_list(typed_in)}, "
+                f"union_by_name=true) WHERE kind IN {_KINDS}"
+            )
         if legacy:
-            raw = (f"SELECT {COLUMN_LIST}::JSON AS data FROM read_parquet({_list(legacy)}, "
-                   "union_by_name=true) WHERE id IS NOT NULL")
+            raw = (
+                f"SELECT {COLUMN_LIST}::JSON AS data FROM read_parquet({_list(legacy)}, "
+                "union_by_name=true) WHERE id IS NOT NULL"
+            )
             sources.append(f"SELECT *, 1 AS src FROM ({typed(raw)})")
         # a view: each range below scans the inputs again, min/max statistics skipping the row
         # groups of other sessions (they are sorted by session), so no copy of them is held
@@ -342,22 +380,34 @@ class _Merge:
         for key in keys:
             index = max(bisect.bisect_right(lows, key) - 1, 0)
             if not parts[index].holds(key):  # the generation does not cover every session
-                raise RuntimeError(f"history merge: no file of generation {now.generation} "
-                                   f"holds {key!r}")
+                raise RuntimeError(
+                    f"history merge: no file of generation {now.generation} holds {key!r}"
+                )
             affected.setdefault(index, []).append(key)
         written, consumed = [], {os.path.basename(p) for p in inputs}
         token = secrets.token_hex(3)
         for index in sorted(affected):
             part = parts[index]
-            old = (f"SELECT *, 0 AS src FROM read_parquet([{quote(part.path)}], "
-                   f"union_by_name=true) WHERE kind IN {_KINDS}") if part.path else None
+            old = (
+                (
+                    f"SELECT *, 0 AS src FROM read_parquet([{quote(part.path)}], "
+                    f"union_by_name=true) WHERE kind IN {_KINDS}"
+                )
+                if part.path
+                else None
+            )
             if part.path:
                 consumed.add(os.path.basename(part.path))
                 consumed |= {os.path.basename(path) for _, path in part.derived}
             for lo, hi in self._ranges(old, part):
                 stem = f"{MERGED}{number}-{token}-{len(written)}"
-                entry = {"name": f"{stem}.parquet", "lo": lo, "hi": hi, "layout": LAYOUT,
-                         "derived": {kind: f"{stem}-{kind}.parquet" for kind in DERIVED}}
+                entry = {
+                    "name": f"{stem}.parquet",
+                    "lo": lo,
+                    "hi": hi,
+                    "layout": LAYOUT,
+                    "derived": {kind: f"{stem}-{kind}.parquet" for kind in DERIVED},
+                }
                 entry["rows"] = self._write_range(old, entry, number)
                 written.append(entry)
         con.execute("DROP VIEW inp")
@@ -369,8 +419,9 @@ class _Merge:
         counts = f"SELECT {_KEY} k, count(*) n FROM inp WHERE {within} GROUP BY k"
         if old:
             counts += f" UNION ALL SELECT {_KEY} k, count(*) n FROM ({old}) GROUP BY k"
-        rows = self.con.execute(f"SELECT k, sum(n) FROM ({counts}) GROUP BY k ORDER BY k"
-                                ).fetchall()
+        rows = self.con.execute(
+            f"SELECT k, sum(n) FROM ({counts}) GROUP BY k ORDER BY k"
+        ).fetchall()
         cuts, total = [], 0
         for key, n in rows:
             if total >= self.target_rows:
@@ -390,22 +441,30 @@ class _Merge:
             union = f"SELECT * FROM ({old}) WHERE {within} UNION ALL BY NAME {union}"
         # newest revision per id; most ids have one row, so only those with more are ranked
         con.execute(f"CREATE OR REPLACE TEMP VIEW u AS {union}")
-        con.execute("CREATE OR REPLACE TEMP TABLE dup AS "
-                    "SELECT id FROM u GROUP BY id HAVING count(*) > 1")
-        con.execute("CREATE OR REPLACE TEMP TABLE c AS SELECT * EXCLUDE (src) FROM u "
-                    "WHERE id NOT IN (SELECT id FROM dup) UNION ALL SELECT * EXCLUDE (src) FROM u "
-                    "WHERE id IN (SELECT id FROM dup) QUALIFY row_number() OVER "
-                    "(PARTITION BY id ORDER BY rev DESC, writer DESC, src DESC) = 1")
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE dup AS SELECT id FROM u GROUP BY id HAVING count(*) > 1"
+        )
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE c AS SELECT * EXCLUDE (src) FROM u "
+            "WHERE id NOT IN (SELECT id FROM dup) UNION ALL SELECT * EXCLUDE (src) FROM u "
+            "WHERE id IN (SELECT id FROM dup) QUALIFY row_number() OVER "
+            "(PARTITION BY id ORDER BY rev DESC, writer DESC, src DESC) = 1"
+        )
         con.execute("DROP VIEW u")
         parts = "(FROM c WHERE kind = 'part' AND deleted IS NOT TRUE)"
         messages = "(FROM c WHERE kind = 'message' AND deleted IS NOT TRUE)"
         hidden = self.folder / f".{entry['name']}.tmp"
-        n = copy(con, f"SELECT * FROM c ORDER BY {ORDER}", hidden,
-                 {"level": 1, "generation": number})
+        n = copy(
+            con, f"SELECT * FROM c ORDER BY {ORDER}", hidden, {"level": 1, "generation": number}
+        )
         for kind, name in entry["derived"].items():
-            copy(con, f"SELECT '{kind}' AS kind, * FROM ({derived(kind, parts, messages)}) "
-                 "ORDER BY session_id, id", self.folder / f".{name}.tmp",
-                 {"level": 1, "generation": number, "derived": kind})
+            copy(
+                con,
+                f"SELECT '{kind}' AS kind, * FROM ({derived(kind, parts, messages)}) "
+                "ORDER BY session_id, id",
+                self.folder / f".{name}.tmp",
+                {"level": 1, "generation": number, "derived": kind},
+            )
         con.execute("DROP TABLE c")
         con.execute("DROP TABLE dup")
         return n

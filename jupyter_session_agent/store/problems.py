@@ -51,17 +51,21 @@ def report(key, message: str) -> None:
 def report_file(root: Path, path: str, reason: str) -> None:
     """One warning for a file of the history left out of every read."""
     name = os.path.relpath(path, root)
-    report(("file", path, reason),
-           f"history: skipped {name} ({reason}) — move it out of {root} to silence this; "
-           "the rest of the history is read")
+    report(
+        ("file", path, reason),
+        f"history: skipped {name} ({reason}) — move it out of {root} to silence this; "
+        "the rest of the history is read",
+    )
 
 
 def report_row(kind: str, id: str, session_id: str | None, reason: str) -> None:
     """One warning for a row left out of what it belongs to."""
     where = f" of session {session_id}" if session_id and session_id != id else ""
-    report(("row", id, reason),
-           f"history: skipped {kind} {id}{where} ({reason}) — it was written by a newer version "
-           "or edited by hand; it stays in the history unchanged")
+    report(
+        ("row", id, reason),
+        f"history: skipped {kind} {id}{where} ({reason}) — it was written by a newer version "
+        "or edited by hand; it stays in the history unchanged",
+    )
 
 
 def write_error(err: OSError, history: Path) -> HistoryWriteError:
@@ -70,9 +74,13 @@ def write_error(err: OSError, history: Path) -> HistoryWriteError:
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         fix = f"free disk space on the drive of {history}"
     elif err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        fix = (f"make {history} writable, or move the history with "
-               "JUPYTER_SESSION_AGENT_DIR / %config AgentMagics.data_dir")
+        fix = (
+            f"make {history} writable, or move the history with "
+            "JUPYTER_SESSION_AGENT_DIR / %config AgentMagics.data_dir"
+        )
     else:
         fix = f"check the drive of {history}"
-    return HistoryWriteError(f"the history could not be saved ({what}) — {fix}; the unsaved "
-                             "work is kept in memory and written by the next successful save")
+    return HistoryWriteError(
+        f"the history could not be saved ({what}) — {fix}; the unsaved "
+        "work is kept in memory and written by the next successful save"
+    )

@@ -31,7 +31,7 @@ from ..core.errors import UsageError
 from .catalog import KEY, Catalog
 from .journal import EMPTY_RELATION, claim, compact, events_sql, list_files, quote
 from .merge import MIN_BYTES, MIN_FILES, Plan, list_manifests, merge, plan
-from .problems import HistoryWriteError, BadFile, report_file
+from .problems import BadFile, HistoryWriteError, report_file
 from .readonly import check_read_only, one_line
 from .schema import DERIVED, KINDS, derived, select_list, typed
 from .segment import parquet_problem, read_meta, stat_key
@@ -57,7 +57,11 @@ class QueryMixin:
         with self._read_lock:
             check_read_only(self._connection(), query)
             con = self._prepare()
-            run = (lambda c, *_: c.execute(query, params).df()) if params else (lambda c, *_: c.execute(query).df())
+            run = (
+                (lambda c, *_: c.execute(query, params).df())
+                if params
+                else (lambda c, *_: c.execute(query).df())
+            )
             try:
                 if _EVENTS.search(query):  # the raw revisions: read from the files themselves
                     self._refresh(con)
@@ -73,9 +77,14 @@ class QueryMixin:
             con = self._prepare()
             if self._catalog is not None and self._catalog.loaded:
                 return self._over_views(
-                    con, lambda c: c.execute(tables_sql, params or []).fetchall())
-            return self._over_files(con, lambda c, events: c.execute(
-                files_sql.replace("__events__", events), params or []).fetchall())
+                    con, lambda c: c.execute(tables_sql, params or []).fetchall()
+                )
+            return self._over_files(
+                con,
+                lambda c, events: c.execute(
+                    files_sql.replace("__events__", events), params or []
+                ).fetchall(),
+            )
 
     def _prepare(self):
         """The connection, after writing this process's buffer (read your own writes) and,
@@ -140,8 +149,9 @@ class QueryMixin:
         if key == self._defined:
             return
         self._defined = None
-        define_views(con, files, catalog.shadowed, public=not self._views_made,
-                     tail=catalog.created)
+        define_views(
+            con, files, catalog.shadowed, public=not self._views_made, tail=catalog.created
+        )
         self._views_made = True
         self._defined = key
 
@@ -173,7 +183,9 @@ class QueryMixin:
                 return fn(con, f"({events_sql(*files.files)})")
             if files != self._files:
                 self._files = None
-                con.execute(f"CREATE OR REPLACE VIEW events AS {events_sql(*files.files)}")  # opens them
+                con.execute(
+                    f"CREATE OR REPLACE VIEW events AS {events_sql(*files.files)}"
+                )  # opens them
                 self._files = files
             try:
                 return fn(con, "events")
@@ -203,8 +215,10 @@ class QueryMixin:
                 result = attempt(files)
             except BadFile as bad:
                 if self._is_own(bad.path):  # this process's journal is never a stray
-                    raise UsageError(f"this kernel's journal {bad.path} cannot be read "
-                                     f"({bad.reason}) — check the drive") from None
+                    raise UsageError(
+                        f"this kernel's journal {bad.path} cannot be read "
+                        f"({bad.reason}) — check the drive"
+                    ) from None
                 self._leave_out(bad.path, bad.reason)
                 continue
             except (duckdb.Error, UnicodeDecodeError) as err:  # a corrupt file's error text
@@ -272,11 +286,13 @@ class QueryMixin:
             import duckdb
 
             self._root = self._history.resolve()
-            con = duckdb.connect(config={
-                "autoinstall_known_extensions": False,  # offline: fail in 0 s, not 4 s
-                "autoload_known_extensions": False,
-                "enable_external_file_cache": False,  # journals grow in place; never serve stale blocks
-            })
+            con = duckdb.connect(
+                config={
+                    "autoinstall_known_extensions": False,  # offline: fail in 0 s, not 4 s
+                    "autoload_known_extensions": False,
+                    "enable_external_file_cache": False,  # journals grow in place; never serve stale blocks
+                }
+            )
             for setting in (
                 # Parquet footers are read once per file: the store never changes a file in place
                 # (each is written whole, then renamed), so a cached footer is never stale
@@ -306,10 +322,18 @@ class QueryMixin:
         manifests = list_manifests(folder, self._manifests) if names else {}
         for number, gen in manifests.items():
             if gen is None:  # every file is then read as a small one: slower, never wrong
-                report_file(self._root, str(folder / f"generation-{number}.json"),
-                            "not a readable generation manifest; its files are read one by one")
-        return plan(tuple(p for p in live if self._usable(p, False)), usable, names, manifests,
-                    self._meta_or_none)
+                report_file(
+                    self._root,
+                    str(folder / f"generation-{number}.json"),
+                    "not a readable generation manifest; its files are read one by one",
+                )
+        return plan(
+            tuple(p for p in live if self._usable(p, False)),
+            usable,
+            names,
+            manifests,
+            self._meta_or_none,
+        )
 
     def _meta_or_none(self, path: str) -> dict | None:
         """The footer entry, or None if it cannot be read (the read of the file says why)."""
@@ -339,15 +363,18 @@ class QueryMixin:
         if self._merging is not None and self._merging.is_alive():
             return
         try:
-            waiting = [entry.stat().st_size for entry in os.scandir(folder)
-                       if entry.name.endswith(".parquet")
-                       and not entry.name.startswith((".", "merged-"))]
+            waiting = [
+                entry.stat().st_size
+                for entry in os.scandir(folder)
+                if entry.name.endswith(".parquet") and not entry.name.startswith((".", "merged-"))
+            ]
         except OSError:
             return
         if len(waiting) < MIN_FILES and sum(waiting) < MIN_BYTES:
             return
-        self._merging = threading.Thread(target=_quiet_merge, args=(self._root,), daemon=True,
-                                         name="jupyter-session-agent-merge")
+        self._merging = threading.Thread(
+            target=_quiet_merge, args=(self._root,), daemon=True, name="jupyter-session-agent-merge"
+        )
         self._merging.start()
 
 
@@ -358,8 +385,9 @@ def _quiet_merge(history: Path) -> None:
         pass
 
 
-def define_views(con, files: Plan, shadowed: dict, *, public: bool = True,
-                 tail: bool = True) -> None:
+def define_views(
+    con, files: Plan, shadowed: dict, *, public: bool = True, tail: bool = True
+) -> None:
     """``_store.<kind>`` over this plan and the tail's tables (made by its first rows: an empty
     tail has none), then the public views over them when ``public``."""
     con.execute("CREATE SCHEMA IF NOT EXISTS _store")
@@ -392,23 +420,33 @@ def _kind_sql(kind: str, files: Plan, shadowed: dict, layouts: tuple, tail: bool
         keys = shadowed.get(part.path)
         if keys and path_of(part):
             left_out = ", ".join(map(quote, sorted(keys)))
-            branches.append(f"SELECT {columns} FROM read_parquet([{quote(path_of(part))}]) "
-                            f"WHERE {where} AND {KEY} NOT IN ({left_out})")
+            branches.append(
+                f"SELECT {columns} FROM read_parquet([{quote(path_of(part))}]) "
+                f"WHERE {where} AND {KEY} NOT IN ({left_out})"
+            )
     if tail:
-        branches.append(f"SELECT * FROM _tail.{kind}" if kind in DERIVED
-                        else f"SELECT {columns} FROM _tail.rows WHERE kind = '{kind}'")
+        branches.append(
+            f"SELECT * FROM _tail.{kind}"
+            if kind in DERIVED
+            else f"SELECT {columns} FROM _tail.rows WHERE kind = '{kind}'"
+        )
     if not branches:  # no file, no row yet: the columns alone
         empty = f"(SELECT * FROM ({typed(EMPTY_RELATION)}))"
-        return (derived(kind, empty, empty, "false") if kind in DERIVED
-                else f"SELECT {columns} FROM ({typed(EMPTY_RELATION)}) WHERE false")
+        return (
+            derived(kind, empty, empty, "false")
+            if kind in DERIVED
+            else f"SELECT {columns} FROM ({typed(EMPTY_RELATION)}) WHERE false"
+        )
     return " UNION ALL BY NAME ".join(branches)
 
 
 _EVENTS = re.compile(r"\bevents\b", re.IGNORECASE)
 # What a probe reads of every row, so that every column of a file is decoded.
-_READ_EVERY_COLUMN = ("count(kind), count(id), count(session_id), count(message_id), max(rev), "
-                      "count(writer), count(deleted), max(time_created), max(time_updated), "
-                      "max(length(data::VARCHAR))")
+_READ_EVERY_COLUMN = (
+    "count(kind), count(id), count(session_id), count(message_id), max(rev), "
+    "count(writer), count(deleted), max(time_created), max(time_updated), "
+    "max(length(data::VARCHAR))"
+)
 
 
 class _Theirs(Exception):
@@ -440,6 +478,10 @@ def scratch_connection():
     import duckdb
 
     con = duckdb.connect()
-    for setting in ("autoinstall_known_extensions", "autoload_known_extensions", "enable_progress_bar"):
+    for setting in (
+        "autoinstall_known_extensions",
+        "autoload_known_extensions",
+        "enable_progress_bar",
+    ):
         con.execute(f"SET {setting}=false")
     return con

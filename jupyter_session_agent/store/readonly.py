@@ -10,7 +10,9 @@ from ..core.errors import ReadOnlyError, UsageError
 _UNSAFE_FUNCTIONS = re.compile(
     r"\b(enable_logging|disable_logging|truncate_duckdb_logs|enable_profiling|disable_profiling|"
     r"(force_)?checkpoint|json_execute_serialized_sql|\w*external_resource\w*|\w*grammar_extension|"
-    r"python_map_function)\s*\(", re.IGNORECASE)
+    r"python_map_function)\s*\(",
+    re.IGNORECASE,
+)
 _EXPLAIN = re.compile(r"^\s*EXPLAIN(\s+ANALY[SZ]E)?\s+", re.IGNORECASE)
 
 
@@ -38,8 +40,10 @@ def check_read_only(con, query: str) -> None:
                 raise ReadOnlyError("sql() is read-only — use EXPLAIN [ANALYZE] SELECT …")
             check_read_only(con, inner)
         elif kind != duckdb.StatementType.SELECT:
-            raise ReadOnlyError(f"sql() is read-only: {kind.name} is not allowed — only SELECT "
-                                "(copy rows into your own duckdb.connect() to change them)")
+            raise ReadOnlyError(
+                f"sql() is read-only: {kind.name} is not allowed — only SELECT "
+                "(copy rows into your own duckdb.connect() to change them)"
+            )
     match = _UNSAFE_FUNCTIONS.search(query)
     if match:
         raise ReadOnlyError(f"sql() is read-only: {match.group(1)}() is not allowed")

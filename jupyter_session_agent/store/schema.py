@@ -16,14 +16,24 @@ import json
 KINDS = ("session", "message", "part", "event")  # journal kinds
 DERIVED = ("step", "tool_call")  # kinds of the rows derived from parts (merged files and the tail)
 
-RAW_TYPES = {"kind": "VARCHAR", "id": "VARCHAR", "session_id": "VARCHAR", "message_id": "VARCHAR",
-             "rev": "BIGINT", "writer": "VARCHAR", "deleted": "BOOLEAN", "time_created": "BIGINT",
-             "time_updated": "BIGINT", "data": "JSON"}
+RAW_TYPES = {
+    "kind": "VARCHAR",
+    "id": "VARCHAR",
+    "session_id": "VARCHAR",
+    "message_id": "VARCHAR",
+    "rev": "BIGINT",
+    "writer": "VARCHAR",
+    "deleted": "BOOLEAN",
+    "time_created": "BIGINT",
+    "time_updated": "BIGINT",
+    "data": "JSON",
+}
 RAW = tuple(RAW_TYPES)
 COLUMNS = "{" + ", ".join(f"{name}: '{typ}'" for name, typ in RAW_TYPES.items()) + "}"  # read_json
 COLUMN_LIST = ", ".join(RAW)
-EMPTY_RELATION = ("SELECT " + ", ".join(f"NULL::{typ} {name}" for name, typ in RAW_TYPES.items())
-          + " WHERE false")  # the relation a history with no files yet reads as
+EMPTY_RELATION = (
+    "SELECT " + ", ".join(f"NULL::{typ} {name}" for name, typ in RAW_TYPES.items()) + " WHERE false"
+)  # the relation a history with no files yet reads as
 _BASE = ("id", "session_id", "message_id", "rev", "writer", "time_created", "time_updated", "data")
 
 
@@ -39,64 +49,152 @@ MAX_LINE = (1 << 32) - 1
 
 def read_json_sql(paths) -> str:
     files = ", ".join(quote(p) for p in paths)
-    return (f"read_json([{files}], format='newline_delimited', ignore_errors=true, "
-            f"maximum_object_size={MAX_LINE}, columns={COLUMNS})")
+    return (
+        f"read_json([{files}], format='newline_delimited', ignore_errors=true, "
+        f"maximum_object_size={MAX_LINE}, columns={COLUMNS})"
+    )
 
 
 # --------------------------------------------------------------------------
 # typed columns
 
 _I, _S, _F, _B = "BIGINT", "VARCHAR", "DOUBLE", "BOOLEAN"
-_TOKENS = {"input": _I, "output": _I, "reasoning": _I, "cache": {"read": _I, "write": _I}, "total": _I,
-           "estimated": _B}
-_TOKEN_COLUMNS = (("input_tokens", "j.tokens.input"), ("output_tokens", "j.tokens.output"),
-                  ("reasoning_tokens", "j.tokens.reasoning"), ("cache_read_tokens", "j.tokens.cache.read"),
-                  ("cache_write_tokens", "j.tokens.cache.write"), ("total_tokens", "j.tokens.total"),
-                  ("tokens_estimated", "j.tokens.estimated"))
+_TOKENS = {
+    "input": _I,
+    "output": _I,
+    "reasoning": _I,
+    "cache": {"read": _I, "write": _I},
+    "total": _I,
+    "estimated": _B,
+}
+_TOKEN_COLUMNS = (
+    ("input_tokens", "j.tokens.input"),
+    ("output_tokens", "j.tokens.output"),
+    ("reasoning_tokens", "j.tokens.reasoning"),
+    ("cache_read_tokens", "j.tokens.cache.read"),
+    ("cache_write_tokens", "j.tokens.cache.write"),
+    ("total_tokens", "j.tokens.total"),
+    ("tokens_estimated", "j.tokens.estimated"),
+)
 
 # Typed columns of each kind: ``from_json(data, spec)`` parses the JSON once into ``j`` (a value
 # of the wrong type reads as NULL), and each column is an expression over ``j``.
 _TYPED: dict[str, tuple[dict, tuple[tuple[str, str], ...]]] = {
     "session": (
-        {"projectID": _S, "workspaceID": _S, "parentID": _S, "slug": _S, "directory": _S, "title": _S,
-         "version": _S, "time": {"created": _I, "updated": _I, "archived": _I},
-         "titleUsage": {"model": _S, "cost": _F, "time": _I, "tokens": _TOKENS}},
-        (("project_id", "j.projectID"), ("workspace_id", "j.workspaceID"), ("parent_id", "j.parentID"),
-         ("slug", "j.slug"), ("directory", "j.directory"), ("title", "j.title"), ("version", "j.version"),
-         ("time_created", "j.time.created"), ("time_updated", "j.time.updated"),
-         ("time_archived", "j.time.archived"), ("title_model", "j.titleUsage.model"),
-         ("title_cost", "j.titleUsage.cost"), ("title_time", "j.titleUsage.time"),
-         *((f"title_{name}", f"j.titleUsage.{path[2:]}") for name, path in _TOKEN_COLUMNS))),
+        {
+            "projectID": _S,
+            "workspaceID": _S,
+            "parentID": _S,
+            "slug": _S,
+            "directory": _S,
+            "title": _S,
+            "version": _S,
+            "time": {"created": _I, "updated": _I, "archived": _I},
+            "titleUsage": {"model": _S, "cost": _F, "time": _I, "tokens": _TOKENS},
+        },
+        (
+            ("project_id", "j.projectID"),
+            ("workspace_id", "j.workspaceID"),
+            ("parent_id", "j.parentID"),
+            ("slug", "j.slug"),
+            ("directory", "j.directory"),
+            ("title", "j.title"),
+            ("version", "j.version"),
+            ("time_created", "j.time.created"),
+            ("time_updated", "j.time.updated"),
+            ("time_archived", "j.time.archived"),
+            ("title_model", "j.titleUsage.model"),
+            ("title_cost", "j.titleUsage.cost"),
+            ("title_time", "j.titleUsage.time"),
+            *((f"title_{name}", f"j.titleUsage.{path[2:]}") for name, path in _TOKEN_COLUMNS),
+        ),
+    ),
     "message": (
-        {"role": _S, "parentID": _S, "agent": _S, "mode": _S, "providerID": _S, "modelID": _S,
-         "model": {"providerID": _S, "modelID": _S}, "cost": _F, "finish": _S, "summary": "JSON",
-         "error": {"name": _S, "data": {"message": _S}}, "time": {"completed": _I}, "tokens": _TOKENS},
-        (("role", "j.role"), ("parent_id", "j.parentID"), ("agent", "j.agent"), ("mode", "j.mode"),
-         ("provider_id", "coalesce(j.providerID, j.model.providerID)"),
-         ("model_id", "coalesce(j.modelID, j.model.modelID)"), ("cost", "j.cost"), ("finish", "j.finish"),
-         ("summary", "CASE WHEN json_type(j.summary) = 'BOOLEAN' THEN j.summary::BOOLEAN END"),
-         ("error_name", "j.error.name"), ("error_message", "j.error.data.message"),
-         ("time_completed", "j.time.completed"), *_TOKEN_COLUMNS)),
+        {
+            "role": _S,
+            "parentID": _S,
+            "agent": _S,
+            "mode": _S,
+            "providerID": _S,
+            "modelID": _S,
+            "model": {"providerID": _S, "modelID": _S},
+            "cost": _F,
+            "finish": _S,
+            "summary": "JSON",
+            "error": {"name": _S, "data": {"message": _S}},
+            "time": {"completed": _I},
+            "tokens": _TOKENS,
+        },
+        (
+            ("role", "j.role"),
+            ("parent_id", "j.parentID"),
+            ("agent", "j.agent"),
+            ("mode", "j.mode"),
+            ("provider_id", "coalesce(j.providerID, j.model.providerID)"),
+            ("model_id", "coalesce(j.modelID, j.model.modelID)"),
+            ("cost", "j.cost"),
+            ("finish", "j.finish"),
+            ("summary", "CASE WHEN json_type(j.summary) = 'BOOLEAN' THEN j.summary::BOOLEAN END"),
+            ("error_name", "j.error.name"),
+            ("error_message", "j.error.data.message"),
+            ("time_completed", "j.time.completed"),
+            *_TOKEN_COLUMNS,
+        ),
+    ),
     "part": (
-        {"type": _S, "tool": _S, "callID": _S, "text": _S, "synthetic": _B, "reason": _S, "cost": _F, "auto": _B,
-         "overflow": _B,
-         "attempt": _I, "time": {"start": _I, "end": _I}, "tokens": _TOKENS,
-         "metadata": {"latencyMs": _F, "firstTokenMs": _F, "attempts": _I},
-         "state": {"status": _S, "title": _S, "output": _S, "error": _S,
-                   "time": {"start": _I, "end": _I, "compacted": _I},
-                   "metadata": {"interrupted": _B, "error": _S}}},
-        (("type", "j.type"), ("tool", "j.tool"), ("call_id", "j.callID"), ("status", "j.state.status"),
-         ("title", "j.state.title"), ("text_length", "length(j.text)"),
-         ("output_length", "length(j.state.output)"), ("time_start", "coalesce(j.state.time.start, j.time.start)"),
-         ("time_end", "coalesce(j.state.time.\"end\", j.time.\"end\")"), ("compacted_at", "j.state.time.compacted"),
-         ("reason", "j.reason"), ("cost", "j.cost"), *_TOKEN_COLUMNS,
-         ("latency_ms", "round(j.metadata.latencyMs)::BIGINT"),
-         ("first_token_ms", "round(j.metadata.firstTokenMs)::BIGINT"), ("attempts", "j.metadata.attempts"),
-         ("error", "j.state.error"), ("interrupted", "coalesce(j.state.metadata.interrupted, false)"),
-         # the exception a completed call's code raised (the python tool's state.metadata.error)
-         ("error_class",
-          "CASE WHEN j.state.status = 'completed' THEN nullif(j.state.metadata.error, '') END"),
-         ("auto", "j.auto"), ("overflow", "j.overflow"), ("attempt", "j.attempt"), ("synthetic", "j.synthetic"))),
+        {
+            "type": _S,
+            "tool": _S,
+            "callID": _S,
+            "text": _S,
+            "synthetic": _B,
+            "reason": _S,
+            "cost": _F,
+            "auto": _B,
+            "overflow": _B,
+            "attempt": _I,
+            "time": {"start": _I, "end": _I},
+            "tokens": _TOKENS,
+            "metadata": {"latencyMs": _F, "firstTokenMs": _F, "attempts": _I},
+            "state": {
+                "status": _S,
+                "title": _S,
+                "output": _S,
+                "error": _S,
+                "time": {"start": _I, "end": _I, "compacted": _I},
+                "metadata": {"interrupted": _B, "error": _S},
+            },
+        },
+        (
+            ("type", "j.type"),
+            ("tool", "j.tool"),
+            ("call_id", "j.callID"),
+            ("status", "j.state.status"),
+            ("title", "j.state.title"),
+            ("text_length", "length(j.text)"),
+            ("output_length", "length(j.state.output)"),
+            ("time_start", "coalesce(j.state.time.start, j.time.start)"),
+            ("time_end", 'coalesce(j.state.time."end", j.time."end")'),
+            ("compacted_at", "j.state.time.compacted"),
+            ("reason", "j.reason"),
+            ("cost", "j.cost"),
+            *_TOKEN_COLUMNS,
+            ("latency_ms", "round(j.metadata.latencyMs)::BIGINT"),
+            ("first_token_ms", "round(j.metadata.firstTokenMs)::BIGINT"),
+            ("attempts", "j.metadata.attempts"),
+            ("error", "j.state.error"),
+            ("interrupted", "coalesce(j.state.metadata.interrupted, false)"),
+            # the exception a completed call's code raised (the python tool's state.metadata.error)
+            (
+                "error_class",
+                "CASE WHEN j.state.status = 'completed' THEN nullif(j.state.metadata.error, '') END",
+            ),
+            ("auto", "j.auto"),
+            ("overflow", "j.overflow"),
+            ("attempt", "j.attempt"),
+            ("synthetic", "j.synthetic"),
+        ),
+    ),
 }
 
 
@@ -130,8 +228,10 @@ def _typed_columns() -> dict[str, str]:
     for kind, (_, columns) in _TYPED.items():
         for name, expr in columns:
             cases.setdefault(physical(kind, name), []).append((kind, expr))
-    return {name: "CASE b.kind " + " ".join(f"WHEN '{k}' THEN {e}" for k, e in whens) + " END"
-            for name, whens in cases.items()}
+    return {
+        name: "CASE b.kind " + " ".join(f"WHEN '{k}' THEN {e}" for k, e in whens) + " END"
+        for name, whens in cases.items()
+    }
 
 
 TYPED = _typed_columns()
@@ -142,8 +242,10 @@ def typed(source: str) -> str:
     ``data`` JSON): the JSON is parsed once per row."""
     typed_list = ", ".join(f"{expr} AS {name}" for name, expr in TYPED.items())
     raw = ", ".join(f"b.{name}" for name in RAW)
-    return (f"SELECT {raw}, {typed_list} FROM (SELECT *, from_json(data, {quote(_SPEC)}) j "
-            f"FROM ({source})) b")
+    return (
+        f"SELECT {raw}, {typed_list} FROM (SELECT *, from_json(data, {quote(_SPEC)}) j "
+        f"FROM ({source})) b"
+    )
 
 
 def logical(kind: str) -> list[tuple[str, str]]:
@@ -152,8 +254,9 @@ def logical(kind: str) -> list[tuple[str, str]]:
     if kind in DERIVED:
         return [(c, c) for c in DERIVED_COLUMNS[kind]]
     typed_names = [name for name, _ in _TYPED.get(kind, ({}, ()))[1]]
-    return ([(c, c) for c in _BASE if c not in typed_names]
-            + [(physical(kind, name), name) for name in typed_names])
+    return [(c, c) for c in _BASE if c not in typed_names] + [
+        (physical(kind, name), name) for name in typed_names
+    ]
 
 
 def table_columns(kind: str) -> list[str]:
@@ -163,38 +266,81 @@ def table_columns(kind: str) -> list[str]:
 def select_list(kind: str, alias: str = "") -> str:
     """``stored AS name, …`` for ``_store.<kind>`` over a relation of stored columns."""
     prefix = f"{alias}." if alias else ""
-    return ", ".join(f"{prefix}{stored} AS {name}" if stored != name else f"{prefix}{name}"
-                     for stored, name in logical(kind))
+    return ", ".join(
+        f"{prefix}{stored} AS {name}" if stored != name else f"{prefix}{name}"
+        for stored, name in logical(kind)
+    )
 
 
 # --------------------------------------------------------------------------
 # derived rows: one per LLM call and per tool call, with the model of their message copied in
 
 _DERIVED_SQL: dict[str, tuple[str, str]] = {
-    "step": ("step-finish", """SELECT p.session_id, p.message_id, p.id, m.provider_id AS provider,
+    "step": (
+        "step-finish",
+        """SELECT p.session_id, p.message_id, p.id, m.provider_id AS provider,
         m.model_id AS model, m.agent, coalesce(m.summary, false) AS summary, p.input_tokens, p.output_tokens,
         p.reasoning_tokens, p.cache_read_tokens, p.cache_write_tokens,
         p.input_tokens + p.cache_read_tokens + p.cache_write_tokens AS prompt_tokens,
         coalesce(p.total_tokens, p.input_tokens + p.output_tokens + p.cache_read_tokens + p.cache_write_tokens)
             AS context_tokens,
         p.cost, coalesce(p.tokens_estimated, false) AS estimated, p.latency_ms, p.first_token_ms, p.attempts,
-        p.reason AS finish_reason, make_timestamp(p.time_created * 1000) AS time"""),
-    "tool_call": ("tool", """SELECT p.session_id, p.message_id, p.id, p.call_id, p.tool,
+        p.reason AS finish_reason, make_timestamp(p.time_created * 1000) AS time""",
+    ),
+    "tool_call": (
+        "tool",
+        """SELECT p.session_id, p.message_id, p.id, p.call_id, p.tool,
         CASE WHEN p.interrupted THEN 'interrupted' ELSE p.status END AS status, p.error,
         p.error_class, coalesce(p.status = 'error' OR p.error_class IS NOT NULL, false) AS failed,
         p.time_end - p.time_start AS duration_ms, p.output_length, p.compacted_at IS NOT NULL AS pruned,
         make_timestamp(p.compacted_at * 1000) AS pruned_at, m.provider_id AS provider, m.model_id AS model,
         make_timestamp(coalesce(p.time_start, p.time_created) * 1000) AS time,
-        p.data->'state'->'metadata'->'mcp'->>'server' AS mcp_server"""),
+        p.data->'state'->'metadata'->'mcp'->>'server' AS mcp_server""",
+    ),
 }
 DERIVED_COLUMNS = {
-    "step": ("session_id", "message_id", "id", "provider", "model", "agent", "summary",
-             "input_tokens", "output_tokens", "reasoning_tokens", "cache_read_tokens",
-             "cache_write_tokens", "prompt_tokens", "context_tokens", "cost", "estimated",
-             "latency_ms", "first_token_ms", "attempts", "finish_reason", "time"),
-    "tool_call": ("session_id", "message_id", "id", "call_id", "tool", "status", "error",
-                  "error_class", "failed", "duration_ms", "output_length", "pruned", "pruned_at",
-                  "provider", "model", "time", "mcp_server"),
+    "step": (
+        "session_id",
+        "message_id",
+        "id",
+        "provider",
+        "model",
+        "agent",
+        "summary",
+        "input_tokens",
+        "output_tokens",
+        "reasoning_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "prompt_tokens",
+        "context_tokens",
+        "cost",
+        "estimated",
+        "latency_ms",
+        "first_token_ms",
+        "attempts",
+        "finish_reason",
+        "time",
+    ),
+    "tool_call": (
+        "session_id",
+        "message_id",
+        "id",
+        "call_id",
+        "tool",
+        "status",
+        "error",
+        "error_class",
+        "failed",
+        "duration_ms",
+        "output_length",
+        "pruned",
+        "pruned_at",
+        "provider",
+        "model",
+        "time",
+        "mcp_server",
+    ),
 }
 PART_TYPES = {kind: part_type for kind, (part_type, _) in _DERIVED_SQL.items()}
 
@@ -203,8 +349,10 @@ def derived(kind: str, parts: str, messages: str, where: str = "true") -> str:
     """SELECT the ``kind`` rows (step or tool_call) of the parts in ``parts`` that match ``where``,
     each with its message from ``messages`` (relations with the part's and message's columns)."""
     part_type, select = _DERIVED_SQL[kind]
-    return (f"{select} FROM {parts} p LEFT JOIN {messages} m ON m.id = p.message_id "
-            f"WHERE p.type = '{part_type}' AND ({where})")
+    return (
+        f"{select} FROM {parts} p LEFT JOIN {messages} m ON m.id = p.message_id "
+        f"WHERE p.type = '{part_type}' AND ({where})"
+    )
 
 
 # A signature of the stored columns: files that share it have the same schema, so one scan reads

@@ -30,8 +30,11 @@ def connect(memory_limit: str | None = None, temp: Path | None = None):
     """A private in-memory DuckDB for writing segments (offline settings)."""
     import duckdb
 
-    config = {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false",
-              "preserve_insertion_order": "false"}
+    config = {
+        "autoinstall_known_extensions": "false",
+        "autoload_known_extensions": "false",
+        "preserve_insertion_order": "false",
+    }
     if memory_limit:
         config["memory_limit"] = memory_limit
     if temp is not None:
@@ -53,8 +56,10 @@ def copy(con, select: str, path: Path, meta: dict, params: list | None = None) -
 
 def read_meta(con, path: str) -> dict | None:
     """The file's ``jupyter_session_agent`` footer entry, or None (an older or foreign file)."""
-    rows = con.execute(f"SELECT decode(value) FROM parquet_kv_metadata({quote(path)}) "
-                       f"WHERE decode(key) = '{META_KEY}'").fetchall()
+    rows = con.execute(
+        f"SELECT decode(value) FROM parquet_kv_metadata({quote(path)}) "
+        f"WHERE decode(key) = '{META_KEY}'"
+    ).fetchall()
     if not rows:
         return None
     try:
@@ -116,9 +121,11 @@ def compact(journal: Path, history: Path) -> None:
     try:
         # Older revisions in one journal can never win, so only the newest per id is kept.
         # Its writer is finished, so its unfinished tools were interrupted: settle them here too.
-        raw = (f"SELECT * REPLACE ({_SETTLED} AS data) FROM {read_json_sql([journal])} "
-               "WHERE id IS NOT NULL "
-               "QUALIFY row_number() OVER (PARTITION BY id ORDER BY rev DESC) = 1")
+        raw = (
+            f"SELECT * REPLACE ({_SETTLED} AS data) FROM {read_json_sql([journal])} "
+            "WHERE id IS NOT NULL "
+            "QUALIFY row_number() OVER (PARTITION BY id ORDER BY rev DESC) = 1"
+        )
         rows = copy(con, f"{typed(raw)} ORDER BY {ORDER}", tmp, {"level": 0}, [now_ms()])
     finally:
         con.close()

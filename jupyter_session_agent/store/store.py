@@ -17,7 +17,7 @@ from ..core.messages import Session, ToolPart, WithParts, now_ms
 from .catalog import Catalog
 from .codec import decode, decoders, encode, gc_paused, interrupted, kind_of, undecodable
 from .export import ExportMixin
-from .journal import Kind, writer_alive, Journal, next_rev, quote
+from .journal import Journal, Kind, next_rev, quote, writer_alive
 from .merge import merge
 from .problems import report_row
 from .query import QueryMixin
@@ -45,7 +45,9 @@ class Store(QueryMixin, ExportMixin):
         self._journal: Journal | None = None
         self._finalizer: weakref.finalize | None = None
         self._write_lock = threading.Lock()
-        self._known: dict[str, tuple] = {}  # id → (session, message, time_created) of ids this process wrote
+        self._known: dict[
+            str, tuple
+        ] = {}  # id → (session, message, time_created) of ids this process wrote
         self._cache: dict[str, dict[str, tuple]] = {}  # session → id → (rev, time_created, value)
         self._read_lock = threading.RLock()
         self._con = None
@@ -78,7 +80,9 @@ class Store(QueryMixin, ExportMixin):
             data.pop("id", None)
             session_id = value.id if kind == "session" else data.pop("sessionID", None)
             message_id = data.pop("messageID", None) if kind == "part" else None
-            rev, created = self._buffer(kind, value.id, session_id, message_id, data, False, now, time_created)
+            rev, created = self._buffer(
+                kind, value.id, session_id, message_id, data, False, now, time_created
+            )
             if kind in ("message", "part"):
                 self._session_cache(session_id)[value.id] = (rev, created, value)
 
@@ -106,7 +110,9 @@ class Store(QueryMixin, ExportMixin):
         with journal.lock:
             return frozenset(journal.buffer)
 
-    def _buffer(self, kind, id, session_id, message_id, data, deleted, now, created=None) -> tuple[int, int]:
+    def _buffer(
+        self, kind, id, session_id, message_id, data, deleted, now, created=None
+    ) -> tuple[int, int]:
         known = self._known.get(id)
         if known is None:  # first sight in this process: keep a creation time read from the history
             hit = self._cache.get(session_id, {}).get(id)
@@ -114,9 +120,18 @@ class Store(QueryMixin, ExportMixin):
             self._known[id] = known
         journal = self._writer()
         rev = next_rev()
-        row = {"kind": kind, "id": id, "session_id": session_id, "message_id": message_id, "rev": rev,
-               "writer": journal.writer, "deleted": deleted, "time_created": known[2],
-               "time_updated": now, "data": data}
+        row = {
+            "kind": kind,
+            "id": id,
+            "session_id": session_id,
+            "message_id": message_id,
+            "rev": rev,
+            "writer": journal.writer,
+            "deleted": deleted,
+            "time_created": known[2],
+            "time_updated": now,
+            "data": data,
+        }
         line = encode(row)
         with journal.lock:
             journal.buffer[id] = line
@@ -158,27 +173,39 @@ class Store(QueryMixin, ExportMixin):
 
     def session(self, session_id: str) -> Session:
         """The session with this id, or with this unique id prefix."""
-        rows = self._read(
-            "SELECT id, data::VARCHAR FROM session WHERE starts_with(id, $1) ORDER BY id = $1 DESC, id LIMIT 2",
-            _from_files("session", "starts_with(id, $1)") + " ORDER BY id = $1 DESC, id LIMIT 2",
-            [session_id]) if session_id else []
+        rows = (
+            self._read(
+                "SELECT id, data::VARCHAR FROM session WHERE starts_with(id, $1) ORDER BY id = $1 DESC, id LIMIT 2",
+                _from_files("session", "starts_with(id, $1)")
+                + " ORDER BY id = $1 DESC, id LIMIT 2",
+                [session_id],
+            )
+            if session_id
+            else []
+        )
         if not rows:
             raise SessionNotFoundError(f"no session {session_id!r} — `%agent sessions` lists them")
         if len(rows) > 1 and rows[0][0] != session_id:
             raise UsageError(f"{session_id!r} matches several sessions — give more of the id")
         session = self._session(*rows[0])
         if session is None:
-            raise UsageError(f"session {rows[0][0]} cannot be read (a newer version or a hand "
-                             "edit wrote it) — open it with the version that wrote it, or start "
-                             "a new session")
+            raise UsageError(
+                f"session {rows[0][0]} cannot be read (a newer version or a hand "
+                "edit wrote it) — open it with the version that wrote it, or start "
+                "a new session"
+            )
         return session
 
     def sessions(self, *, include_archived: bool = False) -> list[Session]:
         """All sessions, newest first (descending ids sort newest first)."""
         where = "true" if include_archived else "time_archived IS NULL"
-        files_where = "true" if include_archived else "TRY_CAST(data->'time'->>'archived' AS BIGINT) IS NULL"
-        rows = self._read(f"SELECT id, data::VARCHAR FROM session WHERE {where} ORDER BY id",
-                          f"{_from_files('session', 'true')} AND {files_where} ORDER BY id")
+        files_where = (
+            "true" if include_archived else "TRY_CAST(data->'time'->>'archived' AS BIGINT) IS NULL"
+        )
+        rows = self._read(
+            f"SELECT id, data::VARCHAR FROM session WHERE {where} ORDER BY id",
+            f"{_from_files('session', 'true')} AND {files_where} ORDER BY id",
+        )
         return [session for row in rows if (session := self._session(*row)) is not None]
 
     @staticmethod
@@ -206,18 +233,32 @@ class Store(QueryMixin, ExportMixin):
             rows = self._read(*_message_rows(data=True), [session_id])
         else:  # warm: the keys, then the data of what is not cached at that revision
             rows = self._read(*_message_rows(data=False), [session_id])
-            stale = {row[0] for row in rows if (hit := cache.get(row[0])) is None or hit[0] != row[2]}
-            fresh = {row[0]: row for row in self._read(*_message_rows(data=True, ids=True),
-                                                       [session_id, list(stale)])} if stale else {}
-            rows = [fresh.get(row[0], row) for row in rows if row[0] in fresh or row[0] not in stale]
+            stale = {
+                row[0] for row in rows if (hit := cache.get(row[0])) is None or hit[0] != row[2]
+            }
+            fresh = (
+                {
+                    row[0]: row
+                    for row in self._read(
+                        *_message_rows(data=True, ids=True), [session_id, list(stale)]
+                    )
+                }
+                if stale
+                else {}
+            )
+            rows = [
+                fresh.get(row[0], row) for row in rows if row[0] in fresh or row[0] not in stale
+            ]
         rows.sort()
         infos: dict[str, Any] = {}
         parts: dict[str, list] = {}
         unfinished: list[ToolPart] = []
         with gc_paused():  # tens of thousands of acyclic objects: collection passes are pure cost
             if cache:
-                values = [hit[2] if (hit := cache.get(row[0])) is not None and hit[0] == row[2] else None
-                          for row in rows]
+                values = [
+                    hit[2] if (hit := cache.get(row[0])) is not None and hit[0] == row[2] else None
+                    for row in rows
+                ]
                 stale = [i for i, value in enumerate(values) if value is None]
             else:
                 values, stale = [None] * len(rows), range(len(rows))
@@ -262,10 +303,14 @@ class Store(QueryMixin, ExportMixin):
             history = [WithParts(info, tuple(parts.get(id, empty))) for id, info in infos.items()]
         fixed = self._interrupt(unfinished, writers) if unfinished else None
         if fixed:
-            history = [WithParts(m.info, tuple(fixed.get(p.id, p) for p in m.parts)) for m in history]
+            history = [
+                WithParts(m.info, tuple(fixed.get(p.id, p) for p in m.parts)) for m in history
+            ]
         return history
 
-    def _interrupt(self, unfinished: list[ToolPart], writers: dict[str, str]) -> dict[str, ToolPart]:
+    def _interrupt(
+        self, unfinished: list[ToolPart], writers: dict[str, str]
+    ) -> dict[str, ToolPart]:
         """Fix (and persist) tool parts left pending/running by writers that are gone."""
         me = self._journal.writer if self._journal is not None else None
         alive: dict[str, bool] = {}
@@ -273,7 +318,9 @@ class Store(QueryMixin, ExportMixin):
         for part in unfinished:
             writer = writers.get(part.id)
             if writer not in alive:
-                alive[writer] = writer == me or writer is None or writer_alive(self._journal_path(writer))
+                alive[writer] = (
+                    writer == me or writer is None or writer_alive(self._journal_path(writer))
+                )
             if not alive[writer]:
                 fixed[part.id] = interrupted(part)
         if fixed:
@@ -297,7 +344,9 @@ class Store(QueryMixin, ExportMixin):
             while len(self._watches) > self.CACHE_SESSIONS:
                 del self._watches[next(iter(self._watches))]
             own = self._journal.writer if self._journal is not None else None
-            return watch.mark(*self._listing().files, own, lambda path: self._rows_in(path, session_id))
+            return watch.mark(
+                *self._listing().files, own, lambda path: self._rows_in(path, session_id)
+            )
 
     def _rows_in(self, path: str, session_id: str) -> int:
         """The session's rows in one Parquet file (0 if it cannot be read: reads leave it out)."""
@@ -305,8 +354,10 @@ class Store(QueryMixin, ExportMixin):
 
         con = self._prepare()
         try:
-            return con.execute(f"SELECT count(*) FROM read_parquet([{quote(path)}]) "
-                               "WHERE session_id = $1", [session_id]).fetchone()[0]
+            return con.execute(
+                f"SELECT count(*) FROM read_parquet([{quote(path)}]) WHERE session_id = $1",
+                [session_id],
+            ).fetchone()[0]
         except duckdb.Error:
             return 0
 
@@ -315,7 +366,9 @@ class Store(QueryMixin, ExportMixin):
         rows = self._read(
             "SELECT writer FROM (SELECT writer, rev FROM _store.message WHERE id = $1 UNION ALL "
             "SELECT writer, rev FROM _store.part WHERE id = $1) ORDER BY rev DESC LIMIT 1",
-            "SELECT writer FROM __events__ WHERE id = $1 ORDER BY rev DESC LIMIT 1", [id])
+            "SELECT writer FROM __events__ WHERE id = $1 ORDER BY rev DESC LIMIT 1",
+            [id],
+        )
         writer = rows[0][0] if rows else None
         me = self._journal.writer if self._journal is not None else None
         if writer is None or writer == me or not writer_alive(self._journal_path(writer)):
@@ -336,21 +389,27 @@ class Store(QueryMixin, ExportMixin):
     def _lookup(self, id: str):
         """(session_id, message_id, time_created) of the newest revision of ``id``, tombstones included."""
         with self._read_lock:
-            rows = self._over_files(self._prepare(), lambda con, events: con.execute(
-                f"SELECT session_id, message_id, time_created FROM {events} WHERE id = $1 ORDER BY rev DESC LIMIT 1",
-                [id]).fetchall())
+            rows = self._over_files(
+                self._prepare(),
+                lambda con, events: con.execute(
+                    f"SELECT session_id, message_id, time_created FROM {events} WHERE id = $1 ORDER BY rev DESC LIMIT 1",
+                    [id],
+                ).fetchall(),
+            )
         return rows[0] if rows else None
 
 
-_LATEST_IN_FILES = ("(FROM __events__ WHERE kind = '{kind}' AND {where} QUALIFY row_number() OVER "
-                    "(PARTITION BY id ORDER BY rev DESC, writer DESC) = 1) WHERE deleted IS NOT TRUE")
+_LATEST_IN_FILES = (
+    "(FROM __events__ WHERE kind = '{kind}' AND {where} QUALIFY row_number() OVER "
+    "(PARTITION BY id ORDER BY rev DESC, writer DESC) = 1) WHERE deleted IS NOT TRUE"
+)
 
 
-_shared: dict[Path, "Store"] = {}
+_shared: dict[Path, Store] = {}
 _shared_lock = threading.Lock()
 
 
-def shared(data_dir: str | os.PathLike) -> "Store":
+def shared(data_dir: str | os.PathLike) -> Store:
     """The process-wide Store for ``data_dir``: one journal and one tail per history
     (the magics and ``jupyter_session_agent.sql()`` use it, so the tail is read once)."""
     key = Path(data_dir).expanduser().absolute()
@@ -369,10 +428,16 @@ def _from_files(kind: str, where: str, columns: str = "id, data::VARCHAR") -> st
 def _message_rows(data: bool, ids: bool = False) -> tuple[str, str]:
     """(views SQL, files SQL) for a session's messages and parts ($1): ``id, message_id,
     rev, time_created, writer`` [``, data``], only the ids in list $2 when ``ids``."""
-    columns = "id, message_id, rev, time_created, writer" + (", coalesce(data::VARCHAR, '{}')" if data else "")
+    columns = "id, message_id, rev, time_created, writer" + (
+        ", coalesce(data::VARCHAR, '{}')" if data else ""
+    )
     where = "session_id = $1" + (" AND list_contains($2, id)" if ids else "")
-    tables = (f"SELECT {columns} FROM _store.message WHERE {where} "
-              f"UNION ALL SELECT {columns} FROM _store.part WHERE {where}")
-    files = (f"SELECT {columns} FROM (FROM __events__ WHERE {where} AND kind IN ('message', 'part') QUALIFY "
-             "row_number() OVER (PARTITION BY id ORDER BY rev DESC, writer DESC) = 1) WHERE deleted IS NOT TRUE")
+    tables = (
+        f"SELECT {columns} FROM _store.message WHERE {where} "
+        f"UNION ALL SELECT {columns} FROM _store.part WHERE {where}"
+    )
+    files = (
+        f"SELECT {columns} FROM (FROM __events__ WHERE {where} AND kind IN ('message', 'part') QUALIFY "
+        "row_number() OVER (PARTITION BY id ORDER BY rev DESC, writer DESC) = 1) WHERE deleted IS NOT TRUE"
+    )
     return tables, files

@@ -14,6 +14,8 @@ def children(store, session_id: str) -> list:
 
 def children_cost(store, session_id: str) -> float:
     """What the subagent sessions below ``session_id`` cost, title calls included (recursive)."""
-    frame = store.sql(f"SELECT coalesce(sum(total_cost), 0) AS cost FROM session_cost "
-                      f"WHERE parent_id = {quote(session_id)}")
+    frame = store.sql(
+        f"SELECT coalesce(sum(total_cost), 0) AS cost FROM session_cost "
+        f"WHERE parent_id = {quote(session_id)}"
+    )
     return float(frame["cost"][0])

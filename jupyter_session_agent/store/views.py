@@ -61,7 +61,7 @@ VIEWS["compaction_event"] = f"""SELECT id, session_id, time_created, data->>'kin
     data->>'summaryInput' summary_input, data->>'model' model, data->>'requestId' request_id,
     data->>'summaryId' summary_id, data->>'tailStartId' tail_start_id, data->>'error' error,
     data->>'source' source, data
-    FROM {_latest('event')} AND data->>'type' = 'compaction'"""
+    FROM {_latest("event")} AND data->>'type' = 'compaction'"""
 
 # Todo lists imported from OpenCode (opencode_import.TodoList, journal kind "event", type "todos":
 # one list per session, the latest import wins): one row per item, in the list's order.
@@ -70,7 +70,7 @@ VIEWS["todo"] = f"""SELECT session_id, TRY_CAST(item->>'position' AS INTEGER) AS
     TRY_CAST(item->'time'->>'created' AS BIGINT) AS time_created,
     TRY_CAST(item->'time'->>'updated' AS BIGINT) AS time_updated, source
     FROM (SELECT session_id, data->>'source' AS source, unnest(CAST(data->'items' AS JSON[])) AS item
-          FROM {_latest('event')} AND data->>'type' = 'todos')"""
+          FROM {_latest("event")} AND data->>'type' = 'todos')"""
 
 # Analytics views (docs/analytics.md): one row per LLM call, tool call, session, and day × model.
 # Plain SQL over the views above; times are UTC TIMESTAMPs; costs in USD.
@@ -84,9 +84,18 @@ _RECORDED = ",\n        ".join(
     f"AS recorded_{name}"
     for name, value, ours, eps in [
         ("cost", "TRY_CAST(s.data->>'cost' AS DOUBLE)", "sc.messages_cost", "1e-9"),
-        *((f"{n}_tokens", f"TRY_CAST(s.data->'tokens'->{path} AS BIGINT)", f"st.{n}_tokens", "0")
-          for n, path in (("input", "'input'"), ("output", "'output'"), ("reasoning", "'reasoning'"),
-                          ("cache_read", "'cache'->'read'"), ("cache_write", "'cache'->'write'")))])
+        *(
+            (f"{n}_tokens", f"TRY_CAST(s.data->'tokens'->{path} AS BIGINT)", f"st.{n}_tokens", "0")
+            for n, path in (
+                ("input", "'input'"),
+                ("output", "'output'"),
+                ("reasoning", "'reasoning'"),
+                ("cache_read", "'cache'->'read'"),
+                ("cache_write", "'cache'->'write'"),
+            )
+        ),
+    ]
+)
 VIEWS["session_summary"] = f"""WITH
     steps AS (SELECT session_id, count(*) steps, arg_max(model, id) model, arg_max(provider, id) provider,
         sum(input_tokens)::BIGINT input_tokens, sum(output_tokens)::BIGINT output_tokens,
@@ -113,8 +122,8 @@ VIEWS["session_summary"] = f"""WITH
         sc.messages_cost - coalesce(st.summary_cost, 0) AS cost, coalesce(st.summary_cost, 0) AS summary_cost,
         sc.title_cost, sc.children_cost AS subagent_cost, sc.total_cost, sc.descendants AS subagents,
         {_RECORDED},
-        {_UTC.format('s.time_created')} AS time_created,
-        {_UTC.format('greatest(s.time_updated, msgs.last_message)')} AS time_updated
+        {_UTC.format("s.time_created")} AS time_created,
+        {_UTC.format("greatest(s.time_updated, msgs.last_message)")} AS time_updated
     FROM session s JOIN session_cost sc ON sc.session_id = s.id
     LEFT JOIN steps st ON st.session_id = s.id LEFT JOIN msgs ON msgs.session_id = s.id
     LEFT JOIN turns ON turns.session_id = s.id LEFT JOIN tools ON tools.session_id = s.id
@@ -123,7 +132,7 @@ VIEWS["daily_cost"] = f"""WITH calls AS (
         SELECT CAST(time AS DATE) AS day, provider, model, 'step' AS kind, session_id, input_tokens, output_tokens,
             reasoning_tokens, cache_read_tokens, cache_write_tokens, cost FROM step
         UNION ALL
-        SELECT CAST({_UTC.format('coalesce(title_time, time_created)')} AS DATE), split_part(title_model, '/', 1),
+        SELECT CAST({_UTC.format("coalesce(title_time, time_created)")} AS DATE), split_part(title_model, '/', 1),
             substr(title_model, length(split_part(title_model, '/', 1)) + 2), 'title', id, title_input_tokens,
             title_output_tokens, title_reasoning_tokens, title_cache_read_tokens, title_cache_write_tokens, title_cost
         FROM _store.session WHERE title_model IS NOT NULL OR title_cost IS NOT NULL)

@@ -24,8 +24,9 @@ class Watch:
         self.journals: dict[str, tuple[int, int, int]] = {}  # path → (inode, offset read, hits)
         self.parquet: dict[str, int] | None = None  # path → the session's rows; None: first look
 
-    def mark(self, live: tuple[str, ...], parquet: tuple[str, ...], own: str | None,
-             count) -> tuple[int, int]:
+    def mark(
+        self, live: tuple[str, ...], parquet: tuple[str, ...], own: str | None, count
+    ) -> tuple[int, int]:
         """The mark now, given the listing; ``own`` is this process's writer (its journal is
         skipped), ``count(path)`` the session's rows in a Parquet file (once per new file)."""
         hits = sum(self._scan(path) for path in live if Path(path).stem != own)

@@ -35,8 +35,12 @@ from typing import Any
 __all__ = ["Reply", "ScriptedServer", "is_title_request", "main"]
 
 # (type, code) of OpenAI's error bodies by status; others: server_error (5xx) / invalid_request_error
-_ERRORS = {401: ("invalid_request_error", "invalid_api_key"), 403: ("permission_error", None),
-           404: ("invalid_request_error", "not_found"), 429: ("requests", "rate_limit_exceeded")}
+_ERRORS = {
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("permission_error", None),
+    404: ("invalid_request_error", "not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+}
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,7 @@ def is_title_request(body: dict) -> bool:
 
 
 def _pieces(text: str, size: int) -> list[str]:
-    return [text[i:i + size] for i in range(0, len(text), size)]
+    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 def _calls(reply: Reply, n: int) -> list[tuple[str, str, str]]:
@@ -146,18 +150,28 @@ def _calls(reply: Reply, n: int) -> list[tuple[str, str, str]]:
 def _usage(reply: Reply, body: dict, calls: list) -> dict:
     if isinstance(reply.usage, dict):
         return reply.usage
-    prompt = math.ceil(len(json.dumps([*(body.get("messages") or []), *(body.get("tools") or [])])) / 4)
+    prompt = math.ceil(
+        len(json.dumps([*(body.get("messages") or []), *(body.get("tools") or [])])) / 4
+    )
     generated = len(reply.reasoning) + len(reply.text) + sum(len(a) for _, _, a in calls)
     completion = math.ceil(generated / 4)
-    usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    usage = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
     if reply.reasoning:
-        usage["completion_tokens_details"] = {"reasoning_tokens": math.ceil(len(reply.reasoning) / 4)}
+        usage["completion_tokens_details"] = {
+            "reasoning_tokens": math.ceil(len(reply.reasoning) / 4)
+        }
     return usage
 
 
 def _error_json(status: int, message: str) -> dict:
     """OpenAI's error body shape: ``{"error": {"message", "type", "param", "code"}}``."""
-    etype, code = _ERRORS.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
+    etype, code = _ERRORS.get(
+        status, ("server_error" if status >= 500 else "invalid_request_error", None)
+    )
     return {"error": {"message": message, "type": etype, "param": None, "code": code}}
 
 
@@ -167,20 +181,42 @@ def _chunks(reply: Reply, body: dict, base: dict, n: int) -> list[dict]:
     calls, size = _calls(reply, n), reply.chunk_chars
 
     def chunk(delta: dict, finish_reason: str | None = None) -> dict:
-        obj = {**base, "object": "chat.completion.chunk",
-               "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+        obj = {
+            **base,
+            "object": "chat.completion.chunk",
+            "choices": [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            ],
+        }
         return {**obj, "usage": None} if include_usage else obj  # as OpenAI does
 
     out = [chunk({"role": "assistant", "content": "" if reply.text else None})]
-    out += [chunk({"content": None, "reasoning_content": p}) for p in _pieces(reply.reasoning, size)]
+    out += [
+        chunk({"content": None, "reasoning_content": p}) for p in _pieces(reply.reasoning, size)
+    ]
     out += [chunk({"content": p}) for p in _pieces(reply.text, size)]
     for i, (cid, name, args) in enumerate(calls):
-        head = {"index": i, "id": cid, "type": "function", "function": {"name": name, "arguments": ""}}
+        head = {
+            "index": i,
+            "id": cid,
+            "type": "function",
+            "function": {"name": name, "arguments": ""},
+        }
         out.append(chunk({"tool_calls": [head]}))
-        out += [chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]}) for p in _pieces(args, size)]
+        out += [
+            chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]})
+            for p in _pieces(args, size)
+        ]
     out.append(chunk({}, reply.finish_reason or ("tool_calls" if calls else "stop")))
     if reply.usage is not None and (include_usage or isinstance(reply.usage, dict)):
-        out.append({**base, "object": "chat.completion.chunk", "choices": [], "usage": _usage(reply, body, calls)})
+        out.append(
+            {
+                **base,
+                "object": "chat.completion.chunk",
+                "choices": [],
+                "usage": _usage(reply, body, calls),
+            }
+        )
     return out
 
 
@@ -191,11 +227,16 @@ def _completion(reply: Reply, body: dict, base: dict, n: int) -> dict:
     if reply.reasoning:
         message["reasoning_content"] = reply.reasoning
     if calls:
-        message["tool_calls"] = [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
-                                 for cid, name, args in calls]
+        message["tool_calls"] = [
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+            for cid, name, args in calls
+        ]
     finish = reply.finish_reason or ("tool_calls" if calls else "stop")
-    obj = {**base, "object": "chat.completion",
-           "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]}
+    obj = {
+        **base,
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+    }
     if reply.usage is not None:
         obj["usage"] = _usage(reply, body, calls)
     return obj
@@ -217,7 +258,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle stalls per chunk
+        self.connection.setsockopt(
+            socket.IPPROTO_TCP, socket.TCP_NODELAY, 1
+        )  # no Nagle stalls per chunk
         self.server.owner._track(self.connection, add=True)
 
     def finish(self) -> None:
@@ -229,7 +272,9 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         return json.loads(raw or b"null")
 
-    def _send(self, status: int, body: bytes, ctype: str = "application/json", headers: dict | None = None):
+    def _send(
+        self, status: int, body: bytes, ctype: str = "application/json", headers: dict | None = None
+    ):
         """A complete (Content-Length) response; ``headers`` override the defaults."""
         self.send_response(status)
         merged = {"Content-Type": ctype, "Content-Length": str(len(body)), **(headers or {})}
@@ -316,10 +361,16 @@ class _Handler(BaseHTTPRequestHandler):
             elif isinstance(err, str):
                 err += quoted
             if isinstance(err, str):
-                return self._send(reply.status, err.encode(), "text/plain; charset=utf-8", reply.headers)
+                return self._send(
+                    reply.status, err.encode(), "text/plain; charset=utf-8", reply.headers
+                )
             return self._send(reply.status, _dumps(err), headers=reply.headers)
-        base = {"id": f"chatcmpl-{n}", "created": int(time.time()), "model": body.get("model") or "scripted",
-                "system_fingerprint": "fp_scripted"}
+        base = {
+            "id": f"chatcmpl-{n}",
+            "created": int(time.time()),
+            "model": body.get("model") or "scripted",
+            "system_fingerprint": "fp_scripted",
+        }
         if not body.get("stream"):
             if reply.hang is not None:  # "headers"/"chunk": the head, then nothing
                 self.send_response(200)
@@ -334,8 +385,12 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, _dumps(_completion(reply, body, base, n)), headers=reply.headers)
 
         self.send_response(200)
-        for key, value in {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
-                           "Transfer-Encoding": "chunked", **reply.headers}.items():
+        for key, value in {
+            "Content-Type": "text/event-stream; charset=utf-8",
+            "Cache-Control": "no-cache",
+            "Transfer-Encoding": "chunked",
+            **reply.headers,
+        }.items():
             self.send_header(key, str(value))
         self.end_headers()
         if reply.hang == "headers":
@@ -375,7 +430,9 @@ class ScriptedServer:
     and serves in a daemon thread; ``stop()`` shuts down, wakes stalled handlers and
     closes open connections. Usable as a context manager. Thread-safe."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, replies: Iterable[Reply | dict] = ()) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, replies: Iterable[Reply | dict] = ()
+    ) -> None:
         self.host, self.port = host, port
         self._lock = threading.Lock()
         self._queue: collections.deque[Reply] = collections.deque(_as_reply(r) for r in replies)
@@ -425,8 +482,12 @@ class ScriptedServer:
         self._stopping.clear()
         self._httpd = _HTTPServer((self.host, self.port), _Handler)
         self._httpd.owner = self
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02},
-                                        name="scripted-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name="scripted-server",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -461,7 +522,9 @@ class ScriptedServer:
             self._count += 1
             self._requests.append(body)
             if is_title_request(body):
-                return self._count, Reply(text=" ".join(_user_text(body.get("messages")).split()[:6]) or "Session")
+                return self._count, Reply(
+                    text=" ".join(_user_text(body.get("messages")).split()[:6]) or "Session"
+                )
             if self._queue:
                 return self._count, self._queue.popleft()
         return self._count, Reply(text="(scripted) " + _user_text(body.get("messages"))[:200])

@@ -46,8 +46,15 @@ def builtin_tools() -> dict[str, Tool]:
     from .shell import BashTool
 
     tools: list[Tool] = [
-        PythonTool(), BashTool(), ReadTool(), WriteTool(),
-        EditTool(), ListTool(), GlobTool(), GrepTool(), NotebookTool(),
+        PythonTool(),
+        BashTool(),
+        ReadTool(),
+        WriteTool(),
+        EditTool(),
+        ListTool(),
+        GlobTool(),
+        GrepTool(),
+        NotebookTool(),
     ]
     return {t.name: t for t in tools}
 
@@ -63,8 +70,9 @@ def run_tool(tool: Tool, args: dict, ctx: ToolContext) -> ToolResult:
     metadata["truncated"] = cut.truncated
     if cut.truncated:
         metadata["outputPath"] = cut.output_path
-    return ToolResult(output=cut.content, title=result.title, metadata=metadata,
-                      attachments=result.attachments)
+    return ToolResult(
+        output=cut.content, title=result.title, metadata=metadata, attachments=result.attachments
+    )
 
 
 def redact_result(result: ToolResult) -> ToolResult:
@@ -73,8 +81,12 @@ def redact_result(result: ToolResult) -> ToolResult:
     truncated calls included), shown or sent to the model."""
     from ..core.redact import clean, clean_value
 
-    return ToolResult(output=clean(result.output, refresh=True), title=clean(result.title),
-                      metadata=clean_value(dict(result.metadata)), attachments=result.attachments)
+    return ToolResult(
+        output=clean(result.output, refresh=True),
+        title=clean(result.title),
+        metadata=clean_value(dict(result.metadata)),
+        attachments=result.attachments,
+    )
 
 
 def openai_schema(tool: Tool) -> dict:

@@ -43,8 +43,10 @@ def _refuse_special(path: Path, tool: str) -> None:
     except OSError:
         return  # missing: it will be created
     if kind is not None and kind != "a directory":
-        raise ToolFailure(f"{tool}: {path} is {kind}, not a regular file; the file tools read "
-                          "and write regular files only")
+        raise ToolFailure(
+            f"{tool}: {path} is {kind}, not a regular file; the file tools read "
+            "and write regular files only"
+        )
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -60,9 +62,14 @@ def _no_diff(path: str) -> str:
 def _diff(path: str, before: str, after: str) -> str:
     if len(before) > MAX_DIFF_BYTES or len(after) > MAX_DIFF_BYTES:
         return _no_diff(path)
-    return "".join(difflib.unified_diff(
-        before.splitlines(True), after.splitlines(True), fromfile=path, tofile=path,
-    ))
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(True),
+            after.splitlines(True),
+            fromfile=path,
+            tofile=path,
+        )
+    )
 
 
 def _page(fh: BinaryIO, offset: int, limit: int) -> tuple[list[str], bool, int | None]:
@@ -98,7 +105,7 @@ def _page(fh: BinaryIO, offset: int, limit: int) -> tuple[list[str], bool, int |
             newline = block.find(b"\n", pos)
             stop = end if newline < 0 else newline
             if len(line) < keep:
-                line += block[pos:min(stop, pos + keep - len(line))]
+                line += block[pos : min(stop, pos + keep - len(line))]
             started = True
             if newline < 0:
                 break
@@ -135,7 +142,8 @@ def _not_found(path: Path) -> ToolFailure:
     try:
         base = path.name.lower()
         near = [
-            str(p) for p in sorted(path.parent.iterdir())
+            str(p)
+            for p in sorted(path.parent.iterdir())
             if base in p.name.lower() or p.name.lower() in base
         ][:3]
     except OSError:
@@ -176,13 +184,16 @@ class ReadTool:
         if offset < 0 or limit < 1:
             raise ToolFailure("read: offset must be >= 0 and limit >= 1")
         if path.is_dir():
-            raise ToolFailure(f"{path} is a directory, not a file. Use the list tool to see its contents.")
+            raise ToolFailure(
+                f"{path} is a directory, not a file. Use the list tool to see its contents."
+            )
         if not path.exists():
             raise _not_found(path)
         with open_regular(path, "read") as fh:  # a FIFO, socket or device: refused, never opened
             if is_binary(path):
-                raise ToolFailure(f"Cannot read binary file: {path}. "
-                                  "Use the python tool to inspect it.")
+                raise ToolFailure(
+                    f"Cannot read binary file: {path}. Use the python tool to inspect it."
+                )
             shown, cut, total = _page(fh, offset, limit)
         if total is not None and offset and offset >= total:
             raise ToolFailure(f"read: offset {offset} is past the end of {path} ({total} lines)")
@@ -262,7 +273,10 @@ class EditTool:
             "filePath": {"type": "string", "description": "Path of the file to modify"},
             "oldString": {"type": "string", "description": "The text to replace"},
             "newString": {"type": "string", "description": "The text to replace it with"},
-            "replaceAll": {"type": "boolean", "description": "Replace every occurrence (default false)"},
+            "replaceAll": {
+                "type": "boolean",
+                "description": "Replace every occurrence (default false)",
+            },
         },
         "required": ["filePath", "oldString", "newString"],
     }
@@ -301,8 +315,11 @@ class EditTool:
         return ToolResult(
             output="Edit applied successfully.",
             title=title,
-            metadata={"filepath": str(path), "replacements": count,
-                      "diff": _diff(title, before or "", after)},
+            metadata={
+                "filepath": str(path),
+                "replacements": count,
+                "diff": _diff(title, before or "", after),
+            },
         )
 
 

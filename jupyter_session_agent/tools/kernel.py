@@ -28,8 +28,9 @@ import threading
 import traceback
 import types
 import weakref
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 MAX_ERRORS = 500  # cells whose error is kept (the oldest are forgotten first)
 MAX_TRACEBACK_CHARS = 20_000  # per error
@@ -91,8 +92,13 @@ class CellLog:
             pass
 
     def record(self, number: int, error: BaseException, source: str = "") -> CellError:
-        entry = CellError(number=number, name=type(error).__name__, message=_message(error),
-                          traceback=self._format(error), source=source or self.source(number) or "")
+        entry = CellError(
+            number=number,
+            name=type(error).__name__,
+            message=_message(error),
+            traceback=self._format(error),
+            source=source or self.source(number) or "",
+        )
         with self._lock:
             self._errors[number] = entry
             while len(self._errors) > MAX_ERRORS:
@@ -193,7 +199,7 @@ class ErrorTable(Mapping):
         return len(self.log.errors())
 
 
-_LOGS: "weakref.WeakKeyDictionary[Any, CellLog]" = weakref.WeakKeyDictionary()
+_LOGS: weakref.WeakKeyDictionary[Any, CellLog] = weakref.WeakKeyDictionary()
 
 
 def install(shell: Any) -> CellLog:
@@ -243,8 +249,11 @@ def _drop_ipython_frames(exc: traceback.TracebackException, depth: int = 0) -> N
     """Leave IPython's own frames (``run_code``, ``run_cell_async`` …) out of every exception
     of the chain: the user's frames are what explains the error."""
     module = sys.modules.get("IPython")
-    root = os.path.dirname(os.path.abspath(module.__file__)) + os.sep if getattr(
-        module, "__file__", None) else None
+    root = (
+        os.path.dirname(os.path.abspath(module.__file__)) + os.sep
+        if getattr(module, "__file__", None)
+        else None
+    )
     if root:
         kept = [f for f in exc.stack if not (f.filename or "").startswith(root)]
         exc.stack = traceback.StackSummary.from_list(kept)
@@ -298,8 +307,11 @@ def is_figure(value: Any) -> bool:
 
 
 def is_pil_image(value: Any) -> bool:
-    return (_module(value) == "PIL" and callable(getattr(value, "save", None))
-            and hasattr(value, "mode"))
+    return (
+        _module(value) == "PIL"
+        and callable(getattr(value, "save", None))
+        and hasattr(value, "mode")
+    )
 
 
 def _figure_of(value: Any) -> Any:
@@ -349,8 +361,14 @@ def size(value: Any) -> int:
     """Bytes of memory: a DataFrame's or series' ``memory_usage`` (deep for object columns is
     not computed: it is slow), an array's ``nbytes``, else ``sys.getsizeof``."""
     if is_dataframe(value) or is_series(value):
-        got = _safe(lambda: int(value.memory_usage(index=True, deep=False).sum())
-                    if is_dataframe(value) else int(value.memory_usage(index=True, deep=False)), 0)
+        got = _safe(
+            lambda: (
+                int(value.memory_usage(index=True, deep=False).sum())
+                if is_dataframe(value)
+                else int(value.memory_usage(index=True, deep=False))
+            ),
+            0,
+        )
         return got
     nbytes = _safe(lambda: getattr(value, "nbytes", None), None)
     if isinstance(nbytes, int):
@@ -379,8 +397,10 @@ def describe(name: str, value: Any, limit: int = MAX_VALUE_CHARS) -> str:
         text = _describe_frame(name, value)
     elif is_series(value):
         head = _safe(lambda: value.head(HEAD_ROWS).to_string(), "<unavailable>")
-        text = (f"Series {name}: {shape(value)} values, dtype {dtypes(value)}, "
-                f"name {_safe(lambda: value.name, None)!r}\nFirst {HEAD_ROWS}:\n{head}")
+        text = (
+            f"Series {name}: {shape(value)} values, dtype {dtypes(value)}, "
+            f"name {_safe(lambda: value.name, None)!r}\nFirst {HEAD_ROWS}:\n{head}"
+        )
     elif _module(value) == "numpy" and type(value).__name__ == "ndarray":
         body = _safe(lambda: repr(value), "<repr unavailable>")
         text = f"ndarray {name}: shape {shape(value)}, dtype {dtypes(value)}\n{body}"
@@ -404,8 +424,10 @@ def _describe_frame(name: str, frame: Any) -> str:
         lines.append(f"  {column}: {dtype}{nonnull}")
     if len(items) > MAX_COLUMNS:
         lines.append(f"  … {len(items) - MAX_COLUMNS} more columns")
-    head = _safe(lambda: frame.head(HEAD_ROWS).to_string(max_cols=MAX_COLUMNS, max_colwidth=60),
-                 "<unavailable>")
+    head = _safe(
+        lambda: frame.head(HEAD_ROWS).to_string(max_cols=MAX_COLUMNS, max_colwidth=60),
+        "<unavailable>",
+    )
     lines.append(f"First {min(HEAD_ROWS, rows)} rows:\n{head}")
     return "\n".join(lines)
 
@@ -427,8 +449,9 @@ def _safe(get, default):
 _IPYTHON_NAMES = re.compile(r"_+|_\d+|_i+|_i\d+|_[iod]h|In|Out|exit|quit|get_ipython|open")
 
 
-def visible_names(namespace: Mapping[str, Any],
-                  hidden: Mapping[str, Any] | None = None) -> list[str]:
+def visible_names(
+    namespace: Mapping[str, Any], hidden: Mapping[str, Any] | None = None
+) -> list[str]:
     """The user's variables in ``namespace``: no private names, none of IPython's own, no
     modules, functions, methods or classes (the data a notebook works with)."""
     hidden = hidden or {}
@@ -438,19 +461,35 @@ def visible_names(namespace: Mapping[str, Any],
             continue
         if name in hidden and hidden[name] is value:
             continue
-        if isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
-                              types.MethodType, type, types.BuiltinMethodType)):
+        if isinstance(
+            value,
+            (
+                types.ModuleType,
+                types.FunctionType,
+                types.BuiltinFunctionType,
+                types.MethodType,
+                type,
+                types.BuiltinMethodType,
+            ),
+        ):
             continue
         if callable(value) and type(value).__name__ in (
-                "function", "builtin_function_or_method", "method", "partial",
-                "cython_function_or_method"):
+            "function",
+            "builtin_function_or_method",
+            "method",
+            "partial",
+            "cython_function_or_method",
+        ):
             continue
         names.append(name)
     return names
 
 
-def variables(namespace: Mapping[str, Any], names: Iterable[str] | None = None,
-              hidden: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def variables(
+    namespace: Mapping[str, Any],
+    names: Iterable[str] | None = None,
+    hidden: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """Rows ``{name, type, shape, dtypes, size, repr}`` for the user's variables (or ``names``)."""
     chosen = list(names) if names is not None else visible_names(namespace, hidden)
     rows = []
@@ -458,8 +497,16 @@ def variables(namespace: Mapping[str, Any], names: Iterable[str] | None = None,
         if name not in namespace:
             continue
         value = namespace[name]
-        rows.append({"name": name, "type": kind(value), "shape": shape(value),
-                     "dtypes": dtypes(value), "size": size(value), "repr": short_repr(value)})
+        rows.append(
+            {
+                "name": name,
+                "type": kind(value),
+                "shape": shape(value),
+                "dtypes": dtypes(value),
+                "size": size(value),
+                "repr": short_repr(value),
+            }
+        )
     return rows
 
 
@@ -467,8 +514,9 @@ DESCRIBED = 8  # data variables described in a short system prompt, newest first
 NAMED = 40  # other user names after them, by name only
 
 
-def variables_line(namespace: Mapping[str, Any], hidden: Any = None, limit: int = DESCRIBED,
-             names: int = NAMED) -> str:
+def variables_line(
+    namespace: Mapping[str, Any], hidden: Any = None, limit: int = DESCRIBED, names: int = NAMED
+) -> str:
     """``df (DataFrame, 4 × 3, columns name, age, city), x (int, 42); also f, y``: the newest
     ``limit`` data variables described (as :func:`variables` lists them), then up to ``names``
     other user names (older variables, functions, classes) by name only."""
@@ -479,9 +527,15 @@ def variables_line(namespace: Mapping[str, Any], hidden: Any = None, limit: int 
     for row in variables(namespace, data):
         facts = [row["type"], row["shape"], row["repr"]]
         described.append(f"{row['name']} ({', '.join(f for f in facts if f)})")
-    others = [name for name, value in list(namespace.items())
-              if isinstance(name, str) and name.isidentifier() and not name.startswith("_")
-              and name not in data and not (name in hidden and hidden[name] is value)
-              and name not in ("In", "Out", "exit", "quit", "get_ipython", "open")
-              and type(value).__name__ != "module"][-names:]
+    others = [
+        name
+        for name, value in list(namespace.items())
+        if isinstance(name, str)
+        and name.isidentifier()
+        and not name.startswith("_")
+        and name not in data
+        and not (name in hidden and hidden[name] is value)
+        and name not in ("In", "Out", "exit", "quit", "get_ipython", "open")
+        and type(value).__name__ != "module"
+    ][-names:]
     return ", ".join(described) + (f"; also {', '.join(others)}" if others else "")

@@ -30,15 +30,16 @@ import json
 import mimetypes
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..core import ids
-from ..core.errors import ConfigError, ToolFailure
+from ..core.errors import ConfigError
+from ..core.mcp_config import McpFailure, ServerConfig, parse_servers, register_secrets, sanitise
 from .base import ToolContext, ToolResult
 from .truncation import MAX_BYTES, OUTPUT_DIR, truncate
-from ..core.mcp_config import McpFailure, ServerConfig, parse_servers, register_secrets, sanitise
 
 MAX_NAME = 64  # OpenAI function names: ^[a-zA-Z0-9_-]{1,64}$
 MAX_INLINE_ATTACHMENT = 1_000_000  # base64 characters kept as a data: URL; larger ones are saved
@@ -163,7 +164,7 @@ def tool_name(server: str, tool: str) -> str:
     name = f"{sanitise(server)}_{sanitise(tool)}"
     if len(name) <= MAX_NAME:
         return name
-    return f"{name[:MAX_NAME - 9]}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    return f"{name[: MAX_NAME - 9]}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 # --------------------------------------------------------------------------
@@ -291,5 +292,5 @@ __all__ = [
     "McpTool",
     "convert",
     "schema",
-    "tools_of"
+    "tools_of",
 ]

@@ -69,7 +69,7 @@ class Server:
     """One configured MCP server and its state (``status``: not started, connected, exited,
     failed, stopped, disabled)."""
 
-    def __init__(self, hub: "Hub", config: ServerConfig, log_path: Path, cwd: str | None):
+    def __init__(self, hub: Hub, config: ServerConfig, log_path: Path, cwd: str | None):
         self.hub = hub
         self.config = config
         self.name = config.name
@@ -190,7 +190,9 @@ class Server:
         except KeyboardInterrupt:  # the next turn tries again
             self.status, self.last_error = "not started", "interrupted while starting"
             raise
-        except BaseException as err:  # its owner task may still be stopping the process: stop() waits
+        except (
+            BaseException
+        ) as err:  # its owner task may still be stopping the process: stop() waits
             self.status = "failed"
             self.last_error = _describe(err)
             raise McpStartError(self._line("failed to start", self.last_error)) from None
@@ -243,7 +245,7 @@ class Server:
         self._task = loop.create_task(self._own(ready, self._stop, self._dead))
         try:
             return await asyncio.wait_for(asyncio.shield(ready), self.start_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._task.cancel()
             raise TimeoutError(f"no answer within {self.start_timeout:g} s") from None
         except BaseException:

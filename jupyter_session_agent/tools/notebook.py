@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import kernel
 from ..core.errors import ToolFailure
+from . import kernel
 from .base import ToolContext, ToolResult
 
 MAX_VARIABLES = 200
@@ -41,12 +41,21 @@ class NotebookTool:
     parameters = {
         "type": "object",
         "properties": {
-            "action": {"type": "string", "enum": ["variables", "cells"],
-                       "description": "variables or cells"},
-            "names": {"type": "array", "items": {"type": "string"},
-                      "description": "variables: describe only these, in full"},
-            "cells": {"type": "array", "items": {"type": "integer"},
-                      "description": "cells: these cell numbers (the n of In [n])"},
+            "action": {
+                "type": "string",
+                "enum": ["variables", "cells"],
+                "description": "variables or cells",
+            },
+            "names": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "variables: describe only these, in full",
+            },
+            "cells": {
+                "type": "array",
+                "items": {"type": "integer"},
+                "description": "cells: these cell numbers (the n of In [n])",
+            },
             "last": {"type": "integer", "description": "cells: the last N cells (default 5)"},
         },
         "required": ["action"],
@@ -55,8 +64,10 @@ class NotebookTool:
     def run(self, args: dict, ctx: ToolContext) -> ToolResult:
         shell = ctx.shell
         if shell is None or not isinstance(getattr(shell, "user_ns", None), dict):
-            raise ToolFailure("notebook: this session runs without a notebook kernel, so there "
-                              "are no cells or variables to read; use the python tool")
+            raise ToolFailure(
+                "notebook: this session runs without a notebook kernel, so there "
+                "are no cells or variables to read; use the python tool"
+            )
         action = args.get("action") or "variables"
         if action == "cells":
             return self._cells(shell, args)
@@ -70,27 +81,50 @@ class NotebookTool:
         namespace = shell.user_ns
         if names:
             missing = [n for n in names if n not in namespace]
-            blocks = [kernel.describe(n, namespace[n], MAX_DESCRIBE_CHARS)
-                      for n in names[:MAX_CELLS] if n in namespace]
+            blocks = [
+                kernel.describe(n, namespace[n], MAX_DESCRIBE_CHARS)
+                for n in names[:MAX_CELLS]
+                if n in namespace
+            ]
             if missing:
                 blocks.append(f"Not defined in the notebook: {', '.join(missing)}")
-            return ToolResult(output="\n\n".join(blocks), title=", ".join(names[:5]),
-                              metadata={"variables": len(blocks) - bool(missing)})
+            return ToolResult(
+                output="\n\n".join(blocks),
+                title=", ".join(names[:5]),
+                metadata={"variables": len(blocks) - bool(missing)},
+            )
         hidden = getattr(shell, "user_ns_hidden", None)
         visible = kernel.visible_names(namespace, hidden)
         rows = kernel.variables(namespace, visible[:MAX_VARIABLES])
         if not rows:
-            return ToolResult(output="The notebook defines no variables yet.",
-                              title="variables (0)", metadata={"variables": 0})
+            return ToolResult(
+                output="The notebook defines no variables yet.",
+                title="variables (0)",
+                metadata={"variables": 0},
+            )
         lines = ["name | type | shape | dtypes | size | repr"]
         for row in rows:
-            lines.append(" | ".join([row["name"], row["type"], row["shape"] or "-",
-                                     row["dtypes"] or "-", kernel.human(row["size"]), row["repr"]]))
+            lines.append(
+                " | ".join(
+                    [
+                        row["name"],
+                        row["type"],
+                        row["shape"] or "-",
+                        row["dtypes"] or "-",
+                        kernel.human(row["size"]),
+                        row["repr"],
+                    ]
+                )
+            )
         if len(visible) > MAX_VARIABLES:
-            lines.append(f"… {len(visible) - MAX_VARIABLES} more variables not listed; ask for "
-                         "some by name")
-        return ToolResult(output="\n".join(lines), title=f"variables ({len(visible)})",
-                          metadata={"variables": len(visible)})
+            lines.append(
+                f"… {len(visible) - MAX_VARIABLES} more variables not listed; ask for some by name"
+            )
+        return ToolResult(
+            output="\n".join(lines),
+            title=f"variables ({len(visible)})",
+            metadata={"variables": len(visible)},
+        )
 
     # -- cells ------------------------------------------------------------------
 
@@ -103,10 +137,13 @@ class NotebookTool:
             last = args.get("last") or DEFAULT_LAST
             if last < 1:
                 raise ToolFailure("notebook: last must be at least 1")
-            wanted = ran[-min(last, MAX_CELLS):]
+            wanted = ran[-min(last, MAX_CELLS) :]
         if not wanted:
-            return ToolResult(output="No cell has run in this kernel before this one.",
-                              title="cells", metadata={"cells": []})
+            return ToolResult(
+                output="No cell has run in this kernel before this one.",
+                title="cells",
+                metadata={"cells": []},
+            )
         blocks = []
         for number in wanted:
             if number not in ran:

@@ -12,28 +12,84 @@ import os
 import re
 import stat
 import time
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 from ..core.errors import ToolFailure
 from ..core.text import safe_text
 from .base import ToolContext
 
 # Directories no listing or search descends into: VCS data, caches, environments.
-IGNORED_DIRS = frozenset({
-    ".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv",
-    ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", ".ipynb_checkpoints",
-})
+IGNORED_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "node_modules",
+        "__pycache__",
+        ".venv",
+        "venv",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".tox",
+        ".ipynb_checkpoints",
+    }
+)
 
 # Extensions that are binary whatever their first bytes look like (OpenCode's list, trimmed).
-BINARY_EXTENSIONS = frozenset({
-    ".zip", ".tar", ".gz", ".bz2", ".xz", ".7z", ".exe", ".dll", ".so", ".dylib",
-    ".class", ".jar", ".war", ".doc", ".docx", ".xls", ".xlsx", ".ppt", ".pptx",
-    ".odt", ".ods", ".odp", ".bin", ".dat", ".obj", ".o", ".a", ".lib", ".wasm",
-    ".pyc", ".pyo", ".png", ".jpg", ".jpeg", ".gif", ".bmp", ".ico", ".webp",
-    ".pdf", ".parquet", ".duckdb", ".sqlite", ".db", ".npy", ".npz", ".pkl",
-})
+BINARY_EXTENSIONS = frozenset(
+    {
+        ".zip",
+        ".tar",
+        ".gz",
+        ".bz2",
+        ".xz",
+        ".7z",
+        ".exe",
+        ".dll",
+        ".so",
+        ".dylib",
+        ".class",
+        ".jar",
+        ".war",
+        ".doc",
+        ".docx",
+        ".xls",
+        ".xlsx",
+        ".ppt",
+        ".pptx",
+        ".odt",
+        ".ods",
+        ".odp",
+        ".bin",
+        ".dat",
+        ".obj",
+        ".o",
+        ".a",
+        ".lib",
+        ".wasm",
+        ".pyc",
+        ".pyo",
+        ".png",
+        ".jpg",
+        ".jpeg",
+        ".gif",
+        ".bmp",
+        ".ico",
+        ".webp",
+        ".pdf",
+        ".parquet",
+        ".duckdb",
+        ".sqlite",
+        ".db",
+        ".npy",
+        ".npz",
+        ".pkl",
+    }
+)
 
 
 def resolve(ctx: ToolContext, path: str | None) -> Path:
@@ -72,9 +128,13 @@ def escapes(root: Path, path: Path) -> bool:
     return target != base and base not in target.parents
 
 
-_SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
-            (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-            (stat.S_ISDIR, "a directory"))
+_SPECIAL = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+)
 
 
 def special_kind(mode: int) -> str | None:
@@ -102,8 +162,10 @@ def open_regular(path: Path, tool: str) -> BinaryIO:
             os.close(fd)
             raise
         os.close(fd)
-    raise ToolFailure(f"{tool}: {path} is {kind}, not a regular file; the file tools read and "
-                      "write regular files only")
+    raise ToolFailure(
+        f"{tool}: {path} is {kind}, not a regular file; the file tools read and "
+        "write regular files only"
+    )
 
 
 def is_binary(path: Path) -> bool:
@@ -134,8 +196,9 @@ class WalkLimits:
     DEPTH = 64
     SECONDS = 10.0
 
-    def __init__(self, entries: int | None = None, depth: int | None = None,
-                 seconds: float | None = None) -> None:
+    def __init__(
+        self, entries: int | None = None, depth: int | None = None, seconds: float | None = None
+    ) -> None:
         self.entries = self.ENTRIES if entries is None else entries
         self.depth = self.DEPTH if depth is None else depth
         self.seconds = self.SECONDS if seconds is None else seconds
@@ -161,11 +224,15 @@ class WalkLimits:
     def note(self) -> str:
         """'' when the walk saw everything, else one line saying what was left out."""
         if self.stopped:
-            return (f"(Stopped early: {self.stopped}; results are partial. "
-                    "Use a more specific path or pattern.)")
+            return (
+                f"(Stopped early: {self.stopped}; results are partial. "
+                "Use a more specific path or pattern.)"
+            )
         if self.deep:
-            return (f"(Directories deeper than {self.depth} levels were not searched. "
-                    "Use a deeper path.)")
+            return (
+                f"(Directories deeper than {self.depth} levels were not searched. "
+                "Use a deeper path.)"
+            )
         return ""
 
 

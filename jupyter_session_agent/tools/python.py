@@ -37,8 +37,9 @@ import os
 import sys
 import threading
 import traceback
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, redirect_stderr, redirect_stdout, suppress
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ..core.redact import clean, clean_value
 from ..core.text import decode
@@ -78,16 +79,22 @@ class PythonTool:
 
         out, err = io.StringIO(), io.StringIO()
         result, error = "", None
-        with _cleaned_outputs(ctx.shell), _captured_fds() as fds, \
-                redirect_stdout(out), redirect_stderr(err):
+        with (
+            _cleaned_outputs(ctx.shell),
+            _captured_fds() as fds,
+            redirect_stdout(out),
+            redirect_stderr(err),
+        ):
             try:
                 value = _execute(code, filename, namespace)
                 if value is not None and not code.rstrip().endswith(";"):
                     result = _safe_repr(value)
             except (Exception, SystemExit) as exc:  # user code; KeyboardInterrupt passes
                 error = exc
-        sections = [("stdout", out.getvalue() + fds.get(1, "")),
-                    ("stderr", err.getvalue() + fds.get(2, ""))]
+        sections = [
+            ("stdout", out.getvalue() + fds.get(1, "")),
+            ("stderr", err.getvalue() + fds.get(2, "")),
+        ]
         if error is not None:
             sections.append(("error", _format_error(error, filename)))
         else:
@@ -125,10 +132,12 @@ def _cleaned_outputs(shell: Any) -> Iterator[None]:
         pass
     with ExitStack() as stack:
         for sh in shells:
-            stack.enter_context(_wrapped(getattr(sh, "display_pub", None), "publish",
-                                         _clean_publish))
-            stack.enter_context(_wrapped(getattr(sh, "displayhook", None), "write_format_data",
-                                         _clean_format_data))
+            stack.enter_context(
+                _wrapped(getattr(sh, "display_pub", None), "publish", _clean_publish)
+            )
+            stack.enter_context(
+                _wrapped(getattr(sh, "displayhook", None), "write_format_data", _clean_format_data)
+            )
             stack.enter_context(_wrapped(sh, "_showtraceback", _clean_showtraceback))
         streams = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
         for stream in {id(s): s for s in streams if s is not None}.values():
@@ -195,8 +204,10 @@ def _clean_bundle(data: Any) -> Any:
     """A MIME bundle cleaned; binary images are left as they are (no text to find)."""
     if not isinstance(data, dict):
         return clean_value(data)
-    return {clean_value(mime): value if _binary(mime) else clean_value(value)
-            for mime, value in data.items()}
+    return {
+        clean_value(mime): value if _binary(mime) else clean_value(value)
+        for mime, value in data.items()
+    }
 
 
 def _binary(mime: Any) -> bool:
@@ -282,7 +293,7 @@ class _FdCapture:
         self.thread.start()
 
     @classmethod
-    def start(cls, fd: int) -> "_FdCapture | None":
+    def start(cls, fd: int) -> _FdCapture | None:
         try:
             saved = os.dup(fd)
         except OSError:  # no such descriptor (pythonw, a closed stdout): nothing to catch
@@ -336,7 +347,7 @@ class _FdCapture:
                 self._keep(pending[:at])
                 self.done.set()
                 forward = self._forwarder()
-                forward(pending[at + len(self.marker):])
+                forward(pending[at + len(self.marker) :])
         except OSError:
             pass
         finally:

@@ -53,8 +53,9 @@ def _glob(pattern: str, tool: str) -> None:
     try:
         glob_regex(pattern)
     except Exception as err:  # re2.error: too large or malformed
-        raise ToolFailure(f"{tool}: cannot use the glob {pattern[:200]!r} ({err}); "
-                          "use a simpler pattern") from None
+        raise ToolFailure(
+            f"{tool}: cannot use the glob {pattern[:200]!r} ({err}); use a simpler pattern"
+        ) from None
 
 
 def _notes(*notes: str) -> str:
@@ -80,9 +81,15 @@ class ListTool:
     parameters = {
         "type": "object",
         "properties": {
-            "path": {"type": "string", "description": "Directory to list (default: working directory)"},
-            "ignore": {"type": "array", "items": {"type": "string"},
-                       "description": "Extra glob patterns to skip, e.g. [\"*.log\"]"},
+            "path": {
+                "type": "string",
+                "description": "Directory to list (default: working directory)",
+            },
+            "ignore": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": 'Extra glob patterns to skip, e.g. ["*.log"]',
+            },
         },
         "required": [],
     }
@@ -108,8 +115,9 @@ class ListTool:
                     child_rel = f"{rel}/{child.name}" if rel else child.name
                     try:
                         # a link that leads out of the listed directory is shown, never entered
-                        is_dir = child.is_dir() and not (child.is_symlink()
-                                                         and escapes(root, Path(child.path)))
+                        is_dir = child.is_dir() and not (
+                            child.is_symlink() and escapes(root, Path(child.path))
+                        )
                     except OSError:
                         continue
                     if (is_dir and child.name in IGNORED_DIRS) or any(
@@ -157,14 +165,20 @@ class GlobTool:
 
     name = "glob"
     description = (
-        "Find files by name pattern, e.g. \"*.py\" (any depth) or \"src/**/*.ts\". "
+        'Find files by name pattern, e.g. "*.py" (any depth) or "src/**/*.ts". '
         "Returns paths, most recently modified first."
     )
     parameters = {
         "type": "object",
         "properties": {
-            "pattern": {"type": "string", "description": "Glob pattern; without '/' it matches file names at any depth"},
-            "path": {"type": "string", "description": "Directory to search (default: working directory)"},
+            "pattern": {
+                "type": "string",
+                "description": "Glob pattern; without '/' it matches file names at any depth",
+            },
+            "path": {
+                "type": "string",
+                "description": "Directory to search (default: working directory)",
+            },
         },
         "required": ["pattern"],
     }
@@ -175,8 +189,7 @@ class GlobTool:
         _glob(pattern, "glob")
         limits = WalkLimits()
         found = [
-            p for p in walk_files(root, limits)
-            if matches(pattern, p.relative_to(root).as_posix())
+            p for p in walk_files(root, limits) if matches(pattern, p.relative_to(root).as_posix())
         ]
         found.sort(key=_mtime, reverse=True)
         more = len(found) > LIMIT
@@ -186,8 +199,10 @@ class GlobTool:
         else:
             output = "\n".join(str(p) for p in shown)
             if more:
-                output += (f"\n\n(Results are truncated: showing the {LIMIT} most recent of "
-                           f"{len(found)} files. Use a more specific path or pattern.)")
+                output += (
+                    f"\n\n(Results are truncated: showing the {LIMIT} most recent of "
+                    f"{len(found)} files. Use a more specific path or pattern.)"
+                )
         output += _notes(limits.note())
         return ToolResult(
             output=output,
@@ -210,14 +225,20 @@ class GrepTool:
     description = (
         "Search file contents with a regular expression (Python re syntax, without lookaround "
         "or backreferences). Returns matching lines with line numbers. Narrow with include, "
-        "e.g. \"*.py\"."
+        'e.g. "*.py".'
     )
     parameters = {
         "type": "object",
         "properties": {
             "pattern": {"type": "string", "description": "Regular expression to search for"},
-            "path": {"type": "string", "description": "File or directory to search (default: working directory)"},
-            "include": {"type": "string", "description": "Only files matching this glob, e.g. \"*.py\" or \"*.{ts,tsx}\""},
+            "path": {
+                "type": "string",
+                "description": "File or directory to search (default: working directory)",
+            },
+            "include": {
+                "type": "string",
+                "description": 'Only files matching this glob, e.g. "*.py" or "*.{ts,tsx}"',
+            },
         },
         "required": ["pattern"],
     }
@@ -235,7 +256,8 @@ class GrepTool:
             files = [root]
         else:
             files = [
-                p for p in walk_files(root, limits)
+                p
+                for p in walk_files(root, limits)
                 if include is None or matches(include, p.relative_to(root).as_posix())
             ]
         hidden = 0
@@ -265,18 +287,32 @@ class GrepTool:
 
         note = limits.note()
         if hidden:
-            note = "; ".join(filter(None, [note, (
-                f"{hidden} file(s) not searched: reading them asks or is denied (e.g. .env); "
-                "use read on one to ask")]))
+            note = "; ".join(
+                filter(
+                    None,
+                    [
+                        note,
+                        (
+                            f"{hidden} file(s) not searched: reading them asks or is denied (e.g. .env); "
+                            "use read on one to ask"
+                        ),
+                    ],
+                )
+            )
         if not groups:
-            return ToolResult("No files found" + _notes(note), title=args["pattern"],
-                              metadata={"matches": 0, "truncated": bool(note)})
+            return ToolResult(
+                "No files found" + _notes(note),
+                title=args["pattern"],
+                metadata={"matches": 0, "truncated": bool(note)},
+            )
         lines = [f"Found {count} matches"]
         for path, found in groups:
             lines += ["", f"{path}:"] + found
         if more:
-            lines.append(f"\n(Results are truncated: showing the first {LIMIT} matches. "
-                         "Use a more specific path, include or pattern.)")
+            lines.append(
+                f"\n(Results are truncated: showing the first {LIMIT} matches. "
+                "Use a more specific path, include or pattern.)"
+            )
         return ToolResult(
             output="\n".join(lines) + _notes(note),
             title=args["pattern"],
@@ -292,8 +328,9 @@ def _grep_regex(pattern: str):
     except re.error as err:
         raise ToolFailure(f"grep: invalid regular expression {pattern!r}: {err}") from None
     except (OverflowError, RecursionError) as err:
-        raise ToolFailure(f"grep: regular expression too large ({err}); "
-                          "use a simpler one") from None
+        raise ToolFailure(
+            f"grep: regular expression too large ({err}); use a simpler one"
+        ) from None
     try:
         return safe_regex(pattern, lines=True, binary=True)
     except Exception as err:  # re2.error

@@ -35,8 +35,8 @@ from .truncation import OutputSpool
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000
 MAX_METADATA_LENGTH = 30_000
-KILL_GRACE_S = 0.2      # SIGTERM → SIGKILL
-DRAIN_S = 0.5           # how long to keep reading after the shell is gone
+KILL_GRACE_S = 0.2  # SIGTERM → SIGKILL
+DRAIN_S = 0.5  # how long to keep reading after the shell is gone
 
 # Pagers and prompts would wait forever on a closed stdin.
 _ENV_OVERRIDES = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0", "TERM": "dumb"}
@@ -53,8 +53,14 @@ class BashTool:
         "type": "object",
         "properties": {
             "command": {"type": "string", "description": "The command to run"},
-            "timeout": {"type": "integer", "description": "Timeout in milliseconds (default 120000, max 600000)"},
-            "description": {"type": "string", "description": "What the command does, in 5-10 words"},
+            "timeout": {
+                "type": "integer",
+                "description": "Timeout in milliseconds (default 120000, max 600000)",
+            },
+            "description": {
+                "type": "string",
+                "description": "What the command does, in 5-10 words",
+            },
         },
         "required": ["command"],
     }
@@ -63,7 +69,9 @@ class BashTool:
         command = args["command"]
         timeout_ms = args.get("timeout", DEFAULT_TIMEOUT_MS)
         if timeout_ms <= 0:
-            raise ToolFailure(f"bash: timeout must be a positive number of milliseconds, got {timeout_ms}")
+            raise ToolFailure(
+                f"bash: timeout must be a positive number of milliseconds, got {timeout_ms}"
+            )
         timeout_ms = min(timeout_ms, MAX_TIMEOUT_MS)
         if not os.path.isdir(ctx.directory):
             raise ToolFailure(f"bash: working directory {ctx.directory} does not exist")
@@ -110,8 +118,9 @@ class BashTool:
         }
         if cut.truncated:
             metadata["outputPath"] = cut.output_path
-        return ToolResult(output=cut.content, title=args.get("description") or command,
-                          metadata=metadata)
+        return ToolResult(
+            output=cut.content, title=args.get("description") or command, metadata=metadata
+        )
 
 
 def _pump(proc: subprocess.Popen, timeout_s: float, spool: OutputSpool) -> bool:

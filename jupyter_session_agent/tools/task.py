@@ -20,8 +20,9 @@ children and title included). The caller's cost totals include the child's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..core.errors import ToolFailure
 from .base import ToolContext, ToolResult
@@ -46,10 +47,19 @@ class TaskTool:
         self.parameters = {
             "type": "object",
             "properties": {
-                "description": {"type": "string", "description": "a short (3-5 words) label for the task"},
+                "description": {
+                    "type": "string",
+                    "description": "a short (3-5 words) label for the task",
+                },
                 "prompt": {"type": "string", "description": "the full task for the subagent"},
-                "model": {"type": "string", "description": "optional provider/model id for the subagent"},
-                "task_id": {"type": "string", "description": "optional: continue this earlier task"},
+                "model": {
+                    "type": "string",
+                    "description": "optional provider/model id for the subagent",
+                },
+                "task_id": {
+                    "type": "string",
+                    "description": "optional: continue this earlier task",
+                },
             },
             "required": ["description", "prompt"],
         }
@@ -59,11 +69,15 @@ class TaskTool:
         prompt = str(args.get("prompt") or "").strip()
         if not prompt:
             raise ToolFailure("task: `prompt` is empty — say what the subagent should do")
-        child_id, text, cost, model = self.run_child(description, prompt, args.get("model") or None,
-                                                     args.get("task_id") or None)
+        child_id, text, cost, model = self.run_child(
+            description, prompt, args.get("model") or None, args.get("task_id") or None
+        )
         output = f"task_id: {child_id}\n\n<task_result>\n{text}\n</task_result>"
-        return ToolResult(output=output, title=description,
-                          metadata={"sessionId": child_id, "model": model, "cost": cost})
+        return ToolResult(
+            output=output,
+            title=description,
+            metadata={"sessionId": child_id, "model": model, "cost": cost},
+        )
 
 
 def task_tool(run_child: RunChild) -> Any:

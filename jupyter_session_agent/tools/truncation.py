@@ -99,8 +99,9 @@ class OutputSpool:
 
     HOLD = 4096  # chars held back from a line that has no end yet (a key cut in two is not a key)
 
-    def __init__(self, data_dir: Path, *, max_lines: int = MAX_LINES,
-                 max_bytes: int = MAX_BYTES) -> None:
+    def __init__(
+        self, data_dir: Path, *, max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.max_lines, self.max_bytes = max_lines, max_bytes
         self.lines = 1  # newlines seen + 1, trailing newlines excluded
@@ -162,13 +163,19 @@ class OutputSpool:
             self._to_file("\n\n" + notes)
         self.close()
         head = _fit("".join(self._head).split("\n"), self.max_lines // 2, self.max_bytes // 2)
-        tail = _fit(list(reversed("".join(self._tail).split("\n"))), self.max_lines // 2,
-                    self.max_bytes // 2, tail=True)
+        tail = _fit(
+            list(reversed("".join(self._tail).split("\n"))),
+            self.max_lines // 2,
+            self.max_bytes // 2,
+            tail=True,
+        )
         tail.reverse()
         kept_lines = len(head) + len(tail)
         kept_bytes = sum(len(x.encode("utf-8")) + 1 for x in head + tail)
-        marker = (f"...{max(0, self.lines - kept_lines)} lines "
-                  f"({max(0, self.bytes - kept_bytes)} bytes) truncated...")
+        marker = (
+            f"...{max(0, self.lines - kept_lines)} lines "
+            f"({max(0, self.bytes - kept_bytes)} bytes) truncated..."
+        )
         hint = HINT.format(path=self.path)
         body = "\n".join(head) + f"\n\n{marker}\n\n" + "\n".join(tail)
         content = "\n\n".join(x for x in (body, notes, hint) if x)

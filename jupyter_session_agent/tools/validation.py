@@ -36,9 +36,7 @@ _TYPE_WORDS = {
 def validate_args(name: str, schema: dict, args: Any) -> dict:
     """Return the validated (and lightly coerced) arguments, known keys only."""
     if not isinstance(args, dict):
-        raise ToolFailure(
-            f"{name}: arguments must be a JSON object, got {_json_type(args)}"
-        )
+        raise ToolFailure(f"{name}: arguments must be a JSON object, got {_json_type(args)}")
     props: dict = schema.get("properties") or {}
     required: list = list(schema.get("required") or [])
     unknown = [k for k in args if k not in props]
@@ -67,9 +65,7 @@ def _check(name: str, key: str, spec: dict, value: Any) -> Any:
     if kind is not None:
         value = _coerce(name, key, kind, value)
     if kind == "array" and isinstance(spec.get("items"), dict):
-        value = [
-            _check(name, f"{key}[{i}]", spec["items"], item) for i, item in enumerate(value)
-        ]
+        value = [_check(name, f"{key}[{i}]", spec["items"], item) for i, item in enumerate(value)]
     if "enum" in spec and value not in spec["enum"]:
         choices = ", ".join(repr(c) for c in spec["enum"])
         raise ToolFailure(f"{name}: argument '{key}' must be one of {choices}, got {value!r}")

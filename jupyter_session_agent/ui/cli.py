@@ -37,8 +37,12 @@ def quickstart(out_dir: Path, timeout: int) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / "01_quickstart.executed.ipynb"
     with open(out_dir / "kernel.log", "w") as kernel_log:
-        client = NotebookClient(notebook, timeout=timeout, kernel_name="python3",
-                                resources={"metadata": {"path": str(REPO_NOTEBOOKS)}})
+        client = NotebookClient(
+            notebook,
+            timeout=timeout,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(REPO_NOTEBOOKS)}},
+        )
         try:
             client.execute(stderr=kernel_log, stdout=kernel_log)
         finally:
@@ -51,13 +55,17 @@ def quickstart(out_dir: Path, timeout: int) -> Path:
     print(f"  executed notebook: {target.resolve()}")
     print(f"  history (DuckDB over JSONL journals): {data_dir / 'history'}")
     python = sys.executable
-    print(f"  query it:  {python} -m jupyter_session_agent sql \"select type, count(*) from part group by type\"")
+    print(
+        f'  query it:  {python} -m jupyter_session_agent sql "select type, count(*) from part group by type"'
+    )
     print(f"  open it:   {open_command(python, target.resolve())}")
     from ..providers.local import CLIENT_GRACE, running_servers
 
     if running_servers():
-        print(f"  the local model server stops by itself about {CLIENT_GRACE:.0f} s after its last kernel "
-              f"(or after 10 idle minutes); now: {python} -m jupyter_session_agent stop-local")
+        print(
+            f"  the local model server stops by itself about {CLIENT_GRACE:.0f} s after its last kernel "
+            f"(or after 10 idle minutes); now: {python} -m jupyter_session_agent stop-local"
+        )
     return target
 
 
@@ -116,12 +124,16 @@ def main(argv: list[str] | None = None) -> int:
     sql = sub.add_parser("sql", help="read-only SQL over the history")
     sql.add_argument("query")
     sub.add_parser("stop-local", help="stop the embedded local model server")
-    ep = sub.add_parser("export-parquet", help="write the history as date-partitioned Parquet for "
-                        "Spark/Trino/DuckDB (incremental: only changed days; for a cron job)")
+    ep = sub.add_parser(
+        "export-parquet",
+        help="write the history as date-partitioned Parquet for "
+        "Spark/Trino/DuckDB (incremental: only changed days; for a cron job)",
+    )
     ep.add_argument("directory")
     ep.add_argument("--user", help="the user column (default: this login)")
-    ed = sub.add_parser("export-duckdb", help="write the history and its views into a DuckDB file "
-                        "(incremental)")
+    ed = sub.add_parser(
+        "export-duckdb", help="write the history and its views into a DuckDB file (incremental)"
+    )
     ed.add_argument("file")
     args = parser.parse_args(argv)
     try:
@@ -146,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
             from ..providers.local import stop_server
 
             stopped = stop_server()
-            print("stopped the local model server" if stopped else "no local model server was running")
+            print(
+                "stopped the local model server" if stopped else "no local model server was running"
+            )
     except AgentError as err:
         print(f"{type(err).__name__}: {err}", file=sys.stderr)
         return 1

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..core.messages import (
     AgentPart,
@@ -49,10 +50,12 @@ from ..core.messages import (
     WithParts,
     now_ms,
     replace,
+    tool_error_class,
+    tool_label,
+    tool_status,
 )
-from ..loop.step import Observer
 from ..core.redact import clean, clean_value
-from ..core.messages import tool_error_class, tool_label, tool_status
+from ..loop.step import Observer
 
 MIME_TYPE = "application/vnd.jupyter.session-agent+json"
 SCHEMA_VERSION = 1
@@ -104,16 +107,23 @@ def _bound(value: Any, limit: int, path: str, truncated: dict[str, int], depth: 
     if depth > 8:
         return value
     if isinstance(value, dict):
-        return {k: _bound(v, MAX_FIELD_CHARS, f"{path}.{k}", truncated, depth + 1) for k, v in value.items()}
+        return {
+            k: _bound(v, MAX_FIELD_CHARS, f"{path}.{k}", truncated, depth + 1)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
-        return [_bound(v, MAX_FIELD_CHARS, f"{path}.{i}", truncated, depth + 1) for i, v in enumerate(value)]
+        return [
+            _bound(v, MAX_FIELD_CHARS, f"{path}.{i}", truncated, depth + 1)
+            for i, v in enumerate(value)
+        ]
     return value
 
 
 # What a message whose latest state could not be written shows (store.unsaved(): disk full).
 NOT_SAVED = "not saved yet"
-NOT_SAVED_WHY = ("the history could not be written — kept in memory, saved by the next "
-                 "successful write")
+NOT_SAVED_WHY = (
+    "the history could not be written — kept in memory, saved by the next successful write"
+)
 
 
 def _unsaved(item: WithParts, unsaved: frozenset) -> bool:
@@ -181,18 +191,27 @@ def render_part(part: Part) -> str:
         if part.ignored or not part.text:
             return ""
         if attachment_of(part):  # what the model reads for the file part just before it
-            return (f"<details><summary>sent to the model ({len(part.text):,} characters)</summary>"
-                    f"\n\n{_code_block(part.text, preview=False)}\n\n</details>")
+            return (
+                f"<details><summary>sent to the model ({len(part.text):,} characters)</summary>"
+                f"\n\n{_code_block(part.text, preview=False)}\n\n</details>"
+            )
         text = f"<sub>*(synthetic)*</sub> {part.text}" if part.synthetic else part.text
         fields = (part.metadata or {}).get("interpolated") if part.metadata else None
         if fields:  # the history keeps the template too (metadata.template)
-            text += "\n\n<sub>interpolated: " + ", ".join(
-                f"`{str(f).replace('`', 'ˋ')}`" for f in list(fields)[:10]) + "</sub>"
+            text += (
+                "\n\n<sub>interpolated: "
+                + ", ".join(f"`{str(f).replace('`', 'ˋ')}`" for f in list(fields)[:10])
+                + "</sub>"
+            )
         return text
     if isinstance(part, ReasoningPart):
         if not part.text:
             return ""
-        took = f" · {_duration(part.time_end - part.time_start)}" if part.time_end and part.time_start else ""
+        took = (
+            f" · {_duration(part.time_end - part.time_start)}"
+            if part.time_end and part.time_start
+            else ""
+        )
         return f"<details><summary>💭 reasoning{took}</summary>\n\n{_clip(part.text, MAX_TEXT_CHARS)}\n\n</details>"
     if isinstance(part, ToolPart):
         return _render_tool(part)
@@ -201,8 +220,10 @@ def render_part(part: Part) -> str:
         est = " (estimated)" if t.estimated else ""
         cache = f" ({t.cache_read:,} cached)" if t.cache_read else ""
         reasoning = f" / {t.reasoning:,} reasoning" if t.reasoning else ""
-        return (f"<sub>▪ step · {t.count:,} tokens{est}: {t.prompt:,} in{cache} / {t.output:,} out{reasoning}"
-                f" · ${part.cost:.4f} · {part.reason}</sub>")
+        return (
+            f"<sub>▪ step · {t.count:,} tokens{est}: {t.prompt:,} in{cache} / {t.output:,} out{reasoning}"
+            f" · ${part.cost:.4f} · {part.reason}</sub>"
+        )
     if isinstance(part, RetryPart):
         err = part.error.get("data", {}) if isinstance(part.error, dict) else {}
         status = f" (HTTP {err['statusCode']})" if err.get("statusCode") else ""
@@ -227,8 +248,10 @@ def render_part(part: Part) -> str:
     if isinstance(part, StepStartPart):
         return ""
     if isinstance(part, UnknownPart):
-        return (f"<sub>❔ `{part.stored_type}` part: unknown to this version — kept unchanged, "
-                "not sent to the model</sub>")
+        return (
+            f"<sub>❔ `{part.stored_type}` part: unknown to this version — kept unchanged, "
+            "not sent to the model</sub>"
+        )
     return ""
 
 
@@ -262,7 +285,9 @@ def _render_tool(part: ToolPart) -> str:
     state = part.state
     args = json.dumps(state.input, ensure_ascii=False)
     title = getattr(state, "title", None)
-    head = f"**{part.tool or '?'}** `{tool_label(part)}`"  # the status in words: no emoji font needed
+    head = (
+        f"**{part.tool or '?'}** `{tool_label(part)}`"  # the status in words: no emoji font needed
+    )
     if title and title != part.tool:
         head += f" {title}"
     if isinstance(state, (ToolCompleted, ToolError)):
@@ -274,7 +299,7 @@ def _render_tool(part: ToolPart) -> str:
         if state.time_compacted:
             lines.append(
                 f"*output pruned at {_clock(state.time_compacted)} — the model sees "
-                f"\"[Old tool result content cleared]\"*\n\n"
+                f'"[Old tool result content cleared]"*\n\n'
                 f"<details><summary>original output ({len(state.output):,} chars)</summary>\n\n"
                 f"{_code_block(state.output, preview=False)}\n\n</details>"
             )
@@ -291,8 +316,10 @@ def _code_block(text: str, preview: bool = True) -> str:
     lines = text.splitlines()
     if preview and len(lines) > OUTPUT_PREVIEW_LINES:
         head = _fence("\n".join(lines[:OUTPUT_PREVIEW_LINES]))
-        return (f"{head}\n\n<details><summary>all {total:,} lines</summary>\n\n"
-                f"{_fence(text)}\n\n</details>")
+        return (
+            f"{head}\n\n<details><summary>all {total:,} lines</summary>\n\n"
+            f"{_fence(text)}\n\n</details>"
+        )
     return _fence(text)
 
 
@@ -301,7 +328,9 @@ def _fence(body: str) -> str:
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit:,} more characters]"
+    return (
+        text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit:,} more characters]"
+    )
 
 
 def _duration(ms: int | float) -> str:
@@ -329,8 +358,12 @@ def message_header(info: Any, parts: Sequence[Part] = ()) -> str:
     return f"#### Agent <sub>({label}{used}{cost})</sub>"
 
 
-def markdown_transcript(history: Iterable[WithParts], report: Any = None, omitted: int = 0,
-                        unsaved: frozenset = frozenset()) -> str:
+def markdown_transcript(
+    history: Iterable[WithParts],
+    report: Any = None,
+    omitted: int = 0,
+    unsaved: frozenset = frozenset(),
+) -> str:
     """A history as Markdown, message by message, with the budget at the end."""
     out = []
     if omitted:
@@ -363,8 +396,10 @@ def budget_lines(report: Any) -> list[str]:
     """The budget as a few plain lines (the Markdown and text forms share them)."""
     r = report
     if r.usable:
-        ctx = (f"Context {r.used:,} / {r.usable:,} usable ({r.fraction:.0%}) [{_bar(r.fraction)}]"
-               f"{' (estimated)' if r.used_estimated else ''}")
+        ctx = (
+            f"Context {r.used:,} / {r.usable:,} usable ({r.fraction:.0%}) [{_bar(r.fraction)}]"
+            f"{' (estimated)' if r.used_estimated else ''}"
+        )
         window = f"window {r.context:,}" if r.context else "window unknown"
         if r.input_limit:
             window += f", input limit {r.input_limit:,}"
@@ -378,16 +413,23 @@ def budget_lines(report: Any) -> list[str]:
     else:
         compaction = "automatic compaction off"
     if r.prune:
-        prune = (f"prune above {r.prune_trigger:,} tool-output tokens (now {r.tool_output_tokens:,}"
-                 f"{f', {r.prunable_tokens:,} prunable' if r.prunable_tokens else ''})")
+        prune = (
+            f"prune above {r.prune_trigger:,} tool-output tokens (now {r.tool_output_tokens:,}"
+            f"{f', {r.prunable_tokens:,} prunable' if r.prunable_tokens else ''})"
+        )
         if r.prune_due:
             prune += " — due"
     else:
         prune = "pruning off"
-    done = (f" · {r.pruned_parts} output{'' if r.pruned_parts == 1 else 's'} pruned ({r.pruned_tokens:,} tokens)"
-            if r.pruned_parts else "")
-    history = (f"{len(r.steps)} steps · {r.turns} turns · {r.compactions} compactions"
-               f" · cost ${r.cost:.4f} · model {r.model}")
+    done = (
+        f" · {r.pruned_parts} output{'' if r.pruned_parts == 1 else 's'} pruned ({r.pruned_tokens:,} tokens)"
+        if r.pruned_parts
+        else ""
+    )
+    history = (
+        f"{len(r.steps)} steps · {r.turns} turns · {r.compactions} compactions"
+        f" · cost ${r.cost:.4f} · model {r.model}"
+    )
     lines = [ctx, f"{compaction} · {prune}{done}", history]
     if r.steps:
         lines.append(f"per step: {r.sparkline()}")
@@ -402,8 +444,14 @@ def budget_markdown(report: Any) -> str:
     return "  \n".join(out)
 
 
-def plain_transcript(history: Sequence[WithParts], report: Any = None, session: Any = None,
-                     omitted: int = 0, limit: int = 4_000, unsaved: frozenset = frozenset()) -> str:
+def plain_transcript(
+    history: Sequence[WithParts],
+    report: Any = None,
+    session: Any = None,
+    omitted: int = 0,
+    limit: int = 4_000,
+    unsaved: frozenset = frozenset(),
+) -> str:
     """A short plain-text form: one line per message, then the budget."""
     lines = []
     if session is not None:
@@ -413,7 +461,11 @@ def plain_transcript(history: Sequence[WithParts], report: Any = None, session: 
     for item in history:
         info = item.info
         if isinstance(info, UserMessage):
-            role = "compaction request" if any(isinstance(p, CompactionPart) for p in item.parts) else "user"
+            role = (
+                "compaction request"
+                if any(isinstance(p, CompactionPart) for p in item.parts)
+                else "user"
+            )
         else:
             role = "summary" if info.summary else "agent"
         bits = []
@@ -425,7 +477,11 @@ def plain_transcript(history: Sequence[WithParts], report: Any = None, session: 
             elif isinstance(p, TextPart) and p.text and not p.ignored:
                 bits.append(" ".join(p.text.split())[:200])
             elif isinstance(p, ToolPart):
-                pruned = " (pruned)" if isinstance(p.state, ToolCompleted) and p.state.time_compacted else ""
+                pruned = (
+                    " (pruned)"
+                    if isinstance(p.state, ToolCompleted) and p.state.time_compacted
+                    else ""
+                )
                 failed = f" {tool_error_class(p)}" if tool_error_class(p) else ""
                 bits.append(f"[{p.tool} {tool_status(p)}{failed}{pruned}]")
             elif isinstance(p, RetryPart):
@@ -450,9 +506,17 @@ def plain_transcript(history: Sequence[WithParts], report: Any = None, session: 
 class TranscriptView:
     """A session (or a part of one) with its budget, as the three-form bundle."""
 
-    def __init__(self, history: Sequence[WithParts], *, session: Any = None, report: Any = None,
-                 live: bool = False, max_messages: int = MAX_MESSAGES, omitted: int = 0,
-                 unsaved: frozenset = frozenset()):
+    def __init__(
+        self,
+        history: Sequence[WithParts],
+        *,
+        session: Any = None,
+        report: Any = None,
+        live: bool = False,
+        max_messages: int = MAX_MESSAGES,
+        omitted: int = 0,
+        unsaved: frozenset = frozenset(),
+    ):
         self.unsaved = unsaved  # ids whose latest state is not saved yet (store.unsaved())
         history = list(history)
         if max_messages and len(history) > max_messages:
@@ -463,9 +527,15 @@ class TranscriptView:
 
     @property
     def data(self) -> dict[str, Any]:
-        return transcript_data(self.history, session=self.session, report=self.report,
-                               live=self.live, omitted=self.omitted, max_messages=0,
-                               unsaved=self.unsaved)
+        return transcript_data(
+            self.history,
+            session=self.session,
+            report=self.report,
+            live=self.live,
+            omitted=self.omitted,
+            max_messages=0,
+            unsaved=self.unsaved,
+        )
 
     @property
     def markdown(self) -> str:
@@ -473,13 +543,15 @@ class TranscriptView:
 
     @property
     def text(self) -> str:
-        return plain_transcript(self.history, self.report, self.session, self.omitted,
-                                unsaved=self.unsaved)
+        return plain_transcript(
+            self.history, self.report, self.session, self.omitted, unsaved=self.unsaved
+        )
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
         # every form, live or not: redacted and encodable, whatever the history in memory holds
-        return clean_value({MIME_TYPE: self.data, "text/markdown": self.markdown,
-                            "text/plain": self.text})
+        return clean_value(
+            {MIME_TYPE: self.data, "text/markdown": self.markdown, "text/plain": self.text}
+        )
 
     def __repr__(self) -> str:
         return clean(self.text)
@@ -505,8 +577,9 @@ class BudgetView:
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
         # every form, live or not: redacted and encodable, whatever the history in memory holds
-        return clean_value({MIME_TYPE: self.data, "text/markdown": self.markdown,
-                            "text/plain": self.text})
+        return clean_value(
+            {MIME_TYPE: self.data, "text/markdown": self.markdown, "text/plain": self.text}
+        )
 
     def __repr__(self) -> str:
         return clean(self.text)
@@ -576,12 +649,14 @@ class LiveView(Observer):
         if self._base is None and history:
             self._base = _prompt_index(history)
         items: dict[str, tuple[Any, dict[str, Part]]] = {}
-        for item in history[self._base or 0:] if history else ():
+        for item in history[self._base or 0 :] if history else ():
             items[item.info.id] = (item.info, {p.id: p for p in item.parts})
         for mid, info in self.messages.items():
             stored = items.get(mid)
-            items[mid] = (info if stored is None or _newer(info, stored[0]) else stored[0],
-                          stored[1] if stored else {})
+            items[mid] = (
+                info if stored is None or _newer(info, stored[0]) else stored[0],
+                stored[1] if stored else {},
+            )
         for part in self.parts.values():
             if part.id in self.streams and isinstance(part, (TextPart, ReasoningPart)):
                 part = replace(part, text=_settled("".join(self.streams[part.id])))
@@ -589,8 +664,10 @@ class LiveView(Observer):
             if entry is None:
                 continue  # a part of a message not announced (cannot happen with the processor)
             entry[1][part.id] = part
-        return [WithParts(info, tuple(sorted(ps.values(), key=lambda p: p.id)))
-                for _, (info, ps) in sorted(items.items())]
+        return [
+            WithParts(info, tuple(sorted(ps.values(), key=lambda p: p.id)))
+            for _, (info, ps) in sorted(items.items())
+        ]
 
     def report(self, turn: Sequence[WithParts]):
         if self.session is None:
@@ -602,7 +679,9 @@ class LiveView(Observer):
                 if self._model is None:
                     self._model = self.session.model_info(self.session.last_model() or None)
                 before = list(self.session.history[: self._base or 0])
-                self._report = budget_report(before + list(turn), self._model, self.session.settings.compaction)
+                self._report = budget_report(
+                    before + list(turn), self._model, self.session.settings.compaction
+                )
             except Exception:  # the budget is a view; never let it break a turn
                 return None
         return self._report
@@ -611,8 +690,14 @@ class LiveView(Observer):
         turn = self.turn()
         info = self.session.info if self.session is not None else None
         unsaved = getattr(getattr(self.session, "store", None), "unsaved", frozenset)()
-        return TranscriptView(turn, session=info, report=self.report(turn), live=not final,
-                              omitted=self._base or 0, unsaved=unsaved)
+        return TranscriptView(
+            turn,
+            session=info,
+            report=self.report(turn),
+            live=not final,
+            omitted=self._base or 0,
+            unsaved=unsaved,
+        )
 
     def markdown(self) -> str:
         return self.view().markdown
@@ -645,8 +730,12 @@ class LiveView(Observer):
                 handle.update(shown._repr_mimebundle_(), raw=True)
 
         # the copied context carries the kernel's parent header: the update goes to this cell
-        threading.Thread(target=contextvars.copy_context().run, args=(follow,), daemon=True,
-                         name="jsa-title-follow").start()
+        threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(follow,),
+            daemon=True,
+            name="jsa-title-follow",
+        ).start()
 
     def _render(self, force: bool = False, final: bool = False) -> None:
         if not self.live and not final:
@@ -680,8 +769,11 @@ def _prompt_index(history: Sequence[WithParts]) -> int:
     """Index of the newest prompt typed by the user (not a compaction request, not synthetic)."""
     for i in range(len(history) - 1, -1, -1):
         item = history[i]
-        if isinstance(item.info, UserMessage) and not any(isinstance(p, CompactionPart) for p in item.parts) \
-                and any(isinstance(p, TextPart) and not p.synthetic for p in item.parts):
+        if (
+            isinstance(item.info, UserMessage)
+            and not any(isinstance(p, CompactionPart) for p in item.parts)
+            and any(isinstance(p, TextPart) and not p.synthetic for p in item.parts)
+        ):
             return i
     return 0
 

@@ -38,8 +38,11 @@ class SettingError(ConfigError, TraitError):
 
 def _settings_declared(namespace: dict[str, Any]) -> list[str]:
     """The configurable traits declared so far in a class body (every setting)."""
-    return [name for name, value in list(namespace.items())
-            if isinstance(value, TraitType) and value.metadata.get("config")]
+    return [
+        name
+        for name, value in list(namespace.items())
+        if isinstance(value, TraitType) and value.metadata.get("config")
+    ]
 
 
 def _fallback_spec(trait: TraitType):
@@ -102,8 +105,10 @@ def _user_frame():
     magic was called directly."""
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_name in ("run_line_magic", "run_cell_magic") and \
-                frame.f_globals.get("__name__") == "IPython.core.interactiveshell":
+        if (
+            frame.f_code.co_name in ("run_line_magic", "run_cell_magic")
+            and frame.f_globals.get("__name__") == "IPython.core.interactiveshell"
+        ):
             return frame.f_back
         frame = frame.f_back
     return None
@@ -113,44 +118,85 @@ def _user_frame():
 class AgentMagics(Magics):
     """The agent's magics and settings."""
 
-    model = Unicode("", help="provider/model id; empty: OpenAI when a key is set, else the local model").tag(config=True)
-    data_dir = Unicode("", help="history and tool outputs; default $JUPYTER_SESSION_AGENT_DIR or ~/.local/share").tag(config=True)
-    model_overrides = Dict(help="model id → {context, output, input, price_input, price_output, …}").tag(config=True)
-    compaction = Dict(help="auto, prune, reserved, prune_protect, prune_minimum, tail_turns, …").tag(config=True)
+    model = Unicode(
+        "", help="provider/model id; empty: OpenAI when a key is set, else the local model"
+    ).tag(config=True)
+    data_dir = Unicode(
+        "", help="history and tool outputs; default $JUPYTER_SESSION_AGENT_DIR or ~/.local/share"
+    ).tag(config=True)
+    model_overrides = Dict(
+        help="model id → {context, output, input, price_input, price_output, …}"
+    ).tag(config=True)
+    compaction = Dict(
+        help="auto, prune, reserved, prune_protect, prune_minimum, tail_turns, …"
+    ).tag(config=True)
     max_steps = Int(25, help="LLM calls per turn at most").tag(config=True)
     max_retries = Int(4, help="retries of a failed LLM call at most").tag(config=True)
-    request_timeout = _Number(600.0, help="seconds one request to the model server may take in all").tag(config=True)
-    first_byte_timeout = _Number(60.0, help="seconds to wait for the model server's first byte").tag(config=True)
-    idle_timeout = _Number(60.0, help="seconds of silence allowed between two streamed chunks").tag(config=True)
-    max_retry_wait = _Number(60.0, help="seconds a retry may wait; a longer retry-after fails at once").tag(config=True)
+    request_timeout = _Number(
+        600.0, help="seconds one request to the model server may take in all"
+    ).tag(config=True)
+    first_byte_timeout = _Number(
+        60.0, help="seconds to wait for the model server's first byte"
+    ).tag(config=True)
+    idle_timeout = _Number(60.0, help="seconds of silence allowed between two streamed chunks").tag(
+        config=True
+    )
+    max_retry_wait = _Number(
+        60.0, help="seconds a retry may wait; a longer retry-after fails at once"
+    ).tag(config=True)
     local_context = Int(8192, help="context size of the embedded local model").tag(config=True)
-    local_idle_timeout = _Number(600.0, help="seconds the embedded model server may sit idle before it "
-                                           "stops (it restarts on demand); 0: never").tag(config=True)
-    code_actions = Union([Unicode(), Bool(), List(Unicode())], default_value="auto",
-                         help="models that write ```python blocks instead of JSON tool calls: 'auto' "
-                              "(the embedded model), 'on', 'off' or ['ollama/*', …]").tag(config=True)
+    local_idle_timeout = _Number(
+        600.0,
+        help="seconds the embedded model server may sit idle before it "
+        "stops (it restarts on demand); 0: never",
+    ).tag(config=True)
+    code_actions = Union(
+        [Unicode(), Bool(), List(Unicode())],
+        default_value="auto",
+        help="models that write ```python blocks instead of JSON tool calls: 'auto' "
+        "(the embedded model), 'on', 'off' or ['ollama/*', …]",
+    ).tag(config=True)
     live = Bool(True, help="update the cell while the agent works").tag(config=True)
-    interpolate = Bool(True, help="fill {var}, {df.shape}, {In[n]}, {Out[n]}, {Err[n]} into %%agent "
-                                  "prompts ({{x}} sends {x}; --no-interpolate per cell)").tag(config=True)
+    interpolate = Bool(
+        True,
+        help="fill {var}, {df.shape}, {In[n]}, {Out[n]}, {Err[n]} into %%agent "
+        "prompts ({{x}} sends {x}; --no-interpolate per cell)",
+    ).tag(config=True)
     permission = Union(
         [Dict(), Unicode()],
         help='permission rules after the defaults: {"bash": "allow", "edit": {"*.py": "allow"}}; '
-             "actions allow, ask, deny; last match wins (docs/permissions.md)",
+        "actions allow, ask, deny; last match wins (docs/permissions.md)",
     ).tag(config=True)
     # lifecycle (docs/lifecycle.md)
-    titles = Bool(True, help="generate a session title from the first prompt (its cost is recorded)").tag(config=True)
-    title_model = Unicode("", help="provider/model for titles; empty: the session's model").tag(config=True)
-    subagents = Bool(False, help="offer the task tool: the model can start subagent (child) sessions").tag(config=True)
-    subagent_model = Unicode("", help="provider/model for subagents; empty: the caller's model").tag(config=True)
-    snapshot = Dict(help="file snapshots for revert: enabled, max_file_size, max_files, exclude").tag(config=True)
-    memory = Dict(help="cross-session memory (docs/memory.md): enabled, inject, max_tokens, auto_remember, "
-                       "extractor, top_k, threshold, scope, history, embeddings").tag(config=True)
+    titles = Bool(
+        True, help="generate a session title from the first prompt (its cost is recorded)"
+    ).tag(config=True)
+    title_model = Unicode("", help="provider/model for titles; empty: the session's model").tag(
+        config=True
+    )
+    subagents = Bool(
+        False, help="offer the task tool: the model can start subagent (child) sessions"
+    ).tag(config=True)
+    subagent_model = Unicode(
+        "", help="provider/model for subagents; empty: the caller's model"
+    ).tag(config=True)
+    snapshot = Dict(
+        help="file snapshots for revert: enabled, max_file_size, max_files, exclude"
+    ).tag(config=True)
+    memory = Dict(
+        help="cross-session memory (docs/memory.md): enabled, inject, max_tokens, auto_remember, "
+        "extractor, top_k, threshold, scope, history, embeddings"
+    ).tag(config=True)
     # MCP servers (docs/mcp.md)
-    mcp = Dict(help='MCP servers, OpenCode\'s shape: {"time": {"type": "local", "command": ["python", "-m", '
-                    '"mcp_server_time"]}} or {"type": "remote", "url": …, "headers": {…}}').tag(config=True)
-    mcp_opencode = Union([Bool(), Unicode()], default_value=False,
-                         help="also read the mcp section of the project's opencode.json (True) or of "
-                              "this file").tag(config=True)
+    mcp = Dict(
+        help='MCP servers, OpenCode\'s shape: {"time": {"type": "local", "command": ["python", "-m", '
+        '"mcp_server_time"]}} or {"type": "remote", "url": …, "headers": {…}}'
+    ).tag(config=True)
+    mcp_opencode = Union(
+        [Bool(), Unicode()],
+        default_value=False,
+        help="also read the mcp section of the project's opencode.json (True) or of this file",
+    ).tag(config=True)
 
     def __init__(self, shell=None, **kwargs):
         config = kwargs.get("config", getattr(shell, "config", None))
@@ -177,18 +223,32 @@ class AgentMagics(Magics):
         from ..core.settings import Settings, resolve_data_dir
 
         return Settings(
-            model=self.model, data_dir=resolve_data_dir(self.data_dir or None),
-            model_overrides=dict(self.model_overrides), compaction=dict(self.compaction),
-            max_steps=self.max_steps, max_retries=self.max_retries,
-            request_timeout=self.request_timeout, local_context=self.local_context,
-            first_byte_timeout=self.first_byte_timeout, idle_timeout=self.idle_timeout,
+            model=self.model,
+            data_dir=resolve_data_dir(self.data_dir or None),
+            model_overrides=dict(self.model_overrides),
+            compaction=dict(self.compaction),
+            max_steps=self.max_steps,
+            max_retries=self.max_retries,
+            request_timeout=self.request_timeout,
+            local_context=self.local_context,
+            first_byte_timeout=self.first_byte_timeout,
+            idle_timeout=self.idle_timeout,
             max_retry_wait=self.max_retry_wait,
-            permission=self.permission if isinstance(self.permission, str) else dict(self.permission),
-            titles=self.titles, title_model=self.title_model, subagents=self.subagents,
-            subagent_model=self.subagent_model, snapshot=dict(self.snapshot), memory=dict(self.memory),
-            mcp=dict(self.mcp), mcp_opencode=self.mcp_opencode,
+            permission=self.permission
+            if isinstance(self.permission, str)
+            else dict(self.permission),
+            titles=self.titles,
+            title_model=self.title_model,
+            subagents=self.subagents,
+            subagent_model=self.subagent_model,
+            snapshot=dict(self.snapshot),
+            memory=dict(self.memory),
+            mcp=dict(self.mcp),
+            mcp_opencode=self.mcp_opencode,
             local_idle_timeout=self.local_idle_timeout,
-            code_actions=list(self.code_actions) if isinstance(self.code_actions, (list, tuple)) else self.code_actions,
+            code_actions=list(self.code_actions)
+            if isinstance(self.code_actions, (list, tuple))
+            else self.code_actions,
         )
 
     def store(self):
@@ -196,7 +256,9 @@ class AgentMagics(Magics):
 
         data_dir = self.settings().data_dir
         if self._store is None or self._store.data_dir != data_dir.expanduser().absolute():
-            self._store = shared(data_dir)  # the process's one Store (and SQL catalog) for this history
+            self._store = shared(
+                data_dir
+            )  # the process's one Store (and SQL catalog) for this history
         return self._store
 
     def current(self, *, new: bool = False, session_id: str | None = None):
@@ -209,7 +271,9 @@ class AgentMagics(Magics):
             check_ref(session_id, "session")
         if session_id:
             if self.session is None or not self.session.info.id.startswith(session_id):
-                self.session = AgentSession.open(session_id, settings, store=store, shell=self.shell)
+                self.session = AgentSession.open(
+                    session_id, settings, store=store, shell=self.shell
+                )
         elif new or self.session is None:
             self.session = AgentSession.create(settings, store=store, shell=self.shell)
         self.session.settings = settings
@@ -225,8 +289,9 @@ class AgentMagics(Magics):
 
         trait = self.traits()[name]
         try:
-            return check_setting(name, value, spec=_fallback_spec(trait),
-                                 default=trait.default_value)
+            return check_setting(
+                name, value, spec=_fallback_spec(trait), default=trait.default_value
+            )
         except ConfigError as err:
             raise SettingError(str(err)) from None
 
@@ -251,15 +316,37 @@ class AgentMagics(Magics):
     @argument("-m", "--model", help="provider/model for this turn")
     @argument("--fork", action="store_true", help="fork the current session first")
     @argument("-o", "--output", metavar="VAR", help="store the final text in VAR")
-    @argument("-f", "--file", action="append", default=[], metavar="PATH",
-              help="attach a file (text, image, PDF; repeatable; globs: -f 'data/*.csv')")
-    @argument("-a", "--attach", action="append", default=[], metavar="VAR",
-              help="attach a notebook value (a DataFrame's schema and head, a figure as PNG)")
-    @argument("-c", "--code", action="store_true",
-              help="put the answer's last python code block into the next cell")
+    @argument(
+        "-f",
+        "--file",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="attach a file (text, image, PDF; repeatable; globs: -f 'data/*.csv')",
+    )
+    @argument(
+        "-a",
+        "--attach",
+        action="append",
+        default=[],
+        metavar="VAR",
+        help="attach a notebook value (a DataFrame's schema and head, a figure as PNG)",
+    )
+    @argument(
+        "-c",
+        "--code",
+        action="store_true",
+        help="put the answer's last python code block into the next cell",
+    )
     @argument("--no-interpolate", action="store_true", help="send {…} as typed")
-    @argument("-p", "--permit", action="append", default=[], metavar="RULE",
-              help='a permission rule for this cell: "bash=allow", "edit:*.py=allow" (repeatable)')
+    @argument(
+        "-p",
+        "--permit",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help='a permission rule for this cell: "bash=allow", "edit:*.py=allow" (repeatable)',
+    )
     @no_var_expand
     @cell_magic
     def agent_cell(self, line: str, cell: str):
@@ -268,20 +355,26 @@ class AgentMagics(Magics):
             args = parse_argstring(self.agent_cell, line)
         except Exception as err:
             if isinstance(err, ValueError) and "quotation" in str(err):
-                raise UsageError(f"a quote is not closed in the %%agent line {line.strip()!r} "
-                                 "— close it") from None
+                raise UsageError(
+                    f"a quote is not closed in the %%agent line {line.strip()!r} — close it"
+                ) from None
             raise UsageError(f"{err} — %agent help lists the options") from None
         if args.output and not (args.output.isidentifier() and not keyword.iskeyword(args.output)):
-            raise UsageError(f"-o takes a Python variable name, not {args.output!r} "
-                             "— e.g. %%agent -o answer")
+            raise UsageError(
+                f"-o takes a Python variable name, not {args.output!r} — e.g. %%agent -o answer"
+            )
         if args.model is not None:
             from ..core.settings import is_model_id
 
             if not is_model_id(args.model):
-                raise UsageError(f"-m takes a 'provider/model' id, not {args.model!r} — "
-                                 "e.g. %%agent -m openai/gpt-4o-mini")
+                raise UsageError(
+                    f"-m takes a 'provider/model' id, not {args.model!r} — "
+                    "e.g. %%agent -m openai/gpt-4o-mini"
+                )
         if args.fork and (args.new or (self.session is None and not args.session)):
-            raise UsageError("--fork copies an existing session — run a %%agent cell first, or add -s ID (not --new)")
+            raise UsageError(
+                "--fork copies an existing session — run a %%agent cell first, or add -s ID (not --new)"
+            )
         if not cell.strip():
             raise UsageError("the cell is empty — write the prompt below %%agent")
         from ..core.permission import parse_rule
@@ -291,17 +384,25 @@ class AgentMagics(Magics):
         from .display import LiveView
 
         # interpolation and attachments first: a bad name or file is one line, nothing sent
-        context = build(cell.strip(), self.shell, files=args.file, values=args.attach,
-                        interpolate=self.interpolate and not args.no_interpolate)
+        context = build(
+            cell.strip(),
+            self.shell,
+            files=args.file,
+            values=args.attach,
+            interpolate=self.interpolate and not args.no_interpolate,
+        )
         session = self.current(new=args.new, session_id=args.session)
         if args.fork:
             session = self.session = session.fork()
         view = LiveView(live=self.live and is_kernel(self.shell), session=session)
         try:
-            result = session.prompt(cell.strip(), model=args.model, observer=view, permission=rules,
-                                    context=context)
+            result = session.prompt(
+                cell.strip(), model=args.model, observer=view, permission=rules, context=context
+            )
         except KeyboardInterrupt:
-            raise TurnInterrupted("interrupted — the partial answer is saved; run %%agent again to continue") from None
+            raise TurnInterrupted(
+                "interrupted — the partial answer is saved; run %%agent again to continue"
+            ) from None
         finally:
             view.finish()
         if args.output:

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import html
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import ipywidgets as W
 
-from .display import TranscriptView, budget_lines
-from ..loop.budget_report import BudgetReport, budget_report
 from ..analytics.sessions import SessionRow, session_rows
 from ..core.chat import history_model
+from ..loop.budget_report import BudgetReport, budget_report
 from ..providers.registry import settings_model_info
+from .display import TranscriptView, budget_lines
 
 # The header and the rows share one monospace font and one left inset (the list's border plus
 # each row's padding), so the columns line up; both clip at the cell's edge instead of
@@ -48,8 +49,15 @@ _CSS = """<style>
 TITLE_WIDTH = 36  # characters of a title in the list (the whole title is in the transcript)
 MODEL_WIDTH = 28
 LIST_ROWS = 10  # lines the list shows before it scrolls
-COLUMNS = (("title", "<"), ("turns", ">"), ("tokens", ">"), ("cost $", ">"), ("cmp", ">"),
-           ("updated", "<"), ("model", "<"))
+COLUMNS = (
+    ("title", "<"),
+    ("turns", ">"),
+    ("tokens", ">"),
+    ("cost $", ">"),
+    ("cmp", ">"),
+    ("updated", "<"),
+    ("model", "<"),
+)
 
 
 def _cut(text: str, width: int) -> str:
@@ -63,8 +71,15 @@ def row_cells(row: SessionRow) -> tuple[str, ...]:
     updated = ""
     if row.time_updated:
         updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.time_updated / 1000))
-    return (_cut(row.title or row.id, TITLE_WIDTH), f"{row.turns:,}", f"{row.tokens:,}",
-            f"{row.cost:.4f}", f"{row.compactions:,}", updated, _cut(row.model, MODEL_WIDTH))
+    return (
+        _cut(row.title or row.id, TITLE_WIDTH),
+        f"{row.turns:,}",
+        f"{row.tokens:,}",
+        f"{row.cost:.4f}",
+        f"{row.compactions:,}",
+        updated,
+        _cut(row.model, MODEL_WIDTH),
+    )
 
 
 def table(rows: Sequence[SessionRow]) -> tuple[str, list[str]]:
@@ -92,8 +107,9 @@ class BudgetGauge(W.VBox):
     """The token budget of one session as widgets; :meth:`update` takes a new report."""
 
     def __init__(self, report: BudgetReport | None = None, **kwargs: Any):
-        self.bar = W.FloatProgress(value=0.0, min=0.0, max=1.0, description="context",
-                                   layout=W.Layout(width="100%"))
+        self.bar = W.FloatProgress(
+            value=0.0, min=0.0, max=1.0, description="context", layout=W.Layout(width="100%")
+        )
         self.summary = W.HTML()
         self.triggers = W.HTML()
         self.history = W.HTML()
@@ -103,7 +119,11 @@ class BudgetGauge(W.VBox):
             self.update(report)
 
     def __repr__(self) -> str:
-        return "\n".join(budget_lines(self.report)) if self.report is not None else "Budget gauge (no session)"
+        return (
+            "\n".join(budget_lines(self.report))
+            if self.report is not None
+            else "Budget gauge (no session)"
+        )
 
     def update(self, report: BudgetReport) -> None:
         self.report = report
@@ -114,14 +134,22 @@ class BudgetGauge(W.VBox):
         self.summary.value = f"<b>{html.escape(ctx)}</b>"
         self.triggers.value = html.escape(triggers)
         self.history.value = html.escape(history) + (
-            f"<br><code>{html.escape(spark[0])}</code>" if spark else "")
+            f"<br><code>{html.escape(spark[0])}</code>" if spark else ""
+        )
 
 
 class SessionBrowser(W.VBox):
     """A list of sessions; selecting one shows its transcript, with its budget, below."""
 
-    def __init__(self, store: Any, *, settings: Any = None, current: str | None = None,
-                 limit: int = 500, **kwargs: Any):
+    def __init__(
+        self,
+        store: Any,
+        *,
+        settings: Any = None,
+        current: str | None = None,
+        limit: int = 500,
+        **kwargs: Any,
+    ):
         from ..core.settings import Settings
 
         self.store = store
@@ -130,10 +158,13 @@ class SessionBrowser(W.VBox):
         self.rows: list[SessionRow] = []
         self.selected: str | None = None
         self.report: BudgetReport | None = None  # the budget of the session shown
-        self.filter = W.Text(placeholder="filter: title, model or id",
-                             layout=W.Layout(flex="1 1 auto", max_width="420px"))
-        self.refresh_button = W.Button(description="Refresh", icon="refresh",
-                                       layout=W.Layout(width="auto"))
+        self.filter = W.Text(
+            placeholder="filter: title, model or id",
+            layout=W.Layout(flex="1 1 auto", max_width="420px"),
+        )
+        self.refresh_button = W.Button(
+            description="Refresh", icon="refresh", layout=W.Layout(width="auto")
+        )
         self.count = W.HTML(layout=W.Layout(flex="0 0 auto"))
         self.header = W.HTML(layout=W.Layout(width="auto", max_width="100%"))
         self.header.add_class("jsa-head-box")
@@ -144,8 +175,13 @@ class SessionBrowser(W.VBox):
         self.filter.observe(lambda change: self._fill(), names="value")
         self.refresh_button.on_click(lambda button: self.refresh())
         self.select.observe(self._on_select, names="value")
-        children = [W.HTML(_CSS), W.HBox([self.filter, self.refresh_button, self.count]),
-                    self.header, self.select, self.output]
+        children = [
+            W.HTML(_CSS),
+            W.HBox([self.filter, self.refresh_button, self.count]),
+            self.header,
+            self.select,
+            self.output,
+        ]
         super().__init__(children, **kwargs)
         self.add_class("jsa-browser")
         self.refresh()
@@ -161,13 +197,16 @@ class SessionBrowser(W.VBox):
 
     def __repr__(self) -> str:
         # What a saved notebook shows where the widget's state was not saved.
-        return (f"Session browser: {len(self.rows)} sessions"
-                f"{f', showing {self.selected}' if self.selected else ''} — run %agent browse to use it")
+        return (
+            f"Session browser: {len(self.rows)} sessions"
+            f"{f', showing {self.selected}' if self.selected else ''} — run %agent browse to use it"
+        )
 
     def _fill(self) -> None:
         needle = self.filter.value.strip().lower()
-        rows = [r for r in self.rows
-                if not needle or needle in f"{r.title} {r.model} {r.id}".lower()]
+        rows = [
+            r for r in self.rows if not needle or needle in f"{r.title} {r.model} {r.id}".lower()
+        ]
         keep = self.select.value
         head, lines = table(rows)
         self.header.value = f'<div class="jsa-head">{html.escape(head)}</div>'

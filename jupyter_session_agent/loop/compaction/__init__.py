@@ -63,8 +63,14 @@ The package, one responsibility per module:
 
 from __future__ import annotations
 
+from ...core.compaction_config import (
+    PRUNE_MINIMUM,
+    PRUNE_PROTECT,
+    PRUNE_PROTECTED_TOOLS,
+    TOOL_OUTPUT_MAX_CHARS,
+    CompactionConfig,
+)
 from .compactor import Compactor
-from ...core.compaction_config import PRUNE_MINIMUM, PRUNE_PROTECT, PRUNE_PROTECTED_TOOLS, TOOL_OUTPUT_MAX_CHARS, CompactionConfig
 from .derive import events_from_history, stable_event_id
 from .events import CompactionEvent, CompactionResult
 from .pinned import water_fill
@@ -74,8 +80,21 @@ from .tail import select_tail
 from .transcribe import transcript
 
 __all__ = [
-    "CompactionConfig", "CompactionEvent", "CompactionResult", "Compactor", "plan_prune", "select_tail",
-    "events_from_history", "stable_event_id",
-    "transcript", "water_fill", "PRUNE_PROTECT", "PRUNE_MINIMUM", "PRUNE_PROTECTED_TOOLS",
-    "SUMMARY_SYSTEM", "SUMMARY_TEMPLATE", "CONTINUE_TEXT", "TOOL_OUTPUT_MAX_CHARS",
+    "CompactionConfig",
+    "CompactionEvent",
+    "CompactionResult",
+    "Compactor",
+    "plan_prune",
+    "select_tail",
+    "events_from_history",
+    "stable_event_id",
+    "transcript",
+    "water_fill",
+    "PRUNE_PROTECT",
+    "PRUNE_MINIMUM",
+    "PRUNE_PROTECTED_TOOLS",
+    "SUMMARY_SYSTEM",
+    "SUMMARY_TEMPLATE",
+    "CONTINUE_TEXT",
+    "TOOL_OUTPUT_MAX_CHARS",
 ]

@@ -10,18 +10,28 @@ package docstring (``compaction/__init__.py``)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ...core import budget as B
 from ...core import ids
 from ...core.chat import filter_compacted, to_chat_messages, without_failed_compactions
-from ...core.messages import AssistantMessage, ToolCompleted, ToolPart, Tokens, UserMessage, WithParts, now_ms, replace
-from ..step import Observer
 from ...core.compaction_config import MAX_CONSECUTIVE, SUMMARY_MIN, CompactionConfig
+from ...core.messages import (
+    AssistantMessage,
+    Tokens,
+    ToolCompleted,
+    ToolPart,
+    UserMessage,
+    WithParts,
+    now_ms,
+    replace,
+)
+from ..step import Observer
 from .events import CompactionEvent, CompactionResult
-from .items import put_back, is_real_user, is_request, is_summary
+from .items import is_real_user, is_request, is_summary, put_back
 from .pinned import PinMixin
 from .prune import PruneMixin
 from .summary import SummaryMixin
@@ -46,11 +56,15 @@ class Compactor(PruneMixin, SummaryMixin, PinMixin):
     tools_tokens: int = 0
     summary_provider: Any = None  # .stream(request)
     summary_model: B.ModelInfo | None = None
-    summary_request: Callable[[list[dict], int | None], Any] | None = None  # (chat, max_tokens) → ChatRequest
+    summary_request: Callable[[list[dict], int | None], Any] | None = (
+        None  # (chat, max_tokens) → ChatRequest
+    )
     max_retries: int = 2
     cwd: str = "."
     sleep: Callable[[float], None] = time.sleep
-    state: dict = field(default_factory=dict)  # kept by the session between turns: the calibration ratio
+    state: dict = field(
+        default_factory=dict
+    )  # kept by the session between turns: the calibration ratio
     consecutive: int = 0  # auto compactions since the last step that stayed under the trigger
     disabled: bool = False  # set by the loop after an auto compaction that did not make room
 
@@ -78,8 +92,10 @@ class Compactor(PruneMixin, SummaryMixin, PinMixin):
     def chat(self, history: Sequence[WithParts]) -> list[dict]:
         """What the main model would be sent next (the loop builds the same list)."""
         visible = without_failed_compactions(filter_compacted(history))
-        return [{"role": "system", "content": self.system_prompt},
-                *to_chat_messages(visible, strip_media=not getattr(self.model, "images", False))]
+        return [
+            {"role": "system", "content": self.system_prompt},
+            *to_chat_messages(visible, strip_media=not getattr(self.model, "images", False)),
+        ]
 
     def context_tokens(self, history: Sequence[WithParts]) -> int:
         """The next main request's size, estimated and calibrated."""
@@ -131,15 +147,35 @@ class Compactor(PruneMixin, SummaryMixin, PinMixin):
         common = dict(tokens_before=before, step_tokens=step_tokens)
         fixed = self.raw_tokens([{"role": "system", "content": self.system_prompt}])
         if auto and cfg.guard and self.trigger and int(fixed * self.ratio) >= self.trigger:
-            return self._finish(history, added, start, cause, "no-gain", common, message=self._limit_text(
-                int(fixed * self.ratio), "the system prompt and tool definitions alone fill the window"))
+            return self._finish(
+                history,
+                added,
+                start,
+                cause,
+                "no-gain",
+                common,
+                message=self._limit_text(
+                    int(fixed * self.ratio),
+                    "the system prompt and tool definitions alone fill the window",
+                ),
+            )
         if auto and cfg.guard and self.consecutive > MAX_CONSECUTIVE:
-            return self._finish(history, added, start, cause, "no-gain", common,
-                                message=self._limit_text(before, "compaction already ran twice in this turn "
-                                                                 "without making room"))
+            return self._finish(
+                history,
+                added,
+                start,
+                cause,
+                "no-gain",
+                common,
+                message=self._limit_text(
+                    before, "compaction already ran twice in this turn without making room"
+                ),
+            )
         last_user = next((m for m in reversed(history) if isinstance(m.info, UserMessage)), None)
         if last_user is None:
-            return self._finish(history, added, start, cause, "failed", common, message="nothing to compact yet")
+            return self._finish(
+                history, added, start, cause, "failed", common, message="nothing to compact yet"
+            )
 
         # 1. what is visible now: previous summary / head / tail / replay
         visible = without_failed_compactions(filter_compacted(history))
@@ -163,8 +199,11 @@ class Compactor(PruneMixin, SummaryMixin, PinMixin):
             room, keep, targets = cfg.tail_output_budget(self.model), True, []
             for m in reversed(items):
                 for p in reversed(m.parts):
-                    if not (isinstance(p, ToolPart) and isinstance(p.state, ToolCompleted)) \
-                            or p.state.time_compacted or p.tool in cfg.protected_tools:
+                    if (
+                        not (isinstance(p, ToolPart) and isinstance(p.state, ToolCompleted))
+                        or p.state.time_compacted
+                        or p.tool in cfg.protected_tools
+                    ):
                         continue
                     size = B.estimate(p.state.output)
                     if keep and size <= room:
@@ -198,8 +237,15 @@ class Compactor(PruneMixin, SummaryMixin, PinMixin):
             cut = select_tail(items, turns=tail_turns, budget=tail_budget, size=self._size)
         head, tail = items[:cut], items[cut:]
         if not head:
-            return self._finish(history, added, start, cause, "failed", common,
-                                message="nothing to compact: no messages since the last summary")
+            return self._finish(
+                history,
+                added,
+                start,
+                cause,
+                "failed",
+                common,
+                message="nothing to compact: no messages since the last summary",
+            )
 
         # 2. the request (created now, so that it is newer than every tail message)
         request = self._request(last_user.info, auto=auto, overflow=cause == "overflow")
@@ -209,31 +255,52 @@ class Compactor(PruneMixin, SummaryMixin, PinMixin):
         for part in request.parts:
             observer.on_part(part)
         pair = [m for m in visible if is_request(m) or is_summary(m)]
-        common.update(head_messages=len(head), head_tokens=self._size(head), tail_messages=len(tail),
-                      tail_tokens=self._size(tail), tail_start_id=tail[0].info.id if tail else None,
-                      summary_input=cfg.summary_input)
+        common.update(
+            head_messages=len(head),
+            head_tokens=self._size(head),
+            tail_messages=len(tail),
+            tail_tokens=self._size(tail),
+            tail_start_id=tail[0].info.id if tail else None,
+            summary_input=cfg.summary_input,
+        )
 
         # 3. the summary, with fallbacks when its request does not fit. Ours asks for about a tenth
         # of what it summarises, at most the window's share: the tail and the pinned rules are kept
         # verbatim beside it, so the summary need not restate them.
         if cfg.pin:
-            content = B.estimate(transcript(head)) + (self._size([previous]) if previous is not None else 0)
+            content = B.estimate(transcript(head)) + (
+                self._size([previous]) if previous is not None else 0
+            )
             target = min(target, max(SUMMARY_MIN, content // 10))
-        summary_item, attempts, error = self._summarise(history, added, request, previous, pair, head,
-                                                        replay, instructions, target, observer)
+        summary_item, attempts, error = self._summarise(
+            history, added, request, previous, pair, head, replay, instructions, target, observer
+        )
         calls = [a for a in attempts if a.get("sent")]
-        common.update(llm_calls=len(calls), attempts=tuple(attempts),
-                      cost=sum(m.info.cost for m in added if isinstance(m.info, AssistantMessage)),
-                      summary_input_tokens=sum(a.get("inputTokens", 0) for a in calls),
-                      summary_output_tokens=sum(a.get("outputTokens", 0) for a in calls),
-                      model=f"{self._summary_model().provider_id}/{self._summary_model().model_id}")
+        common.update(
+            llm_calls=len(calls),
+            attempts=tuple(attempts),
+            cost=sum(m.info.cost for m in added if isinstance(m.info, AssistantMessage)),
+            summary_input_tokens=sum(a.get("inputTokens", 0) for a in calls),
+            summary_output_tokens=sum(a.get("outputTokens", 0) for a in calls),
+            model=f"{self._summary_model().provider_id}/{self._summary_model().model_id}",
+        )
         if summary_item is None:
             limit = self._summary_model()
-            return self._finish(history, added, start, cause, "failed", common, message=error or (
-                f"the conversation is too large to compact: "
-                f"{'even a shortened' if cfg.fallbacks else 'the'} summary request does not fit "
-                f"{limit.provider_id}/{limit.model_id}'s {limit.context:,}-token context — start a new "
-                "session with %%agent --new"))
+            return self._finish(
+                history,
+                added,
+                start,
+                cause,
+                "failed",
+                common,
+                message=error
+                or (
+                    f"the conversation is too large to compact: "
+                    f"{'even a shortened' if cfg.fallbacks else 'the'} summary request does not fit "
+                    f"{limit.provider_id}/{limit.model_id}'s {limit.context:,}-token context — start a new "
+                    "session with %%agent --new"
+                ),
+            )
         common["summary_id"] = summary_item.info.id
 
         # 4. pinned section, then the inflation guard
@@ -244,10 +311,23 @@ class Compactor(PruneMixin, SummaryMixin, PinMixin):
         common["summary_tokens"] = summary_tokens
         replaced = common["head_tokens"] + (self._size([previous]) if previous is not None else 0)
         if cfg.guard and summary_tokens >= replaced:
-            self._reject(history, summary_item, f"the summary ({summary_tokens:,} tokens) is not smaller "
-                                                f"than what it replaces ({replaced:,})")
-            return self._finish(history, added, start, cause, "rejected", common, message=self._limit_text(
-                before, "the summary would not be smaller than the messages it replaces"))
+            self._reject(
+                history,
+                summary_item,
+                f"the summary ({summary_tokens:,} tokens) is not smaller "
+                f"than what it replaces ({replaced:,})",
+            )
+            return self._finish(
+                history,
+                added,
+                start,
+                cause,
+                "rejected",
+                common,
+                message=self._limit_text(
+                    before, "the summary would not be smaller than the messages it replaces"
+                ),
+            )
 
         # 5. the tail marker, then what follows a summary
         if tail:
@@ -269,31 +349,54 @@ class Compactor(PruneMixin, SummaryMixin, PinMixin):
         outcome = "ok"
         message = ""
         if cfg.guard and auto and self.trigger and after >= self.trigger:
-            outcome, message = "no-gain", self._limit_text(after, "after compaction the kept context still "
-                                                                  "fills the window")
-        return self._finish(history, added, start, cause, outcome, common, message=message, tokens_after=after)
+            outcome, message = (
+                "no-gain",
+                self._limit_text(after, "after compaction the kept context still fills the window"),
+            )
+        return self._finish(
+            history, added, start, cause, outcome, common, message=message, tokens_after=after
+        )
 
     def _limit_text(self, tokens: int, why: str) -> str:
         b = self.config.budget(self.model)
-        return (f"{why}: the conversation needs about {tokens:,} tokens and {self.model.provider_id}/"
-                f"{self.model.model_id} allows {b.usable:,} (context {b.context:,} minus output and "
-                f"{b.reserved:,} reserved) — start a new session with %%agent --new, or set a larger "
-                "context in model_overrides")
+        return (
+            f"{why}: the conversation needs about {tokens:,} tokens and {self.model.provider_id}/"
+            f"{self.model.model_id} allows {b.usable:,} (context {b.context:,} minus output and "
+            f"{b.reserved:,} reserved) — start a new session with %%agent --new, or set a larger "
+            "context in model_overrides"
+        )
 
-    def _finish(self, history, added, start, cause, outcome, common, *, message="", tokens_after=None) -> CompactionResult:
+    def _finish(
+        self, history, added, start, cause, outcome, common, *, message="", tokens_after=None
+    ) -> CompactionResult:
         if tokens_after is None:
             tokens_after = self.context_tokens(history)
-        event = self._event(history, "summary", cause, outcome, start, tokens_after=tokens_after,
-                            error=message or None, **common)
+        event = self._event(
+            history,
+            "summary",
+            cause,
+            outcome,
+            start,
+            tokens_after=tokens_after,
+            error=message or None,
+            **common,
+        )
         self._record(event)
         return CompactionResult(event, added, message)
 
     def _event(self, history, kind, cause, outcome, start, **values) -> CompactionEvent:
         session_id = history[0].info.session_id if history else ""
         return CompactionEvent(
-            id=ids.ascending("event"), session_id=session_id, kind=kind, cause=cause, outcome=outcome,
-            time_created=now_ms(), duration_ms=int((time.monotonic() - start) * 1000),
-            usable=self.usable, trigger=self.trigger, **values,
+            id=ids.ascending("event"),
+            session_id=session_id,
+            kind=kind,
+            cause=cause,
+            outcome=outcome,
+            time_created=now_ms(),
+            duration_ms=int((time.monotonic() - start) * 1000),
+            usable=self.usable,
+            trigger=self.trigger,
+            **values,
         )
 
     def _record(self, event: CompactionEvent) -> None:

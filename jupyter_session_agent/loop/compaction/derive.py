@@ -20,11 +20,17 @@ instead of adding new ones; every event says where it came from (``source``).
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from collections.abc import Sequence
 
 from ...core import budget as B
-from ...core.messages import (AssistantMessage, CompactionPart, TextPart, ToolCompleted, ToolPart,
-                        WithParts)
+from ...core.messages import (
+    AssistantMessage,
+    CompactionPart,
+    TextPart,
+    ToolCompleted,
+    ToolPart,
+    WithParts,
+)
 from .events import CompactionEvent
 from .items import is_real_user, is_request, is_summary
 
@@ -47,8 +53,11 @@ def events_from_history(history: Sequence[WithParts], *, source: str) -> list[Co
     if not items:
         return []
     session_id = items[0].info.session_id
-    steps = [(i, m) for i, m in enumerate(items) if isinstance(m.info, AssistantMessage)
-             and not m.info.summary and m.info.tokens.count > 0]
+    steps = [
+        (i, m)
+        for i, m in enumerate(items)
+        if isinstance(m.info, AssistantMessage) and not m.info.summary and m.info.tokens.count > 0
+    ]
     out = _summaries(items, steps, session_id, source) + _prunes(items, steps, session_id, source)
     return sorted(out, key=lambda e: (e.time_created, e.id))
 
@@ -64,8 +73,14 @@ def _prompt_after(steps, index: int) -> int:
 def _answer(items, i: int):
     """(index, message) of the summary answering the request at ``i``, else (None, None)."""
     request_id = items[i].info.id
-    return next(((j, m) for j, m in enumerate(items[i + 1:], i + 1)
-                 if is_summary(m) and m.info.parent_id == request_id), (None, None))
+    return next(
+        (
+            (j, m)
+            for j, m in enumerate(items[i + 1 :], i + 1)
+            if is_summary(m) and m.info.parent_id == request_id
+        ),
+        (None, None),
+    )
 
 
 def _summaries(items, steps, session_id: str, source: str) -> list[CompactionEvent]:
@@ -80,21 +95,32 @@ def _summaries(items, steps, session_id: str, source: str) -> list[CompactionEve
         tail_at = next((k for k in range(i) if items[k].info.id == part.tail_start_id), i)
         kept = [k for k in range(visible, i) if not (is_request(items[k]) or is_summary(items[k]))]
         head = sum(1 for k in kept if k < tail_at)
-        values: dict = dict(tokens_before=_count_before(steps, i), head_messages=head,
-                            tail_messages=len(kept) - head, tail_start_id=part.tail_start_id,
-                            request_id=item.info.id)
+        values: dict = dict(
+            tokens_before=_count_before(steps, i),
+            head_messages=head,
+            tail_messages=len(kept) - head,
+            tail_start_id=part.tail_start_id,
+            request_id=item.info.id,
+        )
         outcome, error = "failed", "no summary message answers this compaction request"
         if summary is not None:
             info = summary.info
-            text = "".join(p.text for p in summary.parts
-                           if isinstance(p, TextPart) and not p.synthetic)
-            values.update(summary_id=info.id, llm_calls=1, cost=info.cost,
-                          model=f"{info.provider_id}/{info.model_id}",
-                          summary_input_tokens=info.tokens.prompt,
-                          summary_output_tokens=info.tokens.output, summary_tokens=B.estimate(text),
-                          tokens_after=_prompt_after(steps, j),
-                          duration_ms=max(0, (info.time_completed or info.time_created)
-                                          - item.info.time_created))
+            text = "".join(
+                p.text for p in summary.parts if isinstance(p, TextPart) and not p.synthetic
+            )
+            values.update(
+                summary_id=info.id,
+                llm_calls=1,
+                cost=info.cost,
+                model=f"{info.provider_id}/{info.model_id}",
+                summary_input_tokens=info.tokens.prompt,
+                summary_output_tokens=info.tokens.output,
+                summary_tokens=B.estimate(text),
+                tokens_after=_prompt_after(steps, j),
+                duration_ms=max(
+                    0, (info.time_completed or info.time_created) - item.info.time_created
+                ),
+            )
             if info.error:
                 data = info.error.get("data") or {}
                 error = str(data.get("message") or info.error.get("name") or "error")
@@ -104,11 +130,21 @@ def _summaries(items, steps, session_id: str, source: str) -> list[CompactionEve
                 outcome, error = "ok", None
                 visible = tail_at if tail_at < i else j + 1
         # timed as ours: when it finished (it began duration_ms earlier)
-        out.append(CompactionEvent(
-            id=stable_event_id(item.info.time_created, f"{session_id}:{part.id}"),
-            session_id=session_id, kind="summary", cause=cause, outcome=outcome,
-            time_created=item.info.time_created + values.get("duration_ms", 0),
-            usable=None, trigger=None, error=error, source=source, **values))
+        out.append(
+            CompactionEvent(
+                id=stable_event_id(item.info.time_created, f"{session_id}:{part.id}"),
+                session_id=session_id,
+                kind="summary",
+                cause=cause,
+                outcome=outcome,
+                time_created=item.info.time_created + values.get("duration_ms", 0),
+                usable=None,
+                trigger=None,
+                error=error,
+                source=source,
+                **values,
+            )
+        )
     return out
 
 
@@ -118,8 +154,11 @@ def _prunes(items, steps, session_id: str, source: str) -> list[CompactionEvent]
     buckets: dict[int, list[ToolPart]] = {}
     for item in items:
         for p in item.parts:
-            if isinstance(p, ToolPart) and isinstance(p.state, ToolCompleted) \
-                    and p.state.time_compacted:
+            if (
+                isinstance(p, ToolPart)
+                and isinstance(p.state, ToolCompleted)
+                and p.state.time_compacted
+            ):
                 at = p.state.time_compacted
                 buckets.setdefault(next((t for t in turns if t > at), 1 << 62), []).append(p)
     out = []
@@ -127,10 +166,21 @@ def _prunes(items, steps, session_id: str, source: str) -> list[CompactionEvent]
         parts.sort(key=lambda p: (p.state.time_compacted, p.id))
         at = parts[0].state.time_compacted
         index = max((k for k, m in enumerate(items) if m.info.time_created <= at), default=0)
-        out.append(CompactionEvent(
-            id=stable_event_id(at, f"{session_id}:{parts[0].id}:prune"), session_id=session_id,
-            kind="prune", cause="auto", outcome="ok", time_created=at, usable=None, trigger=None,
-            source=source, tokens_before=_count_before(steps, index + 1),
-            tokens_after=_prompt_after(steps, index), parts_pruned=len(parts),
-            tokens_pruned=B.estimate_sum(part.state.output for part in parts)))
+        out.append(
+            CompactionEvent(
+                id=stable_event_id(at, f"{session_id}:{parts[0].id}:prune"),
+                session_id=session_id,
+                kind="prune",
+                cause="auto",
+                outcome="ok",
+                time_created=at,
+                usable=None,
+                trigger=None,
+                source=source,
+                tokens_before=_count_before(steps, index + 1),
+                tokens_after=_prompt_after(steps, index),
+                parts_pruned=len(parts),
+                tokens_pruned=B.estimate_sum(part.state.output for part in parts),
+            )
+        )
     return out

@@ -4,8 +4,9 @@ every prune and summary compaction (journal kind ``event``, SQL view
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from ...core.messages import WithParts
 
@@ -69,11 +70,13 @@ class CompactionEvent:
             value = getattr(self, f.name)
             if value is None:
                 continue
-            out[_EVENT_KEYS.get(f.name) or _camel(f.name)] = list(value) if isinstance(value, tuple) else value
+            out[_EVENT_KEYS.get(f.name) or _camel(f.name)] = (
+                list(value) if isinstance(value, tuple) else value
+            )
         return out
 
     @classmethod
-    def from_data(cls, data: Mapping[str, Any]) -> "CompactionEvent":
+    def from_data(cls, data: Mapping[str, Any]) -> CompactionEvent:
         kw = {}
         for f in fields(cls):
             key = _EVENT_KEYS.get(f.name) or _camel(f.name)

@@ -7,20 +7,22 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ...core import ids
-from ...core.messages import AssistantMessage, TextPart, ToolCompleted, ToolPart, WithParts
 from ...core.compaction_config import OUTPUT_DIR
-from .items import put_back, is_real_user, user_text
+from ...core.messages import AssistantMessage, TextPart, ToolCompleted, ToolPart, WithParts
+from .items import is_real_user, put_back, user_text
 
 CHANGE_TOOLS = ("edit", "write")  # their filePath goes into the pinned "files changed" list
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 # A sentence that states a rule, a preference or a changed fact: kept verbatim across compactions.
 _RULE = re.compile(
     r"\b(never|always|must|mustn't|do not|don't|should|shouldn't|only|instead|prefer|avoid|make sure|"
-    r"remember|from now on|is now|are now|renamed|no longer|keep|use)\b", re.IGNORECASE)
+    r"remember|from now on|is now|are now|renamed|no longer|keep|use)\b",
+    re.IGNORECASE,
+)
 PINNED_HEADER = "---\n*Pinned from the history (verbatim, not summarised):*"
 
 
@@ -46,7 +48,11 @@ class PinMixin:
     def _archive(self, head: Sequence[WithParts]) -> Path | None:
         """Append the head's tool outputs (which leave the model's view now) to the session's
         archive, ``<data_dir>/tool-output/<session id>.outputs``, so one grep finds any of them."""
-        path = Path(self.data_dir) / OUTPUT_DIR / f"{head[0].info.session_id if head else 'session'}.outputs"
+        path = (
+            Path(self.data_dir)
+            / OUTPUT_DIR
+            / f"{head[0].info.session_id if head else 'session'}.outputs"
+        )
         chunks = []
         for item in head:
             for p in item.parts:
@@ -67,7 +73,9 @@ class PinMixin:
                 fh.write("".join(chunks))
         return path if path.exists() else None
 
-    def _pin(self, history, summary: WithParts, head, tail, replay, observer, archive=None) -> WithParts:
+    def _pin(
+        self, history, summary: WithParts, head, tail, replay, observer, archive=None
+    ) -> WithParts:
         """Append the deterministic pinned section: the rules the user stated (verbatim), the
         newest earlier requests, and where the earlier tool outputs are saved."""
         tail_ids = {m.info.id for m in tail}
@@ -77,7 +85,11 @@ class PinMixin:
         requests: list[str] = []
         files: list[str] = []
         for item in history:
-            if item.info.id in tail_ids or item.info.id >= summary.info.id or (stop and item.info.id >= stop):
+            if (
+                item.info.id in tail_ids
+                or item.info.id >= summary.info.id
+                or (stop and item.info.id >= stop)
+            ):
                 continue
             if is_real_user(item):
                 text = user_text(item).strip()
@@ -89,7 +101,11 @@ class PinMixin:
                     requests.append(sentences[0][:200])
             elif isinstance(item.info, AssistantMessage) and not item.info.summary:
                 for p in item.parts:  # files the agent changed: edit/write calls that succeeded
-                    if isinstance(p, ToolPart) and isinstance(p.state, ToolCompleted) and p.tool in CHANGE_TOOLS:
+                    if (
+                        isinstance(p, ToolPart)
+                        and isinstance(p.state, ToolCompleted)
+                        and p.tool in CHANGE_TOOLS
+                    ):
                         path = p.state.input.get("filePath") or p.state.input.get("path")
                         if isinstance(path, str):
                             if path in files:
@@ -99,7 +115,9 @@ class PinMixin:
         rules = [r for r in rules if r not in summary_text]
         lines = [PINNED_HEADER]
         if rules:
-            lines.append("The user's rules and changes, oldest first (in force unless a later one changes them):")
+            lines.append(
+                "The user's rules and changes, oldest first (in force unless a later one changes them):"
+            )
             lines += [f"- {r}" for r in water_fill(rules, budget_chars * 2 // 3)]
         used = sum(len(x) for x in lines)
         if files:
@@ -109,11 +127,15 @@ class PinMixin:
                     break
                 shown_files.append(path)
                 size += len(path) + 2
-            lines.append(f"Files the agent changed, newest first ({len(shown_files)} of {len(files)}): "
-                         + ", ".join(shown_files))
+            lines.append(
+                f"Files the agent changed, newest first ({len(shown_files)} of {len(files)}): "
+                + ", ".join(shown_files)
+            )
             used += size
         shown = []
-        for text in reversed(requests[-self.config.pin_requests:] if self.config.pin_requests else []):
+        for text in reversed(
+            requests[-self.config.pin_requests :] if self.config.pin_requests else []
+        ):
             if used + len(text) > budget_chars:
                 break
             shown.append(f"- {text}")
@@ -122,11 +144,19 @@ class PinMixin:
             lines.append(f"Earlier requests, newest first ({len(shown)} of {len(requests)}):")
             lines += shown
         if archive is not None:
-            lines.append(f"All earlier tool outputs, in full: {archive} (grep it; a `=====` line starts each).")
+            lines.append(
+                f"All earlier tool outputs, in full: {archive} (grep it; a `=====` line starts each)."
+            )
         if len(lines) == 1:
             return summary
-        part = TextPart(ids.ascending("part"), summary.info.session_id, summary.info.id,
-                        text="\n\n" + "\n".join(lines), synthetic=True, metadata={"compaction": "pinned"})
+        part = TextPart(
+            ids.ascending("part"),
+            summary.info.session_id,
+            summary.info.id,
+            text="\n\n" + "\n".join(lines),
+            synthetic=True,
+            metadata={"compaction": "pinned"},
+        )
         self.store.put(part)
         observer.on_part(part)
         new = WithParts(summary.info, (*summary.parts, part))

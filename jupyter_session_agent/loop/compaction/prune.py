@@ -7,14 +7,20 @@ are capped by the window (``CompactionConfig.prune_limits``)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ...core import budget as B
+from ...core.compaction_config import (
+    OUTPUT_DIR,
+    PRUNE_MINIMUM,
+    PRUNE_PROTECT,
+    PRUNE_PROTECTED_TOOLS,
+)
 from ...core.messages import ToolCompleted, ToolPart, UserMessage, WithParts, now_ms, replace
-from ...core.compaction_config import OUTPUT_DIR, PRUNE_MINIMUM, PRUNE_PROTECT, PRUNE_PROTECTED_TOOLS
 from .events import CompactionEvent
 from .items import is_summary
+
 
 def plan_prune(
     history: Sequence[WithParts],
@@ -70,15 +76,24 @@ class PruneMixin:
             return None
         start = time.monotonic()
         protect, minimum = self.config.prune_limits(self.model)
-        parts, tokens = plan_prune(history, protect=protect, minimum=minimum,
-                                   protected_tools=self.config.protected_tools)
+        parts, tokens = plan_prune(
+            history, protect=protect, minimum=minimum, protected_tools=self.config.protected_tools
+        )
         if not parts:
             return None
         before = self.context_tokens(history)
         self._clear(history, parts)
-        event = self._event(history, "prune", cause, "ok", start, tokens_before=before,
-                            tokens_after=self.context_tokens(history), parts_pruned=len(parts),
-                            tokens_pruned=tokens)
+        event = self._event(
+            history,
+            "prune",
+            cause,
+            "ok",
+            start,
+            tokens_before=before,
+            tokens_after=self.context_tokens(history),
+            parts_pruned=len(parts),
+            tokens_pruned=tokens,
+        )
         self._record(event)
         return event
 
@@ -95,11 +110,17 @@ class PruneMixin:
                 continue
             new_parts = []
             for part in item.parts:
-                if part.id in wanted and isinstance(part.state, ToolCompleted) and not part.state.time_compacted:
+                if (
+                    part.id in wanted
+                    and isinstance(part.state, ToolCompleted)
+                    and not part.state.time_compacted
+                ):
                     metadata = dict(part.state.metadata or {})
                     if not metadata.get("outputPath"):
                         metadata["outputPath"] = self._save_output(part)
-                    part = replace(part, state=replace(part.state, time_compacted=now, metadata=metadata))
+                    part = replace(
+                        part, state=replace(part.state, time_compacted=now, metadata=metadata)
+                    )
                     updated[part.id] = part
                     cleared += B.estimate(part.state.output)
                 new_parts.append(part)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ...core.messages import WithParts
 from .items import is_real_user
 
-def select_tail(items: Sequence[WithParts], *, turns: int, budget: int,
-                size: Callable[[Sequence[WithParts]], int]) -> int:
+
+def select_tail(
+    items: Sequence[WithParts],
+    *,
+    turns: int,
+    budget: int,
+    size: Callable[[Sequence[WithParts]], int],
+) -> int:
     """Where the verbatim tail starts in ``items`` (``len(items)``: no tail).
 
     Walk the real user turns backwards, at most ``turns`` of them; add whole

@@ -5,9 +5,10 @@ CompactBench). (Named ``transcribe`` so the module does not shadow :func:`transc
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 from ...core.chat import COMPACTION_QUESTION, PRUNED_OUTPUT, attached_placeholder
+from ...core.compaction_config import TOOL_OUTPUT_MAX_CHARS
 from ...core.messages import (
     CompactionPart,
     FilePart,
@@ -19,10 +20,11 @@ from ...core.messages import (
     UserMessage,
     WithParts,
 )
-from ...core.compaction_config import TOOL_OUTPUT_MAX_CHARS
 
-def transcript(items: Sequence[WithParts], *, tool_chars: int = TOOL_OUTPUT_MAX_CHARS,
-               originals: bool = True) -> str:
+
+def transcript(
+    items: Sequence[WithParts], *, tool_chars: int = TOOL_OUTPUT_MAX_CHARS, originals: bool = True
+) -> str:
     """The head as text, as OpenCode sends it: ``[User]:``, ``[Assistant]:``, ``[Assistant reasoning]:``,
     ``[Assistant tool call]: name(json)``, ``[Tool result]:``. Tool output is cut at
     ``tool_chars`` (+ ``[truncated]`` and where the full text is). With ``originals``
@@ -34,7 +36,10 @@ def transcript(items: Sequence[WithParts], *, tool_chars: int = TOOL_OUTPUT_MAX_
             for part in item.parts:
                 if isinstance(part, TextPart) and not part.ignored and part.text:
                     lines.append(f"[User]: {part.text}")
-                elif isinstance(part, FilePart) and part.mime not in ("text/plain", "application/x-directory"):
+                elif isinstance(part, FilePart) and part.mime not in (
+                    "text/plain",
+                    "application/x-directory",
+                ):
                     lines.append(f"[User]: {attached_placeholder(part)}")
                 elif isinstance(part, CompactionPart):
                     lines.append(f"[User]: {COMPACTION_QUESTION}")
@@ -47,7 +52,9 @@ def transcript(items: Sequence[WithParts], *, tool_chars: int = TOOL_OUTPUT_MAX_
             elif isinstance(part, ReasoningPart) and part.text:
                 lines.append(f"[Assistant reasoning]: {part.text}")
             elif isinstance(part, ToolPart):
-                lines.append(f"[Assistant tool call]: {part.tool}({json.dumps(part.state.input, ensure_ascii=False)})")
+                lines.append(
+                    f"[Assistant tool call]: {part.tool}({json.dumps(part.state.input, ensure_ascii=False)})"
+                )
                 lines.append(f"[Tool result]: {_transcript_output(part, tool_chars, originals)}")
     return "\n\n".join(lines)
 

@@ -20,16 +20,26 @@ import argparse
 import errno
 import importlib
 import shlex
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ...core.errors import AgentError, UsageError
 
 Handler = Callable[[Any, list[str], str], Any]
 
 # Feature modules under this package; each registers its subcommands on import.
-MODULES = ("core", "display", "permissions", "lifecycle", "compaction", "memory", "analytics", "mcp",
-           "context")
+MODULES = (
+    "core",
+    "display",
+    "permissions",
+    "lifecycle",
+    "compaction",
+    "memory",
+    "analytics",
+    "mcp",
+    "context",
+)
 
 
 @dataclass(frozen=True)
@@ -45,8 +55,9 @@ class Subcommand:
 REGISTRY: dict[str, Subcommand] = {}
 
 
-def subcommand(name: str, usage: str, help: str, *, expand: bool = True,
-               split: bool = True) -> Callable[[Handler], Handler]:
+def subcommand(
+    name: str, usage: str, help: str, *, expand: bool = True, split: bool = True
+) -> Callable[[Handler], Handler]:
     """Register ``fn`` as ``%agent name``; ``usage`` and ``help`` feed ``%agent help``.
 
     ``expand=False``: the text reaches the handler as typed; ``split=False``: quotes in it
@@ -72,8 +83,9 @@ def dispatch(magics: Any, line: str, expand: Callable[[str], str] | None = None)
     name, rest = (head[0], head[1] if len(head) > 1 else "") if head else ("help", "")
     command = load_all().get(name)
     if command is None:
-        raise UsageError(f"unknown or not yet available subcommand '{name}' "
-                         "— %agent help lists them")
+        raise UsageError(
+            f"unknown or not yet available subcommand '{name}' — %agent help lists them"
+        )
     raw = (expand(rest) if expand is not None and command.expand else rest).strip()
     words = split_words(raw, f"%agent {command.usage}") if command.split else raw.split()
     try:
@@ -96,8 +108,9 @@ def split_words(text: str, usage: str) -> list[str]:
         if "escaped" in str(err):
             fix = "a backslash at the end escapes nothing — remove it, or double it (\\\\)"
         else:
-            fix = ("a quote is not closed — close it, or escape a literal quote with a "
-                   "backslash (\\')")
+            fix = (
+                "a quote is not closed — close it, or escape a literal quote with a backslash (\\')"
+            )
         raise UsageError(f"{fix} — usage: {usage}") from err
 
 
@@ -147,12 +160,22 @@ def help_text(settings: Iterable[str] = ()) -> str:
     """``%agent help``: every subcommand, the cell magics, and ``settings`` (their names)."""
     commands = load_all()
     width = max(len(c.usage) for c in commands.values()) + 2
-    lines = ["%%agent [-s SESSION] [-n/--new] [--fork] [-m MODEL] [-o VAR] [-p RULE]   run the cell body as a prompt",
-             "        [-f PATH] [-a VAR] [-c] [--no-interpolate]   attach files/values ({var}, @path "
-             "work too); -c: code into the next cell"]
-    lines += [f"%agent {c.usage:<{width}} {c.help}" for c in sorted(commands.values(), key=lambda c: c.name)]
-    lines.append("%%agent_sql [VAR <<]   read-only SQL for a whole cell; VAR << stores the DataFrame")
+    lines = [
+        "%%agent [-s SESSION] [-n/--new] [--fork] [-m MODEL] [-o VAR] [-p RULE]   run the cell body as a prompt",
+        "        [-f PATH] [-a VAR] [-c] [--no-interpolate]   attach files/values ({var}, @path "
+        "work too); -c: code into the next cell",
+    ]
+    lines += [
+        f"%agent {c.usage:<{width}} {c.help}"
+        for c in sorted(commands.values(), key=lambda c: c.name)
+    ]
+    lines.append(
+        "%%agent_sql [VAR <<]   read-only SQL for a whole cell; VAR << stores the DataFrame"
+    )
     if settings:
-        lines.append("Settings: %config AgentMagics.<name> — " + ", ".join(settings)
-                     + " (%config AgentMagics lists them with their help)")
+        lines.append(
+            "Settings: %config AgentMagics.<name> — "
+            + ", ".join(settings)
+            + " (%config AgentMagics lists them with their help)"
+        )
     return "\n".join(lines)

@@ -14,13 +14,19 @@ PLOTS = ("context", "cost", "cache", "tools")
 PLOT_USAGE = "plot context|cost|cache|tools [ARG]"
 
 
-@subcommand("plot", PLOT_USAGE, "context per step [ID], cost per day [DAYS], cache hit ratio "
-                                "[model|day|session], tool failure rates")
+@subcommand(
+    "plot",
+    PLOT_USAGE,
+    "context per step [ID], cost per day [DAYS], cache hit ratio "
+    "[model|day|session], tool failure rates",
+)
 def plot(magics, args, raw):
     from ... import analytics
 
     if not args or args[0] not in PLOTS:
-        raise UsageError(f"usage: %agent {PLOT_USAGE} — e.g. %agent plot cost, %agent plot context SESSION_ID")
+        raise UsageError(
+            f"usage: %agent {PLOT_USAGE} — e.g. %agent plot cost, %agent plot context SESSION_ID"
+        )
     what, rest = args[0], args[1:]
     if len(rest) > 1:
         raise UsageError(f"usage: %agent {PLOT_USAGE} — one argument at most")
@@ -42,8 +48,11 @@ def plot(magics, args, raw):
 REPORTS = ("cost", "cache", "tools", "sessions", "steps", "compactions")
 
 
-@subcommand("report", "report cost|cache|tools|sessions|steps|compactions",
-            "a ready-made table (DataFrame) over the history")
+@subcommand(
+    "report",
+    "report cost|cache|tools|sessions|steps|compactions",
+    "a ready-made table (DataFrame) over the history",
+)
 def report(magics, args, raw):
     from ... import analytics
 
@@ -65,22 +74,35 @@ def report(magics, args, raw):
     return analytics.compactions(store)
 
 
-@subcommand("export-parquet", "export-parquet DIR [--user NAME]",
-            "write the history as date-partitioned Parquet (for DuckDB, Spark, Trino)")
+@subcommand(
+    "export-parquet",
+    "export-parquet DIR [--user NAME]",
+    "write the history as date-partitioned Parquet (for DuckDB, Spark, Trino)",
+)
 def export_parquet(magics, args, raw):
     from ... import analytics
 
-    ns = parse("export-parquet DIR [--user NAME]", args, (("directory",), {"metavar": "DIR"}),
-               (("--user",), {}))
+    ns = parse(
+        "export-parquet DIR [--user NAME]",
+        args,
+        (("directory",), {"metavar": "DIR"}),
+        (("--user",), {}),
+    )
     if not ns.directory.strip():
         raise UsageError("export-parquet needs a folder — e.g. %agent export-parquet /shared/agent")
     counts = analytics.export_parquet(ns.directory, magics.store(), user=ns.user)
-    rows = ", ".join(f"{n:,} {kind}" for kind, n in counts.items() if n) or "nothing new (no day changed)"
+    rows = (
+        ", ".join(f"{n:,} {kind}" for kind, n in counts.items() if n)
+        or "nothing new (no day changed)"
+    )
     print(f"exported {rows} to {ns.directory} (views: {ns.directory}/views.sql)")
 
 
-@subcommand("export-duckdb", "export-duckdb FILE",
-            "write the history and its views into a DuckDB database file (duckdb FILE, DBeaver)")
+@subcommand(
+    "export-duckdb",
+    "export-duckdb FILE",
+    "write the history and its views into a DuckDB database file (duckdb FILE, DBeaver)",
+)
 def export_duckdb(magics, args, raw):
     from ... import analytics
 
@@ -93,6 +115,10 @@ def export_duckdb(magics, args, raw):
 
 def describe_duckdb_export(path: str, counts: dict[str, int]) -> str:
     """The line both the magic and the command line print after an export to a DuckDB file."""
-    rows = ", ".join(f"{n:,} {kind}" for kind, n in counts.items() if kind in ("session", "message", "part"))
-    return (f"exported {rows} (changed sessions only) to {path} — open it with: duckdb {path}, "
-            "then SELECT * FROM session_summary")
+    rows = ", ".join(
+        f"{n:,} {kind}" for kind, n in counts.items() if kind in ("session", "message", "part")
+    )
+    return (
+        f"exported {rows} (changed sessions only) to {path} — open it with: duckdb {path}, "
+        "then SELECT * FROM session_summary"
+    )

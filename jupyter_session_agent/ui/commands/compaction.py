@@ -13,7 +13,11 @@ from . import subcommand
 USAGE = "compact [--instructions TEXT]"
 
 
-@subcommand("compact", USAGE, "prune old tool outputs and summarise the conversation now (recent turns kept)")
+@subcommand(
+    "compact",
+    USAGE,
+    "prune old tool outputs and summarise the conversation now (recent turns kept)",
+)
 def compact(magics, args, raw):
     from ..display import LiveView, Markdown
     from ..magics import is_kernel
@@ -34,15 +38,21 @@ def _instructions(args: list[str]) -> str | None:
     if not args:
         return None
     if args[0] not in ("--instructions", "-i") or len(args) < 2:
-        raise UsageError(f"usage: %agent {USAGE} — e.g. %agent compact --instructions \"keep the SQL schema\"")
+        raise UsageError(
+            f'usage: %agent {USAGE} — e.g. %agent compact --instructions "keep the SQL schema"'
+        )
     return " ".join(args[1:])
 
 
 def describe(event) -> str:
     """One line for a ``CompactionEvent``."""
-    parts = [f"**compacted** ({event.cause}): {event.tokens_before:,} → {event.tokens_after:,} tokens"]
+    parts = [
+        f"**compacted** ({event.cause}): {event.tokens_before:,} → {event.tokens_after:,} tokens"
+    ]
     if event.parts_pruned:
-        parts.append(f"{event.parts_pruned} tool output(s) pruned ({event.tokens_pruned:,} tokens, recoverable)")
+        parts.append(
+            f"{event.parts_pruned} tool output(s) pruned ({event.tokens_pruned:,} tokens, recoverable)"
+        )
     if event.kind == "summary":
         parts.append(f"summary {event.summary_tokens:,} tokens of {event.head_messages} message(s)")
         parts.append(f"{event.tail_messages} recent message(s) kept verbatim")

@@ -21,38 +21,53 @@ def fix_prompt(number: int, source: str, traceback: str) -> str:
     """What ``%agent fix`` sends for cell ``number``."""
     from ...context.markdown import fence
 
-    return (f"{FIX_QUESTION}\n\nThe code of cell In [{number}]:\n\n{fence(source, 'python')}\n\n"
-            f"The error it raised:\n\n{fence(traceback)}")
+    return (
+        f"{FIX_QUESTION}\n\nThe code of cell In [{number}]:\n\n{fence(source, 'python')}\n\n"
+        f"The error it raised:\n\n{fence(traceback)}"
+    )
 
 
-@subcommand("fix", FIX_USAGE, "send the last error (or cell N's) with its source and ask for "
-            "the cause and a fix (-c: the fixed code into the next cell)", expand=False)
+@subcommand(
+    "fix",
+    FIX_USAGE,
+    "send the last error (or cell N's) with its source and ask for "
+    "the cause and a fix (-c: the fixed code into the next cell)",
+    expand=False,
+)
 def fix(magics, words, raw):
     from ...tools.kernel import cell_log
 
-    args = parse(FIX_USAGE, words, (("cell",), {"nargs": "?"}),
-                 (("-c", "--code"), {"action": "store_true"}))
+    args = parse(
+        FIX_USAGE, words, (("cell",), {"nargs": "?"}), (("-c", "--code"), {"action": "store_true"})
+    )
     log = cell_log(magics.shell)
     if args.cell is None:
         error = log.last_error()
         if error is None:
-            raise UsageError("no cell has raised an error in this kernel yet — nothing to fix "
-                             "(%agent fix N names a cell)")
+            raise UsageError(
+                "no cell has raised an error in this kernel yet — nothing to fix "
+                "(%agent fix N names a cell)"
+            )
     else:
         try:
             number = int(str(args.cell).strip().lstrip("[").rstrip("]"))
         except ValueError:
-            raise UsageError(f"%agent fix takes a cell number, not {args.cell!r} — e.g. "
-                             "%agent fix 3") from None
+            raise UsageError(
+                f"%agent fix takes a cell number, not {args.cell!r} — e.g. %agent fix 3"
+            ) from None
         if number not in log.numbers():
             raise UsageError(f"%agent fix {number}: {log.missing_cell(number)} — give one of them")
         error = log.error(number)
         if error is None:
             have = [e.number for e in log.errors()]
-            some = (f"cells with an error: {', '.join(map(str, have[-10:]))}" if have
-                    else "no cell has raised an error yet")
-            raise UsageError(f"%agent fix {number}: cell {number} raised no error ({some}) — "
-                             "give one of them")
+            some = (
+                f"cells with an error: {', '.join(map(str, have[-10:]))}"
+                if have
+                else "no cell has raised an error yet"
+            )
+            raise UsageError(
+                f"%agent fix {number}: cell {number} raised no error ({some}) — give one of them"
+            )
     line = "--no-interpolate" + (" -c" if args.code else "")
     return magics.agent_cell(line, fix_prompt(error.number, error.source, error.traceback))
 

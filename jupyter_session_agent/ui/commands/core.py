@@ -62,8 +62,14 @@ def show(magics, args, raw):
     return Markdown(transcript(store.messages(session_id)))
 
 
-@subcommand("sql", "sql QUERY", "read-only SQL over the history: step, tool_call, session_summary, daily_cost, "
-                               "… (docs/analytics.md)", expand=False, split=False)
+@subcommand(
+    "sql",
+    "sql QUERY",
+    "read-only SQL over the history: step, tool_call, session_summary, daily_cost, "
+    "… (docs/analytics.md)",
+    expand=False,
+    split=False,
+)
 def sql(magics, args, raw):  # the query as typed: no $var/{expr} expansion, quotes are SQL's
     if not raw.strip():
         raise UsageError("usage: %agent sql SELECT …")

@@ -16,8 +16,8 @@ from . import parse, subcommand
 
 def load_session(magics: Any, args: list[str], usage: str):
     """(session info, history, budget report) for ``ID`` or the current session."""
-    from ...loop.budget_report import budget_report
     from ...core.chat import history_model
+    from ...loop.budget_report import budget_report
     from ...providers.registry import settings_model_info
 
     if len(args) > 1:
@@ -33,8 +33,10 @@ def load_session(magics: Any, args: list[str], usage: str):
     elif current is not None:
         info = current.info
     else:
-        raise UsageError(f"no current session — %agent {usage.split()[0]} ID, or run a %%agent cell first "
-                         "(%agent sessions lists them)")
+        raise UsageError(
+            f"no current session — %agent {usage.split()[0]} ID, or run a %%agent cell first "
+            "(%agent sessions lists them)"
+        )
     if current is not None and current.info.id == info.id:
         current.settings = magics.settings()
         return current.info, list(current.history), current.budget_report()
@@ -44,7 +46,9 @@ def load_session(magics: Any, args: list[str], usage: str):
     return info, history, budget_report(history, model, settings.compaction)
 
 
-@subcommand("show", "show [ID]", "a session's transcript: every part, tool states, compactions, budget")
+@subcommand(
+    "show", "show [ID]", "a session's transcript: every part, tool states, compactions, budget"
+)
 def show(magics, args, raw):
     from ..display import TranscriptView
 
@@ -52,8 +56,11 @@ def show(magics, args, raw):
     return TranscriptView(history, session=info, report=report)
 
 
-@subcommand("budget", "budget [ID]",
-            "the token budget: context used/usable/reserved, prune and compaction triggers, steps, cost")
+@subcommand(
+    "budget",
+    "budget [ID]",
+    "the token budget: context used/usable/reserved, prune and compaction triggers, steps, cost",
+)
 def budget(magics, args, raw):
     from ..display import BudgetView
 
@@ -61,7 +68,9 @@ def budget(magics, args, raw):
     return BudgetView(report, session=info)
 
 
-@subcommand("browse", "browse", "a widget listing every session; pick one to see its transcript and budget")
+@subcommand(
+    "browse", "browse", "a widget listing every session; pick one to see its transcript and budget"
+)
 def browse(magics, args, raw):
     parse("browse", args)
     try:

@@ -37,18 +37,27 @@ def _session(magics, session_id: str | None = None):
     return magics.current()
 
 
-@subcommand("fork", "fork [--at MSG] [-s ID]",
-            "copy the session (up to before MSG: an id or turn number) into a new current session")
+@subcommand(
+    "fork",
+    "fork [--at MSG] [-s ID]",
+    "copy the session (up to before MSG: an id or turn number) into a new current session",
+)
 def fork(magics, args, raw):
     ns = _parse("fork [--at MSG] [-s ID]", args, (("--at",), {}), (("-s", "--session"), {}))
     source = _session(magics, ns.session)
     new = source.fork(ns.at)
     magics.session = new
-    print(f"forked {source.info.id} → {new.info.id} “{new.info.title}”: {len(new.history)} message(s) copied; "
-          "it is now the current session")
+    print(
+        f"forked {source.info.id} → {new.info.id} “{new.info.title}”: {len(new.history)} message(s) copied; "
+        "it is now the current session"
+    )
 
 
-@subcommand("revert", "revert MSG", "hide turn MSG and later ones, restore the files they changed (not kernel variables)")
+@subcommand(
+    "revert",
+    "revert MSG",
+    "hide turn MSG and later ones, restore the files they changed (not kernel variables)",
+)
 def revert(magics, args, raw):
     ns = _parse("revert MSG [--part PART_ID]", args, (("message",), {}), (("--part",), {}))
     print(_session(magics).revert(ns.message, ns.part))
@@ -60,11 +69,13 @@ def unrevert(magics, args, raw):
     print(_session(magics).unrevert())
 
 
-@subcommand("turns", "turns [ID]", "the session's turns with their message ids (for fork --at and revert)")
+@subcommand(
+    "turns", "turns [ID]", "the session's turns with their message ids (for fork --at and revert)"
+)
 def turns(magics, args, raw):
-    from ..display import Markdown
-    from ...session.lifecycle import turns as rows_of
     from ...core.chat import visible
+    from ...session.lifecycle import turns as rows_of
+    from ..display import Markdown
 
     ns = _parse("turns [ID]", args, (("session",), {"nargs": "?"}))
     store = magics.store()
@@ -76,15 +87,20 @@ def turns(magics, args, raw):
         info, history = session.info, store.messages(session.info.id)
     hidden_from = (info.revert or {}).get("messageID")
     shown = {m.info.id for m in visible(history, info.revert)}
-    lines = ["| turn | message | time | prompt | msgs | cost | files |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| turn | message | time | prompt | msgs | cost | files |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for row in rows_of(history):
         prompt = row["prompt"].replace("\n", " ").replace("|", "\\|")
         prompt = prompt[:60] + ("…" if len(prompt) > 60 else "")
         mark = " *(reverted)*" if hidden_from and row["id"] not in shown else ""
         when = time.strftime("%H:%M:%S", time.localtime(row["time"] / 1000))
         files = ", ".join(sorted(os.path.basename(f) for f in row["files"]))[:60]
-        lines.append(f"| {row['turn']} | `{row['id']}`{mark} | {when} | {prompt} | {row['messages']} | "
-                     f"${row['cost']:.4f} | {files} |")
+        lines.append(
+            f"| {row['turn']} | `{row['id']}`{mark} | {when} | {prompt} | {row['messages']} | "
+            f"${row['cost']:.4f} | {files} |"
+        )
     if len(lines) == 2:
         return Markdown(f"*(no turns yet in {info.id})*")
     return Markdown(f"**{info.title}** `{info.id}`\n\n" + "\n".join(lines))
@@ -92,11 +108,15 @@ def turns(magics, args, raw):
 
 def _resolve(magics, session_id: str):
     info = magics.store().session(check_ref(session_id, "session"))
-    current = magics.session if magics.session is not None and magics.session.info.id == info.id else None
+    current = (
+        magics.session if magics.session is not None and magics.session.info.id == info.id else None
+    )
     return info, current
 
 
-@subcommand("archive", "archive ID", "hide a session from %agent sessions (kept; unarchive brings it back)")
+@subcommand(
+    "archive", "archive ID", "hide a session from %agent sessions (kept; unarchive brings it back)"
+)
 def archive(magics, args, raw):
     from ...session.lifecycle import archive as do_archive
 
@@ -116,7 +136,9 @@ def unarchive(magics, args, raw):
     print(f"unarchived {info.id} “{info.title}”")
 
 
-@subcommand("delete", "delete ID", "delete a session, its messages and parts, and its subagent sessions")
+@subcommand(
+    "delete", "delete ID", "delete a session, its messages and parts, and its subagent sessions"
+)
 def delete(magics, args, raw):
     from ...session.lifecycle import delete as do_delete
 
@@ -133,14 +155,22 @@ def delete(magics, args, raw):
     print(f"deleted {info.id} “{info.title}”{kids}{note}")
 
 
-@subcommand("export", "export [ID] --format md|html|json [--out PATH]",
-            "write a session as Markdown, a self-contained HTML page, or a JSON bundle for %agent import")
+@subcommand(
+    "export",
+    "export [ID] --format md|html|json [--out PATH]",
+    "write a session as Markdown, a self-contained HTML page, or a JSON bundle for %agent import",
+)
 def export(magics, args, raw):
-    from ...exchange.transfer import default_name, export as do_export
+    from ...exchange.transfer import default_name
+    from ...exchange.transfer import export as do_export
 
-    ns = _parse("export [ID] --format md|html|json [--out PATH]", args, (("session",), {"nargs": "?"}),
-                (("-f", "--format"), {"default": "md", "choices": ("md", "html", "json")}),
-                (("-o", "--out"), {}))
+    ns = _parse(
+        "export [ID] --format md|html|json [--out PATH]",
+        args,
+        (("session",), {"nargs": "?"}),
+        (("-f", "--format"), {"default": "md", "choices": ("md", "html", "json")}),
+        (("-o", "--out"), {}),
+    )
     if ns.session:
         info = magics.store().session(check_ref(ns.session, "session"))
     else:
@@ -150,11 +180,15 @@ def export(magics, args, raw):
         info = magics.session.info
     out = Path(ns.out) if ns.out else Path(os.getcwd()) / default_name(info, ns.format)
     path = do_export(magics.store(), info.id, ns.format, out)
-    print(f"exported {info.id} “{info.title}” as {ns.format} to {path} ({path.stat().st_size / 1024:.1f} KB)")
+    print(
+        f"exported {info.id} “{info.title}” as {ns.format} to {path} ({path.stat().st_size / 1024:.1f} KB)"
+    )
     return None
 
 
-@subcommand("import", "import PATH", "read a JSON bundle from %agent export (same ids; twice is a no-op)")
+@subcommand(
+    "import", "import PATH", "read a JSON bundle from %agent export (same ids; twice is a no-op)"
+)
 def import_(magics, args, raw):
     from ...exchange.transfer import import_bundle
 
@@ -162,13 +196,23 @@ def import_(magics, args, raw):
     print(import_bundle(magics.store(), ns.path))
 
 
-@subcommand("import-opencode", "import-opencode [DIR]",
-            "import OpenCode's sessions (opencode.db or storage/; default ~/.local/share/opencode)")
+@subcommand(
+    "import-opencode",
+    "import-opencode [DIR]",
+    "import OpenCode's sessions (opencode.db or storage/; default ~/.local/share/opencode)",
+)
 def import_opencode(magics, args, raw):
     from ...exchange.opencode import import_opencode as do_import
 
-    ns = _parse("import-opencode [DIR] [--session ID …]", args, (("path",), {"nargs": "?"}),
-                (("--session",), {"action": "append"}))
-    path = ns.path or Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "opencode"
+    ns = _parse(
+        "import-opencode [DIR] [--session ID …]",
+        args,
+        (("path",), {"nargs": "?"}),
+        (("--session",), {"action": "append"}),
+    )
+    path = (
+        ns.path
+        or Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "opencode"
+    )
     result = do_import(magics.store(), path, sessions=ns.session)
     print(result.report())  # the result line, then what was skipped and why

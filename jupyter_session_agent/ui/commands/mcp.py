@@ -45,9 +45,9 @@ def mcp(magics, args, raw):
 
 
 def _listing(configs, problems):
-    from ..display import Markdown
     from ...tools.mcp import tools_of
     from ...tools.mcp_client import current
+    from ..display import Markdown
 
     if not configs and not problems:
         return Markdown(

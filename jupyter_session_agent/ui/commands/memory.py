@@ -21,8 +21,11 @@ def _directory(magics) -> str:
     return magics.session.info.directory if magics.session is not None else os.getcwd()
 
 
-@subcommand("remember", REMEMBER_USAGE,
-            "extract a session's decisions, preferences, facts and open tasks into the project's memory files")
+@subcommand(
+    "remember",
+    REMEMBER_USAGE,
+    "extract a session's decisions, preferences, facts and open tasks into the project's memory files",
+)
 def remember(magics, args, raw):
     from ... import memory
     from ..display import Markdown
@@ -41,7 +44,9 @@ def remember(magics, args, raw):
     if ns.all:
         if ns.session:
             raise UsageError(f"an ID or --all, not both — usage: %agent {REMEMBER_USAGE}")
-        done = memory.remember_project(store, settings, _directory(magics), extractor=extractor, force=ns.force)
+        done = memory.remember_project(
+            store, settings, _directory(magics), extractor=extractor, force=ns.force
+        )
         if not done:
             return Markdown("*(no sessions in this project yet)*")
         lines = [f"Remembered {len(done)} session(s) → `{done[-1].memory_path}`", ""]
@@ -54,17 +59,34 @@ def remember(magics, args, raw):
     elif magics.session is not None:
         session_id = magics.session.info.id
     else:
-        raise UsageError("no current session — %agent remember ID, or --all for every session of this project")
-    current = magics.session if magics.session is not None and magics.session.info.id == session_id else None
-    done = memory.remember(store, session_id, settings, extractor=extractor, force=ns.force,
-                           history=current.history if current else None, info=current.info if current else None)
+        raise UsageError(
+            "no current session — %agent remember ID, or --all for every session of this project"
+        )
+    current = (
+        magics.session
+        if magics.session is not None and magics.session.info.id == session_id
+        else None
+    )
+    done = memory.remember(
+        store,
+        session_id,
+        settings,
+        extractor=extractor,
+        force=ns.force,
+        history=current.history if current else None,
+        info=current.info if current else None,
+    )
     where = f"`{done.path}`" if done.status != "empty" else "(no file: nothing worth remembering)"
-    return Markdown(f"**{done.summary()}**\n\n{where} · consolidated in `{done.memory_path}`\n\n{done.markdown}")
+    return Markdown(
+        f"**{done.summary()}**\n\n{where} · consolidated in `{done.memory_path}`\n\n{done.markdown}"
+    )
 
 
-@subcommand("recall", RECALL_USAGE,
-            "search the project's memory and history (BM25 fused with embeddings); "
-            "newest statement wins")
+@subcommand(
+    "recall",
+    RECALL_USAGE,
+    "search the project's memory and history (BM25 fused with embeddings); newest statement wins",
+)
 def recall(magics, args, raw):
     from ... import memory
     from ..display import Markdown
@@ -74,7 +96,9 @@ def recall(magics, args, raw):
     parser.add_argument("--all", action="store_true", help="every project, not only this one")
     parser.add_argument("-k", type=int, default=None)
     parser.add_argument("--memory-only", action="store_true")
-    parser.add_argument("--stale", action="store_true", help="list superseded results too, after the others")
+    parser.add_argument(
+        "--stale", action="store_true", help="list superseded results too, after the others"
+    )
     ns = parser.parse_args(args)
     query = " ".join(ns.query).strip()
     if not query:
@@ -82,9 +106,16 @@ def recall(magics, args, raw):
     if ns.k is not None and ns.k < 1:
         raise UsageError("-k must be at least 1")
     settings, store = magics.settings(), magics.store()
-    hits = memory.recall(store, settings, query, directory=_directory(magics),
-                         scope="all" if ns.all else None, k=ns.k,
-                         sources=("memory",) if ns.memory_only else None, include_superseded=ns.stale)
+    hits = memory.recall(
+        store,
+        settings,
+        query,
+        directory=_directory(magics),
+        scope="all" if ns.all else None,
+        k=ns.k,
+        sources=("memory",) if ns.memory_only else None,
+        include_superseded=ns.stale,
+    )
     how = _ranked_by(memory.index_for(store, settings.data_dir).status, hits)
     if not hits:
         opts = memory.options(settings)
@@ -93,17 +124,22 @@ def recall(magics, args, raw):
         if model is not None:
             cosine = opts["cosine_threshold"]
             floor += f" in bm25 or {model.threshold if cosine is None else cosine} in cosine"
-        return Markdown(f"*(nothing in {'any project' if ns.all else 'this project'} scores above "
-                        f"{floor} for “{query}”; {how})*")
-    lines = ["| # | date | source | text | session / message | why (bm25 · cosine · fused) |",
-             "|---|---|---|---|---|---|"]
+        return Markdown(
+            f"*(nothing in {'any project' if ns.all else 'this project'} scores above "
+            f"{floor} for “{query}”; {how})*"
+        )
+    lines = [
+        "| # | date | source | text | session / message | why (bm25 · cosine · fused) |",
+        "|---|---|---|---|---|---|",
+    ]
     for i, hit in enumerate(hits, 1):
         text = hit.text.replace("|", "\\|")
         if hit.superseded_by:
             text = f"~~{text}~~ (superseded by `{hit.superseded_by}`)"
         where = " / ".join(f"`{x}`" for x in (hit.session_id, hit.message_id) if x) or "pinned"
-        lines.append(f"| {i} | {hit.date} | {hit.source}/{hit.kind} | {text} | {where} | "
-                     f"{hit.why()} |")
+        lines.append(
+            f"| {i} | {hit.date} | {hit.source}/{hit.kind} | {text} | {where} | {hit.why()} |"
+        )
     return Markdown("\n".join(lines) + f"\n\n*{how}*")
 
 
@@ -114,11 +150,17 @@ def _ranked_by(status, hits) -> str:
     pending = f", {status.pending} still being embedded" if status.pending else ""
     error = f"; embedding failed: {status.error}" if status.error else ""
     fusion = "by reciprocal rank" if status.fusion == "rrf" else "linearly"
-    return (f"ranked by BM25 and {status.model} cosine, fused {fusion}; "
-            f"{status.embedded}/{status.passages} passages embedded{pending}{error}")
+    return (
+        f"ranked by BM25 and {status.model} cosine, fused {fusion}; "
+        f"{status.embedded}/{status.passages} passages embedded{pending}{error}"
+    )
 
 
-@subcommand("memory", "memory [--path]", "show this project's MEMORY.md (consolidated memory; edit the files to correct it)")
+@subcommand(
+    "memory",
+    "memory [--path]",
+    "show this project's MEMORY.md (consolidated memory; edit the files to correct it)",
+)
 def show_memory(magics, args, raw):
     from ... import memory
     from ..display import Markdown
@@ -132,6 +174,8 @@ def show_memory(magics, args, raw):
         print(folder)
         return None
     if not path.exists():
-        return Markdown(f"*(no memory yet for this project — `%agent remember` or `%agent remember --all` "
-                        f"writes it to `{folder}`)*")
+        return Markdown(
+            f"*(no memory yet for this project — `%agent remember` or `%agent remember --all` "
+            f"writes it to `{folder}`)*"
+        )
     return Markdown(f"`{path}`\n\n" + path.read_text(encoding="utf-8"))

@@ -13,12 +13,17 @@ import os
 from ...core.errors import UsageError
 from . import subcommand
 
-USAGE = ("usage: %agent permit TOOL [PATTERN] allow|ask|deny — e.g. %agent permit bash allow, "
-         "%agent permit edit \"*.py\" allow, %agent permit bash \"git *\" allow")
+USAGE = (
+    "usage: %agent permit TOOL [PATTERN] allow|ask|deny — e.g. %agent permit bash allow, "
+    '%agent permit edit "*.py" allow, %agent permit bash "git *" allow'
+)
 
 
-@subcommand("permit", "permit TOOL [PATTERN] allow|ask|deny",
-            "allow, ask or deny a tool (or a pattern) in this session; no arguments: list the rules")
+@subcommand(
+    "permit",
+    "permit TOOL [PATTERN] allow|ask|deny",
+    "allow, ask or deny a tool (or a pattern) in this session; no arguments: list the rules",
+)
 def permit(magics, args, raw):
     from ...core import permission as P
     from ...core.errors import ConfigError
@@ -56,13 +61,20 @@ def _listing(magics, session):
         ("%config", P.from_config(session.settings.permission)),
         ("session", P.from_data(session.info.permission)),
     ]
-    lines = [f"Permission rules of session `{session.info.id}`, in order — the **last** matching rule "
-             "wins; no match asks.", "", "| from | permission | pattern | action |", "|---|---|---|---|"]
+    lines = [
+        f"Permission rules of session `{session.info.id}`, in order — the **last** matching rule "
+        "wins; no match asks.",
+        "",
+        "| from | permission | pattern | action |",
+        "|---|---|---|---|",
+    ]
     for source, rules in groups:
         for rule in rules:
             pattern = rule.pattern.replace("|", "\\|")
             lines.append(f"| {source} | `{rule.permission}` | `{pattern}` | {rule.action} |")
     lines.append("")
-    lines.append("Add one with `%agent permit TOOL [PATTERN] allow|ask|deny`, for one cell with "
-                 "`%%agent -p \"bash=allow\"`, for every session with `%config AgentMagics.permission`.")
+    lines.append(
+        "Add one with `%agent permit TOOL [PATTERN] allow|ask|deny`, for one cell with "
+        '`%%agent -p "bash=allow"`, for every session with `%config AgentMagics.permission`.'
+    )
     return Markdown("\n".join(lines))
