@@ -3,7 +3,7 @@ and a 10,000-message session loaded by a fresh Store.
 
 Run: ``python3 benchmarks/bench_analytics.py [--parts N]`` (about 3 minutes on 2 cores for
 1M parts, most of it writing the history through ``Store.put``). Prints medians (and
-minimums) of several runs; nothing is asserted. Targets (PRODUCT.md): view/table ratio at
+minimums) of several runs; nothing is asserted. Targets (docs/benchmarks.md): view/table ratio at
 most 1.5; a fresh 10k-message load under 0.5 s.
 
 The history: one session of 10,000 messages (30,000 parts) plus sessions of 20 turns
@@ -271,12 +271,10 @@ def bench_load(data_dir: Path, big: str, runs: int) -> None:
     del history
     print("session of 10,000 messages / 30,000 parts, in a history of the size above:")
     print(f"  messages(), fresh store (reads the Parquet files): {fmt(timed(fresh, runs))}")
-    store = Store(data_dir)
-    store.sql("SELECT 1 FROM part LIMIT 1")  # defines the views (and loads the tail, if any)
-    store._cache.clear()
     times, cpu = [], []
     for _ in range(runs):
-        store._cache.clear()
+        store = Store(data_dir)
+        store.sql("SELECT 1 FROM part LIMIT 1")  # defines the views (and loads the tail, if any)
         times += timed(lambda: store.messages(big), 1)
         cpu += CPU
     CPU[:] = cpu

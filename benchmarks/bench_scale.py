@@ -196,13 +196,13 @@ elif mode == "load":
     frame = [None] * len(history)
 else:
     import duckdb
-    from jupyter_session_agent.store.merge import list_manifests, _current
+    from jupyter_session_agent.store.generation import list_manifests, current_generation
     from jupyter_session_agent.store.schema import DERIVED, KINDS, select_list
-    from jupyter_session_agent.store.views import _VIEWS
+    from jupyter_session_agent.store.views import VIEWS
     from pathlib import Path
     folder = Path(data) / "history" / "parquet"
     t, cpu = time.perf_counter(), time.process_time()
-    gen = _current(list_manifests(folder, {{}}), frozenset(p.name for p in folder.iterdir()))
+    gen = current_generation(list_manifests(folder, {{}}), frozenset(p.name for p in folder.iterdir()))
     con = duckdb.connect()
     con.execute("CREATE SCHEMA _store")
     for kind in (*KINDS, *DERIVED):  # the generation's files, as they are
@@ -211,7 +211,7 @@ else:
         where = "" if kind in DERIVED else f" WHERE kind = '{{kind}}' AND deleted IS NOT TRUE"
         con.execute(f"CREATE VIEW _store.{{kind}} AS SELECT {{select_list(kind)}} "
                     f"FROM read_parquet([{{files}}]){{where}}")
-    for name, body in _VIEWS.items():
+    for name, body in VIEWS.items():
         con.execute(f"CREATE VIEW {{name}} AS {{body}}")
     frame = con.execute(query).df()
 took, cpu = time.perf_counter() - t, time.process_time() - cpu

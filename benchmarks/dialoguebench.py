@@ -82,7 +82,18 @@ class Question:
     evidence: tuple[str, ...]  # message ids
     wording: str = ""
     overlap: int = 0  # content terms shared with the evidence (the speakers' names left out)
-    context_overlap: int = 0  # … with the evidence or the turns just before and after it
+    context_overlap: int = 0  # … with the evidence or the two turns before and the one after it
+    # per evidence turn, the other turns that state the same thing (multi-hop and open-domain: the
+    # event's detail turn tells of it as much as its intro does); empty: the evidence turn alone
+    alternatives: tuple[tuple[str, ...], ...] = ()
+
+    def found(self, got: list[str], strict: bool = False) -> float:
+        """The share of the evidence among ``got``: a turn counts if it or an alternative is there
+        (``strict``: only the turn itself)."""
+        seen = set(got)
+        alts = self.alternatives if self.alternatives and not strict else ((),) * len(self.evidence)
+        hits = sum(e in seen or bool(seen & set(a)) for e, a in zip(self.evidence, alts))
+        return hits / len(self.evidence)
 
 
 @dataclass
@@ -185,17 +196,29 @@ def generate(seed: int, index: int, sessions: tuple[int, int] = (20, 30)) -> Con
     around = {}
     for ses in conv.sessions:
         for i, turn in enumerate(ses):
-            around[turn.id] = [x.id for x in ses[max(0, i - 1) : i + 2]]
+            # the turns a passage's context holds: two before (the intro of a detail) and one after
+            around[turn.id] = [x.id for x in ses[max(0, i - 2) : i + 2]]
     names = set(tokens(a)) | set(tokens(b))
 
     def overlap(question: str, turns) -> int:
         q = set(tokens(question)) - names
         return max((len(q & (set(tokens(texts[e])) - names)) for e in turns), default=0)
 
-    def ask(kind: str, text: str, evidence: tuple[str, ...], wording: str, owner: str) -> None:
+    def ask(
+        kind: str, text: str, evidence: tuple[str, ...], wording: str, owner: str, alternatives=()
+    ) -> None:
         near = [x for e in evidence for x in around[e]]
+        every = [*evidence, *(x for a in alternatives for x in a)]
         conv.questions.append(
-            Question(kind, text, evidence, wording, overlap(text, evidence), overlap(text, near))
+            Question(
+                kind,
+                text,
+                evidence,
+                wording,
+                overlap(text, every),
+                overlap(text, [*near, *every]),
+                tuple(alternatives),
+            )
         )
 
     def turn_id(info: dict, which: str) -> str:
@@ -228,12 +251,14 @@ def generate(seed: int, index: int, sessions: tuple[int, int] = (20, 30)) -> Con
     for (owner, theme), infos in sorted(themes.items()):
         if len(infos) >= 2 and theme in MULTI:
             evidence = tuple(turn_id(i, "intro") for i in infos[:3])
-            ask("multi-hop", rng.choice(MULTI[theme]).format(o=owner), evidence, "theme", owner)
+            details = tuple((turn_id(i, "detail"),) for i in infos[:3])
+            text = rng.choice(MULTI[theme]).format(o=owner)
+            ask("multi-hop", text, evidence, "theme", owner, details)
         if theme in OPEN and rng.random() < OPEN_DOMAIN:
             evidence = tuple(turn_id(i, "intro") for i in infos[:3])
-            ask(
-                "open-domain", rng.choice(OPEN[theme]).format(o=owner), evidence, "inference", owner
-            )
+            details = tuple((turn_id(i, "detail"),) for i in infos[:3])
+            text = rng.choice(OPEN[theme]).format(o=owner)
+            ask("open-domain", text, evidence, "inference", owner, details)
     return conv
 
 
@@ -358,7 +383,8 @@ def evaluate(index, convs: list[Conversation], dirs: dict, embedder=None, ks=(5,
             )
             times.append(time.perf_counter() - started)
             got = [h.message_id for h in hits]
-            row = {f"r@{k}": len(set(q.evidence) & set(got[:k])) / len(q.evidence) for k in ks}
+            row = {f"r@{k}": q.found(got[:k]) for k in ks}
+            row.update({f"strict r@{k}": q.found(got[:k], strict=True) for k in ks})
             for group in (
                 q.kind,
                 "all",
@@ -398,6 +424,7 @@ def tuning() -> dict:
     from jupyter_session_agent.memory.search import DEFAULT_RANKING as D
     from jupyter_session_agent.memory.search import PLAIN_BM25
 
+    L = replace(D, fusion="linear", linear_weight=0.6, hub=0.0, vector_context=0.3)
     out = {
         "bm25 + supersession": (replace(PLAIN_BM25, supersede=True), False),
         "bm25 + question weight": (replace(PLAIN_BM25, question_weight=D.question_weight), False),
@@ -413,32 +440,74 @@ def tuning() -> dict:
         "dates 0.25": (replace(D, dates=0.25), False),
         "dates 1.0": (replace(D, dates=1.0), False),
         "question weight 1 (off)": (replace(D, question_weight=1.0), False),
-        "cosine alone": (replace(D, fusion="rrf", cosine_weight=1000.0, vector_context=0.0), True),
+        "feedback: 8 terms of the best 3 at 0.3": (replace(D, feedback=3), False),
+        "feedback: 8 terms of the best 5 at 0.3": (replace(D, feedback=5), False),
+        "feedback: 8 terms of the best 3 at 0.5": (
+            replace(D, feedback=3, feedback_weight=0.5),
+            False,
+        ),
+        "feedback: 5 terms of the best 1 at 0.3": (
+            replace(D, feedback=1, feedback_terms=5),
+            False,
+        ),
+        "feedback: 10 terms of the best 10 at 0.2": (
+            replace(D, feedback=10, feedback_terms=10, feedback_weight=0.2),
+            False,
+        ),
+        # the first round, around the earlier default L: a linear mix of the bm25 share and the
+        # centred cosine, neighbours' vectors at 0.3, no hubness correction
+        "cosine alone": (replace(L, fusion="rrf", cosine_weight=1000.0, vector_context=0.0), True),
         "cosine alone, not centred": (
-            replace(D, fusion="rrf", cosine_weight=1000.0, vector_context=0.0, center=False),
+            replace(L, fusion="rrf", cosine_weight=1000.0, vector_context=0.0, center=False),
             True,
         ),
-        "rrf k=60": (replace(D, fusion="rrf", vector_context=0.0), True),
+        "rrf k=60": (replace(L, fusion="rrf", vector_context=0.0), True),
         "rrf k=60, cosine weight 3": (
-            replace(D, fusion="rrf", cosine_weight=3.0, vector_context=0.0),
+            replace(L, fusion="rrf", cosine_weight=3.0, vector_context=0.0),
             True,
         ),
-        "rrf k=10": (replace(D, fusion="rrf", rrf_k=10, vector_context=0.0), True),
+        "rrf k=10": (replace(L, fusion="rrf", rrf_k=10, vector_context=0.0), True),
         "rrf, BM25 ranking only above share 0.3": (
-            replace(D, fusion="rrf", bm25_floor=0.3, vector_context=0.0),
+            replace(L, fusion="rrf", bm25_floor=0.3, vector_context=0.0),
             True,
         ),
-        "linear 0.3": (replace(D, linear_weight=0.3), True),
-        "linear 0.5": (replace(D, linear_weight=0.5), True),
-        "linear 0.7": (replace(D, linear_weight=0.7), True),
-        "linear 0.6, no vector context": (replace(D, vector_context=0.0), True),
-        "vector context 0.5": (replace(D, vector_context=0.5), True),
-        "not centred (floor 0.7)": (replace(D, center=False, cosine_floor=0.7), True),
+        "linear 0.3": (replace(L, linear_weight=0.3), True),
+        "linear 0.5": (replace(L, linear_weight=0.5), True),
+        "linear 0.6 (the earlier default)": (L, True),
+        "linear 0.7": (replace(L, linear_weight=0.7), True),
+        "linear 0.6, no vector context": (replace(L, vector_context=0.0), True),
+        "vector context 0.5": (replace(L, vector_context=0.5), True),
+        "not centred (floor 0.7)": (replace(L, center=False, cosine_floor=0.7), True),
         "embed turn with its neighbours (window)": (
-            replace(D, embed_window=True, vector_context=0.0),
+            replace(L, embed_window=True, vector_context=0.0),
             True,
         ),
-        "embed the text without its date": (replace(D, embed_dates=False), True),
+        "embed the text without its date": (replace(L, embed_dates=False), True),
+        # the second round, around ours: scores min-max scaled per query, hubness subtracted
+        "min-max 0.6, no hubness, vector context 0.3": (
+            replace(D, linear_weight=0.6, hub=0.0, vector_context=0.3),
+            True,
+        ),
+        "linear 0.6 with hubness 0.7, vector context 0.3": (
+            replace(L, hub=0.7),
+            True,
+        ),
+        "min-max 0.6, hubness 1, vector context 0.3": (
+            replace(D, linear_weight=0.6, hub=1.0, vector_context=0.3),
+            True,
+        ),
+        "min-max 0.8, hubness 0.7, vector context 0.3": (replace(D, vector_context=0.3), True),
+        "… vector context 0.15": (replace(D, vector_context=0.15), True),
+        "… min-max 0.7": (replace(D, linear_weight=0.7), True),
+        "… min-max 0.9": (replace(D, linear_weight=0.9), True),
+        "… hubness 0.5": (replace(D, hub=0.5), True),
+        "… hubness 1.0": (replace(D, hub=1.0), True),
+        "… hubness over 20 nearest": (replace(D, hub_k=20), True),
+        "… no hubness": (replace(D, hub=0.0), True),
+        "… linear mix instead of min-max": (replace(D, fusion="linear", linear_weight=0.6), True),
+        "… rrf k=10 instead": (replace(D, fusion="rrf", rrf_k=10), True),
+        "… not centred": (replace(D, center=False), True),
+        "… embed the text without its date": (replace(D, embed_dates=False), True),
     }
     return out
 
@@ -522,7 +591,8 @@ def run(
 
 def _summary(row: dict) -> str:
     return (
-        f"r@10 {row['all']['r@10']:.3f} r@5 {row['all']['r@5']:.3f} · "
+        f"r@10 {row['all']['r@10']:.3f} r@5 {row['all']['r@5']:.3f} "
+        f"(intro only {row['all']['strict r@10']:.3f}) · "
         + " ".join(f"{k} {row[k]['r@10']:.2f}" for k in KINDS if k in row)
         + f" · para {row.get('paraphrase', {}).get('r@10', float('nan')):.2f}"
         + f" · {row['query ms']['median']} ms"
@@ -531,16 +601,17 @@ def _summary(row: dict) -> str:
 
 def table(out: dict) -> str:
     lines = [
-        "| variant | recall@5 | recall@10 | "
+        "| variant | recall@5 | recall@10 | recall@10, intro turns only | "
         + " | ".join(f"{k} @5 / @10" for k in KINDS)
         + " | no shared word @10 | build s | search ms (median / p95) | + query vector ms |",
-        "|---|---|---|" + "---|" * len(KINDS) + "---|---|---|---|",
+        "|---|---|---|---|" + "---|" * len(KINDS) + "---|---|---|---|",
     ]
     for name, row in out["results"].items():
         cells = [f"{row[k]['r@5']:.2f} / {row[k]['r@10']:.2f}" if k in row else "—" for k in KINDS]
         para = row.get("paraphrase", {}).get("r@10")
         lines.append(
             f"| {name} | {row['all']['r@5']:.3f} | {row['all']['r@10']:.3f} | "
+            f"{row['all']['strict r@10']:.3f} | "
             + " | ".join(cells)
             + f" | {para if para is not None else '—'} | {row['build s']} | "
             f"{row['query ms']['median']} / {row['query ms']['p95']} | "

@@ -570,7 +570,7 @@ def test_queries_run_while_another_process_writes(tmp_path):
 
 
 def journal_of(store: Store) -> Path:
-    return store._journal.path
+    return store.journal_path
 
 
 def test_catalog_newest_revision_tombstones_and_late_writes(tmp_path):
@@ -680,7 +680,7 @@ def test_catalog_settles_a_dead_writers_tool_once(tmp_path):
         f.write(json.dumps(row) + "\n")
         f.flush()
         assert reader.sql("SELECT status FROM tool_call").status.tolist() == ["running"]
-    reader._next_sweep = 0  # its writer is gone: the next read compacts it and settles the tool
+    reader.tidy()  # its writer is gone: tidying compacts it, and the next read settles the tool
     assert reader.sql("SELECT status, error FROM tool_call").iloc[0].tolist() == [
         "interrupted",
         "Tool execution was interrupted",
@@ -775,7 +775,7 @@ def test_export_parquet_layout_and_round_trip(history, tmp_path, capsys):
         f'SELECT count(*), count(DISTINCT id), any_value("user"), any_value(host), '
         f"count(DISTINCT date) FROM read_parquet('{out}/part/*/*.parquet', hive_partitioning=true)"
     ).fetchone()
-    assert part == (24, 24, "alice", history.store._journal.writer.rsplit("-", 2)[0], 2)
+    assert part == (24, 24, "alice", history.store.journal_path.stem.rsplit("-", 2)[0], 2)
     again = analytics.export_parquet(
         out, store, user="alice"
     )  # again: nothing changed, nothing written
@@ -805,7 +805,7 @@ def test_export_parquet_layout_and_round_trip(history, tmp_path, capsys):
 def test_catalog_prefers_the_parquet_file_of_a_journal_read_in_the_same_batch(tmp_path):
     """Between a compaction's rename and its unlink both files hold the same rows (same rev, same
     writer): the Parquet file's settled tool wins, and nothing is counted twice."""
-    from jupyter_session_agent.store import compact
+    from jupyter_session_agent.store import journal_to_parquet
 
     live = tmp_path / "history" / "live"
     live.mkdir(parents=True)
@@ -856,7 +856,7 @@ def test_catalog_prefers_the_parquet_file_of_a_journal_read_in_the_same_batch(tm
     ]
     text = "".join(json.dumps(r) + "\n" for r in rows)
     journal.write_text(text)
-    compact(
+    journal_to_parquet(
         journal, tmp_path / "history"
     )  # host-7-dead.parquet, its tool settled; the journal removed …
     journal.write_text(text)  # … as if the unlink had not happened yet

@@ -4,6 +4,7 @@ Bottom to top::
 
     core                              values and policies
     store  providers  tools  testing  the history, model access, the agent's tools, the test server
+    render                            parts and messages as Markdown, HTML, text; text for models
     context                           what a %%agent prompt refers to and carries
     loop                              one step, one turn, compaction
     exchange  memory                  sessions out and in (export, import); cross-session memory
@@ -31,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
     ("store", "providers", "tools", "testing"),
+    ("render",),
     ("context",),
     ("loop",),
     ("exchange", "memory"),
@@ -217,3 +219,25 @@ def test_importing_the_package_and_its_layer_folders_loads_nothing_heavy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"loaded at import time: {out.stdout.strip()}"
+
+
+LONG_MODULE = 300  # lines
+ONE_MODULE = "One module:"  # the docstring line that says why a long module is one module
+
+
+def test_a_long_module_says_why_it_is_one_module():
+    wrong = []
+    for path in MODULES.values():
+        text = path.read_text(encoding="utf-8")
+        lines = len(text.splitlines())
+        if lines <= LONG_MODULE:
+            continue
+        doc = ast.get_docstring(ast.parse(text)) or ""
+        reason = [ln for ln in doc.splitlines() if ln.strip().startswith(ONE_MODULE)]
+        if not reason or len(reason[0].strip()) < len(ONE_MODULE) + 20:
+            wrong.append(f"{path.relative_to(ROOT.parent)} ({lines} lines)")
+    assert not wrong, (
+        f"modules over {LONG_MODULE} lines whose docstring has no line starting "
+        f"{ONE_MODULE!r} followed by why their content belongs together (or split them):\n"
+        + "\n".join(wrong)
+    )

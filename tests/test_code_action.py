@@ -63,7 +63,7 @@ def test_a_python_block_is_a_python_call_and_its_output_goes_back_as_text(
     assert first["temperature"] == 0
     sent = second["messages"]
     assert sent[0]["role"] == "system" and sent[0]["content"].startswith(codeaction.PROMPT)
-    example_turns = 4 * len(codeaction.EXAMPLES)
+    example_turns = 4 * codeaction.SHOWN
     assert [m["role"] for m in sent[1 : 1 + example_turns]] == ["user", "assistant"] * (
         example_turns // 2
     )
@@ -366,3 +366,73 @@ def test_a_block_that_cannot_run_is_recognised_without_running_it():
     assert codeaction.known_names(
         [{"role": "system", "content": "s"}, {"role": "assistant", "tool_calls": [call]}]
     ) == {"os", "z"}
+
+
+def test_a_block_that_waits_for_the_user_to_type_is_recognised():
+    assert codeaction.problem("n = int(input('n: '))\nsum(range(n))").startswith(
+        "input() would wait for the user to type"
+    )
+    assert codeaction.problem("breakpoint()").startswith("breakpoint() would wait")
+    assert codeaction.problem("def input(p):\n    return 3\ninput('x')") == ""  # their own
+
+
+def test_a_block_gets_the_imports_it_forgot():
+    assert codeaction.add_imports("factorial(6)") == "from math import factorial\nfactorial(6)"
+    assert codeaction.add_imports("math.sqrt(2) + median([1, 3])") == (
+        "import math\nfrom statistics import median\nmath.sqrt(2) + median([1, 3])"
+    )
+    assert codeaction.add_imports("pd.Series([1, 2]).sum()") == (
+        "import pandas as pd\npd.Series([1, 2]).sum()"
+    )
+    # names the code or the kernel defines, builtins, and code that does not parse: unchanged
+    for code, known in (
+        ("def sqrt(x):\n    return x\nsqrt(4)", ()),
+        ("df['age'].max()", {"df"}),
+        ("pi * 2", {"pi"}),
+        ("sum(range(3))", ()),
+        ("banana.count('a')", ()),
+        ("x = = 1", ()),
+    ):
+        assert codeaction.add_imports(code, known) == code
+    assert codeaction.add_imports("2 * pi") == "from math import pi\n2 * pi"
+    assert codeaction.problem(codeaction.add_imports("factorial(6) + floor(2.5)")) == ""
+
+
+def test_a_name_that_is_a_string_the_request_quotes_becomes_that_string():
+    ask = "Use python to count the vowels in 'education' and in \"big data\"."
+    assert codeaction.quote_names("sum(c in 'aeiou' for c in education)", ask) == (
+        "sum(c in 'aeiou' for c in 'education')"
+    )
+    assert codeaction.quote_names("len(big_data)  # the words", ask) == (
+        "len('big data')  # the words"
+    )
+    # a name the code or the kernel defines, an attribute, a name not quoted: unchanged
+    for code, known in (
+        ("education = 'x'\nlen(education)", ()),
+        ("len(education)", {"education"}),
+        ("s.education", {"s"}),
+        ("len(science)", ()),
+    ):
+        assert codeaction.quote_names(code, ask, known) == code
+    assert codeaction.quote_names("x = 'é'; len(education)", ask) == "x = 'é'; len('education')"
+
+
+def test_the_examples_nearest_the_request_come_last_and_none_answers_a_task():
+    shown = codeaction.examples_for("Use python to make 'Shout' lower case.")
+    assert len(shown) == codeaction.SHOWN
+    assert shown[-1][0] == "Use python to make 'Good Morning' lower case."
+    assert codeaction.examples_for("") == (codeaction.EXAMPLES + codeaction.MORE_EXAMPLES)[:8]
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "lower case 'X'"}]
+    assert code_messages(messages)[-5]["content"] == shown[-1][0]
+    # a model that copies an example (its code, output or answer) passes no task of the suite
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import tasksuite
+
+    for task in tasksuite.TASKS:
+        for question, code, output, answer in codeaction.EXAMPLES + codeaction.MORE_EXAMPLES:
+            namespace: dict = {"sales": None}
+            copied = tasksuite.Outcome(answer, (code,), (output,), namespace, task.prompt)
+            assert not task.passed(copied), (task.name, question)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.compactbench.baseline import OPENCODE, OpenCodeReservedBug
 from jupyter_session_agent.core import ids
 from jupyter_session_agent.core.budget import ModelInfo, Prices, estimate
 from jupyter_session_agent.core.chat import (
@@ -41,6 +42,7 @@ from jupyter_session_agent.loop.compaction import (
     CompactionConfig,
     CompactionEvent,
     Compactor,
+    ProductStrategy,
     plan_prune,
     select_tail,
     transcript,
@@ -136,21 +138,26 @@ def model(context, output, input_limit=0, **extra):
     return ModelInfo("p", "m", context=context, output=output, input=input_limit, extra=extra)
 
 
-def test_overflow_uses_the_fixed_budget_by_default_and_v1216_optionally():
+def test_overflow_uses_the_fixed_budget_by_default_and_v1216_optionally(tmp_path):
     m = model(200 * K, 32 * K)
-    fixed, legacy = CompactionConfig(), CompactionConfig.opencode(legacy_reserved=True)
+    fixed = CompactionConfig()
+    bug = OpenCodeReservedBug()  # CompactBench's strategy with v1.2.16's isOverflow
     assert (
-        fixed.budget(m).usable == 148 * K and legacy.budget(m).usable == 168 * K
+        fixed.budget(m).usable == 148 * K and bug.budget(fixed, m).usable == 168 * K
     )  # v1.2.16 vs the upstream fix
-    assert fixed.is_overflow(Tokens(total=171 * K), m) and legacy.is_overflow(
-        Tokens(total=171 * K), m
+
+    def legacy(model_info):
+        return Compactor(fixed, None, model_info, tmp_path, "", strategy=bug)
+
+    assert fixed.is_overflow(Tokens(total=171 * K), m) and legacy(m).is_overflow(
+        Tokens(total=171 * K)
     )
-    assert fixed.is_overflow(Tokens(total=150 * K), m) and not legacy.is_overflow(
-        Tokens(total=150 * K), m
+    assert fixed.is_overflow(Tokens(total=150 * K), m) and not legacy(m).is_overflow(
+        Tokens(total=150 * K)
     )
     # with an input limit both subtract reserved (OpenCode's asymmetry test)
     mi = model(200 * K, 32 * K, 200 * K)
-    assert fixed.budget(mi).usable == legacy.budget(mi).usable == 180 * K
+    assert fixed.budget(mi).usable == bug.budget(fixed, mi).usable == legacy(mi).usable == 180 * K
     assert not CompactionConfig(auto=False).is_overflow(Tokens(total=10**9), m)
     assert not fixed.is_overflow(Tokens(total=10**9), model(0, 0))
 
@@ -378,7 +385,15 @@ def test_transcript_lines_and_water_fill():
 
 
 def _compactor(
-    store, tmp_path, config, *, context=20_000, output=2_000, server=None, summary_context=None
+    store,
+    tmp_path,
+    config,
+    *,
+    context=20_000,
+    output=2_000,
+    server=None,
+    summary_context=None,
+    strategy=None,
 ):
     info = ModelInfo("openai", "scripted", context=context, output=output, prices=Prices(1.0, 2.0))
     summary_info = (
@@ -408,6 +423,7 @@ def _compactor(
         summary_request=summary_request,
         max_retries=0,
         sleep=lambda s: None,
+        strategy=strategy or ProductStrategy(),
     )
 
 
@@ -503,7 +519,9 @@ def test_summary_that_never_fits_fails_in_one_line_and_leaves_the_view(server, t
     assert ids_of(without_failed_compactions(filter_compacted(history))) == before
     # OpenCode v1.2.16: no fallback, one call, then stop
     server.enqueue(Reply(**OVERFLOW_400))
-    opencode = _compactor(store, tmp_path, CompactionConfig.opencode(), server=server)
+    opencode = _compactor(
+        store, tmp_path, OPENCODE.config, server=server, strategy=OPENCODE.strategy
+    )
     assert opencode.compact(_session(), cause="auto", auto=True).event.llm_calls == 1
     store.close()
 
@@ -623,11 +641,11 @@ def test_events_round_trip_and_store_kind():
 # -- through the loop --------------------------------------------------------------------------
 
 
-def _setup(server, store, tmp_path, compaction, context=12_000):
+def _setup(server, store, tmp_path, compaction, context=12_000, strategy=None):
     info = ModelInfo("openai", "scripted", context=context, output=1_000)
     provider = OpenAIProvider(provider_id="openai", base_url=server.base_url, api_key="sk-test")
     compactor = _compactor(
-        store, tmp_path, compaction, server=server, context=context, output=1_000
+        store, tmp_path, compaction, server=server, context=context, output=1_000, strategy=strategy
     )
 
     def factory(chat, last):
@@ -684,7 +702,8 @@ def test_turn_end_overflow_compacts_without_an_extra_call(server, tmp_path):
         Reply(text="## Goal\nwrap up"),
         Reply(text="nothing left to do"),
     )
-    run_turn(_setup(server, store, tmp_path, CompactionConfig.opencode()), opencode_history)
+    opencode = _setup(server, store, tmp_path, OPENCODE.config, strategy=OPENCODE.strategy)
+    run_turn(opencode, opencode_history)
     assert len(server.requests) == 5  # + the synthetic "continue" and the model's reply to it
     assert [p.text for p in opencode_history[-1].parts if p.type == "text"] == [
         "nothing left to do"

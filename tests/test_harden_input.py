@@ -312,6 +312,9 @@ BAD_SETTINGS = {
         {"inject_everything": True},
         {"threshold": -1},
     ],
+    "temperature": [-0.5, 3, "hot", True, float("nan")],
+    "system_prompt": [5, "a\x00b", ["be brief"]],
+    "tools": ["python", [""], [5], {"python": True}],
 }
 GOOD_SETTINGS = {
     "model": "ollama/qwen2.5-coder:7b",

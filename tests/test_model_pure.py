@@ -1,4 +1,4 @@
-"""Pure layers against OpenCode's own cases (spec §7): ids, isOverflow, Token.estimate,
+"""Pure layers against OpenCode's own test cases (v1.2.16): ids, isOverflow, Token.estimate,
 cost, toModelMessages and filterCompacted."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Permission rules (OpenCode's ``permission/next.test.ts`` cases, §7), what our tools ask,
+"""Permission rules (OpenCode's ``permission/next.test.ts`` cases), what our tools ask,
 the gate the processor calls (doom loop, replies), and the notebook flow end to end."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""retry.py against OpenCode's retry.test.ts, fromError cases and §3.1 overflow patterns."""
+"""retry.py against OpenCode's retry.test.ts, fromError cases and its context-overflow patterns."""
 
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ def test_retry_message(err, expected):
 
 
 # --------------------------------------------------------------------------
-# overflow (§3.1 and fromError cases)
+# overflow (OpenCode's overflow patterns and fromError cases)
 
 OVERFLOW_MESSAGES = [
     "prompt is too long: 210000 tokens > 200000 maximum",  # Anthropic

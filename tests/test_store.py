@@ -606,12 +606,12 @@ def test_live_writers_tool_is_not_interrupted_and_dead_journals_compact(tmp_path
     assert (
         Store(tmp_path).messages(session.id)[0].parts[0] == tool
     )  # its writer still holds the lock
-    assert journals(tmp_path) == [live._journal.path]  # and nobody compacted it
+    assert journals(tmp_path) == [live.journal_path]  # and nobody compacted it
     code = (
         "import os, sys; sys.path.insert(0, '.'); from jupyter_session_agent.store import Store; "
         "from jupyter_session_agent.core.messages import Session; "
         f"s = Store({str(tmp_path)!r}); s.put(Session(id='ses_dead', directory='/', title='t', "
-        "time_created=1, time_updated=1)); s.flush(); print(s._journal.writer); os._exit(0)"
+        "time_created=1, time_updated=1)); s.flush(); print(s.journal_path.stem); os._exit(0)"
     )
     dead = subprocess.run(
         [sys.executable, "-c", code], check=True, cwd=ROOT, capture_output=True, text=True
@@ -619,7 +619,7 @@ def test_live_writers_tool_is_not_interrupted_and_dead_journals_compact(tmp_path
     assert len(journals(tmp_path)) == 2  # exited without close(): its journal stays, unlocked
     reader = Store(tmp_path)
     assert reader.session("ses_dead").title == "t"
-    assert journals(tmp_path) == [live._journal.path]
+    assert journals(tmp_path) == [live.journal_path]
     assert (tmp_path / "history" / "parquet" / f"{dead}.parquet").exists()
     live.close()
     assert (

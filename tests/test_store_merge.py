@@ -21,7 +21,7 @@ from jupyter_session_agent.core import ids
 from jupyter_session_agent.core.messages import Session, ToolPart, replace
 from jupyter_session_agent.loop.compaction import CompactionEvent
 from jupyter_session_agent.store import COLUMNS, HistoryWarning, Store, merge
-from jupyter_session_agent.store.merge import read_manifest
+from jupyter_session_agent.store.generation import read_manifest
 from jupyter_session_agent.store.views import VIEWS as ALL_VIEWS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,8 +134,8 @@ def rich_history(data_dir: Path) -> tuple[list[Store], dict]:
     c.put(child, *[replace(v, session_id=child.id) for v in session_values("c", 1)[1:]])
     c.put(replace(s2[3], cost=0.5))  # revises a's assistant message: the step's message changes
     c.flush()
-    with open(c._journal.path, "a") as journal:
-        journal.write(unknown_part_line(s1[0].id, s1[1].id, c._journal.writer))
+    with open(c.journal_path, "a") as journal:
+        journal.write(unknown_part_line(s1[0].id, s1[1].id, c.journal_path.stem))
     return [a, b, c], {"s1": s1[0].id, "s2": s2[0].id, "child": child.id}
 
 
@@ -397,7 +397,7 @@ def test_files_of_the_previous_version_are_read_and_merged(tmp_path):
     writer.put(*session_values("old", 0), *session_values("old", 1))
     writer.flush()
     want = snapshot(Store(tmp_path))
-    journal = writer._journal.path
+    journal = writer.journal_path
     old = folder(tmp_path) / "host-1-0123abcd.parquet"
     old.parent.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect()
@@ -430,8 +430,8 @@ def test_a_query_scans_the_merged_files_instead_of_copying_them(tmp_path):
     live.flush()
     reader = Store(tmp_path)
     assert reader.sql("SELECT count(*) FROM session").iloc[0, 0] == 31
-    tail = reader._con.execute("SELECT count(*) FROM _tail.rows").fetchone()[0]
+    tail = reader.sql("SELECT count(*) FROM _tail.rows").iloc[0, 0]
     assert tail == 1 + 5 * 2  # the live session only: the 30 merged ones stay in their file
-    plan = reader._con.execute("EXPLAIN SELECT sum(cost) FROM step").fetchall()[0][1]
+    plan = reader.sql("EXPLAIN SELECT sum(cost) FROM step").iloc[0, 1]
     assert "PARQUET" in plan.upper()
     live.close()

@@ -1,4 +1,4 @@
-"""Tool output truncation (OpenCode §4.8, ``test/tool/truncation.test.ts``)."""
+"""Tool output truncation (OpenCode's ``Truncate.output`` and ``test/tool/truncation.test.ts``)."""
 
 from __future__ import annotations
 

@@ -126,12 +126,16 @@ def main(argv: list[str] | None = None) -> int:
             if name == REAL:
                 result = run_opencode_scenario(scn, binary=binary, driver=args.opencode_driver)
             else:
-                config = policies[name]
                 shadows = {
                     p: policies[p] for p in PAIR if p != name and name in PAIR and p in policies
                 }
                 result = run_scenario(
-                    scn, name, config, base_url=args.base_url, model=args.model, shadows=shadows
+                    scn,
+                    name,
+                    policies[name],
+                    base_url=args.base_url,
+                    model=args.model,
+                    shadows=shadows,
                 )
             runs[name].append(result)
             ev = [e for e in result.events if e["kind"] == "summary"]

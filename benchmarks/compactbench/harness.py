@@ -41,17 +41,18 @@ from jupyter_session_agent.providers.openai_provider import ChatRequest, OpenAIP
 from jupyter_session_agent.store import Store
 from jupyter_session_agent.tools import ToolContext, ToolResult, run_tool
 
+from .baseline import OPENCODE, OpenCodeReservedBug, Policy, RawMessagesInput
 from .llm import BenchServer, RuleAgent, extractive_summary, is_summary_request
 from .scenarios import Scenario
 
-POLICIES: dict[str, CompactionConfig] = {
-    "none": CompactionConfig(auto=False, prune=False),
-    "opencode-1.2.16": CompactionConfig.opencode(),
-    "ours": CompactionConfig(),
+POLICIES: dict[str, Policy] = {
+    "none": Policy(CompactionConfig(auto=False, prune=False)),
+    "opencode-1.2.16": OPENCODE,
+    "ours": Policy(),
 }
-EXTRA_POLICIES: dict[str, CompactionConfig] = {
-    "opencode (reserved bug)": CompactionConfig.opencode(legacy_reserved=True),
-    "ours, raw-messages input": CompactionConfig(summary_input="messages"),
+EXTRA_POLICIES: dict[str, Policy] = {
+    "opencode (reserved bug)": Policy(OPENCODE.config, OpenCodeReservedBug()),
+    "ours, raw-messages input": Policy(CompactionConfig(), RawMessagesInput()),
 }
 POINTER = re.compile(r"(/[^\s\"'\\]+/tool-output/[\w.-]+)")
 
@@ -180,17 +181,18 @@ def _measure(event, chat: list[dict], planted: list, turn) -> dict:
 def run_scenario(
     scn: Scenario,
     policy: str,
-    config: CompactionConfig,
+    run_policy: Policy,
     *,
     base_url: str | None = None,
     model: str | None = None,
     api_key: str | None = None,
     max_steps: int = 25,
-    shadows: dict[str, CompactionConfig] | None = None,
+    shadows: dict[str, Policy] | None = None,
 ) -> RunResult:
-    """Run ``scn`` under ``config``. ``shadows``: at every compaction point, also run these
+    """Run ``scn`` under ``run_policy``. ``shadows``: at every compaction point, also run these
     policies' compactors on a copy of the same history (scratch store) and record both
     results side by side (``RunResult.paired``)."""
+    config, strategy = run_policy.config, run_policy.strategy
     workdir = Path(tempfile.mkdtemp(prefix="compactbench-"))
     paired: list[dict] = []
     shadowing = {"on": False}
@@ -302,12 +304,12 @@ def run_scenario(
                     "cause": kw.get("cause"),
                     "results": {},
                 }
-                for name, cfg in (shadows or {}).items():
+                for name, other in (shadows or {}).items():
                     scratch = Path(tempfile.mkdtemp(dir=workdir, prefix="shadow-"))
                     sstore = Store(scratch / "data")
                     copy = list(history)
                     shadow = Compactor(
-                        config=cfg,
+                        config=other.config,
                         store=sstore,
                         model=self.model,
                         data_dir=scratch / "data",
@@ -320,6 +322,7 @@ def run_scenario(
                         cwd=self.cwd,
                         sleep=self.sleep,
                         state={"ratio": self.ratio},
+                        strategy=other.strategy,
                     )
                     overflows = server.overflows
                     shadowing["on"] = True
@@ -375,6 +378,7 @@ def run_scenario(
                 cwd=str(workdir),
                 sleep=lambda s: None,
                 state=state,
+                strategy=strategy,
             )
             setup = TurnSetup(
                 store=store,
@@ -421,7 +425,12 @@ def run_scenario(
                 )
         text = view_text(
             Compactor(
-                config=config, store=store, model=info, data_dir=data_dir, system_prompt=prompt
+                config=config,
+                store=store,
+                model=info,
+                data_dir=data_dir,
+                system_prompt=prompt,
+                strategy=strategy,
             ).chat(history)
         )
         upto = completed if died is None else completed
@@ -464,7 +473,7 @@ def run_scenario(
             summary_calls=counts["summary"],
             cost=cost,
             seconds=time.perf_counter() - started,
-            usable=config.budget(info).usable,
+            usable=strategy.budget(config, info).usable,
             needles={x.id: x.cls for x in scn.needles},
             paired=paired,
         )

@@ -35,6 +35,9 @@ from dataclasses import dataclass, field
 
 from jupyter_session_agent.loop.compaction import SUMMARY_SYSTEM
 from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
+from jupyter_session_agent.testing.scripted_server import (
+    is_title_request as is_title_request,  # re-exported: real.py and opencode_fixture.py use it
+)
 
 CAP_SHARE, CAP_MIN, CAP_MAX = 8, 300, 4_000  # summary ≈ 1/8 of what it reads, 300–4,000 tokens
 SALIENT = re.compile(

@@ -1,5 +1,9 @@
 """Ready-made reports and plots over the history (``docs/analytics.md``).
 
+One module: each plot draws the DataFrame of one report here (``plot_context`` draws
+``context_per_step``), all short SQL over the same views; apart, a query and the figure that
+reads its columns would drift.
+
 Reports return pandas DataFrames; plots return matplotlib figures (they
 render as PNG in a notebook, with or without ``%matplotlib inline``). Nothing
 here displays anything: the ``%agent plot …`` magics do that. Every function

@@ -1,10 +1,7 @@
 """Notebook-native context: what a ``%%agent`` prompt can refer to and carry.
 
-- :mod:`.kernel` — the kernel as context: :class:`~.kernel.CellLog` records each cell's error
-  (a ``post_run_cell`` hook installed at ``%load_ext``; IPython keeps ``In`` and ``Out`` but
-  not errors), and the namespace's values described for the model (a DataFrame as its schema,
-  shape and first rows; the variables listing of the ``notebook`` tool). Standard library only;
-  the ``notebook`` tool (``tools/notebook.py``) reads it.
+- the kernel itself as context (each cell's error, values described for the model) is
+  ``tools/kernel.py``, one layer down, since the ``notebook`` tool reads it too.
 - :mod:`.markdown` — where the code is in a prompt (fenced blocks and inline code spans: sent
   as typed, neither interpolated nor searched for ``@path`` mentions), and the last python
   block of an answer (``%%agent -c``).

@@ -1,5 +1,8 @@
 """Files and notebook values attached to a prompt, as OpenCode's ``file`` parts.
 
+One module: the three ways in make the same :class:`Attachment` under one set of size limits
+and one way of inlining text, images and PDFs; each way is a few lines over that.
+
 Three ways in: ``%%agent -f PATH`` (repeatable; ``*``/``?``/``[…]``/``**`` globs), ``@path``
 mentions in the prompt, ``-a VAR`` (a value of the namespace). Each becomes an
 :class:`Attachment`, stored as a ``file`` part (``mime``, ``filename``, ``url``, ``source``)

@@ -1,5 +1,8 @@
 """What a bash command line would run, read with a real parser, for the permission rules.
 
+One module: one walker over tree-sitter's syntax tree; every construct it reads feeds the
+same commands, paths and unsupported reasons, and failing closed is reviewed in one place.
+
 :func:`analyse` parses a command line with tree-sitter-bash and returns
 
 * ``commands``: every simple command the line runs, each checked against the rules on its
@@ -20,7 +23,7 @@
   odd whitespace characters, text the parser skipped, and parse errors. The permission gate
   asks about such a line instead of allowing it.
 
-Pure apart from the parser: no file system access (``core/permission.py`` resolves the paths).
+Pure apart from the parser: no file system access (``core/asks.py`` resolves the paths).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Token budget and cost: pure functions over a model's limits and prices.
 
 Matches OpenCode: ``Token.estimate`` (chars / 4), ``isOverflow`` with the
-reserved buffer subtracted in both branches (upstream's later fix, §8.2 of
-the spec), and ``getUsage`` cost arithmetic (§5), including the >200k tier.
+reserved buffer subtracted in both branches (upstream's later ``overflow.ts``:
+usable is ``limit.input - reserved`` or ``context - max_output - reserved``), and
+``Session.getUsage`` cost arithmetic, including the >200k tier.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """What the model sees: stored history → OpenAI chat messages.
 
-Ports OpenCode's ``MessageV2.toModelMessages`` and ``filterCompacted``
-(spec §2.4, §3.4) to the chat-completions wire format. Pure: no I/O.
+Ports OpenCode's ``MessageV2.toModelMessages`` (which parts of which messages the model
+sees, and as what) and ``filterCompacted`` (nothing before the last completed compaction is
+sent again) to the chat-completions wire format. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def filter_compacted(history: Sequence[WithParts]) -> list[WithParts]:
     as completed; stop (inclusive) at a completed request that carries a
     compaction part. A failed summary leaves the old history visible.
 
-    With a ``tail_start_id`` on that compaction part (spec §8.4), the walk goes
+    With a ``tail_start_id`` on that compaction part (the verbatim tail upstream added
+    after v1.2.16), the walk goes
     on past the request down to that message, leaving out earlier compaction
     requests and summaries, and the result is ordered
     ``[request, summary, tail…, newer…]``.
@@ -242,7 +244,7 @@ def tool_result_text(part: ToolPart) -> str:
 
 
 def visible(history: Iterable[WithParts], revert: dict | None) -> list[WithParts]:
-    """``history`` without what a pending revert hides (spec §4.2: hidden until the next prompt)."""
+    """``history`` without what a pending revert hides (OpenCode hides it until the next prompt)."""
     if not revert:
         return list(history)
     mid, pid = revert.get("messageID"), revert.get("partID")

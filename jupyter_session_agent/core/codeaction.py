@@ -9,7 +9,7 @@ loop, the store, the display and compaction never see the difference.
 Who translates:
 
 * the embedded model: the ``jsa-chatml-tools`` handler in the llama.cpp server
-  (:mod:`.local_server`), asked for it by the model name ``smollm2+code``
+  (:mod:`..providers.llama_handler`), asked for it by the model name ``smollm2+code``
   (:data:`CODE_SUFFIX`); it streams the block as an OpenAI tool call while it is generated,
   stops generating when the block closes, and answers in one line (no code) after a
   successful run or after a second failure in a row;
@@ -51,6 +51,8 @@ VARIABLES_HEAD = "Variables in the kernel:"
 MAX_RESULT_CHARS = 1500
 HUGE_RANGE = 10**8  # a range this long would hold the kernel for minutes (a C loop: no interrupt)
 HOURS = "would run for hours"
+EMPTY = "the block has no code (only comments)"
+ASKS_USER = frozenset({"input", "breakpoint"})  # calls that wait for someone to type
 STOP_TEXT = "Stop running code now: answer in one short sentence."  # the max-steps step
 
 _FENCE = re.compile(r"^ {0,3}```[ \t]*([\w+.-]*)[ \t]*$")
@@ -81,10 +83,10 @@ EXAMPLES: tuple[tuple[str, str, str, str], ...] = (
     ),
     ("Set name to 'Ada' in python.", "name = 'Ada'\nname", "'Ada'", "name is now 'Ada'."),
     (
-        "Create a list called colors with 'red' and 'blue', in python.",
-        "colors = ['red', 'blue']\ncolors",
-        "['red', 'blue']",
-        "colors is now ['red', 'blue'].",
+        "Create a list called colors with 'red' and 'green', in python.",
+        "colors = ['red', 'green']\ncolors",
+        "['red', 'green']",
+        "colors is now ['red', 'green'].",
     ),
     (
         "Use python to compute two times pi.",
@@ -105,6 +107,117 @@ EXAMPLES: tuple[tuple[str, str, str, str], ...] = (
         "8 rows of sales have a price over 20.",
     ),
 )
+
+#: More worked examples in the same style; :func:`examples_for` picks :data:`SHOWN` of
+#: ``EXAMPLES + MORE_EXAMPLES``, those nearest the request last. (``tests/test_code_action.py``
+#: checks that no example's output or answer would pass a task of the benchmark suite.)
+MORE_EXAMPLES: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "Use python to make 'Good Morning' lower case.",
+        "'Good Morning'.lower()",
+        "'good morning'",
+        "'Good Morning' in lower case is 'good morning'.",
+    ),
+    (
+        "Use python to check whether 'racecar' starts with 'race'.",
+        "'racecar'.startswith('race')",
+        "True",
+        "Yes, 'racecar' starts with 'race'.",
+    ),
+    (
+        "How many items are in the list [4, 8, 15, 16, 23]? Use python.",
+        "len([4, 8, 15, 16, 23])",
+        "5",
+        "The list has 5 items.",
+    ),
+    (
+        "Print the cubes of 5 to 8 with python.",
+        "for n in range(5, 9):\n    print(n ** 3)",
+        "125\n216\n343\n512",
+        "The cubes of 5 to 8 are 125, 216, 343 and 512.",
+    ),
+    (
+        "Use python to add up the numbers from 5 to 15.",
+        "sum(range(5, 16))",
+        "110",
+        "The numbers from 5 to 15 add up to 110.",
+    ),
+    (
+        "What is the smallest price in the DataFrame sales? Use python.",
+        "sales['price'].min()",
+        "4.25",
+        "The smallest price is 4.25.",
+    ),
+    (
+        "Store the rows of sales with a price under 5 in a variable called cheap, in python.",
+        "cheap = sales[sales['price'] < 5]\nlen(cheap)",
+        "6",
+        "cheap now holds the 6 rows of sales with a price under 5.",
+    ),
+    (
+        "Define a python function greet(name) that returns 'Hi ' plus the name.",
+        "def greet(name):\n    return 'Hi ' + name\n\ngreet('Bo')",
+        "'Hi Bo'",
+        "greet(name) is defined; greet('Bo') returns 'Hi Bo'.",
+    ),
+    (
+        "In python, set area to 6 times 11.",
+        "area = 6 * 11\narea",
+        "66",
+        "area is now 66.",
+    ),
+)
+SHOWN = 8  # worked examples in one request
+SELECT_EXAMPLES = True  # pick them by the request (False: always EXAMPLES)
+_STOP_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "the",
+        "of",
+        "to",
+        "in",
+        "on",
+        "with",
+        "is",
+        "are",
+        "use",
+        "python",
+        "what",
+        "how",
+        "many",
+        "do",
+        "does",
+        "it",
+        "its",
+        "by",
+        "for",
+        "into",
+        "as",
+        "be",
+        "this",
+        "that",
+        "called",
+    ]
+)
+
+
+def examples_for(request: str) -> tuple[tuple[str, str, str, str], ...]:
+    """The worked examples for a request: :data:`SHOWN` of the bank that share the most words
+    with it, the nearest last (a small model copies the nearest pattern); ties keep the bank's
+    order. Without :data:`SELECT_EXAMPLES`, :data:`EXAMPLES`."""
+    if not SELECT_EXAMPLES:
+        return EXAMPLES
+    bank = EXAMPLES + MORE_EXAMPLES
+
+    def words(text: str) -> set[str]:
+        return set(re.findall(r"[a-z]+|\d+", text.lower())) - _STOP_WORDS
+
+    wanted = words(request)
+    ranked = sorted(range(len(bank)), key=lambda i: (-len(words(bank[i][0]) & wanted), i))
+    chosen = sorted(ranked[:SHOWN], key=lambda i: (len(words(bank[i][0]) & wanted), i))
+    return tuple(bank[i] for i in chosen)
 
 
 # ---------------------------------------------------------------------------
@@ -168,8 +281,9 @@ def problem(code: str, known: Iterable[str] = ()) -> str:
     """Why ``code`` cannot run, found without running it ("" when none is seen): a syntax
     error, no statement at all, a name it reads that nothing defines (not a builtin, not
     bound in the code, not in ``known``), or a ``range`` of ``HUGE_RANGE`` or more (``max(range(
-    10**12))`` loops in C for hours and no interrupt stops it). Flow-insensitive and lenient: a
-    name bound anywhere counts as defined."""
+    10**12))`` loops in C for hours and no interrupt stops it), or a call that waits for the
+    user to type (``input()``: :data:`ASKS_USER`; the task already gives the data).
+    Flow-insensitive and lenient: a name bound anywhere counts as defined."""
     import ast
     import builtins
 
@@ -180,7 +294,7 @@ def problem(code: str, known: Iterable[str] = ()) -> str:
     except ValueError as err:  # null bytes
         return f"ValueError: {err}"
     if not tree.body:
-        return "the block has no code (only comments)"
+        return EMPTY
     defined = _bound(tree) | set(known) | set(dir(builtins))
     defined |= {"display", "get_ipython", "In", "Out"}
     for node in ast.walk(tree):
@@ -195,7 +309,107 @@ def problem(code: str, known: Iterable[str] = ()) -> str:
             sizes = [_constant(a) for a in node.args]
             if any(n is not None and abs(n) >= HUGE_RANGE for n in sizes):
                 return f"range({max(abs(n) for n in sizes if n is not None):,}) {HOURS}"
+    own = _bound(tree) | set(known)
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ASKS_USER
+            and node.func.id not in own
+        ):
+            return f"{node.func.id}() would wait for the user to type (the task gives the data)"
     return ""
+
+
+#: Modules a small model uses without importing them, by the name it writes.
+MODULES = {
+    **{m: m for m in ("math", "statistics", "random", "re", "string", "itertools", "json")},
+    **{m: m for m in ("collections", "datetime", "functools", "operator", "fractions")},
+    "pd": "pandas",
+    "np": "numpy",
+}
+#: Modules whose public functions a small model calls bare (``factorial(6)``, ``sqrt(2)``).
+FROM_MODULES = ("math", "statistics")
+
+
+def add_imports(code: str, known: Iterable[str] = ()) -> str:
+    """``code`` with the imports it forgot: each name it reads that nothing defines and that is
+    a module it means (``math``, ``pd`` for pandas: :data:`MODULES`) or a public function of
+    :data:`FROM_MODULES` (``factorial`` → ``from math import factorial``) gets an import line
+    at the top. Code that does not parse, or needs no import, comes back unchanged."""
+    import ast
+    import builtins
+    import importlib
+
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return code
+    defined = _bound(tree) | set(known) | set(dir(builtins))
+    missing = sorted(
+        {
+            node.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Name)
+            and isinstance(node.ctx, ast.Load)
+            and node.id not in defined
+        }
+    )
+    lines = []
+    for name in missing:
+        if name in MODULES:
+            module = MODULES[name]
+            lines.append(f"import {module}" + (f" as {name}" if module != name else ""))
+            continue
+        for module in FROM_MODULES:
+            value = getattr(importlib.import_module(module), name, None)
+            if not name.startswith("_") and (callable(value) or isinstance(value, float)):
+                lines.append(f"from {module} import {name}")
+                break
+    return "\n".join(lines + [code]) if lines else code
+
+
+_QUOTED = re.compile(r"""'([^'\n]{1,80})'|"([^"\n]{1,80})\"""")
+
+
+def quote_names(code: str, request: str, known: Iterable[str] = ()) -> str:
+    """``code`` with the quotes it forgot: a name it reads that nothing defines and that is a
+    string the request quotes (``'banana'`` → ``banana``, ``'my cat'`` → ``my_cat``) becomes
+    that string literal (``banana.count('a')`` → ``'banana'.count('a')``). Only names the
+    code reads; formatting and comments are kept. Unparsable code comes back unchanged."""
+    import ast
+    import builtins
+
+    strings: dict[str, str] = {}
+    for match in _QUOTED.finditer(request or ""):
+        text = match.group(1) if match.group(1) is not None else match.group(2)
+        name = re.sub(r"\W+", "_", text.strip()).strip("_")
+        if name.isidentifier():
+            strings.setdefault(name, text)
+    if not strings:
+        return code
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return code
+    defined = _bound(tree) | set(known) | set(dir(builtins))
+    spots = sorted(
+        (
+            (node.lineno, node.col_offset, node.end_col_offset or 0, node.id)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Name)
+            and isinstance(node.ctx, ast.Load)
+            and node.id in strings
+            and node.id not in defined
+        ),
+        reverse=True,
+    )
+    lines = code.split("\n")
+    for lineno, start, end, name in spots:  # from the end: earlier offsets stay valid
+        line = lines[lineno - 1].encode("utf-8")  # ast offsets count UTF-8 bytes
+        literal = repr(strings[name]).encode("utf-8")
+        lines[lineno - 1] = (line[:start] + literal + line[end:]).decode("utf-8")
+    return "\n".join(lines)
 
 
 def _constant(node: Any, depth: int = 0) -> int | None:
@@ -255,7 +469,8 @@ def code_messages(messages: list[dict]) -> list[dict]:
     if msgs and msgs[0].get("role") == "system":
         out.append({"role": "system", "content": _text(msgs[0].get("content"))})
         msgs = msgs[1:]
-    for question, code, output, answer in EXAMPLES:
+    request = next((_text(m.get("content")) for m in reversed(msgs) if m.get("role") == "user"), "")
+    for question, code, output, answer in examples_for(request):
         out += [
             {"role": "user", "content": question},
             {"role": "assistant", "content": fence(code)},
@@ -478,7 +693,8 @@ def offers_python(tools: Any, messages: list[dict]) -> bool:
 
 
 class CodeActionProvider:
-    """A provider speaking the code-action protocol over ``inner`` (an ``OpenAIProvider``).
+    """A provider (``providers.base.Provider``: ``stream``, ``complete``, ``embed``) speaking
+    the code-action protocol over ``inner`` (an ``OpenAIProvider``).
 
     ``server_side`` (the embedded server): requests go out unchanged but for the model name
     (``+code``) and temperature 0 when unset; the server translates. Otherwise requests are
@@ -514,6 +730,9 @@ class CodeActionProvider:
 
     def complete(self, request: Any) -> str:
         return self.inner.complete(request)
+
+    def embed(self, texts: list[str], *, model: str) -> list[list[float]]:
+        return self.inner.embed(texts, model=model)
 
 
 def _mark_cut(events: Iterable[Any]) -> Iterator[Any]:

@@ -1,5 +1,8 @@
 """The data model: Session → Message → Part, as OpenCode's ``message-v2.ts``.
 
+One module: the values and their codec; each class declares its OpenCode JSON shape and the
+compiled decoders read those declarations, so a value and its encoding change together.
+
 Values are frozen dataclasses with snake_case fields. ``to_data()`` gives the
 JSON object OpenCode would store (camelCase keys, nested ``time``/``cache``
 objects, ``None`` fields omitted); ``from_data()`` reads it back, so

@@ -1,7 +1,10 @@
-"""Permission rules: allow / ask / deny, last match wins (OpenCode §4.7).
+"""Permission rules: allow / ask / deny, last match wins (OpenCode's ``PermissionNext``).
 
-The rules are pure (no I/O, no clocks); :func:`tool_asks` only looks at the file
-system to resolve symbolic links and bash globs. A rule is ``{permission, pattern, action}``; a
+One module: the rules, the broker that asks and records replies, and the gate the step calls
+are one decision path (evaluate → ask → reply → remember); what a call asks for is
+:mod:`.asks`.
+
+The rules are pure (no I/O, no clocks). A rule is ``{permission, pattern, action}``; a
 ruleset is a sequence of rules; :func:`evaluate` takes the **last** rule whose
 permission glob and pattern glob both match, and ``ask`` when none does.
 Globs follow OpenCode's ``Wildcard.match``: ``*`` is any text (``/``
@@ -9,8 +12,8 @@ included), ``?`` one character, anchored at both ends, ``.`` matching
 newlines, backslashes read as ``/``, and a trailing ``" *"`` optional
 (``"ls *"`` matches ``"ls"``).
 
-What a tool call asks for is :func:`tool_asks` (the §4.7 table adapted to our
-tools; bash command lines are read by :mod:`.bashparse`, which fails closed). The
+What a tool call asks for is :func:`.asks.tool_asks` (re-exported here with the other names
+of :mod:`.asks` that callers of this module use). The
 in-memory :class:`Broker` holds pending requests and applies
 replies exactly as OpenCode's ``PermissionNext.ask`` / ``reply`` do; the
 notebook's synchronous flow (one question at a time, on stdin) is
@@ -19,7 +22,6 @@ notebook's synchronous flow (one question at a time, on stdin) is
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import re
@@ -29,26 +31,24 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from . import ids
+from .asks import (
+    EDIT_TOOLS,
+    KERNEL_READ_TOOLS,
+    READ_TOOLS,
+    Ask,
+    bash_prefix,
+    canonical_args,
+    doom_loop_ask,
+    permission_of,
+    real_path,
+    short_text,
+    split_commands,
+    tool_asks,
+)
 from .errors import ConfigError, ToolFailure, UsageError
 
 Action = Literal["allow", "ask", "deny"]
 ACTIONS: tuple[str, ...] = ("allow", "ask", "deny")
-
-# Tools whose calls ask another tool's permission (OpenCode: the edit family).
-EDIT_TOOLS = ("edit", "write", "patch", "multiedit", "apply_patch")
-READ_TOOLS = ("read", "list", "glob", "grep")
-# Tools that read no path (the kernel's variables and cells): they ask the read permission
-# for "*", so the read rules' "*" entry decides (a `read * deny` hides them too).
-KERNEL_READ_TOOLS = ("notebook",)
-
-
-def permission_of(tool: str) -> str:
-    """The permission a tool's calls ask for: ``write`` → ``edit``, ``grep`` → ``read``."""
-    if tool in EDIT_TOOLS:
-        return "edit"
-    if tool in READ_TOOLS or tool in KERNEL_READ_TOOLS:
-        return "read"
-    return tool
 
 
 def permission_name(name: str) -> str:
@@ -245,325 +245,10 @@ def defaults(*, data_dir: str | os.PathLike | None = None) -> tuple[Rule, ...]:
         Rule("doom_loop", "*", "ask"),
     ]
     if data_dir is not None:
-        for root in dict.fromkeys([str(data_dir).replace("\\", "/"), _real(str(data_dir))]):
+        for root in dict.fromkeys([str(data_dir).replace("\\", "/"), real_path(str(data_dir))]):
             output_dir = posixpath.join(root, "tool-output")
             rules.append(Rule("external_directory", output_dir + "/*", "allow"))
     return tuple(rules)
-
-
-# --------------------------------------------------------------------------
-# what a tool call asks for
-
-
-@dataclass(frozen=True)
-class Ask:
-    """One permission a call needs: every pattern must be allowed (or approved).
-
-    ``unsure`` names what the checker could not account for (a bash construct it cannot
-    read, a path it cannot resolve): such an ask is asked even when a rule allows its
-    patterns, unless the rules allow that permission for everything (a last ``*`` allow).
-    """
-
-    permission: str
-    patterns: tuple[str, ...]
-    always: tuple[str, ...]
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    unsure: str = ""
-
-
-def tool_asks(tool: str, args: Mapping[str, Any], directory: str) -> list[Ask]:
-    """The permissions a call of ``tool`` with ``args`` needs, in the order they are asked.
-
-    ``edit``/``write``: ``edit`` with the path relative to ``directory`` (always
-    ``*``); ``read``/``list``/``glob``/``grep``: ``read`` with the absolute path
-    (always: that path); ``bash``: ``bash`` with each simple command of the
-    command line (always: its arity prefix + ``" *"``); ``python``: the code
-    (always ``*``); any other tool: its name with ``*``. A path outside
-    ``directory`` first asks ``external_directory`` with ``<dir>/*``.
-
-    Paths are resolved on the disk (symbolic links followed): a link inside the
-    directory that points outside asks ``external_directory``, and the rules see
-    both the path as written and the file it reaches (a link to ``.env`` asks as
-    ``.env`` does).
-    """
-    directory = _norm(directory)
-    args = args or {}
-    asks: list[Ask] = []
-    permission = permission_of(tool)
-    if tool in EDIT_TOOLS:
-        target = _abs(directory, args.get("filePath") or args.get("path") or "")
-        real = _real(target)
-        asks += _external(directory, real, directory_kind=False, tool=tool)
-        relative = _relative(directory, target)
-        patterns = tuple(dict.fromkeys([relative, _relative(_real(directory), real)]))
-        asks.append(Ask("edit", patterns, ("*",), {"tool": tool, "summary": relative}))
-    elif tool in READ_TOOLS:
-        if tool == "read":
-            target, is_dir = _abs(directory, args.get("filePath") or ""), False
-        else:
-            target, is_dir = _abs(directory, args.get("path") or ""), True
-            if tool == "glob":
-                target = _glob_root(target, str(args.get("pattern") or ""))
-        real = _real(target)
-        asks += _external(directory, real, directory_kind=is_dir, tool=tool)
-        summary = target if tool == "read" else f"{target} ({args.get('pattern') or tool})"
-        if real != target:
-            summary += f" → {real}"
-        patterns = tuple(dict.fromkeys([target, real]))
-        asks.append(Ask("read", patterns, patterns, {"tool": tool, "summary": summary}))
-    elif tool == "bash":
-        command = str(args.get("command") or "")
-        asks += _bash_asks(command, directory, tool)
-    elif tool == "python":
-        code = str(args.get("code") or "")
-        asks.append(Ask("python", (code,), ("*",), {"tool": tool, "summary": code, "code": code}))
-    else:
-        # any other tool (task, recall, an MCP server's `<server>_<tool>`): its name, and the
-        # question shows its input
-        summary = f"{tool} {_short(_canonical(args), 200)}" if args else tool
-        asks.append(Ask(permission, ("*",), ("*",), {"tool": tool, "summary": summary}))
-    return _dedupe_external(asks)
-
-
-def doom_loop_ask(tool: str, args: Mapping[str, Any]) -> Ask:
-    return Ask(
-        "doom_loop",
-        (tool,),
-        (tool,),
-        {
-            "tool": tool,
-            "input": dict(args or {}),
-            "summary": f"{tool} called 3 times in a row with the same input",
-        },
-    )
-
-
-def _norm(path: str) -> str:
-    return posixpath.normpath(str(path).replace("\\", "/"))
-
-
-def _abs(directory: str, path: str) -> str:
-    path = os.path.expanduser(str(path)).replace("\\", "/")
-    return _norm(posixpath.join(directory, path)) if path else directory
-
-
-def _real(path: str) -> str:
-    """``path`` with every symbolic link on the way resolved (missing parts kept as written)."""
-    try:
-        return os.path.realpath(path)
-    except (OSError, ValueError):
-        return path
-
-
-def _relative(directory: str, path: str) -> str:
-    return posixpath.relpath(path, directory) if path != directory else "."
-
-
-def _inside(directory: str, path: str) -> bool:
-    """Is ``path`` (resolved) inside ``directory`` (resolved: a link to the directory counts)?"""
-    for root in dict.fromkeys([directory, _real(directory)]):
-        if path == root or path.startswith(root.rstrip("/") + "/"):
-            return True
-    return False
-
-
-def _external(directory: str, target: str, *, directory_kind: bool, tool: str) -> list[Ask]:
-    if _inside(directory, target):
-        return []
-    parent = target if directory_kind else posixpath.dirname(target)
-    glob = posixpath.join(parent, "*")
-    return [
-        Ask(
-            "external_directory",
-            (glob,),
-            (glob,),
-            {"tool": tool, "summary": f"{glob} ({tool} {target})"},
-        )
-    ]
-
-
-def _dedupe_external(asks: list[Ask]) -> list[Ask]:
-    """One external_directory question per call, naming every directory."""
-    external = [a for a in asks if a.permission == "external_directory"]
-    if len(external) <= 1:
-        return asks
-    patterns = tuple(dict.fromkeys(p for a in external for p in a.patterns))
-    unsure = "; ".join(a.unsure for a in external if a.unsure)
-    merged = Ask(
-        "external_directory",
-        patterns,
-        patterns,
-        {"tool": external[0].metadata.get("tool"), "summary": ", ".join(patterns)},
-        unsure,
-    )
-    return [merged] + [a for a in asks if a.permission != "external_directory"]
-
-
-def _glob_root(root: str, pattern: str) -> str:
-    """The literal leading directories of a glob pattern, joined to ``root``."""
-    pattern = os.path.expanduser(pattern).replace("\\", "/")
-    parts = pattern.split("/")
-    literal = []
-    for part in parts[:-1]:
-        if any(c in part for c in "*?[{"):
-            break
-        literal.append(part)
-    if not literal:
-        return root
-    prefix = "/".join(literal) or "/"
-    return _norm(posixpath.join(root, prefix))
-
-
-# -- bash ---------------------------------------------------------------------
-
-_HARMLESS_PATHS = frozenset(
-    {
-        "/dev/null",
-        "/dev/stdout",
-        "/dev/stderr",
-        "/dev/stdin",
-        "/dev/tty",
-        "/dev/zero",
-        "/dev/random",
-        "/dev/urandom",
-    }
-)
-_FD_PATH = re.compile(r"/dev/fd/[0-9]+")
-GLOB_LIMIT = 1000  # matches of one glob word looked at; more: the word is unresolved
-
-
-def bash_prefix(command: str) -> str:
-    """The command's arity prefix: ``git checkout main`` → ``git checkout``, ``ls -la`` → ``ls``."""
-    from . import bashparse
-
-    commands = bashparse.analyse(command).commands
-    return commands[0].prefix if commands else command.strip()
-
-
-def split_commands(command: str) -> list[str]:
-    """The simple commands of a command line as the rules see them (:mod:`.bashparse`):
-    lists, pipelines, groups, loops and substitutions split, each command on its own.
-
-    A rule like ``"echo *"`` must not allow ``echo hi && rm -rf ~``: each part
-    is its own pattern, and every pattern must be allowed.
-    """
-    from . import bashparse
-
-    return [c.text for c in bashparse.analyse(command).commands]
-
-
-def _bash_asks(command: str, directory: str, tool: str) -> list[Ask]:
-    """``external_directory`` for the paths outside ``directory`` (and words that cannot be
-    resolved), then ``bash`` for every simple command; unsure when the parser could not
-    account for the whole line."""
-    from . import bashparse
-
-    analysis = bashparse.analyse(command, pwd=directory)
-    asks: list[Ask] = []
-    outside: list[str] = []
-    unresolved = [f"`{_short(w, 60)}`" for w in analysis.unresolved]
-    for word in analysis.paths:
-        found, complete = _path_targets(directory, word)
-        outside += found
-        if not complete:
-            unresolved.append(f"`{_short(word.value, 60)}` (a glob the checker cannot expand)")
-    globs = _covering(outside)
-    if globs or unresolved or analysis.opaque:
-        if unresolved:
-            words = ", ".join(dict.fromkeys(unresolved))
-            unsure = f"cannot tell which files {words} will name"
-        elif analysis.opaque:
-            unsure = f"cannot tell which files the command touches ({'; '.join(analysis.opaque)})"
-        else:
-            unsure = ""
-        summary = ", ".join(globs) if globs else "paths the checker cannot resolve"
-        asks.append(
-            Ask(
-                "external_directory",
-                globs,
-                globs,
-                {
-                    "tool": tool,
-                    "summary": f"{summary} (bash {_short(command, 80)})",
-                    "command": command,
-                },
-                unsure,
-            )
-        )
-    commands = analysis.commands
-    patterns = tuple(dict.fromkeys(c.text for c in commands)) or (command.strip(),)
-    always = tuple(dict.fromkeys(c.prefix + " *" for c in commands if c.prefix)) or patterns
-    unsupported = "; ".join(analysis.unsupported)
-    metadata = {"tool": tool, "summary": command.strip(), "command": command}
-    asks.append(
-        Ask(
-            "bash",
-            patterns,
-            always,
-            metadata,
-            f"cannot account for {unsupported}" if unsupported else "",
-        )
-    )
-    return asks
-
-
-def _covering(globs: Iterable[str]) -> tuple[str, ...]:
-    """``<dir>/*`` patterns without those another one covers (``/a/*`` covers ``/a/b/*``)."""
-    kept: list[str] = []
-    for glob in sorted(dict.fromkeys(globs), key=len):
-        if not any(glob.startswith(k[:-1]) for k in kept):
-            kept.append(glob)
-    order = {g: i for i, g in enumerate(dict.fromkeys(globs))}
-    return tuple(sorted(kept, key=order.__getitem__))
-
-
-def _path_targets(directory: str, word: Any) -> tuple[list[str], bool]:
-    """The ``<dir>/*`` globs of what ``word`` names outside ``directory`` (symbolic links
-    followed, glob words expanded on the disk), and whether that is known for sure."""
-    value = str(word.value)
-    if value in _HARMLESS_PATHS or _FD_PATH.fullmatch(value):
-        return [], True  # only `/dev/fd/N` itself: `/dev/fd/../cwd/..` is /proc/self, not a fd
-    joined = posixpath.join(directory, value)
-    candidates = [joined]
-    complete = True
-    if word.glob:
-        matches, complete = _glob_matches(joined) if getattr(word, "exact", True) else ([], False)
-        candidates = matches + [_glob_literal_root(joined)]
-    found = []
-    for candidate in candidates:
-        real = _real(candidate)
-        if real in _HARMLESS_PATHS or _inside(directory, real):
-            continue
-        is_dir = os.path.isdir(real) or value.endswith("/")
-        found.append(posixpath.join(real if is_dir else posixpath.dirname(real), "*"))
-    return found, complete
-
-
-def _glob_literal_root(pattern: str) -> str:
-    parts = pattern.split("/")
-    literal = []
-    for part in parts:
-        if any(c in part for c in "*?["):
-            break
-        literal.append(part)
-    return "/".join(literal) or "/"
-
-
-def _glob_matches(pattern: str) -> tuple[list[str], bool]:
-    """What bash would expand ``pattern`` to (at most :data:`GLOB_LIMIT`); ``False`` when
-    that cannot be known: too many matches, or a segment that may match ``..``."""
-    import glob
-    import itertools
-
-    for part in pattern.split("/"):
-        if part.startswith(".") and any(c in part for c in "*?["):
-            return [], False  # bash before 5.2 lets ".*" match ".."
-    pattern = pattern.replace("[^", "[!")
-    try:
-        found = list(itertools.islice(glob.iglob(pattern), GLOB_LIMIT + 1))
-    except (OSError, ValueError, RecursionError):
-        return [], False
-    return found[:GLOB_LIMIT], len(found) <= GLOB_LIMIT
 
 
 # --------------------------------------------------------------------------
@@ -587,7 +272,7 @@ class PermissionFailure(ToolFailure):
         info: dict[str, Any] = {"outcome": self.outcome}
         if self.permission:
             info["permission"] = self.permission
-            info["patterns"] = [_short(p, 200) for p in self.patterns]
+            info["patterns"] = [short_text(p, 200) for p in self.patterns]
         return {"permission": info}
 
 
@@ -607,7 +292,7 @@ class DeniedError(PermissionFailure):
             else "the user's rules"
         )
         super().__init__(
-            f"permission denied: {permission} {_short(pattern)!r} is denied by {whose} "
+            f"permission denied: {permission} {short_text(pattern)!r} is denied by {whose} "
             f"({shown}). Do not retry it; use another approach or ask the user.",
             permission=permission,
             patterns=(pattern,),
@@ -638,11 +323,6 @@ class ApprovalUnavailable(RejectedError):
     """The call needs an answer and the front end cannot ask (no stdin): a clear denial."""
 
     outcome = "unavailable"
-
-
-def _short(text: str, limit: int = 120) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 Reply = Literal["once", "always", "reject"]
@@ -810,7 +490,7 @@ def how_to_allow(request: Request) -> str:
     tool = request.metadata.get("tool") or request.permission
     if request.unsure and (request.permission != "external_directory" or not request.patterns):
         return (
-            f"{tool}: the permission checker {_short(request.unsure, 160)}, so it asks, and "
+            f"{tool}: the permission checker {short_text(request.unsure, 160)}, so it asks, and "
             f"this front end cannot ask (no stdin): write the command without it, or allow "
             f"every {request.permission} call with %agent permit {request.permission} allow, "
             f"then run the cell again"
@@ -818,8 +498,8 @@ def how_to_allow(request: Request) -> str:
     if request.permission == "external_directory":
         pattern = request.patterns[0]
         return (
-            f"{tool} needs access outside the session directory ({_short(pattern)}) and this front end "
-            f'cannot ask (no stdin): allow it with %agent permit external_directory "{pattern}" allow, '
+            f"{tool} needs access outside the session directory ({short_text(pattern)}) and this "
+            f'front end cannot ask (no stdin): allow it with %agent permit external_directory "{pattern}" allow, '
             f"then run the cell again"
         )
     if request.permission == "doom_loop":
@@ -875,7 +555,7 @@ class Gate:
         self.stopped: RejectedError | None = None
 
     def __call__(self, tool: str, args: Mapping[str, Any], call: Any = None) -> None:
-        key = (tool, _canonical(args))
+        key = (tool, canonical_args(args))
         recent = self.calls[-(DOOM_LOOP_THRESHOLD - 1) :]
         self.calls.append(key)
         asks = tool_asks(tool, args, self.directory)
@@ -962,13 +642,6 @@ class Gate:
             if not isinstance(error, CorrectedError):
                 self.stopped = error  # a plain reject ends the turn
             raise error
-
-
-def _canonical(args: Mapping[str, Any]) -> str:
-    try:
-        return json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
-    except (TypeError, ValueError):
-        return repr(args)
 
 
 __all__ = [

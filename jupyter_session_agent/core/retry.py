@@ -1,7 +1,11 @@
 """Retry policy: which errors to retry, how long to wait, what is a context overflow.
 
+One module: the three answers are one policy over the same provider error (an overflow is
+never retried, a retryable error's wait comes from its headers), so they are read together.
+
 Pure functions (no I/O, no ``openai`` import), ported from OpenCode v1.2.16
-``src/session/retry.ts`` and ``src/provider/error.ts`` (spec §3.1, §4.6):
+``src/session/retry.ts`` and ``src/provider/error.ts`` (its overflow patterns,
+``fromError`` mapping, ``retryable`` and ``delay``):
 
 - :func:`is_context_overflow` — does a provider error mean "the prompt did not
   fit"? Such errors are never retried; the loop compacts instead.
@@ -25,17 +29,19 @@ import json
 import math
 import re
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from .errors import ContextOverflowError, ProviderError
+
+T = TypeVar("T")
 
 RETRY_INITIAL_DELAY = 2000  # ms
 RETRY_BACKOFF_FACTOR = 2
 RETRY_MAX_DELAY_NO_HEADERS = 30_000  # ms
 RETRY_MAX_DELAY = 2_147_483_647  # ms; setTimeout's limit in OpenCode, kept as a sanity cap
 
-# §3.1, in upstream order, plus the two vLLM patterns upstream added later
+# OpenCode v1.2.16's overflow patterns, in upstream order, plus the two vLLM patterns added later
 # (``provider/error.ts`` after v1.2.16): vLLM is a common local server here.
 OVERFLOW_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
     re.compile(p, re.IGNORECASE)
@@ -96,7 +102,7 @@ def _overflow_code(body: Any) -> bool:
 def is_context_overflow(message: str, status: int | None = None, body: Any = None) -> bool:
     """True when a provider error means the request exceeded the context window.
 
-    ``message`` is matched against every §3.1 pattern (case-insensitive) and
+    ``message`` is matched against every ``OVERFLOW_PATTERNS`` entry (case-insensitive) and
     the bare ``400/413 (no body)`` form; HTTP 413 always counts; ``body`` (a
     dict or JSON text) counts when it carries ``context_length_exceeded``.
     Text bodies are matched too, since some servers put the explanation only
@@ -321,6 +327,32 @@ def next_wait(
             body=getattr(err, "body", None),
         )
     return asked
+
+
+def with_retries(
+    attempt_once: Callable[[], T],
+    *,
+    retries: int,
+    max_wait: float,
+    wait: Callable[[int, ProviderError, float, str], Any],
+) -> T:
+    """The one retry loop: ``attempt_once()`` until it returns, at most ``retries`` more times.
+
+    A :class:`ProviderError` that :func:`retry_message` calls retryable is retried after
+    :func:`next_wait` seconds (which raises when the server asks for more than ``max_wait``);
+    ``wait(attempt, err, delay, reason)`` does the waiting (a plain sleep, or the loop's
+    countdown with a retry part). Anything else, or the last failure, is raised unchanged.
+    """
+    attempt = 0
+    while True:
+        try:
+            return attempt_once()
+        except ProviderError as err:
+            reason = retry_message(err)
+            if reason is None or attempt >= retries:
+                raise
+            attempt += 1
+            wait(attempt, err, next_wait(attempt, err, max_wait=max_wait), reason)
 
 
 def _one_line(text: str, limit: int = 300) -> str:

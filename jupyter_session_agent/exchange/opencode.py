@@ -1,5 +1,8 @@
 """Import OpenCode's history (``~/.local/share/opencode``) so our SQL runs on real sessions.
 
+One module: both of OpenCode's layouts are read into the same rows, which go through one
+conversion and one report of what was skipped or not brought.
+
 Two layouts are read, both with OpenCode's ids kept:
 
 * ``opencode.db`` (v1.2+): SQLite tables ``session`` (columns),
@@ -13,7 +16,7 @@ Two layouts are read, both with OpenCode's ids kept:
   older ``session/message/…``, ``session/part/…``).
 
 Rows in both: the database wins. Every part type (the 12 OpenCode has) maps to its
-class in :mod:`.messages`; a row that cannot be read (an unknown part type
+class in :mod:`..core.messages`; a row that cannot be read (an unknown part type
 from a newer OpenCode, a field of the wrong type, a file that is not JSON, a
 session without a title) is skipped, counted by reason and listed with where
 it came from (``OpenCodeImport.skipped_items``), and fields our model does not

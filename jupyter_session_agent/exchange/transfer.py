@@ -1,9 +1,10 @@
 """Export a session (Markdown, self-contained HTML, JSON bundle) and import a bundle back.
 
-* ``md``: the transcript for reading under a header
-  with the session's id, models, tokens and cost (title and subagents included).
+* ``md``: the transcript for reading (parts rendered by ``render.markdown``, as the live
+  view shows them) under a header with the session's id, models, tokens and cost (title
+  and subagents included).
 * ``html``: one file, no external assets (inline CSS, images as ``data:`` URLs,
-  no scripts): the transcript as the notebook view shows it, with reasoning
+  no scripts): the transcript (``render.html``: the same words), with reasoning
   and tool calls in collapsible ``<details>`` and subagent sessions nested in
   their ``task`` call. Share it as a file or an attachment: no server needed.
 * ``json``: a bundle — OpenCode's export shape ``{"info": Session,
@@ -21,11 +22,13 @@ parents, fork and revert points, compaction tails, task sessions, tool call
 ids, snapshot trees) must follow the id grammar (``ids.check``) or nothing is
 imported; a saved-output path (``metadata.outputPath``) outside this data
 directory's ``tool-output`` folder is dropped, and counted in the result.
+
+One module: a bundle is written and read back here, so export and import keep one format
+and one check of the ids in it.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import re
@@ -38,31 +41,23 @@ from typing import Any
 from ..core import ids
 from ..core.errors import AgentError, SessionNotFoundError, UsageError
 from ..core.messages import (
-    AgentPart,
     AssistantMessage,
     CompactionPart,
-    FilePart,
     PatchPart,
-    ReasoningPart,
-    RetryPart,
     Session,
     SnapshotPart,
     StepFinishPart,
     StepStartPart,
-    SubtaskPart,
-    TextPart,
-    ToolCompleted,
-    ToolError,
     ToolPart,
-    UserMessage,
     WithParts,
     message_from_data,
     read_part,
     replace,
-    tool_label,
-    tool_status,
 )
 from ..core.redact import clean, clean_value
+from ..render import html as H
+from ..render import markdown as M
+from ..render.words import clock
 
 BUNDLE_FORMAT = "jupyter-session-agent/session"
 BUNDLE_VERSION = 1
@@ -154,10 +149,6 @@ def _totals(store, info: Session, history: Sequence[WithParts]) -> dict:
     }
 
 
-def _when(ms: int | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ms / 1000)) if ms else "—"
-
-
 def _visible(info: Session, history: list[WithParts]) -> list[WithParts]:
     from ..core.chat import visible
 
@@ -170,7 +161,7 @@ def markdown(store, info: Session) -> str:
     lines = [
         f"# {info.title}",
         "",
-        f"- session `{info.id}` · {_when(info.time_created)} → {_when(info.time_updated)} · `{info.directory}`",
+        f"- session `{info.id}` · {clock(info.time_created)} → {clock(info.time_updated)} · `{info.directory}`",
         f"- models: {', '.join(t['models']) or '—'} · {t['steps']} LLM step(s) · "
         f"{t['tokens_in']:,} tokens in / {t['tokens_out']:,} out",
         f"- cost: **${t['total']:.4f}** (messages ${t['own']:.4f}, title ${t['title']:.4f}, "
@@ -189,299 +180,60 @@ def markdown(store, info: Session) -> str:
         lines.append(f"- subagent of `{info.parent_id}`")
     if info.revert:
         lines.append(f"- reverted at `{info.revert.get('messageID')}`: later messages are hidden")
-    body = "\n\n---\n\n".join(_message_md(item) for item in history) or "*(empty session)*"
+    body = M.messages(history, level=3, when=True)  # as the live view shows them
     return "\n".join(lines) + "\n\n---\n\n" + body + "\n"
-
-
-def _message_md(item: WithParts) -> str:
-    info = item.info
-    body = "\n\n".join(x for x in (_part_md(p) for p in item.parts) if x)
-    if isinstance(info, UserMessage):
-        return f"### You <sub>{_when(info.time_created)}</sub>\n\n{body}".rstrip()
-    label = "Summary" if info.summary else "Agent"
-    used = (
-        f" · {info.tokens.count:,} tokens · ${info.cost:.4f}"
-        if info.tokens.count or info.cost
-        else ""
-    )
-    error = ""
-    if info.error:
-        error = f"\n\n❗ **{info.error.get('name', 'Error')}**: {info.error.get('data', {}).get('message', '')}"
-    return (
-        f"### {label} <sub>{info.provider_id}/{info.model_id}{used}</sub>\n\n{body}{error}".rstrip()
-    )
-
-
-def _fence(text: str) -> str:
-    ticks = "```"
-    while ticks in text:
-        ticks += "`"
-    return f"{ticks}\n{text}\n{ticks}"
-
-
-def _part_md(part) -> str:
-    if isinstance(part, TextPart):
-        return "" if part.ignored else part.text
-    if isinstance(part, ReasoningPart):
-        return (
-            f"<details><summary>💭 reasoning</summary>\n\n{part.text}\n\n</details>"
-            if part.text
-            else ""
-        )
-    if isinstance(part, ToolPart):
-        state = part.state
-        status = tool_status(
-            part
-        )  # failed: completed, but the code raised (the class is the label)
-        title = getattr(state, "title", None) or ""
-        head = (
-            f"{_ICON.get(status, '')} **{part.tool}**"
-            f"{' · ' + title if title and title != part.tool else ''} · {tool_label(part)}"
-        )
-        inner = ["input:", _fence(json.dumps(state.input, ensure_ascii=False, indent=1))]
-        if isinstance(state, ToolCompleted):
-            inner += [
-                "output:",
-                _fence("[output pruned by compaction]" if state.time_compacted else state.output),
-            ]
-            child = (state.metadata or {}).get("sessionId") if part.tool == "task" else None
-            if child:
-                inner.append(f"subagent session `{child}`")
-        elif isinstance(state, ToolError):
-            inner += ["error:", _fence(state.error)]
-        return (
-            f"<details><summary>{html.escape(head, quote=False)}</summary>\n\n"
-            + "\n\n".join(inner)
-            + "\n\n</details>"
-        )
-    if isinstance(part, StepFinishPart):
-        t = part.tokens
-        return (
-            f"<sub>step · {t.prompt:,} in / {t.output:,} out{' (estimated)' if t.estimated else ''}"
-            f" · ${part.cost:.4f} · {part.reason}</sub>"
-        )
-    if isinstance(part, PatchPart):
-        return "📝 files changed: " + ", ".join(f"`{os.path.basename(f)}`" for f in part.files)
-    if isinstance(part, CompactionPart):
-        return f"**— compaction requested ({'auto' if part.auto else 'manual'}) —**"
-    if isinstance(part, FilePart):
-        return f"📎 {part.filename or part.url} ({part.mime})"
-    if isinstance(part, RetryPart):
-        return f"<sub>⟳ retry {part.attempt}: {part.error.get('data', {}).get('message', '')}</sub>"
-    if isinstance(part, SubtaskPart):
-        return f"🧩 subtask @{part.agent}: {part.description}"
-    if isinstance(part, AgentPart):
-        return f"@{part.name}"
-    return ""
 
 
 # --------------------------------------------------------------------------
 # HTML
 
-_CSS = """
-:root{--bg:#fff;--fg:#1f2328;--muted:#656d76;--line:#d0d7de;--user:#ddf4ff;--card:#f6f8fa;--ok:#1a7f37;--err:#cf222e;--warn:#9a6700;--code:#eff1f3}
-@media (prefers-color-scheme:dark){:root{--bg:#0d1117;--fg:#e6edf3;--muted:#8d96a0;--line:#30363d;--user:#0c2d6b;--card:#161b22;--ok:#3fb950;--err:#f85149;--warn:#d29922;--code:#1f2428}}
-*{box-sizing:border-box}body{margin:0;background:var(--bg);color:var(--fg);font:15px/1.55 -apple-system,BlinkMacSystemFont,"Segoe UI",Helvetica,Arial,sans-serif}
-main{max-width:920px;margin:0 auto;padding:24px 16px 64px}h1{font-size:1.6em;margin:0 0 .3em}
-.meta{color:var(--muted);font-size:.9em;margin:0 0 1.5em;padding:0;list-style:none}.meta li{margin:.15em 0}
-.msg{border:1px solid var(--line);border-radius:8px;margin:14px 0;padding:10px 14px;background:var(--bg)}
-.msg.user{background:var(--user)}.msg.summary{border-style:dashed}.msg.hidden{opacity:.55}
-.who{font-weight:600;font-size:.85em;color:var(--muted);margin-bottom:6px}.who .cost{font-weight:400}
-.text p{margin:.4em 0;white-space:pre-wrap;overflow-wrap:anywhere}.text h2,.text h3,.text h4{margin:.6em 0 .3em}
-code{background:var(--code);border-radius:4px;padding:.1em .3em;font:.88em ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
-pre{background:var(--code);border-radius:6px;padding:8px 10px;overflow:auto;max-height:480px;font:.85em/1.45 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;white-space:pre-wrap;overflow-wrap:anywhere}
-pre code{background:none;padding:0}
-details{border:1px solid var(--line);border-radius:6px;margin:8px 0;background:var(--card)}
-details>summary{cursor:pointer;padding:6px 10px;font-size:.9em;list-style-position:inside}
-details>div{padding:0 10px 8px}details .label{color:var(--muted);font-size:.8em;margin:6px 0 2px}
-.completed>summary .status{color:var(--ok)}.error>summary .status,.failed>summary .status,.interrupted>summary .status{color:var(--err)}.running>summary .status,.pending>summary .status{color:var(--warn)}
-.step,.note{color:var(--muted);font-size:.8em;margin:6px 0}.marker{text-align:center;color:var(--warn);font-weight:600;margin:10px 0}
-.error-line{color:var(--err);margin:6px 0}.child{border-left:3px solid var(--line);padding-left:10px;margin:8px 0}
-img{max-width:100%}footer{color:var(--muted);font-size:.8em;margin-top:32px;text-align:center}
-"""
-_ICON = {"pending": "⏳", "running": "⚙️", "completed": "✅", "error": "❌", "failed": "❌"}
-
 
 def html_page(store, info: Session) -> str:
     t = _totals(store, info, _visible(info, store.messages(info.id)))
     meta = [
-        f"<li>session <code>{_e(info.id)}</code> · {_when(info.time_created)} → {_when(info.time_updated)}"
-        f" · <code>{_e(info.directory)}</code></li>",
-        f"<li>models: {_e(', '.join(t['models']) or '—')} · {t['steps']} LLM step(s) · "
+        f"<li>session <code>{H.e(info.id)}</code> · {clock(info.time_created)} → {clock(info.time_updated)}"
+        f" · <code>{H.e(info.directory)}</code></li>",
+        f"<li>models: {H.e(', '.join(t['models']) or '—')} · {t['steps']} LLM step(s) · "
         f"{t['tokens_in']:,} tokens in / {t['tokens_out']:,} out</li>",
         f"<li>cost: <b>${t['total']:.4f}</b> (messages ${t['own']:.4f}, title ${t['title']:.4f}, "
         f"subagents ${t['children']:.4f})</li>",
     ]
     if info.forked_from:
         meta.append(
-            f"<li>forked from <code>{_e(info.forked_from.get('sessionID', ''))}</code></li>"
+            f"<li>forked from <code>{H.e(info.forked_from.get('sessionID', ''))}</code></li>"
         )
     body = _session_html(store, info, 0)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         '<meta name="generator" content="jupyter-session-agent">'
-        f"<title>{_e(info.title)}</title><style>{_CSS}</style></head>\n<body><main>\n"
-        f'<h1>{_e(info.title)}</h1>\n<ul class="meta">{"".join(meta)}</ul>\n{body}\n'
+        f"<title>{H.e(info.title)}</title><style>{H.CSS}</style></head>\n<body><main>\n"
+        f'<h1>{H.e(info.title)}</h1>\n<ul class="meta">{"".join(meta)}</ul>\n{body}\n'
         f"<footer>exported {time.strftime('%Y-%m-%d %H:%M')} by jupyter-session-agent</footer>\n"
         "</main></body></html>\n"
     )
 
 
 def _session_html(store, info: Session, depth: int) -> str:
+    """A session's messages; a ``task`` call nests its subagent session (to ``MAX_DEPTH``)."""
+
+    def nest(child: str) -> str:
+        if depth >= MAX_DEPTH:
+            return ""
+        try:
+            child_info = store.session(ids.check(child, "session"))
+        except AgentError:  # not a session id, or no such session (any more)
+            return ""
+        return _session_html(store, child_info, depth + 1)
+
     history = _visible(info, store.messages(info.id))
-    out = [_message_html(store, item, depth) for item in history]
+    out = H.messages(history, nest)
     if info.revert:
-        out.append(
-            f'<div class="note">later messages are hidden by a revert at <code>'
-            f"{_e(info.revert.get('messageID', ''))}</code></div>"
+        out += (
+            f'\n<div class="note">later messages are hidden by a revert at <code>'
+            f"{H.e(info.revert.get('messageID', ''))}</code></div>"
         )
-    return "\n".join(out) or '<p class="note">(empty session)</p>'
-
-
-def _message_html(store, item: WithParts, depth: int) -> str:
-    info = item.info
-    parts = "\n".join(x for x in (_part_html(store, p, depth) for p in item.parts) if x)
-    if isinstance(info, UserMessage):
-        return f'<section class="msg user"><div class="who">You · {_when(info.time_created)}</div>{parts}</section>'
-    label = "Summary" if info.summary else "Agent"
-    cost = (
-        f" · {info.tokens.count:,} tokens · ${info.cost:.4f}"
-        if info.tokens.count or info.cost
-        else ""
-    )
-    error = ""
-    if info.error:
-        error = (
-            f'<div class="error-line">❗ {_e(info.error.get("name", "Error"))}: '
-            f"{_e(str(info.error.get('data', {}).get('message', '')))}</div>"
-        )
-    cls = "msg summary" if info.summary else "msg"
-    return (
-        f'<section class="{cls}"><div class="who">{label} <span class="cost">'
-        f"({_e(info.provider_id)}/{_e(info.model_id)}{cost})</span></div>{parts}{error}</section>"
-    )
-
-
-def _part_html(store, part, depth: int) -> str:
-    if isinstance(part, TextPart):
-        return "" if part.ignored or not part.text else f'<div class="text">{_md(part.text)}</div>'
-    if isinstance(part, ReasoningPart):
-        return (
-            ""
-            if not part.text
-            else (
-                f'<details class="reasoning"><summary>💭 reasoning</summary><div class="text">{_md(part.text)}</div></details>'
-            )
-        )
-    if isinstance(part, ToolPart):
-        return _tool_html(store, part, depth)
-    if isinstance(part, StepFinishPart):
-        t = part.tokens
-        est = " (estimated)" if t.estimated else ""
-        return (
-            f'<div class="step">step · {t.prompt:,} in / {t.output:,} out{est}'
-            f"{f' / {t.reasoning:,} reasoning' if t.reasoning else ''} · ${part.cost:.4f} · {_e(part.reason)}</div>"
-        )
-    if isinstance(part, PatchPart):
-        files = ", ".join(f"<code>{_e(os.path.basename(f))}</code>" for f in part.files)
-        return f'<div class="note">📝 files changed: {files}</div>'
-    if isinstance(part, CompactionPart):
-        return f'<div class="marker">— compaction requested ({"auto" if part.auto else "manual"}) —</div>'
-    if isinstance(part, FilePart):
-        if part.url.startswith("data:image/"):
-            return f'<div><img alt="{_e(part.filename or "image")}" src="{_e(part.url)}"></div>'
-        return f'<div class="note">📎 {_e(part.filename or part.url)} ({_e(part.mime)})</div>'
-    if isinstance(part, RetryPart):
-        return f'<div class="note">⟳ retry {part.attempt}: {_e(str(part.error.get("data", {}).get("message", "")))}</div>'
-    if isinstance(part, SubtaskPart):
-        return f'<div class="note">🧩 subtask @{_e(part.agent)}: {_e(part.description)}</div>'
-    if isinstance(part, AgentPart):
-        return f'<div class="note">@{_e(part.name)}</div>'
-    if isinstance(part, SnapshotPart):
-        return ""
-    return ""
-
-
-def _tool_html(store, part: ToolPart, depth: int) -> str:
-    state = part.state
-    status = tool_status(part)  # failed: completed, but the code raised (the class is the label)
-    title = getattr(state, "title", None) or ""
-    took = ""
-    if isinstance(state, (ToolCompleted, ToolError)):
-        took = f" · {(state.time_end - state.time_start) / 1000:.2f} s"
-    inner = [
-        f'<div class="label">input</div><pre>{_e(json.dumps(state.input, ensure_ascii=False, indent=1))}</pre>'
-    ]
-    if isinstance(state, ToolCompleted):
-        output = "[output pruned by compaction]" if state.time_compacted else state.output
-        inner.append(f'<div class="label">output</div><pre>{_e(output)}</pre>')
-        child = (state.metadata or {}).get("sessionId") if part.tool == "task" else None
-        if child and depth < MAX_DEPTH:
-            try:
-                child_info = store.session(ids.check(child, "session"))
-                inner.append(
-                    f'<div class="label">subagent session <code>{_e(child)}</code></div>'
-                    f'<div class="child">{_session_html(store, child_info, depth + 1)}</div>'
-                )
-            except AgentError:  # not a session id, or no such session (any more)
-                pass
-    elif isinstance(state, ToolError):
-        inner.append(f'<div class="label">error</div><pre>{_e(state.error)}</pre>')
-    return (
-        f'<details class="tool {status}"><summary>{_ICON.get(status, "")} <b>{_e(part.tool)}</b>'
-        f"{' · ' + _e(title) if title and title != part.tool else ''} · "
-        f'<span class="status">{_e(tool_label(part))}</span>'
-        f"{took}</summary><div>{''.join(inner)}</div></details>"
-    )
-
-
-def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
-
-
-_FENCE = re.compile(r"^```[^\n]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
-_INLINE = re.compile(r"`([^`\n]+)`|\*\*([^*\n]+)\*\*")
-_HEADING = re.compile(r"^(#{1,4})\s+(.*)$")
-
-
-def _md(text: str) -> str:
-    """A small, safe Markdown subset: fenced code, headings, paragraphs, `code`, **bold**."""
-    out, pos = [], 0
-    for match in _FENCE.finditer(text):
-        out.append(_paragraphs(text[pos : match.start()]))
-        out.append(f"<pre><code>{_e(match.group(1).rstrip(chr(10)))}</code></pre>")
-        pos = match.end()
-    out.append(_paragraphs(text[pos:]))
-    return "".join(out)
-
-
-def _paragraphs(text: str) -> str:
-    out = []
-    for block in re.split(r"\n\s*\n", text.strip("\n")):
-        if not block.strip():
-            continue
-        heading = _HEADING.match(block.strip()) if "\n" not in block.strip() else None
-        if heading:
-            level = min(len(heading.group(1)) + 1, 4)
-            out.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
-        else:
-            out.append(f"<p>{_inline(block)}</p>")
-    return "".join(out)
-
-
-def _inline(text: str) -> str:
-    out, pos = [], 0
-    for match in _INLINE.finditer(text):
-        out.append(_e(text[pos : match.start()]))
-        out.append(
-            f"<code>{_e(match.group(1))}</code>"
-            if match.group(1) is not None
-            else f"<b>{_e(match.group(2))}</b>"
-        )
-        pos = match.end()
-    out.append(_e(text[pos:]))
-    return "".join(out)
+    return out
 
 
 # --------------------------------------------------------------------------

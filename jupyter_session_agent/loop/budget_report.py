@@ -8,10 +8,11 @@ did each step use, what has it cost" the way the loop decides them:
 * ``used`` is the last step-finish's ``tokens.count`` — what ``isOverflow``
   compares with ``compaction_at`` (``usable`` × the ``threshold`` setting, with
   ``usable`` from ``budget.budget(model, reserved)``);
-* the prune numbers replay OpenCode's prune walk (newest → oldest, the last two
+* the prune numbers come from the loop's own prune walk and selection
+  (``compaction.prune.plan_prune`` / ``prune_selection``: newest → oldest, the last two
   turns protected, stop at the last summary or at an already-pruned output) in
   estimated tool-output tokens: outputs beyond ``prune_protect`` are candidates,
-  and a prune runs when they add up to more than ``prune_minimum``.
+  and ``prune_due`` is whether the loop's prune would clear them now.
 
 The limits are the compaction engine's own (``compaction.CompactionConfig``:
 threshold, protect/minimum capped by small windows, protected tools), so the
@@ -30,7 +31,6 @@ from typing import Any
 
 from ..core import budget as _budget
 from ..core.messages import (
-    AssistantMessage,
     CompactionPart,
     StepFinishPart,
     TextPart,
@@ -40,7 +40,6 @@ from ..core.messages import (
     WithParts,
 )
 
-PRUNE_PROTECTED_TOOLS = ("skill",)
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -207,7 +206,12 @@ def budget_report(
             summaries += 1
             after_summary = True
 
-    walked, prunable = _prune_walk(history, protect, config.protected_tools)
+    # the loop's own prune walk and selection: "due" exactly when the loop's prune would clear
+    from .compaction.prune import prune_selection, walk_prune
+
+    walk = walk_prune(history, protect=protect, protected_tools=config.protected_tools)
+    walked, prunable = walk.counted, walk.prunable
+    due, _ = prune_selection(history, config, model, limits=(protect, minimum), walk=walk)
     used = last.count if last is not None else 0
     return BudgetReport(
         model=f"{model.provider_id}/{model.model_id}",
@@ -227,7 +231,7 @@ def budget_report(
         prune_minimum=minimum,
         tool_output_tokens=walked,
         prunable_tokens=prunable,
-        prune_due=prune_on and prunable > minimum,
+        prune_due=bool(due),
         pruned_parts=pruned_parts,
         pruned_tokens=pruned_tokens,
         compactions=compactions,
@@ -241,35 +245,6 @@ def budget_report(
         cache_read_tokens=tcache,
         steps=tuple(steps),
     )
-
-
-def _prune_walk(
-    history: Sequence[WithParts],
-    protect: int,
-    protected_tools: Sequence[str] = PRUNE_PROTECTED_TOOLS,
-) -> tuple[int, int]:
-    """OpenCode's prune walk: (tool-output tokens counted, tokens a prune would clear)."""
-    turns = total = pruned = 0
-    for item in reversed(history):
-        info = item.info
-        if isinstance(info, UserMessage):
-            turns += 1
-        if turns < 2:
-            continue
-        if isinstance(info, AssistantMessage) and info.summary:
-            break
-        for part in reversed(item.parts):
-            if not (isinstance(part, ToolPart) and isinstance(part.state, ToolCompleted)):
-                continue
-            if part.tool in protected_tools:
-                continue
-            if part.state.time_compacted:
-                return total, pruned
-            est = _budget.estimate(part.state.output)
-            total += est
-            if total > protect:
-                pruned += est
-    return total, pruned
 
 
 # --------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """One step: one LLM call turned into parts, tool runs, usage and cost.
 
-Follows OpenCode's ``SessionProcessor`` (spec §2.3) with three deliberate
-differences: tools run after the stream ends (chat completions deliver a call
-whole only at the end of the step); a failed attempt's partial text is
+One module: :class:`StepProcessor` is one state machine over one stream (the open parts, the
+attempt, the usage), writing parts as the events arrive; its pieces share that state.
+
+Follows OpenCode's ``SessionProcessor`` (stream events → parts, one attempt per retry) with
+three deliberate differences: tools run after the stream ends (chat completions deliver a
+call whole only at the end of the step); a failed attempt's partial text is
 discarded before the retry instead of being left beside the retried text; and
 retries are bounded by ``max_retries``, each recorded as a ``retry`` part.
 
@@ -92,7 +95,8 @@ class StepProcessor:
     # (permission.Gate). A RejectedError also stops the turn after this step (OpenCode's "blocked").
     permit: Callable[[str, dict, ToolCall], None] | None = None
     # snapshot.Snapshot of the session's directory: tree hashes on step-start/step-finish and a
-    # `patch` part when files changed (§4.2); None: no snapshots. Failures never fail the step.
+    # `patch` part when files changed (what revert restores); None: no snapshots. Failures
+    # never fail the step.
     snapshot: Any = None
 
     def run(self, message: AssistantMessage) -> StepResult:
@@ -145,33 +149,35 @@ class StepProcessor:
     # -- streaming ---------------------------------------------------------
 
     def _stream_with_retries(self) -> Finish:
-        attempt = 0
         self.attempts = 1
-        while True:
+
+        def attempt_once() -> Finish:
             mark = set(self.parts)
             try:
                 return self._consume(self.stream())
-            except ProviderError as err:
+            except ProviderError:
                 self._discard_since(mark)
-                reason = retry.retry_message(err)
-                if reason is None or attempt >= self.max_retries:
-                    raise
-                delay = retry.next_wait(attempt + 1, err, max_wait=self.max_retry_wait)  # or raises
-                attempt += 1
-                self.attempts = attempt + 1
-                created = now_ms()
-                part = RetryPart(
-                    ids.ascending("part"),
-                    self.message.session_id,
-                    self.message.id,
-                    attempt=attempt,
-                    error=_api_error(err),
-                    time_created=created,
-                    time_next=created + int(delay * 1000),
-                )
-                self._add(part, write=True)
-                self.store.flush(sync=False)
-                self._wait(attempt, delay, reason)
+                raise
+
+        def wait(attempt: int, err: ProviderError, delay: float, reason: str) -> None:
+            self.attempts = attempt + 1
+            created = now_ms()
+            part = RetryPart(
+                ids.ascending("part"),
+                self.message.session_id,
+                self.message.id,
+                attempt=attempt,
+                error=_api_error(err),
+                time_created=created,
+                time_next=created + int(delay * 1000),
+            )
+            self._add(part, write=True)
+            self.store.flush(sync=False)
+            self._wait(attempt, delay, reason)
+
+        return retry.with_retries(
+            attempt_once, retries=self.max_retries, max_wait=self.max_retry_wait, wait=wait
+        )
 
     def _wait(self, attempt: int, delay: float, reason: str) -> None:
         """Sleep ``delay`` seconds in steps of at most one, telling the observer what is left

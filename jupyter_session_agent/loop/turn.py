@@ -1,15 +1,16 @@
 """The loop: one LLM call per step until the model has answered the latest prompt.
 
-OpenCode's ``SessionPrompt.loop`` (spec §2.1) reduced to what a notebook turn
+OpenCode's ``SessionPrompt.loop`` reduced to what a notebook turn
 needs: each iteration looks at the visible history (``filter_compacted``),
 exits once an assistant message newer than the last user message finished
 for a reason other than tool calls, and otherwise runs one step. The last
 allowed step gets OpenCode's max-steps instruction and no tools: none are
 offered, and a call the model makes anyway is recorded as an error, unrun.
 
-Compaction (``compaction.Compactor``, spec §3): before the first step, the
-proactive check (the newest finished step overflowed); after each step, a
-usage overflow (``count >= usable × threshold``) or a provider's context
+Compaction (``compaction.Compactor``, docs/compaction.md): before the first step, the
+proactive check (the newest finished step overflowed); after each step the loop asks
+the compactor for a :class:`~.compaction.Decision` (nothing, summarise, or stop, with
+the reason): a usage overflow (``count >= usable × threshold``) or a provider's context
 overflow error starts a summary compaction, then the loop continues from the
 compacted view; at the end of the loop, the prune. With ``compaction.auto``
 off, an overflow error is a one-line ``ContextLimitError`` (OpenCode #16882).
@@ -34,9 +35,9 @@ from ..core.chat import (
 )
 from ..core.errors import AgentError, ToolFailure
 from ..core.messages import AssistantMessage, UserMessage, WithParts, now_ms
-from .step import Observer, StepProcessor, run_step
-
-CONTINUE_REASONS = ("tool-calls", "unknown")
+from .compaction import Compactor
+from .compaction.decision import CONTINUE_REASONS, NOTHING, Decision, overflow_text
+from .step import Observer, StepProcessor, StepResult, run_step
 
 
 class ContextLimitError(AgentError):
@@ -63,7 +64,7 @@ class TurnSetup:
         None  # permission.Gate: checked before each tool runs
     )
     snapshot: Any = None  # snapshot.Snapshot: file snapshots around each step, for revert
-    compactor: Any = None  # compaction.Compactor; None: an overflow is a ContextLimitError
+    compactor: Compactor | None = None  # None: an overflow is a ContextLimitError
     max_retry_wait: float = 60.0  # seconds a retry may wait; a longer retry-after fails at once
 
 
@@ -81,7 +82,9 @@ def run_turn(
     step = 0
     compactor = setup.compactor
     if compactor is not None:
-        _proactive(compactor, history, added, observer)
+        decision = compactor.before_turn(history)
+        if decision.action == "summarise":  # one that fails: the turn still runs, uncompacted
+            added.extend(compactor.apply(decision, history, observer).added)
     while True:
         visible = without_failed_compactions(filter_compacted(history))
         last_user = next(m.info for m in reversed(visible) if isinstance(m.info, UserMessage))
@@ -90,85 +93,21 @@ def run_turn(
             break
         step += 1
         last_step = step >= setup.max_steps
-        # a model that takes no images gets "[Attached image/png: name]" in their place
-        images = bool(getattr(setup.model, "images", False))
-        chat = [
-            {"role": "system", "content": setup.system_prompt},
-            *to_chat_messages(visible, strip_media=not images),
-        ]
-        if last_step:
-            chat.append({"role": "assistant", "content": MAX_STEPS_TEXT})
-        request = setup.request_factory(chat, last_step)
-        permit = setup.permit
-        if last_step:  # no tool on the last step: none offered, and a call made anyway never runs
-            request = _without_tools(request)
-            permit = _max_steps_refusal(setup.max_steps)
-        message = AssistantMessage(
-            id=ids.ascending("message"),
-            session_id=last_user.session_id,
-            parent_id=last_user.id,
-            time_created=now_ms(),
-            provider_id=setup.model.provider_id,
-            model_id=setup.model.model_id,
-            agent=last_user.agent,
-            mode=last_user.agent,
-            path={"cwd": setup.cwd, "root": setup.cwd},
-        )
-        processor = StepProcessor(
-            store=setup.store,
-            stream=lambda: setup.provider.stream(request),
-            model=setup.model,
-            tools=setup.tools,
-            run_tool=setup.run_tool,
-            observer=observer,
-            max_retries=setup.max_retries,
-            max_retry_wait=setup.max_retry_wait,
-            auto_compact=setup.auto_compact,
-            reserved=setup.reserved,
-            permit=permit,
-            snapshot=setup.snapshot,
-        )
+        chat, processor, message = _step(setup, visible, last_user, last_step, observer)
         result = run_step(processor, message, history, added)
-        if compactor is None:
-            if result.outcome == "compact":
-                raise ContextLimitError(_overflow_text(result.message, setup.model))
-        elif not getattr(processor, "blocked", False):
-            compactor.observe(chat, None if result.message.error else result.message.tokens)
-            overflow_error = (
-                bool(result.message.error)
-                and result.message.error.get("name") == "ContextOverflowError"
-            )
-            if overflow_error and (not compactor.config.auto or compactor.disabled):
-                raise ContextLimitError(
-                    _overflow_text(result.message, setup.model, auto=compactor.config.auto)
-                )
-            if overflow_error or (
-                not result.message.error and compactor.is_overflow(result.message.tokens)
-            ):
-                finished = not overflow_error and result.message.finish not in CONTINUE_REASONS
-                stop_after = last_step or (finished and compactor.config.skip_turn_end_continue)
-                compacted = compactor.compact(
-                    history,
-                    cause="overflow" if overflow_error else "auto",
-                    auto=True,
-                    continue_after=not stop_after,
-                    step_tokens=result.message.tokens.count or None,
-                    observer=observer,
-                )
-                added.extend(compacted.added)
-                if not compacted.ok:
-                    # No more auto compaction this turn (it would not make room: never loop); the
-                    # turn goes on while the model accepts the requests. A request that no longer
-                    # fits and was not compacted is the end of the road: one line naming the limit.
-                    compactor.disabled = True
-                    if overflow_error and compacted.event.outcome != "no-gain":
-                        raise ContextLimitError(compacted.message)
-                elif stop_after:
-                    break
-                if compacted.ok or compacted.event.outcome == "no-gain":
-                    continue
-            else:
-                compactor.step_done(result.message.tokens)
+        decision = _decide(setup, processor, chat, result, last_step)
+        if decision.action == "stop":
+            raise ContextLimitError(decision.reason)
+        if decision.action == "summarise" and compactor is not None:
+            compacted = compactor.apply(decision, history, observer)
+            added.extend(compacted.added)
+            then = decision.then(compacted)
+            if then == "raise":  # a request that no longer fits and was not compacted
+                raise ContextLimitError(compacted.message)
+            if then == "end":
+                break
+            if then == "again":
+                continue
         if result.outcome == "stop" or last_step:
             break
         if result.tool_calls == 0 and result.message.finish in CONTINUE_REASONS:
@@ -176,6 +115,73 @@ def run_turn(
     if compactor is not None:
         compactor.prune(history)  # OpenCode prunes at the end of every loop
     return added
+
+
+def _decide(
+    setup: TurnSetup,
+    processor: StepProcessor,
+    chat: list[dict],
+    result: StepResult,
+    last_step: bool,
+) -> Decision:
+    """The compactor's decision after a step; without one, an overflow stops the turn. A step
+    stopped by a rejected permission ("blocked") is not measured."""
+    if setup.compactor is None:
+        if result.outcome == "compact":
+            return Decision("stop", reason=overflow_text(result.message, setup.model))
+        return NOTHING
+    if getattr(processor, "blocked", False):
+        return NOTHING
+    return setup.compactor.after_step(chat, result, last_step=last_step)
+
+
+def _step(
+    setup: TurnSetup,
+    visible: list[WithParts],
+    last_user: UserMessage,
+    last_step: bool,
+    observer: Observer,
+) -> tuple[list[dict], StepProcessor, AssistantMessage]:
+    """The chat sent, the processor and the new assistant message of the next step."""
+    # a model that takes no images gets "[Attached image/png: name]" in their place
+    images = bool(getattr(setup.model, "images", False))
+    chat = [
+        {"role": "system", "content": setup.system_prompt},
+        *to_chat_messages(visible, strip_media=not images),
+    ]
+    if last_step:
+        chat.append({"role": "assistant", "content": MAX_STEPS_TEXT})
+    request = setup.request_factory(chat, last_step)
+    permit = setup.permit
+    if last_step:  # no tool on the last step: none offered, and a call made anyway never runs
+        request = _without_tools(request)
+        permit = _max_steps_refusal(setup.max_steps)
+    message = AssistantMessage(
+        id=ids.ascending("message"),
+        session_id=last_user.session_id,
+        parent_id=last_user.id,
+        time_created=now_ms(),
+        provider_id=setup.model.provider_id,
+        model_id=setup.model.model_id,
+        agent=last_user.agent,
+        mode=last_user.agent,
+        path={"cwd": setup.cwd, "root": setup.cwd},
+    )
+    processor = StepProcessor(
+        store=setup.store,
+        stream=lambda: setup.provider.stream(request),
+        model=setup.model,
+        tools=setup.tools,
+        run_tool=setup.run_tool,
+        observer=observer,
+        max_retries=setup.max_retries,
+        max_retry_wait=setup.max_retry_wait,
+        auto_compact=setup.auto_compact,
+        reserved=setup.reserved,
+        permit=permit,
+        snapshot=setup.snapshot,
+    )
+    return chat, processor, message
 
 
 def _without_tools(request: Any) -> Any:
@@ -199,28 +205,6 @@ def _max_steps_refusal(max_steps: int) -> Callable[[str, dict, Any], None]:
     return refuse
 
 
-def _proactive(
-    compactor: Any, history: list[WithParts], added: list[WithParts], observer: Observer
-) -> None:
-    """§2.1 step 8: the newest finished step (not a summary) already overflowed: compact first."""
-    finished = [
-        m.info
-        for m in filter_compacted(history)
-        if isinstance(m.info, AssistantMessage) and m.info.finish and not m.info.error
-    ]
-    if not finished:
-        return
-    newest = max(finished, key=lambda info: info.id)
-    if newest.summary or not compactor.is_overflow(newest.tokens):
-        return
-    result = compactor.compact(
-        history, cause="auto", auto=True, step_tokens=newest.tokens.count or None, observer=observer
-    )
-    added.extend(result.added)
-    if not result.ok:
-        compactor.disabled = True  # the turn still runs; compaction would not make room
-
-
 def _answered(assistant: AssistantMessage, user: UserMessage) -> bool:
     if assistant.error:
         return True
@@ -228,20 +212,6 @@ def _answered(assistant: AssistantMessage, user: UserMessage) -> bool:
         bool(assistant.finish)
         and assistant.finish not in CONTINUE_REASONS
         and user.id < assistant.id
-    )
-
-
-def _overflow_text(message: AssistantMessage, model: Any, auto: bool = False) -> str:
-    used = message.tokens.count
-    fix = (
-        "compaction could not make room — start a new session with `%%agent --new`"
-        if auto
-        else "compaction.auto is off — `%agent compact`, or start a new session with `%%agent --new`"
-    )
-    if used:
-        return f"the conversation needs {used:,} tokens and {model.model_id} allows {model.context:,}; {fix}"
-    return (
-        f"the request exceeded {model.model_id}'s context window ({model.context:,} tokens); {fix}"
     )
 
 

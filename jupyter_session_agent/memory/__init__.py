@@ -1,5 +1,8 @@
 """Cross-session memory: what past sessions learned, recalled in new ones.
 
+One module: the package's public entry points (remember, recall, injection, the settings they
+read and the per-store index cache), each a thin composition of the submodules below.
+
 OpenCode keeps each session isolated; here a project (a working directory)
 accumulates a memory:
 
@@ -76,6 +79,7 @@ __all__ = [
 
 DEFAULTS = MEMORY_DEFAULTS
 EXTRACTORS = ("auto", "llm", "rules")
+EXTRACTION_PURPOSE = "memory"  # the purpose an extraction call is stored under (llm_call view)
 
 
 def options(settings: Any) -> dict[str, Any]:
@@ -125,10 +129,20 @@ class Remembered:
 
 
 def llm_complete(
-    settings: Any, model: str | None = None, *, explicit: bool = False
+    settings: Any,
+    model: str | None = None,
+    *,
+    explicit: bool = False,
+    store: Any = None,
+    session_id: str = "",
 ) -> tuple[Callable | None, str]:
-    """(complete(messages) -> str, "provider/model") for extraction, or (None, why not)."""
+    """(complete(messages) -> str, "provider/model") for extraction, or (None, why not).
+
+    Each call is retried as the loop's policy says (``providers.base.call``); with a
+    ``store``, its usage and cost are stored for ``session_id`` (``llm_call`` in SQL).
+    """
     from ..providers import presets
+    from ..providers.base import AUX_MAX_WAIT, AUX_RETRIES, call
     from ..providers.openai_provider import ChatRequest
     from ..providers.registry import resolve
 
@@ -139,11 +153,22 @@ def llm_complete(
     max_tokens = min(1500, info.max_output_tokens) if getattr(info, "output", 0) else 1500
 
     def complete(messages: list[dict]) -> str:
-        return provider.complete(
-            ChatRequest(
-                model=resolved.model_id, messages=messages, max_tokens=max_tokens, temperature=0
-            )
+        request = ChatRequest(
+            model=resolved.model_id, messages=messages, max_tokens=max_tokens, temperature=0
         )
+        text, record = call(
+            provider,
+            request,
+            info,
+            session_id=session_id,
+            purpose=EXTRACTION_PURPOSE,
+            retries=AUX_RETRIES,
+            max_wait=AUX_MAX_WAIT,
+        )
+        if store is not None:
+            store.put(record)
+            store.flush(sync=False)
+        return text
 
     return complete, f"{resolved.provider_id}/{resolved.model_id}"
 
@@ -186,7 +211,9 @@ def remember(
                 from ..core.chat import history_model
 
                 spec = model or getattr(settings, "model", "") or history_model(history)
-                complete, label = llm_complete(settings, spec, explicit=mode == "llm")
+                complete, label = llm_complete(
+                    settings, spec, explicit=mode == "llm", store=store, session_id=info.id
+                )
             if complete is None:
                 fallback = label
             else:
@@ -283,14 +310,11 @@ def after_turn(session: Any) -> Remembered | None:
 
 
 def _session_complete(session: Any) -> Callable[[list[dict]], str]:
-    """Extraction calls through the session's own (cached) provider."""
-    from ..providers.openai_provider import ChatRequest
-
-    provider, _, spec = session.provider(session.settings.model or session.last_model())
+    """Extraction calls through the session (its cached provider, retries, usage stored)."""
 
     def complete(messages: list[dict]) -> str:
-        return provider.complete(
-            ChatRequest(model=spec.model_id, messages=messages, temperature=0, max_tokens=1500)
+        return session.complete(
+            messages, purpose=EXTRACTION_PURPOSE, temperature=0, max_tokens=1500
         )
 
     return complete

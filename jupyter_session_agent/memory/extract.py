@@ -1,6 +1,9 @@
 """What a session taught us, as four bullet lists: decisions, preferences and
 constraints, facts learned, open tasks.
 
+One module: both extractors produce the same notes from the same transcript, and the rules'
+cue phrases also decide (``classify``, ``is_request``) what search counts as a statement.
+
 Two extractors with one output shape, ``{kind: [Note, …]}``:
 
 - :func:`extract_llm` asks a model (any ``complete(messages) -> str``) for the
@@ -26,9 +29,6 @@ from dataclasses import dataclass
 from ..core.messages import (
     AssistantMessage,
     TextPart,
-    ToolCompleted,
-    ToolError,
-    ToolPart,
     UserMessage,
     WithParts,
 )
@@ -373,29 +373,11 @@ MAX_TRANSCRIPT_CHARS = 24_000
 
 def transcript(history: Sequence[WithParts], limit: int = MAX_TRANSCRIPT_CHARS) -> str:
     """The session as plain text for the extractor, newest part kept when it is too long."""
-    lines: list[str] = []
-    for item in history:
-        user = isinstance(item.info, UserMessage)
-        for part in item.parts:
-            if isinstance(part, TextPart) and part.text and not part.ignored and not part.synthetic:
-                lines.append(f"{'User' if user else 'Assistant'}: {part.text.strip()}")
-            elif isinstance(part, ToolPart):
-                state = part.state
-                args = (
-                    one_line(str(dict(state.input)), 200) if getattr(state, "input", None) else ""
-                )
-                if isinstance(state, ToolCompleted):
-                    result = one_line(state.output, 300)
-                elif isinstance(state, ToolError):
-                    result = "error: " + one_line(state.error, 200)
-                else:
-                    result = "(interrupted)"
-                lines.append(f"Tool {part.tool}({args}) → {result}")
-    text = "\n".join(lines)
-    if len(text) > limit:
-        first = lines[0][: limit // 4] if lines else ""
-        text = first + "\n[… earlier messages omitted …]\n" + text[-(limit - len(first) - 40) :]
-    return text
+    from dataclasses import replace
+
+    from ..render.for_model import EXTRACTION, model_transcript
+
+    return model_transcript(history, replace(EXTRACTION, limit=limit))
 
 
 def extract_llm(

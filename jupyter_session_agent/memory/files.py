@@ -1,5 +1,8 @@
 """The memory on disk: reviewable Markdown the user can edit.
 
+One module: the file layout, its parser, its writer and consolidation into ``MEMORY.md`` must
+agree on one format; split, a change to the format would have to be made in several places.
+
 Layout, one folder per project (a session's working directory)::
 
     <data_dir>/memory/<name>-<hash8>/

@@ -1,6 +1,10 @@
 """Search over the whole history and the memory files: BM25 fused with the cosine
 similarity of embeddings when an embedding model is available (:mod:`.embed`).
 
+One module: building, scoring, fusion and supersession all work on the same private
+rows, postings and vector matrix of one :class:`MemoryIndex`; split, each part would
+reach into the others' state.
+
 The index is built in memory (numpy arrays, no file, no lock) from one row per
 searchable unit — a memory note, a text part (long ones cut into passages), a
 tool call (name, input, start of the output) — with its session, message,
@@ -28,18 +32,29 @@ is the passage's own plus its neighbours' at their weight. The
 ``bm25`` share is BM25 with each term's saturation capped at 1, divided by the
 sum of the query terms' idf: the share of the query's information a document
 holds, in [0, 1]. A query whose rare terms occur nowhere scores low, which is
-what lets a question with no answer return nothing.
+what lets a question with no answer return nothing. ``Ranking.feedback`` (off: it
+did not help on the benchmark) expands the query with the rarest terms of its best
+documents and searches again (pseudo-relevance feedback).
 
 **Cosine** (with an embedder): every passage's unit vector (cached on disk by
 text hash, see :mod:`.vectors`), centred on the passages' mean (e5's vectors
-share a large common direction) and compared with the query's, in numpy.
+share a large common direction) and compared with the query's, in numpy; minus
+``Ranking.hub`` times the passage's *hubness* — its mean cosine to its
+``hub_k`` nearest among a sample of the passages and the built-in sentences
+(CSLS's correction): a generic turn close to everything ("Oh no, hang in
+there") is close to every question too, and would otherwise crowd out the
+specific answer.
 
-**Fusion**: reciprocal rank fusion of the two rankings,
-``1/(k + rank_bm25) + w/(k + rank_cosine)`` (``Ranking.rrf_k``,
-``Ranking.cosine_weight``), or a linear mix of BM25 share and cosine — the
-variant chosen on benchmarks/dialoguebench.py (docs/memory.md). Without an
+**Fusion** (``Ranking.fusion``): ``"minmax"`` (the default) maps each ranking's
+scores onto [0, 1] for the query (the BM25 share over the best share, the
+cosine between the pool's lowest and highest) and mixes them,
+``(1 - w)·bm25 + w·cosine`` with ``w = Ranking.linear_weight``; ``"linear"``
+mixes the raw share and cosine; ``"rrf"`` is reciprocal rank fusion,
+``1/(k + rank_bm25) + w/(k + rank_cosine)``. The variant was chosen on
+benchmarks/dialoguebench.py's development seed (docs/memory.md). Without an
 embedder the score is the weighted BM25 share. A result must reach
-``threshold`` in (weighted) BM25 share or ``cosine_threshold`` in cosine.
+``threshold`` in (weighted) BM25 share or ``cosine_threshold`` in the model's
+own cosine.
 
 After scoring (Python, on the candidates): questions and requests (text that
 asks and states nothing) weigh less (``Ranking.question_weight``); at equal
@@ -135,17 +150,29 @@ class Ranking:
     after: float = 0.15  # … of the text just after it
     dates: float = 0.5  # weight of the terms of a passage's date
     question_weight: float = 0.6  # questions and requests that state nothing
-    fusion: str = "linear"  # "linear" (of BM25 share and cosine) or "rrf" (reciprocal rank fusion)
+    fusion: str = "minmax"  # "minmax", "linear" (of BM25 share and cosine) or "rrf"
     rrf_k: float = 60.0
     cosine_weight: float = 1.0  # the cosine ranking's weight against BM25's (1)
     bm25_floor: float = 0.0  # "rrf": the BM25 share a document needs to enter the BM25 ranking
-    linear_weight: float = 0.6  # "linear": the cosine's share
+    linear_weight: float = 0.8  # "minmax" and "linear": the cosine's share
     cosine_floor: float = 0.0  # "linear": the cosine mapped to 0 (centred, unrelated text is ~0)
-    vector_context: float = 0.3  # weight of the neighbours' vectors added to a passage's
+    vector_context: float = 0.0  # weight of the neighbours' vectors added to a passage's
     embed_dates: bool = True  # embed "8 May 2023: text" rather than the text
     embed_window: bool = False  # embed a passage with the text before and after it (one vector)
     center: bool = True  # subtract the passages' mean vector (from them and the query) first
     pool: int = 100  # candidates from each ranking
+    hub: float = 0.7  # weight of each passage's hubness subtracted from its cosine
+    hub_k: int = 10  # hubness: the mean cosine to this many nearest passages of a sample
+    hub_sample: int = 1000  # … of about this many passages, evenly spaced
+    feedback: int = 0  # pseudo-relevance feedback: expand the query from this many best documents
+    feedback_terms: int = 8  # … with their this many rarest terms
+    feedback_weight: float = 0.3  # … each at this weight
+    latent: int = 0  # without embeddings: dimensions of the history's LSI space (0: off)
+    latent_weight: float = 0.3  # … the latent cosine's share in the min-max mix with BM25
+    latent_min_df: int = 2  # … terms in fewer passages than this are left out of it
+    associate: int = 0  # without embeddings: terms added per query term by PMI (0: off)
+    associate_weight: float = 0.3  # … each at this weight times its PMI's share of the best
+    associate_min: int = 3  # … passages a pair must share to count
     supersede: bool = True
     context: bool = True  # False: each passage alone (neighbours and dates off: plain BM25)
 
@@ -179,7 +206,7 @@ class Hit:
     matched: tuple[str, ...] = ()
     path: str = ""
     bm25: float = 0.0  # share of the query's idf this document holds (capped saturation)
-    cosine: float | None = None  # with embeddings: the ranking's cosine (centred, with neighbours)
+    cosine: float | None = None  # with embeddings: the ranking's cosine (centred, hubness off)
     similarity: float | None = None  # … the model's own cosine of the query and the passage
     ranks: tuple[int | None, int | None] = (None, None)  # 1-based rank in BM25 and in cosine
     fused: bool = False  # the score is the fusion of both rankings
@@ -531,6 +558,9 @@ class MemoryIndex:
             self.refresh()
             params = {"project": project, "exclude": exclude_session, "sources": list(sources)}
             lex, raw, matched, idf = self._bm25(terms, params) if terms else ({}, {}, {}, {})
+            if self.ranking.feedback and lex:
+                extra = self._feedback(terms, lex, params)
+                lex, raw, matched, idf = self._bm25(terms, params, extra)
             cosine: dict[int, float] = {}
             plain: dict[int, float] = {}
             if embedder is not None:
@@ -565,8 +595,31 @@ class MemoryIndex:
             mask &= arrays["session"] != codes["session"].get(params["exclude"], -1)
         return mask
 
-    def _bm25(self, terms: list[str], params: dict):
-        """(share score, BM25, own matched terms, idf) of the best ``pool`` documents in scope."""
+    def _feedback(self, terms: list[str], lex: dict[int, float], params: dict) -> dict[str, float]:
+        """Pseudo-relevance feedback: the rarest terms of the best ``Ranking.feedback`` documents
+        (not in the query), each at ``Ranking.feedback_weight``."""
+        rank = self.ranking
+        top = sorted(lex, key=lambda d: (-lex[d] * self._weight(d), -d))[: rank.feedback]
+        mask = self._scope(params)
+        n = float(mask.sum()) or 1.0
+        query = set(terms)
+        score: Counter[str] = Counter()
+        seen: Counter[str] = Counter()
+        df: dict[str, int] = {}
+        for d in top:
+            for term in set(self._terms(self._rows[d]["text"])[0]) - query:
+                if term not in df:
+                    found = self._postings.get(term)
+                    df[term] = int(found[3][mask[found[0]]].sum()) if found else 0
+                seen[term] += 1
+                score[term] += _idf(n, df[term])
+        # a term only the feedback documents hold reaches nothing new
+        useful = Counter({t: s for t, s in score.items() if df[t] > seen[t]})
+        return {t: rank.feedback_weight for t, _ in useful.most_common(rank.feedback_terms)}
+
+    def _bm25(self, terms: list[str], params: dict, extra: dict[str, float] | None = None):
+        """(share score, BM25, own matched terms, idf) of the best ``pool`` documents in scope;
+        ``extra`` terms count at their weight."""
         import numpy as np
 
         mask = self._scope(params)
@@ -579,12 +632,13 @@ class MemoryIndex:
         bm25 = np.zeros(len(mask))
         idf: dict[str, float] = {}
         owned: list[tuple[str, Any]] = []
-        for term in dict.fromkeys(terms):
+        extra = extra or {}
+        for term in dict.fromkeys([*terms, *extra]):
             docs, tf, own, counted = self._postings.get(term) or _no_postings()
             keep = mask[docs]
             docs, tf, own = docs[keep], tf[keep], own[keep]
             df = int(counted[keep].sum())
-            idf[term] = weight = float(np.log1p((n - df + 0.5) / (df + 0.5)))
+            idf[term] = weight = _idf(n, df) * extra.get(term, 1.0)
             if not len(docs):
                 continue
             tfn = tf * (K1 + 1) / (tf + K1 * (1 - B + B * length[docs] / avgdl))
@@ -634,7 +688,12 @@ class MemoryIndex:
                 ranks.setdefault(d, [None, None])[0] = r
             for r, d in enumerate(by_cos, 1):
                 ranks.setdefault(d, [None, None])[1] = r
-            score = {d: self._fuse(d, rb, rc, lex, cosine) for d, (rb, rc) in ranks.items()}
+            norm = (
+                max(lex.values(), default=0.0) or 1.0,
+                min(cosine.values(), default=0.0),
+                max(cosine.values(), default=0.0),
+            )
+            score = {d: self._fuse(d, rb, rc, lex, cosine, norm) for d, (rb, rc) in ranks.items()}
         else:
             score = weighted
         order = sorted(
@@ -693,8 +752,15 @@ class MemoryIndex:
         rc: int | None,
         lex: dict[int, float],
         cosine: dict[int, float],
+        norm: tuple[float, float, float] = (1.0, 0.0, 1.0),
     ) -> float:
         rank = self.ranking
+        if rank.fusion == "minmax":  # each ranking's scores mapped onto [0, 1] for this query
+            top, low, high = norm
+            c = cosine.get(doc)
+            c = 0.0 if c is None else (c - low) / ((high - low) or 1.0)
+            b = lex.get(doc, 0.0) / top
+            return ((1 - rank.linear_weight) * b + rank.linear_weight * c) * self._weight(doc)
         if rank.fusion == "linear":
             c = cosine.get(doc)
             c = 0.0 if c is None else max(0.0, (c - rank.cosine_floor) / (1 - rank.cosine_floor))
@@ -872,7 +938,7 @@ class MemoryIndex:
 
         raw = embedder.query(query)
         self._prepare(embedder, len(raw), wait)
-        matrix, has, mean, own = self._vector_matrix(embedder, len(raw))
+        matrix, has, mean, own, hub = self._vector_matrix(embedder, len(raw))
         if not len(self._rows):
             return {}, {}
         qv = raw
@@ -881,6 +947,8 @@ class MemoryIndex:
             qv = qv / (np.linalg.norm(qv) or 1.0)
         mask = has & self._scope(params)
         scores = np.einsum("ij,j->i", matrix, qv)  # not BLAS: its threads spin on a busy machine
+        if self.ranking.hub:
+            scores = scores - self.ranking.hub * hub
         scores = np.where(mask, scores, -np.inf)
         pool = min(self.ranking.pool, int(mask.sum()))
         if pool <= 0:
@@ -925,8 +993,15 @@ class MemoryIndex:
             stacked = np.concatenate([matrix[has], extra])
             mean = stacked.mean(axis=0)
             matrix = np.where(has[:, None], _unit_rows(matrix - mean), 0).astype(np.float32)
-        self._matrix = (key, matrix, has, mean, own)
-        return matrix, has, mean, own
+        hub = np.zeros(n, dtype=np.float32)
+        if self.ranking.hub and len(background) == len(BACKGROUND):
+            # the built-in sentences join the sample: a small history has its hubs measured
+            # against varied text too, not only against itself
+            extra = np.array(background, dtype=np.float32).reshape(-1, dim)
+            extra = _unit_rows(extra - mean) if mean is not None else extra
+            hub = _hubness(matrix, has, extra, self.ranking.hub_k, self.ranking.hub_sample)
+        self._matrix = (key, matrix, has, mean, own, hub)
+        return matrix, has, mean, own, hub
 
     def close(self) -> None:
         with self._lock:
@@ -942,10 +1017,38 @@ class _Row(dict):
     __getattr__ = dict.__getitem__
 
 
+def _idf(n: float, df: int) -> float:
+    """Lucene's always-positive idf."""
+    import math
+
+    return math.log1p((n - df + 0.5) / (df + 0.5))
+
+
 def _no_postings():
     import numpy as np
 
     return np.zeros(0, np.int64), np.zeros(0), np.zeros(0, bool), np.zeros(0, bool)
+
+
+def _hubness(matrix, has, extra, k: int, sample: int):
+    """Each row's mean cosine to its ``k`` nearest among an evenly spaced sample of the rows and
+    ``extra``: a passage close to everything (a generic "Oh no, hang in there") is a *hub*, close
+    to every question too; subtracting it (as CSLS does) lets the specific passages rank."""
+    import numpy as np
+
+    rows = np.flatnonzero(has)
+    picked = np.concatenate([matrix[rows[:: max(1, len(rows) // sample)]], extra])
+    k = min(k, len(picked) - 1)
+    if k < 1:
+        return np.zeros(len(matrix), dtype=np.float32)
+    out = np.zeros(len(matrix), dtype=np.float32)
+    for start in range(0, len(rows), 2048):
+        block = rows[start : start + 2048]
+        sims = matrix[block] @ picked.T
+        sims[sims > 0.999] = -1.0  # itself (or the same text again)
+        top = np.partition(sims, -k, axis=1)[:, -k:]
+        out[block] = top.mean(axis=1)
+    return out
 
 
 def _unit_rows(matrix):

@@ -1,5 +1,9 @@
 """Text helpers shared by extraction and search: tokens, sentences, dates. Pure.
 
+One module: documents and queries must be tokenised, split and dated by the very same
+functions, or a question would stop meeting its answer; the stemmer, stopwords and date
+patterns are their tables.
+
 Tokens are what BM25 counts: lower-cased runs of letters and digits (any
 script), English stopwords removed, inflections stripped (Porter's steps 1 and 5,
 so ``databases`` meets ``database`` and ``plotting`` meets ``plots``), and CJK runs cut into

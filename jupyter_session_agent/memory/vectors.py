@@ -1,5 +1,8 @@
 """Passage vectors on disk, shared by every kernel, computed in the background.
 
+One module: the file format, its locking and the background worker that appends to it are one
+protocol; the worker is the file's only writer.
+
 One file per embedding model, ``<data_dir>/memory/.embeddings/<model>.vec``:
 a 32-byte header (magic, dimension, hash of the model name) and fixed-size
 records ``sha1(text) · crc32 · float32[dim]``. A vector is keyed by the hash

@@ -429,6 +429,9 @@ CODE_RESAMPLE_TEMPERATURE = 0.7
 CODE_COMMENT = (
     True  # start the first block of a turn with the request as a comment (measured: +2 tasks)
 )
+CODE_FIRST_TOKEN = True  # rewritten blocks start with code (see ``first_token``)
+CODE_REPAIR = True  # ``codeaction.quote_names`` and ``codeaction.add_imports`` on each block
+_FIRST_TOKEN = r"root ::= [^\n`# \t] [^\x00]*"
 _ONE_LINE = r"root ::= [^\n`]+"  # the answer after a run: one line, no code
 _NO_CODE = r"root ::= [^`]+"  # without the python tool: text, no fences
 
@@ -444,7 +447,7 @@ def _code_chat(
     sampling: dict,
     model: str,
 ) -> Any:
-    """One step of the code-action protocol (see :mod:`.codeaction`) for the embedded model.
+    """One step of the code-action protocol (see :mod:`..core.codeaction`) for the embedded model.
 
     The history is rendered as text (:func:`codeaction.code_messages`); the reply streams as
     text until a python block opens; when the block is over and checked (a block that cannot
@@ -482,21 +485,17 @@ def _code_chat(
     )
 
     known = codeaction.known_names(messages)
+    request = next(
+        (codeaction.plain(m.get("content")) for m in reversed(messages) if m.get("role") == "user"),
+        "",
+    )
+    request = " ".join(request.split())[:200]
     comment = ""
     if CODE_COMMENT and offered and not after_result:
-        request = next(
-            (
-                codeaction.plain(m.get("content"))
-                for m in reversed(messages)
-                if m.get("role") == "user"
-            ),
-            "",
-        )
-        request = " ".join(request.split())[:200]
         comment = f"# {request}\n" if request else ""
 
     def generate(
-        text: str, temperature: float | None = None, seed: int | None = None
+        text: str | list[int], temperature: float | None = None, seed: int | None = None
     ) -> Iterator[Any]:
         kw = dict(sampling)
         if temperature is not None:
@@ -504,6 +503,25 @@ def _code_chat(
         return llama.create_completion(
             prompt=text, max_tokens=limit, stop=stops, stream=True, grammar=grammar, **kw
         )
+
+    def first_token(
+        text: str, temperature: float | None, seed: int | None, spent: list[str]
+    ) -> tuple[str, str | list[int]]:
+        """The block's first token, chosen under a grammar: code, not the closing fence, a
+        comment or a blank (a block of only the request's comment runs nothing); and the
+        prompt to go on from, as token ids (``text`` and the token again as text may tokenize
+        differently, and the model would continue another prompt than the one it chose for)."""
+        kw = dict(sampling)
+        if temperature is not None:
+            kw.update(temperature=temperature, seed=seed)
+        rule = llama_grammar.LlamaGrammar.from_string(_FIRST_TOKEN, verbose=False)
+        out = llama.create_completion(prompt=text, max_tokens=1, stop=stops, grammar=rule, **kw)
+        token = out["choices"][0].get("text") or ""
+        spent.append(token)
+        tail = llama.tokenize(token.encode("utf-8"), add_bos=False, special=True)
+        if len(tail) != 1:
+            return token, text + token
+        return token, llama.tokenize(text.encode("utf-8"), add_bos=True, special=True) + tail
 
     def block(pieces: Iterator[Any], parser: Any, spent: list[str]) -> Iterator[tuple[str, str]]:
         """Parser events of one generation (stopped once a block is over), then ("end", finish)."""
@@ -545,15 +563,26 @@ def _code_chat(
         candidates: list[tuple[str, str]] = []  # (kind: close | cut, code)
         finish = "stop"
 
-        def candidate(temperature: float | None = None, seed: int | None = None) -> None:
+        def keep(kind: str, code: str) -> None:
+            if kind == "close" and CODE_REPAIR:  # the quotes and imports it forgot
+                code = codeaction.add_imports(codeaction.quote_names(code, request, known), known)
+            candidates.append((kind, code))
+
+        def candidate(
+            temperature: float | None = None, seed: int | None = None, code_first: bool = False
+        ) -> None:
             nonlocal finish
+            start, go_on = head, prompt + before + head
+            if code_first:  # the block starts with code: not a close, not a comment
+                token, go_on = first_token(go_on, temperature, seed, spent)
+                start += token
             again = codeaction.BlockParser()
             for kind, text in itertools.chain(
-                again.feed(head),
-                block(generate(prompt + before + head, temperature, seed), again, spent),
+                again.feed(start),
+                block(generate(go_on, temperature, seed), again, spent),
             ):
                 if kind in ("close", "cut"):
-                    candidates.append((kind, text))
+                    keep(kind, text)
                 elif kind == "end":
                     finish = text
 
@@ -566,7 +595,7 @@ def _code_chat(
                 candidate()
                 break
             elif kind in ("close", "cut"):
-                candidates.append((kind, text))
+                keep(kind, text)
             elif kind == "end":
                 finish = text
         for attempt in range(1, CODE_RESAMPLES + 1):
@@ -574,7 +603,11 @@ def _code_chat(
                 candidates[-1][0] == "close" and not codeaction.problem(candidates[-1][1], known)
             ):
                 break
-            candidate(CODE_RESAMPLE_TEMPERATURE, CODE_SEED + attempt)
+            empty = codeaction.problem(candidates[-1][1], known) == codeaction.EMPTY
+            if attempt == 1 and CODE_FIRST_TOKEN and empty:
+                candidate(code_first=True)  # only the comment: greedy again, starting with code
+            else:
+                candidate(CODE_RESAMPLE_TEMPERATURE, CODE_SEED + attempt, CODE_FIRST_TOKEN)
         if candidates:
             checked = [(kind, code, codeaction.problem(code, known)) for kind, code in candidates]
             safe = [c for c in checked if not c[2].endswith(codeaction.HOURS)]  # a hang is worse

@@ -1,11 +1,14 @@
 """One LLM call over an OpenAI-compatible chat-completions API.
 
+One module: the one import of ``openai``; the chunk accumulator, the usage mapping and the
+error mapping all read the SDK's objects, which no other module may see.
+
 The only module that imports ``openai`` (inside functions, so that importing
 the package stays cheap). :class:`OpenAIProvider` turns a streamed response
-into :mod:`events` values and every failure into an :mod:`errors` type:
+into :mod:`..core.stream` values and every failure into an :mod:`..core.errors` type:
 
 - ``ProviderError(retryable=…, status, headers, body)`` — the server failed;
-  ``retryable`` follows OpenCode (§4.6): 408, 409, 429, 5xx, timeouts,
+  ``retryable`` follows OpenCode's ``fromError``: 408, 409, 429, 5xx, timeouts,
   unreachable servers and interrupted streams are; other 4xx are not (404 is,
   for provider ids starting with ``openai``);
 - ``AuthError`` — 401/403, or no key for the official endpoint;

@@ -1,5 +1,8 @@
 """Model limits and prices: genai-prices' bundled snapshot plus user overrides.
 
+One module: the catalogue lookup and the overrides build one ``ModelInfo``, and what an
+override drops (a catalogue input limit, the over-200k tier) depends on the entry it replaces.
+
 :func:`model_info` answers "how big is this model's context and what does a
 token cost" without touching the network: it reads the snapshot that ships
 inside ``genai_prices`` (never ``UpdatePrices``). ``genai_prices`` is imported

@@ -1,21 +1,27 @@
 """Which provider, limits and prices a ``provider/model`` id means.
 
-:func:`resolve` builds the provider (starting the embedded server when the id is
-``local/...``); :class:`ProviderCache` keeps one per id for a session and its
-subagents; :func:`model_info_for` finds the limits without starting anything.
+:func:`resolve` builds the provider (a :class:`~.base.Provider`; starting the embedded
+server when the id is ``local/...``); :class:`ProviderCache` keeps one per id for a session
+and its subagents; :func:`model_info_for` finds the limits without starting anything.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core import budget as _budget
 from ..core.settings import Settings
 
+if TYPE_CHECKING:
+    from .base import Provider
+    from .presets import Resolved
 
-def resolve(spec: str, settings: Settings):
+    Entry = tuple[Provider, _budget.ModelInfo, Resolved]
+
+
+def resolve(spec: str, settings: Settings) -> Entry:
     """(provider, ModelInfo, resolved preset) for a ``provider/model`` id."""
     from . import presets, prices
     from .openai_provider import OpenAIProvider
@@ -102,9 +108,9 @@ class ProviderCache:
     points to was restarted elsewhere; ``peek`` only reads (the title thread uses it)."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, tuple[Any, Any, Any]] = {}
+        self._entries: dict[str, Entry] = {}
 
-    def get(self, spec: str, settings: Any) -> tuple[Any, Any, Any]:
+    def get(self, spec: str, settings: Any) -> Entry:
         from . import presets
 
         spec = spec or presets.default_model(os.environ)
@@ -112,13 +118,14 @@ class ProviderCache:
         # The embedded server is shared and may have been stopped or killed since the
         # last turn: ensure() is a 3 ms check when it runs, a restart when it does not.
         if cached is None or (
-            cached[2].provider_id == "local" and local_url(settings) != cached[0].base_url
+            cached[2].provider_id == "local"
+            and local_url(settings) != getattr(cached[0], "base_url", None)
         ):
             self._entries[spec] = cached = resolve(spec, settings)
         return cached
 
-    def peek(self, spec: str) -> tuple[Any, Any, Any] | None:
+    def peek(self, spec: str) -> Entry | None:
         return self._entries.get(spec)
 
-    def values(self) -> list[tuple[Any, Any, Any]]:
+    def values(self) -> list[Entry]:
         return list(self._entries.values())

@@ -4,19 +4,27 @@
 ``session.prompt(text)`` runs one turn and returns a :class:`TurnResult`.
 Everything is stored as it happens; this object only caches the history of
 its own session so that a turn does not re-read the store.
+
+The session owns its state: other modules read it and call its methods, never assign its
+attributes. :meth:`AgentSession.update_info` is the only writer of ``info`` (under one lock,
+shared with the background title call; the new revision is stored at once); lifecycle
+operations (``lifecycle.py``) return the values the methods here store. What a turn is
+run with is built in ``wiring.py``; subagents in ``subagents.py``.
+
+One module: it is the one class users hold, and its methods are short entry points that
+guard and store the session's own state and delegate the work to the modules beside it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core import ids
-from ..core.errors import ToolFailure
 from ..core.messages import (
     AssistantMessage,
     ModelRef,
@@ -31,7 +39,10 @@ from ..core.messages import (
 from ..core.settings import Settings
 from ..loop.step import Observer
 from ..loop.turn import TurnSetup, run_turn, system_prompt
+from ..providers.base import ModelCall
 from ..providers.registry import ProviderCache
+from . import wiring
+from .subagents import Inheritance, turn_children_cost
 
 VERSION = "0.1.0"
 
@@ -60,16 +71,25 @@ class AgentSession:
         settings: Settings,
         store: Any,
         shell: Any = None,
+        *,
+        approver: Any = None,
+        inherit: Inheritance | None = None,
+        foreign: Any = None,
     ):
         self.info = info
         self.history = history
         self.settings = settings
         self.store = store
         self.shell = shell
-        self.providers = ProviderCache()  # (provider, ModelInfo, preset) per model id
-        # approval.Approver asked when a tool call's permission is "ask"; None: the kernel's stdin
-        self.approver: Any = None
-        # lifecycle (session/lifecycle.py, session/title.py): the background title call, the lock that orders
+        # (provider, ModelInfo, preset) per model id; a subagent shares its parent's
+        self.providers = inherit.providers if inherit is not None else ProviderCache()
+        # approval.Approver asked when a tool call's permission is "ask"; None: the kernel's
+        # stdin. Users and tests may set it.
+        self.approver: Any = inherit.approver if inherit is not None else approver
+        self._inherit = inherit
+        # the permission gate of the current (or last) turn: a subagent started now inherits it
+        self.gate: Any = None
+        # lifecycle (lifecycle.py, title.py): the background title call, the lock that orders
         # updates of `info` between it and this thread, the turn-in-progress flag, snapshots
         self._info_lock = threading.RLock()
         self._title_thread: threading.Thread | None = None
@@ -77,9 +97,11 @@ class AgentSession:
         self._busy = False
         self._snapshot: Any = None
         self._has_children: bool | None = None
+        self._compaction_state: dict = {}  # kept by the compactor between turns
+        self._calls_cost = 0.0  # what this object's recorded call_model calls cost
         # what other kernels had written to this session when `history` was read (store.foreign);
         # None: not known, the next turn reads the history again
-        self._foreign: Any = None
+        self._foreign: Any = foreign
 
     # -- construction ---------------------------------------------------------
 
@@ -93,7 +115,13 @@ class AgentSession:
         directory: str | os.PathLike | None = None,
         title: str | None = None,
         parent_id: str | None = None,
+        forked_from: dict | None = None,
+        messages: Sequence[WithParts] = (),
+        approver: Any = None,
+        inherit: Inheritance | None = None,
     ) -> AgentSession:
+        """A new session, stored at once. ``messages``: copies of them (new ids) start it
+        (a fork; ``forked_from`` says where from); ``inherit``: a subagent's parent's share."""
         settings = settings or Settings()
         store = store or _open_store(settings)
         created = now_ms()
@@ -106,12 +134,27 @@ class AgentSession:
             time_created=created,
             time_updated=created,
             parent_id=parent_id,
+            forked_from=forked_from,
         )
         store.put(info)
+        history: list[WithParts] = []
+        if messages:
+            from .lifecycle import copy_messages
+
+            history = copy_messages(messages, info.id)
+            for item in history:
+                store.put(item.info, *item.parts)
         store.flush(sync=True)
-        session = cls(info, [], settings, store, shell)
-        session._foreign = store.foreign(info.id)
-        return session
+        return cls(
+            info,
+            history,
+            settings,
+            store,
+            shell,
+            approver=approver,
+            inherit=inherit,
+            foreign=store.foreign(info.id),
+        )
 
     @classmethod
     def open(
@@ -121,15 +164,74 @@ class AgentSession:
         *,
         store: Any = None,
         shell: Any = None,
+        approver: Any = None,
+        inherit: Inheritance | None = None,
     ) -> AgentSession:
         settings = settings or Settings()
         store = store or _open_store(settings)
         info = store.session(ids.check_ref(session_id, "session"))  # from outside: grammar first
         info = _with_directory(info)
         foreign = store.foreign(info.id)  # before reading: a later write by another kernel moves it
-        session = cls(info, store.messages(info.id), settings, store, shell)
-        session._foreign = foreign
-        return session
+        return cls(
+            info,
+            store.messages(info.id),
+            settings,
+            store,
+            shell,
+            approver=approver,
+            inherit=inherit,
+            foreign=foreign,
+        )
+
+    # -- state: the only writers ---------------------------------------------------
+
+    def update_info(
+        self,
+        edit: Callable[[Session], dict] | None = None,
+        /,
+        *,
+        flush: bool = True,
+        sync: bool = True,
+        **changes: Any,
+    ) -> Session:
+        """Change this session's ``info`` and store the new revision: the only writer of it.
+
+        ``changes`` are fields of ``Session``; ``edit(info)`` returns more of them, computed
+        from the current info under the same lock (a read-modify-write the background title
+        call cannot interleave with). ``time_updated`` is set; the value kept is what the
+        journal keeps (secrets redacted). ``flush=False`` leaves the write in the store's
+        buffer (the caller flushes); ``sync=False`` flushes without fsync. Returns the new info.
+        """
+        from ..core.redact import clean_record
+
+        with self._info_lock:
+            if edit is not None:
+                changes = {**edit(self.info), **changes}
+            stored = clean_record(replace(self.info, **changes, time_updated=now_ms()))
+            self.store.put(stored)
+            # in memory, the folder as the file system names it (a latin-1 name is stored escaped)
+            self.info = _with_directory(stored)
+            if flush:
+                self.store.flush(sync=sync)
+            return self.info
+
+    def use_settings(self, settings: Settings) -> None:
+        """Run the next turns with ``settings`` (the magics pass the current ``%config``)."""
+        self.settings = settings
+
+    def child_started(self) -> None:
+        """A subagent session of this one exists now (``cost`` includes it)."""
+        self._has_children = True
+
+    @property
+    def busy(self) -> bool:
+        """Whether a turn (or a compaction) of this session is running now."""
+        return self._busy
+
+    @property
+    def permission_bounds(self) -> tuple:
+        """Rules every call must also pass: a subagent's parent's (empty for a root session)."""
+        return self._inherit.bounds if self._inherit is not None else ()
 
     # -- turns ------------------------------------------------------------------
 
@@ -172,7 +274,7 @@ class AgentSession:
         parts = (
             part,
             *attachment_parts(context, self.info.id, user.id),
-            *_memory_parts(self, user.id, part.text),
+            *wiring.memory_parts(self, user.id, part.text),
         )  # memory.inject: a new session's first message
         self.store.put(user, *parts)
         self._touch()
@@ -187,13 +289,13 @@ class AgentSession:
             self._after_turn(str(user.model))
         self._touch()
         self.store.flush(sync=True)
-        _memory_after_turn(self)
+        wiring.memory_after_turn(self)
         return TurnResult(
             session_id=self.info.id,
             text=_final_text(added),
             messages=tuple(added),
             cost=sum(m.info.cost for m in added if isinstance(m.info, AssistantMessage))
-            + _turn_children_cost(added),
+            + turn_children_cost(added),
             steps=sum(1 for m in added if isinstance(m.info, AssistantMessage)),
         )
 
@@ -220,12 +322,19 @@ class AgentSession:
         """Hide ``message``'s turn and later ones, restore the files changed since (not kernel variables)."""
         from . import lifecycle
 
-        return lifecycle.revert(self, message, part_id)
+        result, state, visible = lifecycle.revert(self, message, part_id)
+        self.update_info(revert=state)
+        self.history[:] = visible
+        return result
 
     def unrevert(self):
+        """Undo the pending revert: messages visible again, reverted files back."""
         from . import lifecycle
 
-        return lifecycle.unrevert(self)
+        result, history = lifecycle.unrevert(self)
+        self.update_info(revert=None)
+        self.history[:] = history
+        return result
 
     def export(self, format: str = "md", out: Any = None):
         """The session as Markdown, self-contained HTML or a JSON bundle; written to ``out`` if given."""
@@ -263,8 +372,10 @@ class AgentSession:
 
         self.wait_title()
         self._catch_up()
-        if self.info.revert:
-            lifecycle.cleanup(self)
+        if self.info.revert:  # what a pending revert hides goes now
+            _, kept = lifecycle.cleanup(self)
+            self.update_info(revert=None)
+            self.history[:] = kept
 
     def _catch_up(self) -> None:
         """Load what another kernel wrote to this session since this one read it, so that
@@ -278,7 +389,7 @@ class AgentSession:
             self.store.flush(sync=False)  # unsaved work (disk full) must not drop out of memory
             history = self.store.messages(self.info.id)
             info = _with_directory(self.store.session(self.info.id))
-            with self._info_lock:
+            with self._info_lock:  # what another kernel stored: read, not a change of ours
                 self.info = info
             self.history[:] = lifecycle.visible(history, info.revert)
             self._foreign = mark
@@ -294,20 +405,89 @@ class AgentSession:
         from . import title
 
         if self._title_thread is None:
-            self._title_thread = title.start(self, model)
+            self._title_thread = title.start(self, model, self._title_failed)
+
+    def _title_failed(self, error: str) -> None:
+        self.title_error = error
+
+    # -- model calls beside a turn (titles, memory extraction) ---------------------
+
+    def call_model(
+        self,
+        messages: list[dict],
+        *,
+        purpose: str,
+        model: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        local_max_tokens: int | None = None,
+        retries: int | None = None,
+        max_wait: float | None = None,
+        record: bool = True,
+        background: bool = False,
+    ) -> tuple[str, ModelCall]:
+        """One model call (no tools) through this session's provider cache, retried by the
+        loop's policy (``core.retry``; by default ``AUX_RETRIES`` times, at most
+        ``AUX_MAX_WAIT`` seconds apart: not worth a long wait); (its text, its record).
+
+        ``model``: default the next turn's. ``local_max_tokens``: the output limit when the
+        model is the embedded local one. ``record``: store the call's usage and cost (an
+        ``llm_call`` row in SQL) for this session; the title call keeps its own on the
+        session instead. ``background``: called from another thread, so the provider cache
+        is only read (a model not cached yet is resolved for this call alone).
+        """
+        from ..providers.base import AUX_MAX_WAIT, AUX_RETRIES, call
+        from ..providers.openai_provider import ChatRequest
+
+        spec = model if model is not None else (self.settings.model or self.last_model())
+        if background:
+            from ..providers import presets
+            from ..providers.registry import resolve
+
+            found = self.providers.peek(spec) or resolve(
+                spec or presets.default_model(os.environ), self.settings
+            )
+        else:
+            found = self.provider(spec)
+        provider, info, resolved = found
+        if resolved.provider_id == "local" and local_max_tokens is not None:
+            max_tokens = local_max_tokens
+        request = ChatRequest(
+            model=resolved.model_id,
+            messages=messages,
+            temperature=temperature,
+            max_tokens=max_tokens,
+        )
+        text, done = call(
+            provider,
+            request,
+            info,
+            session_id=self.info.id,
+            purpose=purpose,
+            retries=AUX_RETRIES if retries is None else retries,
+            max_wait=AUX_MAX_WAIT if max_wait is None else max_wait,
+        )
+        if record:
+            self.store.put(done)
+            self.store.flush(sync=False)
+            self._calls_cost += done.cost
+        return text, done
+
+    def complete(self, messages: list[dict], *, purpose: str, **options: Any) -> str:
+        """The text of :meth:`call_model` (its usage and cost stored)."""
+        return self.call_model(messages, purpose=purpose, **options)[0]
 
     # -- permissions ------------------------------------------------------------
 
     def ruleset(self, cell: Any = ()) -> list:
         """The rules a call is checked against: defaults, user config, session rules, ``cell``.
         A subagent starts from its parent's effective rules instead of the defaults and config
-        (``inherited_rules``, set by ``lifecycle.subagent_runner``)."""
+        (its ``Inheritance``, built by ``subagents.subagent_runner``)."""
         from ..core import permission as P
 
-        inherited = getattr(self, "inherited_rules", None)
         head = (
-            inherited()
-            if inherited is not None
+            self._inherit.rules()
+            if self._inherit is not None
             else P.merge(
                 P.defaults(data_dir=os.path.abspath(self.settings.data_dir)),
                 P.from_config(self.settings.permission),
@@ -321,25 +501,27 @@ class AgentSession:
         from ..core import permission as P
 
         added = [P.Rule.of(r).to_dict() for r in rules]
-        with self._info_lock:  # the background title call updates `info` too
-            kept = [r for r in (self.info.permission or ()) if dict(r) not in added]
-            self.set_permission(kept + added)
+
+        def appended(info: Session) -> dict:  # under the info lock: the title call writes too
+            kept = [r for r in (info.permission or ()) if dict(r) not in added]
+            return {"permission": tuple(P.Rule.of(r).to_dict() for r in kept + added) or None}
+
+        self.update_info(appended, sync=False)
 
     def set_permission(self, rules: Any) -> None:
         """Replace the session's own rules (``None`` or empty: none), stored at once."""
         from ..core import permission as P
 
         data = tuple(P.Rule.of(r).to_dict() for r in rules or ()) or None
-        with self._info_lock:
-            self.info = replace(self.info, permission=data, time_updated=now_ms())
-            self.store.put(self.info)
-            self.store.flush(sync=False)
+        self.update_info(permission=data, sync=False)
 
     @property
     def cost(self) -> float:
-        """Assistant messages, the title call and subagent sessions (recursively), in USD."""
+        """Assistant messages, the title call, the model calls this object made beside its
+        turns (memory extraction; SQL's ``session_cost`` has every one stored) and subagent
+        sessions (recursively), in USD."""
         own = sum(m.info.cost for m in self.history if isinstance(m.info, AssistantMessage))
-        own += float((self.info.title_usage or {}).get("cost") or 0.0)
+        own += float((self.info.title_usage or {}).get("cost") or 0.0) + self._calls_cost
         if self._has_children is None:  # a task part (any state) means a child session may exist
             self._has_children = any(
                 p.type == "tool" and p.tool == "task" for m in self.history for p in m.parts
@@ -382,120 +564,11 @@ class AgentSession:
         return self.providers.get(spec, self.settings)
 
     def _setup(self, provider: Any, info: Any, spec: Any, permission: Any = ()) -> TurnSetup:
-        from ..core import permission as P
-        from ..core.redact import redact, redact_value
-        from ..providers.openai_provider import ChatRequest
-        from ..tools import builtin_tools, run_tool
-        from .approval import default_approver
-
-        tools = builtin_tools()
-        if self.settings.subagents:
-            from ..tools.task import task_tool
-            from .lifecycle import subagent_runner
-
-            tools["task"] = task_tool(subagent_runner(self))
-        if _memory_option(self.settings, "tool"):  # cross-session memory (docs/memory.md)
-            from ..memory.tool import RecallTool
-
-            tools["recall"] = RecallTool(self.store, self.settings, self.info.directory)
-        if self.settings.mcp or self.settings.mcp_opencode:  # MCP servers' tools (docs/mcp.md)
-            from ..tools.mcp_client import mcp_tools
-
-            tools.update(mcp_tools(self.settings, self.info.directory, taken=set(tools)))
-        if self.settings.tools is not None:
-            tools = {k: v for k, v in tools.items() if k in self.settings.tools}
-        cell_rules = tuple(P.Rule.of(r) for r in permission or ())
-        # A subagent stays within its parent's rules (lifecycle.subagent_runner sets the bounds).
-        bounds = tuple(getattr(self, "permission_bounds", ()))
-        # A tool whose last rule is a "*" deny is not offered to the model at all.
-        hidden = P.disabled(tools, self.ruleset(cell_rules), *(bound() for bound in bounds))
-        tools = {k: v for k, v in tools.items() if k not in hidden}
-        from ..core import codeaction
-        from ..tools import kernel
-
-        summary_provider = provider
-        code = codeaction.enabled(self.settings.code_actions, spec.provider_id, spec.model_id)
-        if code:  # the model writes ```python blocks (core/codeaction.py): python is its only tool
-            tools = {k: v for k, v in tools.items() if k == codeaction.TOOL}
-            provider = codeaction.CodeActionProvider(
-                provider, server_side=spec.provider_id == "local"
-            )
-        gate = P.Gate(
-            session_id=self.info.id,
-            directory=self.info.directory,
-            ruleset=lambda: self.ruleset(cell_rules),
-            approver=self.approver or default_approver(self.shell),
-            on_always=self.allow,
-            bounds=bounds,
+        setup, gate = wiring.turn_setup(
+            self, provider, info, spec, permission, self._compaction_state
         )
         self.gate = gate  # this turn's permission gate: a subagent started now inherits its rules
-        tool_list = list(tools.values())
-        schemas = [_schema(t) for t in tool_list]
-        directory = Path(self.info.directory)
-        max_tokens = info.max_output_tokens if info.output else None
-
-        def request_factory(chat: list[dict], last_step: bool) -> ChatRequest:
-            return ChatRequest(
-                model=spec.model_id,
-                messages=chat,
-                tools=schemas,
-                max_tokens=max_tokens,
-                temperature=self.settings.temperature,
-            )
-
-        def call_tool(tool: Any, args: dict, call: Any):
-            from ..tools import ToolContext
-
-            ctx = ToolContext(
-                session_id=self.info.id,
-                message_id=self.history[-1].info.id,
-                call_id=call.call_id,
-                directory=directory,
-                data_dir=self.settings.data_dir,
-                shell=self.shell,
-                may_read=gate.reader(),
-            )
-            try:
-                return run_tool(tool, args, ctx)
-            except (
-                ToolFailure
-            ) as err:  # error texts reach the model and the history: no keys in them
-                failure = ToolFailure(redact(str(err), refresh=True))
-                if isinstance(getattr(err, "metadata", None), dict):  # e.g. an MCP call's server
-                    failure.metadata = redact_value(err.metadata, refresh=True)
-                raise failure from None
-            except Exception as err:
-                raise ToolFailure(redact(f"{type(err).__name__}: {err}", refresh=True)) from None
-
-        compaction = self.settings.compaction
-        prompt_text = self.settings.system_prompt or (
-            codeaction.system_prompt(
-                kernel.variables_line(
-                    getattr(self.shell, "user_ns", None) or {},
-                    getattr(self.shell, "user_ns_hidden", ()),
-                )
-            )
-            if code
-            else system_prompt(str(directory), list(tools))
-        )
-        return TurnSetup(
-            store=self.store,
-            provider=provider,
-            request_factory=request_factory,
-            model=info,
-            tools=tools,
-            run_tool=call_tool,
-            system_prompt=prompt_text,
-            max_steps=self.settings.max_steps,
-            max_retries=self.settings.max_retries,
-            max_retry_wait=self.settings.max_retry_wait,
-            auto_compact=bool(compaction.get("auto", True)),
-            reserved=compaction.get("reserved"),
-            cwd=str(directory),
-            permit=gate,
-            snapshot=self.snapshot(),
-            compactor=self._compactor((summary_provider, info, spec), prompt_text, schemas),
-        )
+        return setup
 
     # -- compaction (compaction/) -------------------------------------------------
 
@@ -525,9 +598,11 @@ class AgentSession:
         if not any(isinstance(m.info, AssistantMessage) for m in self.history):
             raise UsageError("nothing to compact yet — run a %%agent turn first")
         main = self.provider(model or self.settings.model or self.last_model())
-        names = _tool_names(self.settings)
+        names = wiring.tool_names(self.settings)
         prompt_text = self.settings.system_prompt or system_prompt(self.info.directory, names)
-        compactor = self._compactor(main, prompt_text, None, names)
+        compactor = wiring.compactor(
+            self, main, prompt_text, None, self._compaction_state, tool_names=names
+        )
         self._busy = True
         try:
             compactor.prune(self.history, cause="manual")
@@ -552,55 +627,8 @@ class AgentSession:
             f"SELECT * FROM compaction_event WHERE session_id = '{self.info.id}' ORDER BY id"
         )
 
-    def _compactor(self, main: Any, prompt_text: str, schemas: Any, tool_names: Any = None):
-        """A ``compaction.Compactor`` for one turn; ``main`` is the turn's (provider, ModelInfo, spec)."""
-        from ..core import budget as B
-        from ..core.compaction_config import CompactionConfig
-        from ..loop.compaction import Compactor
-        from ..providers.openai_provider import ChatRequest
-
-        info = main[1]
-        config = CompactionConfig.from_settings(self.settings.compaction, info)
-        summary_provider, summary_info, summary_spec = (
-            self.provider(config.model) if config.model else main
-        )
-        default_max = summary_info.max_output_tokens if summary_info.output else None
-
-        def summary_request(chat: list[dict], max_tokens: int | None) -> ChatRequest:
-            return ChatRequest(
-                model=summary_spec.model_id,
-                messages=chat,
-                max_tokens=max_tokens or default_max,
-                temperature=self.settings.temperature,
-            )
-
-        if schemas is None:
-            from ..tools import builtin_tools
-
-            schemas = [
-                _schema(t) for name, t in builtin_tools().items() if name in (tool_names or ())
-            ]
-        state = self.__dict__.setdefault("_compaction_state", {})
-        compactor = Compactor(
-            config=config,
-            store=self.store,
-            model=info,
-            data_dir=Path(self.settings.data_dir),
-            system_prompt=prompt_text,
-            tools_tokens=B.estimate(json.dumps(schemas)) if schemas else 0,
-            summary_provider=summary_provider,
-            summary_model=summary_info,
-            summary_request=summary_request,
-            max_retries=self.settings.max_retries,
-            cwd=self.info.directory,
-            state=state,
-        )
-        return compactor
-
     def _touch(self) -> None:
-        with self._info_lock:
-            self.info = replace(self.info, time_updated=now_ms())
-            self.store.put(self.info)
+        self.update_info(flush=False)  # the caller flushes
 
 
 def _with_directory(info: Session) -> Session:
@@ -614,62 +642,10 @@ def _with_directory(info: Session) -> Session:
     return replace(info, directory=directory)
 
 
-def _schema(tool: Any) -> dict:
-    from ..tools import openai_schema
-
-    return openai_schema(tool)
-
-
 def _open_store(settings: Settings):
     from ..store import Store
 
     return Store(settings.data_dir)
-
-
-def _turn_children_cost(added: list[WithParts]) -> float:
-    from .lifecycle import turn_children_cost
-
-    return turn_children_cost(added)
-
-
-def _tool_names(settings: Settings) -> list[str]:
-    from ..tools import BUILTIN_NAMES
-
-    return [n for n in BUILTIN_NAMES if settings.tools is None or n in settings.tools]
-
-
-def _memory_option(settings: Settings, name: str) -> bool:
-    """Whether cross-session memory's ``tool``/``inject`` is on (each follows ``enabled`` unless set)."""
-    memory = getattr(settings, "memory", None) or {}
-    value = memory.get(name)
-    return bool(memory.get("enabled") if value is None else value)
-
-
-def _memory_parts(session: AgentSession, message_id: str, prompt: str) -> tuple:
-    """The memory injected into a new session's first user message (a synthetic text part), if any."""
-    if session.history or not _memory_option(session.settings, "inject"):
-        return ()
-    from ..memory import injection_part
-
-    part = injection_part(
-        session.store,
-        session.settings,
-        prompt,
-        directory=session.info.directory,
-        session_id=session.info.id,
-        message_id=message_id,
-    )
-    return (part,) if part is not None else ()
-
-
-def _memory_after_turn(session: AgentSession) -> None:
-    """Remember the session (``auto_remember``); embed the turn's passages (memory on)."""
-    if (getattr(session.settings, "memory", None) or {}).get("auto_remember") or any(
-        _memory_option(session.settings, name) for name in ("tool", "inject")
-    ):
-        from ..memory import after_turn
-
-        after_turn(session)
 
 
 def _in_progress(item: WithParts) -> bool:

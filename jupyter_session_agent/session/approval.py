@@ -1,9 +1,9 @@
 """Asking the user while a ``%%agent`` cell runs.
 
-An :class:`Approver` gets a pending :class:`~.permission.Request` and returns
+An :class:`Approver` gets a pending :class:`~..core.permission.Request` and returns
 ``(reply, message)``: ``("once", None)``, ``("always", None)``,
 ``("reject", None)`` or ``("reject", feedback)``. It raises
-:class:`~.permission.ApprovalUnavailable` when there is nobody to ask.
+:class:`~..core.permission.ApprovalUnavailable` when there is nobody to ask.
 
 :class:`StdinApprover` asks on the kernel's stdin: ``input()`` works in a busy
 Jupyter cell when the front end allows stdin (ipykernel sends an

@@ -1,9 +1,14 @@
-"""Session lifecycle: fork, revert/unrevert, subagents, archive and delete (docs/lifecycle.md).
+"""Session lifecycle: fork, revert/unrevert, archive and delete (docs/lifecycle.md).
 
-Module functions take an :class:`~jupyter_session_agent.session.agent_session.AgentSession`
-(or a store and a session id where no live session is needed); the
-``AgentSession`` methods and the ``%agent`` subcommands are thin wrappers.
-Export and import live in :mod:`..exchange.transfer` and :mod:`..exchange.opencode`.
+One module: these operations share one vocabulary — message references, the revert point
+and what it hides (``visible``), and the snapshots a revert restores from.
+
+Module functions read an :class:`~jupyter_session_agent.session.agent_session.AgentSession`
+(or a store and a session id where no live session is needed) and return values: the new
+revert state and the history left visible; the ``AgentSession`` methods store them (the
+session is the only writer of its own state) and the ``%agent`` subcommands are thin
+wrappers. Subagents are in :mod:`.subagents`; export and import in :mod:`..exchange.transfer`
+and :mod:`..exchange.opencode`.
 
 Message references (``MSG`` in the magics): a message id or a unique prefix
 of one, or a turn number — ``3`` is the third user message, ``-1`` the last.
@@ -96,7 +101,7 @@ def turns(history: Sequence[WithParts]) -> list[dict]:
 
 
 # --------------------------------------------------------------------------
-# fork (§4.1)
+# fork: a new root session with copies of the messages before a point
 
 
 def forked_title(title: str) -> str:
@@ -122,32 +127,33 @@ def fork(session, at: Any = None):
     source = session.info
     history = visible(store.messages(source.id), source.revert)
     cut = resolve_message(history, at) if at is not None else None
-    copied = [m for m in history if cut is None or m.info.id < cut]
     new = type(session).create(
         session.settings,
         store=store,
         shell=session.shell,
         directory=source.directory,
         title=forked_title(source.title),
+        forked_from={"sessionID": source.id, **({"messageID": cut} if cut else {})},
+        approver=session.approver,
+        messages=[m for m in history if cut is None or m.info.id < cut],
     )
-    new.approver = getattr(session, "approver", None)
-    origin = {"sessionID": source.id, **({"messageID": cut} if cut else {})}
-    new.info = replace(new.info, forked_from=origin)
-    store.put(new.info)
+    snapshot.copy_repo(session.settings.data_dir, source.id, new.info.id)
+    return new
+
+
+def copy_messages(history: Iterable[WithParts], session_id: str) -> list[WithParts]:
+    """Copies of ``history``'s messages for session ``session_id``: new ascending ids in
+    order, an assistant's ``parentID`` pointing at the copied user message, parts with new ids."""
     id_map: dict[str, str] = {}
     out: list[WithParts] = []
-    for item in copied:
+    for item in history:
         mid = id_map[item.info.id] = ids.ascending("message")
-        info = replace(item.info, id=mid, session_id=new.info.id)
+        info = replace(item.info, id=mid, session_id=session_id)
         if isinstance(info, AssistantMessage):
             info = replace(info, parent_id=id_map.get(info.parent_id, info.parent_id))
-        parts = tuple(_copy_part(p, new.info.id, mid, id_map) for p in item.parts)
-        store.put(info, *parts)
+        parts = tuple(_copy_part(p, session_id, mid, id_map) for p in item.parts)
         out.append(WithParts(info, parts))
-    store.flush(sync=True)
-    snapshot.copy_repo(session.settings.data_dir, source.id, new.info.id)
-    new.history = out
-    return new
+    return out
 
 
 def _copy_part(part, session_id: str, message_id: str, id_map: dict[str, str]):
@@ -162,7 +168,7 @@ def _copy_part(part, session_id: str, message_id: str, id_map: dict[str, str]):
 
 
 # --------------------------------------------------------------------------
-# revert / unrevert (§4.2)
+# revert / unrevert (docs/lifecycle.md)
 
 
 @dataclass
@@ -276,7 +282,9 @@ def _snapshot_note(snap) -> str:
     return f"files were not restored: {reason}" if reason else ""
 
 
-def revert(session, message: Any, part_id: str | None = None) -> RevertResult:
+def revert(
+    session, message: Any, part_id: str | None = None
+) -> tuple[RevertResult, dict, list[WithParts]]:
     """Hide ``message``'s turn and everything after it, and restore the files changed since.
 
     Files changed by ``write``/``edit``/``bash``/``python`` inside the session
@@ -284,6 +292,9 @@ def revert(session, message: Any, part_id: str | None = None) -> RevertResult:
     that lists it); files created since are deleted; files over the size cap
     are left alone and listed. Kernel variables are not reverted. Repeated
     reverts keep the first saved state, so one ``unrevert`` undoes them all.
+
+    Returns (what was done, the session's new ``revert`` state, the history it leaves
+    visible); ``AgentSession.revert`` stores them.
     """
     from .snapshot import SnapshotError
 
@@ -294,7 +305,7 @@ def revert(session, message: Any, part_id: str | None = None) -> RevertResult:
     mid, pid = _point(history, resolve_message(history, message), part_id)
     current = session.info.revert
     if current and _key(mid, pid) > _key(current["messageID"], current.get("partID")):
-        unrevert(session)  # moving the point later: start from the unreverted files
+        session.unrevert()  # moving the point later: start from the unreverted files
         current = None
     result = RevertResult(session.info.id, mid, pid)
     result.hidden = sum(1 for m in history if m.info.id > mid or (m.info.id == mid and not pid))
@@ -317,13 +328,12 @@ def revert(session, message: Any, part_id: str | None = None) -> RevertResult:
     if diff:
         state["diff"] = diff
     state["files"] = sorted({*(current or {}).get("files", ()), *result.restored, *result.deleted})
-    _set_info(session, revert=state)
-    session.history[:] = visible(history, state)  # views of the live session hide them too
-    return result
+    return result, state, visible(history, state)  # views of the live session hide them too
 
 
-def unrevert(session) -> RevertResult:
-    """Undo the pending revert: messages visible again, reverted files back as they were."""
+def unrevert(session) -> tuple[RevertResult, list[WithParts]]:
+    """Undo the pending revert: messages visible again, reverted files back as they were.
+    Returns (what was done, the whole history); ``AgentSession.unrevert`` stores them."""
     from .snapshot import SnapshotError
 
     session.wait_title()
@@ -350,20 +360,19 @@ def unrevert(session) -> RevertResult:
                 result.note = f"files could not be restored: {err}"
     elif files:
         result.note = _snapshot_note(snap) or "no snapshot was saved"
-    _set_info(session, revert=None)
-    session.history[:] = history
-    return result
+    return result, history
 
 
-def cleanup(session) -> int:
-    """Remove (tombstone) what a pending revert hides; run by the next prompt. Returns messages removed.
+def cleanup(session) -> tuple[int, list[WithParts]]:
+    """Remove (tombstone) what a pending revert hides; run by the next prompt.
 
     With a part point the message stays and loses its parts from that part on.
-    Subagent sessions started by the removed turns are deleted with them.
+    Subagent sessions started by the removed turns are deleted with them. Returns (messages
+    removed, the history kept); the session stores the history and clears its revert state.
     """
     state = session.info.revert
     if not state:
-        return 0
+        return 0, list(session.history)
     store = session.store
     mid, pid = state["messageID"], state.get("partID")
     history = store.messages(session.info.id)
@@ -394,93 +403,12 @@ def cleanup(session) -> int:
         for child in children(store, session.info.id):
             if child.time_created >= since:
                 delete(store, child.id, data_dir=session.settings.data_dir)
-    session.history[:] = kept
-    _set_info(session, revert=None)
-    return removed
+    return removed, kept
 
 
 def _not_busy(session) -> None:
-    if getattr(session, "_busy", False):
+    if session.busy:
         raise UsageError("the session is running a turn — wait for it to finish")
-
-
-def _set_info(session, **changes: Any) -> None:
-    with session._info_lock:
-        session.info = replace(session.info, **changes, time_updated=now_ms())
-        session.store.put(session.info)
-        session.store.flush(sync=True)
-
-
-# --------------------------------------------------------------------------
-# subagents (§4.9) and cost rollups
-
-
-def subagent_runner(parent):
-    """The ``run_child`` callback of the parent's ``task`` tool (see tools/task.py)."""
-    from ..core.errors import AgentError, ToolFailure
-
-    def run_child(description: str, prompt: str, model: str | None, task_id: str | None):
-        settings = replace(parent.settings, subagents=False, titles=False)  # one level deep
-        if task_id:
-            if not ids.valid(task_id, "session"):
-                raise ToolFailure(
-                    f"task: {ids.shown(task_id)} is not a task id — omit task_id to start one"
-                )
-            try:
-                child = type(parent).open(task_id, settings, store=parent.store, shell=parent.shell)
-            except AgentError:
-                raise ToolFailure(
-                    f"task: no task {task_id!r} to continue — omit task_id to start one"
-                ) from None
-            if child.info.parent_id != parent.info.id:
-                raise ToolFailure(f"task: {task_id!r} is not a task of this session")
-        else:
-            child = type(parent).create(
-                settings,
-                store=parent.store,
-                shell=parent.shell,
-                directory=parent.info.directory,
-                title=f"{description} (@general subagent)",
-                parent_id=parent.info.id,
-            )
-            # the parent's snapshot index and objects: the child's first snapshot re-hashes nothing
-            from . import snapshot
-
-            snapshot.copy_repo(parent.settings.data_dir, parent.info.id, child.info.id)
-        parent._has_children = True
-        child.providers = parent.providers
-        child.approver = getattr(parent, "approver", None)
-        # The child starts from the parent's effective rules (defaults, config, session, cell,
-        # answers so far) and stays within them and the parent's own bounds: its own rules can
-        # only narrow them, never widen.
-        gate = getattr(parent, "gate", None)
-        bounds = gate.child_bounds() if gate is not None else (lambda: parent.ruleset(),)
-        child.inherited_rules = bounds[0]
-        child.permission_bounds = bounds
-        spec = (
-            model or parent.settings.subagent_model or parent.last_model() or parent.settings.model
-        )
-        try:
-            result = child.prompt(prompt, model=spec or None)
-        except AgentError as err:
-            raise ToolFailure(f"task {child.info.id} failed: {err}") from None
-        return child.info.id, result.text, child.cost, spec
-
-    return run_child
-
-
-def turn_children_cost(added: Iterable[WithParts]) -> float:
-    """The child-session cost reported by the ``task`` calls of one turn."""
-    total = 0.0
-    for item in added:
-        for part in item.parts:
-            if (
-                isinstance(part, ToolPart)
-                and part.tool == "task"
-                and part.state.status == "completed"
-            ):
-                total += float((part.state.metadata or {}).get("cost") or 0.0)
-    return total
 
 
 # --------------------------------------------------------------------------
@@ -489,9 +417,8 @@ def turn_children_cost(added: Iterable[WithParts]) -> float:
 
 def archive(target, *, store=None, undo: bool = False):
     """Set (or with ``undo`` clear) ``time.archived``; ``%agent sessions`` hides archived sessions."""
-    if hasattr(target, "info"):
-        _set_info(target, time_archived=None if undo else now_ms())
-        return target.info
+    if hasattr(target, "update_info"):  # a live session: it stores its own info
+        return target.update_info(time_archived=None if undo else now_ms())
     info = store.session(ids.check_ref(target, "session"))
     info = replace(info, time_archived=None if undo else now_ms(), time_updated=now_ms())
     store.put(info)

@@ -1,6 +1,6 @@
 """File snapshots for revert: one shadow git repository per SESSION.
 
-OpenCode (spec §4.2) keeps one shadow repo per project and only for git
+OpenCode keeps one shadow repo per project and only for git
 projects; undo in one session can then undo another session's changes
 (#33940) and non-git folders get no undo at all (#4704). Here every session
 has its own repository, ``<data_dir>/snapshot/<session_id>``, used with
@@ -42,6 +42,9 @@ a restored file is byte for byte what was saved. A revert restores only from
 trees this repository produced (listed in ``<repo>/trees``; an imported
 session's ``patch`` parts name trees made elsewhere) and only paths that stay
 inside the work tree.
+
+One module: every function here drives the same shadow repository with the same
+hardened git environment, and its safety rules hold only if they all live together.
 """
 
 from __future__ import annotations

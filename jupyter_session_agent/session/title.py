@@ -1,4 +1,4 @@
-"""Session titles from the first prompt (OpenCode's ``ensureTitle``, spec §4.5).
+"""Session titles from the first prompt (OpenCode's ``ensureTitle``).
 
 When: once, after the first turn of a root session whose title is still the
 default and which has exactly one non-synthetic user message. Which model:
@@ -16,14 +16,12 @@ is kept on ``AgentSession.title_error`` for debugging.
 
 from __future__ import annotations
 
-import os
 import re
 import threading
-import time
+from collections.abc import Callable
 from typing import Any
 
-from ..core.messages import TextPart, UserMessage, now_ms, replace
-from ..core.redact import clean_record
+from ..core.messages import TextPart, UserMessage
 
 TITLE_PROMPT = """You name conversations. Reply with the title only, nothing before or after it.
 
@@ -36,12 +34,11 @@ Rules:
 - no quotation marks and no final full stop."""
 ASK = "Generate a title for this conversation:"
 INPUT_LIMIT = 4_000  # characters of the first prompt sent to the title model
-RETRIES = 2
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 
 def clean_title(text: str) -> str:
-    """§4.5 post-processing: drop ``<think>…</think>``, first non-empty line, at most 100 characters."""
+    """OpenCode's post-processing: drop ``<think>…</think>``, first non-empty line, at most 100 characters."""
     text = _THINK.sub("", text or "")
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     return line[:97] + "..." if len(line) > 100 else line
@@ -69,67 +66,39 @@ def due(session) -> str | None:
 
 
 def generate(session, text: str, model: str) -> tuple[str, dict]:
-    """One title call; returns (cleaned title, usage record). Raises ProviderError."""
-    from ..core import budget, retry
-    from ..core.errors import ProviderError
-    from ..core.stream import Finish, TextDelta
-    from ..providers import presets
-    from ..providers.openai_provider import ChatRequest
-    from ..providers.registry import resolve
-
-    # read the session's provider cache, never write it: the main thread may be iterating it
-    cached = session.providers.peek(model)
-    provider, info, resolved = cached or resolve(
-        model or presets.default_model(os.environ), session.settings
-    )
-    request = ChatRequest(
-        model=resolved.model_id,
-        messages=[
+    """One title call through the session (its provider cache, one retry loop); returns
+    (cleaned title, usage record). Raises ProviderError."""
+    text, record = session.call_model(
+        [
             {"role": "system", "content": TITLE_PROMPT},
             {"role": "user", "content": f"{ASK}\n\n{text[:INPUT_LIMIT]}"},
         ],
+        purpose="title",
+        model=model,
         temperature=0.5,
         # a tiny local model may ramble until its context is full; a title needs a few tokens
-        max_tokens=64 if resolved.provider_id == "local" else None,
+        local_max_tokens=64,
+        record=False,  # stored on the session as its titleUsage (apply)
+        background=True,  # the main thread may be using the provider cache: only read it
     )
-    attempt = 0
-    while True:
-        chunks, tokens = [], None
-        try:
-            for event in provider.stream(request):
-                if isinstance(event, TextDelta):
-                    chunks.append(event.text)
-                elif isinstance(event, Finish):
-                    tokens = event.tokens
-            break
-        except ProviderError as err:
-            if attempt >= RETRIES or retry.retry_message(err) is None:
-                raise
-            attempt += 1
-            time.sleep(min(retry.retry_delay(attempt, err), 10.0))
-    usage = {"model": f"{info.provider_id}/{info.model_id}", "cost": 0.0, "time": now_ms()}
-    if tokens is not None:
-        usage["tokens"] = tokens.to_data()
-        usage["cost"] = budget.cost(tokens, info)
-    return clean_title("".join(chunks)), usage
+    return clean_title(text), record.usage()
 
 
 def apply(session, title: str, usage: dict) -> None:
     """Store the title (if the session still has its default one) and the call's usage."""
-    with session._info_lock:
-        info = session.info
-        changes: dict[str, Any] = {"title_usage": usage, "time_updated": now_ms()}
+
+    def changes(info: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"title_usage": usage}
         if title and info.has_default_title:
-            changes["title"] = title
-        session.info = clean_record(
-            replace(info, **changes)
-        )  # as the journal keeps it (core/redact.py)
-        session.store.put(session.info)
-        session.store.flush(sync=True)
+            out["title"] = title
+        return out
+
+    session.update_info(changes)
 
 
-def start(session, model: str) -> threading.Thread | None:
-    """Start the title call in the background when one is due; returns the thread."""
+def start(session, model: str, on_error: Callable[[str], Any]) -> threading.Thread | None:
+    """Start the title call in the background when one is due; returns the thread.
+    ``on_error`` gets a failed call's error (one line), kept for debugging."""
     text = due(session)
     if text is None:
         return None
@@ -140,7 +109,7 @@ def start(session, model: str) -> threading.Thread | None:
             title, usage = generate(session, text, model)
             apply(session, title, usage)
         except BaseException as err:  # never let a title break anything; keep why for debugging
-            session.title_error = f"{type(err).__name__}: {err}"
+            on_error(f"{type(err).__name__}: {err}")
 
     thread = threading.Thread(target=work, name=f"title-{session.info.id}", daemon=True)
     thread.start()

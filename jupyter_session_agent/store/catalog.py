@@ -2,7 +2,7 @@
 
 The base (the current generation's large files, ``merge.py``) is read in place by the views.
 Everything else — the live journals and the small Parquet files — is "the tail", kept by
-:class:`_Catalog` as tables of the store's in-memory DuckDB: ``_tail.rows`` (the newest
+:class:`Catalog` as tables of the store's in-memory DuckDB: ``_tail.rows`` (the newest
 revision of every id, typed), ``_tail.tombstone`` and the derived ``_tail.step`` and
 ``_tail.tool_call``. It is refreshed incrementally (a small file once, a journal from the byte
 offset already read up to its last newline), so it costs what the tail holds, not what the
@@ -12,7 +12,11 @@ When a tail row belongs to a session that the base also holds (a session continu
 kernel, a tool fixed by another), the catalog copies that session's rows from the base file in
 (found by min/max statistics on the session id) and the views leave the session out of that
 file: a session is read whole from one place, so revisions, tombstones and the model of a
-step's message are resolved among its rows. Those sessions are :attr:`_Catalog.shadowed`.
+step's message are resolved among its rows. Those sessions are :attr:`Catalog.shadowed`.
+
+One module: the tables, the incremental refresh that fills them and the merge of each batch
+into them keep one invariant together (newest revision per id, tombstones respected, derived
+rows rebuilt for what changed); no part of it is used alone.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from .schema import (
     EMPTY_RELATION,
     KINDS,
     RAW_TYPES,
+    SESSION_KEY,
     TYPED,
     derived,
     quote,
@@ -38,7 +43,6 @@ from .schema import (
 _RAW_SPEC = json.dumps(RAW_TYPES)
 _STORED = ", ".join(list(RAW_TYPES) + list(TYPED))  # the columns of _tail.rows and of every file
 _KINDS = "(" + ", ".join(f"'{k}'" for k in KINDS) + ")"
-KEY = "coalesce(session_id, '')"
 _PARTS = "(FROM _tail.rows WHERE kind = 'part')"
 _MESSAGES = "(FROM _tail.rows WHERE kind = 'message')"
 
@@ -49,7 +53,7 @@ def _newer(a: str, b: str, *, strict: bool = False) -> str:
     return f"({a}.rev > {b}.rev OR ({a}.rev = {b}.rev AND {a}.writer {than} {b}.writer))"
 
 
-def typed_parquet(paths, typed_files: bool, src: int, where: str = "true") -> str:
+def _typed_parquet(paths, typed_files: bool, src: int, where: str = "true") -> str:
     """The stored columns of the journal kinds' rows of Parquet files (typed, or typed here)."""
     files = "[" + ", ".join(quote(p) for p in paths) + "]"
     if typed_files:
@@ -136,9 +140,9 @@ class Catalog:
         typed_new = [p for p in new_parquet if typed_file(p)]
         legacy = [p for p in new_parquet if p not in typed_new]
         if typed_new:
-            sources.append(typed_parquet(typed_new, True, 1))
+            sources.append(_typed_parquet(typed_new, True, 1))
         if legacy:
-            sources.append(typed_parquet(legacy, False, 1))
+            sources.append(_typed_parquet(legacy, False, 1))
         if whole:
             raw = f"SELECT {COLUMN_LIST} FROM {read_json_sql(whole)}"
             sources.append(f"SELECT *, 0 AS src FROM ({typed(raw)})")
@@ -195,8 +199,8 @@ class Catalog:
         keys = {
             k
             for (k,) in con.execute(
-                f"SELECT DISTINCT {KEY} FROM _tail.rows UNION "
-                f"SELECT DISTINCT {KEY} FROM _tail.tombstone"
+                f"SELECT DISTINCT {SESSION_KEY} FROM _tail.rows UNION "
+                f"SELECT DISTINCT {SESSION_KEY} FROM _tail.tombstone"
             ).fetchall()
         }
         new = keys - self.probed
@@ -223,12 +227,12 @@ class Catalog:
             hits = {
                 k
                 for (k,) in con.execute(
-                    f"SELECT DISTINCT {KEY} FROM read_parquet([{quote(path)}]) WHERE {where}"
+                    f"SELECT DISTINCT {SESSION_KEY} FROM read_parquet([{quote(path)}]) WHERE {where}"
                 ).fetchall()
             }
             if not hits:
                 continue
-            self._ingest(con, typed_parquet([path], True, -1, where), [])
+            self._ingest(con, _typed_parquet([path], True, -1, where), [])
             self.shadowed[path] = self.shadowed.get(path, frozenset()) | frozenset(hits)
             found = True
         return found

@@ -13,11 +13,12 @@ from ..core.errors import UsageError
 from ..core.messages import Session, ToolError, ToolPart, now_ms
 from ..core.redact import redact as _redact
 from ..core.text import has_surrogates, safe_text
-from .journal import Kind
 from .problems import report, report_row
+from .schema import Kind
 
 
-def kind_of(value: Any) -> Kind:
+def journal_kind(value: Any) -> Kind:
+    """The journal kind a value is stored as (UsageError for anything the store cannot hold)."""
     if isinstance(value, Session):
         return "session"
     if isinstance(value, (M.UserMessage, M.AssistantMessage)):

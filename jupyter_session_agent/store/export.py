@@ -3,6 +3,10 @@ a DuckDB database file for one person's tools; both incremental on re-run.
 
 Both read the history as ``sql()`` does (the views over the current files, ``query.py``), in a
 private connection of their own that may write outside the history folder.
+
+One module: the two exports share that connection's making and their incremental bookkeeping
+(fingerprints of what was written), and ``export_views_sql`` is the reading side of the
+Parquet export's layout.
 """
 
 from __future__ import annotations
@@ -17,13 +21,15 @@ import socket
 from pathlib import Path
 
 from ..core.errors import UsageError
-from .catalog import Catalog
 from .merge import MEMORY_LIMIT
+from .problems import one_line
+from .query import Query
 from .schema import (
     DERIVED,
     DERIVED_COLUMNS,
     EMPTY_RELATION,
     KINDS,
+    SESSION_KEY,
     derived,
     quote,
     select_list,
@@ -60,28 +66,24 @@ _SPARK_TYPES = {
 }
 
 
-class ExportMixin:
-    """``Store.export_parquet`` and ``Store.export_duckdb`` (a mixin of Store; uses its
-    ``_prepare``, ``_guarded``, ``_typed`` and ``_read_lock``)."""
+class Exporter:
+    """The history's exports, read through a :class:`~.query.Query`."""
+
+    def __init__(self, query: Query) -> None:
+        self._query = query
 
     def _reader(self, spill: Path):
         """A private connection (not locked down: it writes the export) with the views, in at
         most ``MEMORY_LIMIT`` of memory (spilling to ``spill``: the export streams the files)."""
-        from .query import define_views
-
-        self._prepare()
         con = connect(MEMORY_LIMIT, spill)
-        catalog = Catalog(con)
-
-        def attempt(files):
-            catalog.refresh(con, files, self._typed)
-            define_views(con, files, catalog.shadowed, tail=catalog.created)
-
-        with self._read_lock:  # as in _refresh: again if a journal is compacted meanwhile
-            self._guarded(attempt, settle=True)
+        try:
+            self._query.define_views_in(con)
+        except BaseException:
+            con.close()
+            raise
         return con
 
-    def export_parquet(
+    def to_parquet(
         self, directory: str | os.PathLike, *, user: str | None = None
     ) -> dict[str, int]:
         """Write the history as Parquet, Hive-partitioned by day, for Spark, Trino or DuckDB.
@@ -166,7 +168,7 @@ class ExportMixin:
         (out / "views.sql").write_text(export_views_sql(out))
         return counts
 
-    def export_duckdb(self, path: str | os.PathLike) -> dict[str, int]:
+    def to_duckdb(self, path: str | os.PathLike) -> dict[str, int]:
         """Write the history and its views into a DuckDB database file (``duckdb FILE`` opens
         it; so does any DuckDB client). Tables ``_store.<kind>`` hold the rows, the views of
         ``docs/analytics.md`` read them. Incremental: a session whose rows did not change since
@@ -191,7 +193,7 @@ class ExportMixin:
                 version = " (STORAGE_VERSION 'v1.0.0')" if new else ""
                 con.execute(f"ATTACH {quote(target)} AS out{version}")
             except duckdb.Error as err:
-                text = str(err).strip().splitlines()[0]
+                text = one_line(err)
                 if "lock" in text.lower():
                     raise UsageError(
                         f"{target} is open in another program (DuckDB allows one "
@@ -228,7 +230,7 @@ def _sync_duckdb(con) -> dict[str, int]:
         existing.get(("_store", t)) != columns for t, columns in wanted.items()
     )
     sessions = " UNION ALL ".join(
-        f"SELECT {_SKEY} k, hash(id, {'rev' if k in KINDS else 0}, '{k}') h FROM _store.{k}"
+        f"SELECT {SESSION_KEY} k, hash(id, {'rev' if k in KINDS else 0}, '{k}') h FROM _store.{k}"
         for k in tables
     )
     con.execute(
@@ -251,10 +253,12 @@ def _sync_duckdb(con) -> dict[str, int]:
     try:
         counts = {}
         for t in tables:
-            con.execute(f"DELETE FROM out._store.{t} WHERE {_SKEY} IN (SELECT k FROM changed)")
+            con.execute(
+                f"DELETE FROM out._store.{t} WHERE {SESSION_KEY} IN (SELECT k FROM changed)"
+            )
             counts[t] = con.execute(
                 f"INSERT INTO out._store.{t} SELECT * FROM _store.{t} "
-                f"WHERE {_SKEY} IN (SELECT k FROM changed)"
+                f"WHERE {SESSION_KEY} IN (SELECT k FROM changed)"
             ).fetchone()[0]
         con.execute("DELETE FROM out._store.exported")
         con.execute("INSERT INTO out._store.exported SELECT * FROM now")
@@ -270,9 +274,6 @@ def _sync_duckdb(con) -> dict[str, int]:
         con.execute("USE memory")
     con.execute("CHECKPOINT out")
     return counts
-
-
-_SKEY = "coalesce(session_id, '')"
 
 
 def _fingerprint(con, source: str) -> str:

@@ -1,9 +1,10 @@
-"""The journals: one JSONL file per writing process, locked for life, compacted to Parquet.
+"""The journals: one JSONL file per writing process, locked for life.
 
-Row format, layout and the liveness rule are described in the package
-docstring (``store/__init__.py``); this module owns writing them, the
-``flock`` that tells live writers from dead ones, and compaction of a dead
-writer's journal to Parquet.
+Row format, layout and the liveness rule are described in the package docstring
+(``store/__init__.py``). This module owns writing them (:class:`Writer`: this process's journal
+of one history, its rows and their revisions), the ``flock`` that tells live writers from dead
+ones (:func:`writer_alive`, :func:`claim`); turning a dead writer's journal into Parquet is
+``segment.journal_to_parquet``.
 """
 
 from __future__ import annotations
@@ -14,21 +15,19 @@ import secrets
 import socket
 import threading
 import time
+import weakref
 from pathlib import Path
-from typing import Literal
 
-from .problems import HistoryWriteError, report, report_file, write_error
-from .schema import COLUMN_LIST, COLUMNS, EMPTY_RELATION, KINDS, quote, read_json_sql  # noqa: F401 - re-exported
-from .segment import compact
-
-Kind = Literal["session", "message", "part", "event"]  # event: e.g. compaction.CompactionEvent
-
+from .codec import encode
+from .problems import HistoryWriteError, report, write_error
+from .schema import Kind
+from .segment import journal_to_parquet
 
 _rev_lock = threading.Lock()
 _last_rev = 0
 
 
-def next_rev() -> int:
+def _next_rev() -> int:
     """A revision strictly greater than every earlier one in this process."""
     global _last_rev
     with _rev_lock:
@@ -40,8 +39,115 @@ def next_rev() -> int:
 # writing
 
 
-class Journal:
-    """This process's journal: a buffer of snapshot lines and the locked file they go to."""
+class Writer:
+    """This process's journal of one history: rows are buffered, then appended by ``flush``.
+
+    The journal file is made by the first row (none before: a store that only reads never
+    writes), again after ``close()`` and in a forked child (which must not write its parent's).
+    Remembers, for each id this process wrote, its session, message and creation time (a
+    later revision keeps the creation time; ``delete`` needs the session).
+    """
+
+    def __init__(self, history: Path) -> None:
+        self._history = history
+        self._journal: _Journal | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._lock = threading.Lock()
+        self._known: dict[str, tuple] = {}  # id → (session, message, time_created)
+
+    @property
+    def name(self) -> str | None:
+        """This process's writer name (the rows' ``writer``), None before its first row."""
+        journal = self._journal
+        return journal.writer if journal is not None else None
+
+    @property
+    def path(self) -> Path | None:
+        """This process's journal file, None before its first row."""
+        journal = self._journal
+        return journal.path if journal is not None else None
+
+    def known(self, id: str) -> tuple | None:
+        """(session_id, message_id, time_created) of an id this process wrote, else None."""
+        return self._known.get(id)
+
+    def write(
+        self,
+        kind: Kind,
+        id: str,
+        session_id: str | None,
+        message_id: str | None,
+        data: dict,
+        deleted: bool,
+        now: int,
+        created: int | None = None,
+    ) -> tuple[int, int]:
+        """Buffer one row (the last of an id before a flush wins); (its rev, its time_created).
+
+        ``created`` is the creation time of an id this process has not written before
+        (default: ``now``); an id written before keeps the creation time it had then."""
+        known = self._known.get(id)
+        if known is None:
+            known = self._known[id] = (session_id, message_id, created or now)
+        journal = self._current()
+        rev = _next_rev()
+        row = {
+            "kind": kind,
+            "id": id,
+            "session_id": session_id,
+            "message_id": message_id,
+            "rev": rev,
+            "writer": journal.writer,
+            "deleted": deleted,
+            "time_created": known[2],
+            "time_updated": now,
+            "data": data,
+        }
+        journal.add(id, encode(row))
+        return rev, known[2]
+
+    def flush(self, sync: bool) -> None:
+        """Append the buffer in one write (fsync when ``sync``); HistoryWriteError keeps it."""
+        self._current().append(sync)
+
+    def flush_quietly(self) -> None:
+        """Append the buffer without fsync so that reads see it; a failed write leaves it
+        buffered (reads go on over what is saved; the next ``flush`` raises)."""
+        journal = self._journal
+        if journal is not None and journal.pending():
+            try:
+                journal.append(sync=False)
+            except HistoryWriteError:
+                pass
+
+    def unsaved(self) -> frozenset[str]:
+        """Ids whose latest row could not be written yet (the last write failed), else empty."""
+        journal = self._journal
+        return journal.unsaved() if journal is not None else frozenset()
+
+    def close(self) -> bool:
+        """Flush, turn the journal into Parquet, release its lock (never raises); True if there
+        was a journal to close."""
+        with self._lock:
+            finalizer, self._journal, self._finalizer = self._finalizer, None, None
+        if finalizer is None:
+            return False
+        finalizer()
+        return True
+
+    def _current(self) -> _Journal:
+        """This process's journal; a new one after close() or in a forked child."""
+        with self._lock:
+            if self._journal is None or self._journal.pid != os.getpid():
+                if self._journal is not None:
+                    self._journal.close()  # in a child: only drops the inherited fd
+                self._journal = _Journal(self._history)
+                self._finalizer = weakref.finalize(self, self._journal.close)
+            return self._journal
+
+
+class _Journal:
+    """One process's journal file: a buffer of snapshot lines and the locked file they go to."""
 
     def __init__(self, history: Path) -> None:
         self.history = history
@@ -53,6 +159,22 @@ class Journal:
         self.pid = os.getpid()
         self.torn = False  # a failed write may have left half a line
         self.error: HistoryWriteError | None = None  # the last append failed: the buffer is unsaved
+
+    def add(self, id: str, line: bytes) -> None:
+        """Buffer the line of a row (the last of an id before an append wins)."""
+        with self.lock:
+            self.buffer[id] = line
+
+    def pending(self) -> bool:
+        """Whether lines wait to be appended."""
+        return bool(self.buffer)
+
+    def unsaved(self) -> frozenset[str]:
+        """Ids whose lines the last append failed to write, else empty."""
+        if self.error is None:
+            return frozenset()
+        with self.lock:
+            return frozenset(self.buffer)
 
     def append(self, sync: bool) -> None:
         """Write the buffer (one ``write``, ``fsync`` when ``sync``), then empty it.
@@ -86,7 +208,7 @@ class Journal:
             self.buffer.clear()
 
     def close(self) -> None:
-        """Flush, compact the journal to Parquet, then release the lock (idempotent, never
+        """Flush, turn the journal into Parquet, then release the lock (idempotent, never
         raises: at exit, rows that cannot be written are reported by one warning)."""
         if os.getpid() != self.pid:  # a forked child must not touch its parent's journal
             if self.fd is not None:
@@ -104,9 +226,9 @@ class Journal:
             with self.lock:
                 if self.fd is not None:
                     try:
-                        compact(self.path, self.history)
+                        journal_to_parquet(self.path, self.history)
                     except Exception:
-                        pass  # the journal stays; a later reader compacts it as a dead writer's
+                        pass  # the journal stays; a later reader converts it as a dead writer's
                     fcntl.flock(self.fd, fcntl.LOCK_UN)
                     os.close(self.fd)
                     self.fd = None
@@ -154,40 +276,3 @@ def claim(path: Path) -> int | None:
         pass
     os.close(fd)
     return None
-
-
-def list_files(folder: Path, suffix: str) -> tuple[str, ...]:
-    """The regular files named ``*suffix`` in ``folder`` (not hidden), sorted. Anything else
-    with that name (a folder, a link, a FIFO) is left out with one warning."""
-    try:
-        entries = [e for e in os.scandir(folder) if e.name.endswith(suffix) and e.name[0] != "."]
-    except FileNotFoundError:
-        return ()
-    except OSError as err:  # e.g. `live` is a file: nothing to read there
-        report_file(folder.parent, str(folder), f"not a folder: {os.strerror(err.errno or 0)}")
-        return ()
-    files = []
-    for entry in entries:
-        try:
-            regular = entry.is_file(follow_symlinks=False)
-        except OSError:
-            continue  # vanished meanwhile (compacted)
-        if regular:
-            files.append(entry.path)
-        else:
-            report_file(folder.parent, entry.path, "not a regular file")
-    return tuple(sorted(files))
-
-
-def events_sql(jsonl: tuple[str, ...], parquet: tuple[str, ...]) -> str:
-    """Every row of the journals and Parquet files (journal kinds: derived rows left out)."""
-    parts = []
-    if jsonl:
-        parts.append(f"SELECT {COLUMN_LIST} FROM {read_json_sql(jsonl)} WHERE id IS NOT NULL")
-    if parquet:
-        files = ", ".join(quote(p) for p in parquet)
-        parts.append(
-            f"SELECT {COLUMN_LIST}::JSON AS data FROM read_parquet([{files}], union_by_name=true) "
-            f"WHERE kind IN ({', '.join(repr(k) for k in KINDS)})"
-        )
-    return " UNION ALL ".join(parts) or EMPTY_RELATION

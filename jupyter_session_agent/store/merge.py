@@ -19,15 +19,19 @@ kernel even on ``kill -9``):
 3. write the manifest (hidden name, fsync, rename): **the commit point**;
 4. remove the consumed files.
 
-Readers (:func:`plan`) use the newest manifest whose files all exist and ignore the files it
+Readers (``generation.plan``) use the newest manifest whose files all exist and ignore the files it
 consumed and the large files of older generations; a large file of a newer generation (a
 merge between steps 2 and 3, or a manifest someone damaged) is read like a small file. Small
 files are deduplicated against everything at read time, so in every state a crash can leave
 — before, between and after any two of these steps — each row is seen exactly once: a merge
 never loses or doubles a row (``tests/test_store_merge.py`` kills mergers at random moments).
 
-A small file is merged only once its journal is gone (the compaction that wrote it has
+A small file is merged only once its journal is gone (the conversion that wrote it has
 finished), so a journal and the merged copy of its rows never coexist.
+
+One module: it is one protocol; the clean-up of step 1 and the files of step 2 are only
+safe in the order :func:`merge` runs them under its lock, and they share that run's state (its
+listing, the footers it read, its DuckDB connection).
 """
 
 from __future__ import annotations
@@ -36,173 +40,40 @@ import bisect
 import fcntl
 import json
 import os
-import re
 import secrets
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
-from .schema import COLUMN_LIST, DERIVED, KINDS, LAYOUT, derived, quote, typed
-from .segment import ORDER, connect, copy, fsync_dir, parquet_problem, read_meta, stat_key
+from .generation import (
+    MERGED,
+    Partition,
+    Plan,
+    current_generation,
+    file_names,
+    list_manifests,
+    plan,
+)
+from .schema import COLUMN_LIST, DERIVED, KINDS, LAYOUT, SESSION_KEY, derived, quote, typed
+from .segment import ORDER, connect, copy, fsync_dir, parquet_problem, read_meta
 
-MERGED = "merged-"
-MANIFEST = re.compile(r"^generation-(\d+)\.json$")
 MIN_FILES = 8  # a merge waits for this many small files …
 MIN_BYTES = 16 << 20  # … or this many bytes of them (about 200,000 rows: a tail worth scanning)
 TARGET_ROWS = 1_000_000  # rows per large file (a session is never split)
 MEMORY_LIMIT = "1GB"  # a merge spills to disk past this
 
 
-@dataclass(frozen=True)
-class Partition:
-    """One large file of the current generation: the rows of sessions ``lo <= id < hi``
-    (None: unbounded; rows without a session sort as the empty string)."""
-
-    path: str
-    lo: str | None
-    hi: str | None
-    rows: int
-    layout: str | None = None  # its column layout (schema.LAYOUT of the version that wrote it)
-    derived: tuple = ()  # (kind, path) of the files of its step and tool_call rows
-
-    def holds(self, key: str) -> bool:
-        return (self.lo is None or key >= self.lo) and (self.hi is None or key < self.hi)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What a read uses: the journals and small files (deduplicated at read time: "the tail")
-    and the current generation's large files (read as they are: "the base")."""
-
-    live: tuple[str, ...] = ()
-    small: tuple[str, ...] = ()
-    base: tuple[Partition, ...] = ()
-    generation: int = 0
-
-    @property
-    def files(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """(journals, Parquet files) for reads over every row (``events``, one session)."""
-        return self.live, self.small + tuple(p.path for p in self.base)
-
-    def partition(self, key: str) -> Partition | None:
-        for part in self.base:
-            if part.holds(key):
-                return part
-        return None
-
-
-@dataclass(frozen=True)
-class _Generation:
-    number: int
-    files: tuple[dict, ...]
-    consumed: frozenset
-
-
-def read_manifest(path: str) -> _Generation | None:
-    """A manifest, or None if it is not one (unreadable, damaged, another format)."""
+def merge_due(history: Path) -> bool:
+    """Whether enough small files wait for :func:`merge` to be worth starting (a cheap look at
+    the folder; ``merge`` itself decides on the files it can merge)."""
     try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read(1 << 24))
-        files = tuple(
-            {
-                "name": str(f["name"]),
-                "lo": f["lo"],
-                "hi": f["hi"],
-                "rows": int(f["rows"]),
-                "layout": f.get("layout"),
-                "derived": {str(k): str(v) for k, v in f.get("derived", {}).items()},
-            }
-            for f in data["files"]
-        )
-        return _Generation(int(data["generation"]), files, frozenset(map(str, data["consumed"])))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def plan(
-    live: tuple[str, ...], parquet: tuple[str, ...], names: frozenset, manifests: dict, meta
-) -> Plan:
-    """The plan for these files.
-
-    ``live`` and ``parquet`` are the usable journals and Parquet files, ``names`` every entry
-    of the Parquet folder, ``manifests`` generation number → ``_Generation`` (or None when its
-    manifest is damaged), ``meta(path)`` a Parquet file's footer entry (or None).
-    """
-    current = _current(manifests, names)
-    by_name = {os.path.basename(p): p for p in parquet}
-    base, ignored = [], set()
-    if current is not None:
-        ignored |= current.consumed
-        for f in current.files:
-            if f["name"] in by_name:  # else left out of reads (a warning says why)
-                path = by_name[f["name"]]
-                layout = f.get("layout") or (meta(path) or {}).get("layout")
-                derived = tuple(
-                    (k, by_name[n]) for k, n in sorted(f["derived"].items()) if n in by_name
-                )
-                base.append(Partition(path, f["lo"], f["hi"], f["rows"], layout, derived))
-        ignored |= {n for f in current.files for n in _names(f)}
-    small = []
-    for name, path in by_name.items():
-        if name in ignored:
-            continue
-        if name.startswith(MERGED):
-            info = meta(path) or {}
-            if info.get("level") == 1 and info.get("derived"):
-                continue  # step or tool_call rows of a generation not in use: computed again
-            older = (
-                current is not None
-                and info.get("level") == 1
-                and int(info.get("generation", 0)) < current.number
-            )
-            if older:
-                continue  # an older generation's: its rows are in the current one
-        small.append(path)
-    stems = {_stem(name) for name in ignored} | {_stem(p) for p in small}
-    live = tuple(p for p in live if _stem(p) not in stems)  # compacted: its file is read
-    base.sort(key=lambda p: (p.lo is not None, p.lo or ""))
-    number = current.number if current is not None else 0
-    return Plan(live, tuple(sorted(small)), tuple(base), number)
-
-
-def _stem(path: str) -> str:
-    """A file's name without folder and extension (``Path(path).stem``, cheaper)."""
-    return os.path.splitext(os.path.basename(path))[0]
-
-
-def _current(manifests: dict, names: frozenset) -> _Generation | None:
-    """The newest valid generation whose files all exist."""
-    for number in sorted(manifests, reverse=True):
-        gen = manifests[number]
-        if gen is not None and all(n in names for f in gen.files for n in _names(f)):
-            return gen
-    return None
-
-
-def list_manifests(folder: Path, cache: dict) -> dict:
-    """generation → manifest (None if damaged) in ``folder``; ``cache``: path → (stat, it)."""
-    found = {}
-    try:
-        names = os.listdir(folder)
+        waiting = [
+            entry.stat().st_size
+            for entry in os.scandir(history / "parquet")
+            if entry.name.endswith(".parquet") and not entry.name.startswith((".", MERGED))
+        ]
     except OSError:
-        return found
-    for name in names:
-        match = MANIFEST.match(name)
-        if not match:
-            continue
-        path = str(folder / name)
-        key = stat_key(path)
-        hit = cache.get(path)
-        if hit is None or hit[0] != key:
-            hit = cache[path] = (key, read_manifest(path))
-        gen = hit[1]
-        number = int(match.group(1))
-        found[number] = gen if gen is None or gen.number == number else None
-    return found
-
-
-# --------------------------------------------------------------------------
-# merging
+        return False
+    return len(waiting) >= MIN_FILES or sum(waiting) >= MIN_BYTES
 
 
 def merge(
@@ -224,17 +95,26 @@ def merge(
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return None  # another process is merging
-        return _Merge(history, target_rows).run(force, min_files)
+        spill = folder / f".merge-spill-{secrets.token_hex(4)}"
+        con = connect(MEMORY_LIMIT, spill)
+        try:
+            return _Merge(history, target_rows, con, spill).run(force, min_files)
+        finally:
+            con.close()
+            shutil.rmtree(spill, ignore_errors=True)
     finally:
         os.close(fd)  # also releases the lock
 
 
 class _Merge:
-    def __init__(self, history: Path, target_rows: int) -> None:
+    """One merge, under the lock: ``con`` its DuckDB connection, ``spill`` its spill folder."""
+
+    def __init__(self, history: Path, target_rows: int, con, spill: Path) -> None:
         self.history = history
         self.folder = history / "parquet"
         self.target_rows = target_rows
-        self.con = None
+        self.con = con
+        self.spill = spill
         self.metas: dict[str, dict | None] = {}
 
     def meta(self, path: str) -> dict | None:
@@ -244,15 +124,6 @@ class _Merge:
             except Exception:  # noqa: BLE001 - unreadable: not ours to merge
                 self.metas[path] = {"unreadable": True}
         return self.metas[path]
-
-    def run(self, force: bool, min_files: int) -> dict | None:
-        self.spill = spill = self.folder / f".merge-spill-{secrets.token_hex(4)}"
-        self.con = connect(MEMORY_LIMIT, spill)
-        try:
-            return self._run(force, min_files)
-        finally:
-            self.con.close()
-            shutil.rmtree(spill, ignore_errors=True)
 
     def _listing(self):
         names = frozenset(os.listdir(self.folder))
@@ -275,9 +146,9 @@ class _Merge:
         )
         return names, parquet, manifests, live
 
-    def _run(self, force: bool, min_files: int) -> dict | None:
+    def run(self, force: bool, min_files: int) -> dict | None:
         names, parquet, manifests, live = self._listing()
-        current = _current(manifests, names)
+        current = current_generation(manifests, names)
         self._clean(names, parquet, manifests, current)
         names, parquet, manifests, live = self._listing()
         now = plan(live, parquet, names, manifests, self.meta)
@@ -299,7 +170,7 @@ class _Merge:
             "consumed": sorted(consumed),
         }
         # step 2: into place (until step 3, readers read them like small files)
-        for name in (n for f in written for n in _names(f)):
+        for name in (n for f in written for n in file_names(f)):
             os.rename(self.folder / f".{name}.tmp", self.folder / name)
         fsync_dir(self.folder)
         tmp = self.folder / f".generation-{number}.json.tmp"
@@ -338,7 +209,7 @@ class _Merge:
                     path.unlink(missing_ok=True)
         if current is None:
             return  # never delete a large file without a generation that holds its rows
-        listed = {n for f in current.files for n in _names(f)}
+        listed = {n for f in current.files for n in file_names(f)}
         for path in parquet:
             name = os.path.basename(path)
             if name in current.consumed:
@@ -373,7 +244,10 @@ class _Merge:
         # a view: each range below scans the inputs again, min/max statistics skipping the row
         # groups of other sessions (they are sorted by session), so no copy of them is held
         con.execute("CREATE OR REPLACE TEMP VIEW inp AS " + " UNION ALL BY NAME ".join(sources))
-        keys = [k for (k,) in con.execute(f"SELECT DISTINCT {_KEY} FROM inp ORDER BY 1").fetchall()]
+        keys = [
+            k
+            for (k,) in con.execute(f"SELECT DISTINCT {SESSION_KEY} FROM inp ORDER BY 1").fetchall()
+        ]
         parts = list(now.base) or [Partition("", None, None, 0)]
         lows = [p.lo or "" for p in parts]
         affected: dict[int, list[str]] = {}
@@ -416,9 +290,9 @@ class _Merge:
     def _ranges(self, old: str | None, part: Partition) -> list[tuple[str | None, str | None]]:
         """Sub-ranges of ``part`` of about ``target_rows`` rows each, cut between sessions."""
         within = _within(part.lo, part.hi)
-        counts = f"SELECT {_KEY} k, count(*) n FROM inp WHERE {within} GROUP BY k"
+        counts = f"SELECT {SESSION_KEY} k, count(*) n FROM inp WHERE {within} GROUP BY k"
         if old:
-            counts += f" UNION ALL SELECT {_KEY} k, count(*) n FROM ({old}) GROUP BY k"
+            counts += f" UNION ALL SELECT {SESSION_KEY} k, count(*) n FROM ({old}) GROUP BY k"
         rows = self.con.execute(
             f"SELECT k, sum(n) FROM ({counts}) GROUP BY k ORDER BY k"
         ).fetchall()
@@ -470,13 +344,7 @@ class _Merge:
         return n
 
 
-_KEY = "coalesce(session_id, '')"
 _KINDS = "(" + ", ".join(f"'{k}'" for k in KINDS) + ")"
-
-
-def _names(entry: dict) -> list[str]:
-    """The files of one manifest entry: its rows' and its derived rows'."""
-    return [entry["name"], *entry.get("derived", {}).values()]
 
 
 def _list(paths) -> str:

@@ -35,6 +35,16 @@ class BadFile(Exception):
         self.path, self.reason = path, reason
 
 
+def one_line(err: BaseException) -> str:
+    """The first line of an error's text (its type's name if it has none; a corrupt file's
+    error text may not even decode)."""
+    try:
+        text = str(err)
+    except Exception:  # noqa: BLE001
+        text = ""
+    return (text.strip().splitlines() or [type(err).__name__])[0]
+
+
 _reported: set = set()
 _lock = threading.Lock()
 

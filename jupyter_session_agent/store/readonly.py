@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from ..core.errors import ReadOnlyError, UsageError
+from .problems import one_line
 
 # Table functions that change state or write files although they run inside a SELECT.
 _UNSAFE_FUNCTIONS = re.compile(
@@ -14,10 +15,6 @@ _UNSAFE_FUNCTIONS = re.compile(
     re.IGNORECASE,
 )
 _EXPLAIN = re.compile(r"^\s*EXPLAIN(\s+ANALY[SZ]E)?\s+", re.IGNORECASE)
-
-
-def one_line(err: Exception) -> str:
-    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def check_read_only(con, query: str) -> None:

@@ -6,13 +6,18 @@ file the store writes (``segment.py``) has the raw columns *and* the typed ones,
 column per name for every kind (a kind's rows leave the other kinds' columns NULL), so a query
 reads the columns it needs and never parses JSON. A typed column whose name is a raw column's
 (a session's ``time_created`` comes from its data) is stored as ``<kind>_<name>``.
+
+One module: the raw, typed and derived columns are one layout (``LAYOUT`` is a hash of all of
+them, written into every file), so a change to any of them is a change to it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from typing import Literal
 
+Kind = Literal["session", "message", "part", "event"]  # event: e.g. compaction.CompactionEvent
 KINDS = ("session", "message", "part", "event")  # journal kinds
 DERIVED = ("step", "tool_call")  # kinds of the rows derived from parts (merged files and the tail)
 
@@ -35,6 +40,9 @@ EMPTY_RELATION = (
     "SELECT " + ", ".join(f"NULL::{typ} {name}" for name, typ in RAW_TYPES.items()) + " WHERE false"
 )  # the relation a history with no files yet reads as
 _BASE = ("id", "session_id", "message_id", "rev", "writer", "time_created", "time_updated", "data")
+
+
+SESSION_KEY = "coalesce(session_id, '')"  # a row's session; rows without one sort as ""
 
 
 def quote(path) -> str:

@@ -106,7 +106,7 @@ def parquet_problem(path: str) -> str | None:
         os.close(fd)
 
 
-def compact(journal: Path, history: Path) -> None:
+def journal_to_parquet(journal: Path, history: Path) -> None:
     """Journal → ``parquet/<writer>.parquet`` (typed, tmp + rename), then remove the journal.
 
     Only for a finished writer (the caller holds the journal's lock): keeps the newest row per

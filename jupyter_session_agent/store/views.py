@@ -1,7 +1,15 @@
-"""The public views (docs/analytics.md) over ``_store.<kind>`` (the files and the tail, defined
-by ``query.define_views``): plain SQL."""
+"""The views: ``_store.<kind>`` over a read's plan (the current generation's files scanned in
+place, the tail's tables) and the public views (docs/analytics.md) over those, plain SQL.
+
+``_store.<kind>`` is defined again whenever the plan changes (a new generation, a session of
+the base taken over by the tail); the public views read only ``_store.*``, so they are defined
+once per connection.
+"""
 
 from __future__ import annotations
+
+from .generation import Plan
+from .schema import DERIVED, EMPTY_RELATION, KINDS, SESSION_KEY, derived, quote, select_list, typed
 
 
 def _latest(kind: str) -> str:
@@ -29,20 +37,26 @@ VIEWS = {
         latency_ms, first_token_ms, attempts, error, interrupted, auto, overflow, attempt, synthetic
         FROM _store.part""",
     # Cost rollup per session (lifecycle.md): its assistant messages, its title call
-    # (data.titleUsage.cost) and, recursively, its subagent sessions (parent_id). UNION, not
+    # (data.titleUsage.cost), its other model calls (llm_call events: memory extraction) and,
+    # recursively, its subagent sessions (parent_id). UNION, not
     # UNION ALL, so an imported parent cycle cannot recurse forever.
     "session_cost": """WITH RECURSIVE tree(root, id) AS (
             SELECT id, id FROM session
             UNION SELECT tree.root, s.id FROM tree JOIN session s ON s.parent_id = tree.id),
         msg AS (SELECT session_id, sum(cost) cost, count(*) n FROM message WHERE role = 'assistant'
                 GROUP BY session_id),
+        calls AS (SELECT session_id, sum(TRY_CAST(data->>'cost' AS DOUBLE)) cost FROM _store.event
+                WHERE data->>'type' = 'llm_call' GROUP BY session_id),
         own AS (SELECT s.id, s.parent_id, coalesce(msg.cost, 0) messages_cost, coalesce(msg.n, 0) llm_messages,
-                coalesce(TRY_CAST(s.data->'titleUsage'->>'cost' AS DOUBLE), 0) title_cost
-                FROM session s LEFT JOIN msg ON msg.session_id = s.id)
+                coalesce(TRY_CAST(s.data->'titleUsage'->>'cost' AS DOUBLE), 0) title_cost,
+                coalesce(calls.cost, 0) calls_cost
+                FROM session s LEFT JOIN msg ON msg.session_id = s.id LEFT JOIN calls ON calls.session_id = s.id)
         SELECT o.id session_id, any_value(o.parent_id) parent_id, any_value(o.messages_cost) messages_cost,
-            any_value(o.title_cost) title_cost, any_value(o.messages_cost + o.title_cost) own_cost,
-            sum(d.messages_cost + d.title_cost) - any_value(o.messages_cost + o.title_cost) children_cost,
-            sum(d.messages_cost + d.title_cost) total_cost, count(*) - 1 descendants
+            any_value(o.title_cost) title_cost, any_value(o.calls_cost) calls_cost,
+            any_value(o.messages_cost + o.title_cost + o.calls_cost) own_cost,
+            sum(d.messages_cost + d.title_cost + d.calls_cost)
+                - any_value(o.messages_cost + o.title_cost + o.calls_cost) children_cost,
+            sum(d.messages_cost + d.title_cost + d.calls_cost) total_cost, count(*) - 1 descendants
         FROM own o JOIN tree t ON t.root = o.id JOIN own d ON d.id = t.id GROUP BY o.id""",
 }
 
@@ -120,7 +134,8 @@ VIEWS["session_summary"] = f"""WITH
         coalesce(st.cache_read_tokens, 0) AS cache_read_tokens,
         coalesce(st.cache_write_tokens, 0) AS cache_write_tokens, st.max_context_tokens,
         sc.messages_cost - coalesce(st.summary_cost, 0) AS cost, coalesce(st.summary_cost, 0) AS summary_cost,
-        sc.title_cost, sc.children_cost AS subagent_cost, sc.total_cost, sc.descendants AS subagents,
+        sc.title_cost, sc.calls_cost, sc.children_cost AS subagent_cost, sc.total_cost,
+        sc.descendants AS subagents,
         {_RECORDED},
         {_UTC.format("s.time_created")} AS time_created,
         {_UTC.format("greatest(s.time_updated, msgs.last_message)")} AS time_updated
@@ -128,17 +143,89 @@ VIEWS["session_summary"] = f"""WITH
     LEFT JOIN steps st ON st.session_id = s.id LEFT JOIN msgs ON msgs.session_id = s.id
     LEFT JOIN turns ON turns.session_id = s.id LEFT JOIN tools ON tools.session_id = s.id
     LEFT JOIN compactions c ON c.session_id = s.id"""
-VIEWS["daily_cost"] = f"""WITH calls AS (
+# Model calls beside a turn (providers.base.ModelCall, journal kind "event", type "llm_call":
+# memory extraction, ...), one row each, with the title calls (kept on their session, titleUsage).
+_TOK = "TRY_CAST(data->'tokens'{} AS BIGINT)"
+VIEWS["llm_call"] = f"""SELECT id, session_id, data->>'purpose' AS purpose,
+        split_part(data->>'model', '/', 1) AS provider,
+        substr(data->>'model', length(split_part(data->>'model', '/', 1)) + 2) AS model,
+        {_UTC.format("time_created")} AS time, {_TOK.format("->>'input'")} AS input_tokens,
+        {_TOK.format("->>'output'")} AS output_tokens, {_TOK.format("->>'reasoning'")} AS reasoning_tokens,
+        {_TOK.format("->'cache'->>'read'")} AS cache_read_tokens,
+        {_TOK.format("->'cache'->>'write'")} AS cache_write_tokens,
+        {_num("->>'cost'", "DOUBLE")} AS cost, {_num("->>'attempts'")} AS attempts,
+        {_num("->>'durationMs'")} AS duration_ms
+    FROM {_latest("event")} AND data->>'type' = 'llm_call'
+    UNION ALL
+    SELECT id, id, 'title', split_part(title_model, '/', 1),
+        substr(title_model, length(split_part(title_model, '/', 1)) + 2),
+        {_UTC.format("coalesce(title_time, time_created)")}, title_input_tokens, title_output_tokens,
+        title_reasoning_tokens, title_cache_read_tokens, title_cache_write_tokens, title_cost, NULL, NULL
+    FROM _store.session WHERE title_model IS NOT NULL OR title_cost IS NOT NULL"""
+VIEWS["daily_cost"] = """WITH calls AS (
         SELECT CAST(time AS DATE) AS day, provider, model, 'step' AS kind, session_id, input_tokens, output_tokens,
             reasoning_tokens, cache_read_tokens, cache_write_tokens, cost FROM step
         UNION ALL
-        SELECT CAST({_UTC.format("coalesce(title_time, time_created)")} AS DATE), split_part(title_model, '/', 1),
-            substr(title_model, length(split_part(title_model, '/', 1)) + 2), 'title', id, title_input_tokens,
-            title_output_tokens, title_reasoning_tokens, title_cache_read_tokens, title_cache_write_tokens, title_cost
-        FROM _store.session WHERE title_model IS NOT NULL OR title_cost IS NOT NULL)
+        SELECT CAST(time AS DATE), provider, model, purpose, session_id, input_tokens, output_tokens,
+            reasoning_tokens, cache_read_tokens, cache_write_tokens, cost FROM llm_call)
     SELECT day, provider, model, count(*) AS calls, count(*) FILTER (WHERE kind = 'title') AS title_calls,
         count(DISTINCT session_id) AS sessions, sum(input_tokens)::BIGINT AS input_tokens,
         sum(output_tokens)::BIGINT AS output_tokens, sum(reasoning_tokens)::BIGINT AS reasoning_tokens,
         sum(cache_read_tokens)::BIGINT AS cache_read_tokens, sum(cache_write_tokens)::BIGINT AS cache_write_tokens,
         sum(cost) AS cost
     FROM calls GROUP BY day, provider, model"""
+
+
+def define_views(
+    con, files: Plan, shadowed: dict, *, public: bool = True, tail: bool = True
+) -> None:
+    """``_store.<kind>`` over this plan and the tail's tables (made by its first rows: an empty
+    tail has none), then the public views over them when ``public``."""
+    con.execute("CREATE SCHEMA IF NOT EXISTS _store")
+    layouts = tuple(p.layout for p in files.base)
+    for kind in (*KINDS, *DERIVED):
+        body = _kind_sql(kind, files, shadowed, layouts, tail)
+        con.execute(f"CREATE OR REPLACE VIEW _store.{kind} AS {body}")
+    if public:
+        for name, body in VIEWS.items():
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS {body}")
+
+
+def _kind_sql(kind: str, files: Plan, shadowed: dict, layouts: tuple, tail: bool) -> str:
+    """``_store.<kind>``: the base files' rows of ``kind`` (sessions the tail holds left out of
+    their file) and the tail's."""
+    columns = select_list(kind)
+    # a derived kind's rows have files of their own; the journal kinds share one per range
+    where = "true" if kind in DERIVED else f"kind = '{kind}' AND deleted IS NOT TRUE"
+    branches = []
+
+    def path_of(part):
+        return dict(part.derived).get(kind) if kind in DERIVED else part.path
+
+    plain = [path_of(p) for p in files.base if p.path not in shadowed and path_of(p)]
+    unify = ", union_by_name=true" if len(set(layouts)) > 1 else ""  # files of several versions
+    if plain:
+        listed = ", ".join(map(quote, plain))
+        branches.append(f"SELECT {columns} FROM read_parquet([{listed}]{unify}) WHERE {where}")
+    for part in files.base:
+        keys = shadowed.get(part.path)
+        if keys and path_of(part):
+            left_out = ", ".join(map(quote, sorted(keys)))
+            branches.append(
+                f"SELECT {columns} FROM read_parquet([{quote(path_of(part))}]) "
+                f"WHERE {where} AND {SESSION_KEY} NOT IN ({left_out})"
+            )
+    if tail:
+        branches.append(
+            f"SELECT * FROM _tail.{kind}"
+            if kind in DERIVED
+            else f"SELECT {columns} FROM _tail.rows WHERE kind = '{kind}'"
+        )
+    if not branches:  # no file, no row yet: the columns alone
+        empty = f"(SELECT * FROM ({typed(EMPTY_RELATION)}))"
+        return (
+            derived(kind, empty, empty, "false")
+            if kind in DERIVED
+            else f"SELECT {columns} FROM ({typed(EMPTY_RELATION)}) WHERE false"
+        )
+    return " UNION ALL BY NAME ".join(branches)

@@ -11,12 +11,38 @@ once; the files present at the first look were read with the session.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 _BLOCK = 16 << 20  # bytes read at a time from a journal
+WATCHED = 16  # sessions watched at a time (the ones asked about last)
 
 
-class Watch:
+class Watches:
+    """The :class:`_Watch` of each session asked about lately (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._watches: dict[str, _Watch] = {}  # session → its watch, most recently used last
+        self._lock = threading.Lock()
+
+    def mark(
+        self,
+        session_id: str,
+        live: tuple[str, ...],
+        parquet: tuple[str, ...],
+        own: str | None,
+        count,
+    ) -> tuple[int, int]:
+        """The session's :meth:`_Watch.mark` for this listing (see there)."""
+        with self._lock:
+            watch = self._watches.pop(session_id, None) or _Watch(session_id)
+            self._watches[session_id] = watch
+            while len(self._watches) > WATCHED:
+                del self._watches[next(iter(self._watches))]
+            return watch.mark(live, parquet, own, count)
+
+
+class _Watch:
     """The mark of one session: (hits in other writers' journals, its rows in new Parquet files)."""
 
     def __init__(self, session_id: str) -> None:

@@ -1,5 +1,8 @@
 """A scripted OpenAI-compatible chat-completions server on loopback (stdlib only).
 
+One module: the reply script, the wire format and its faults make one fake server, which
+also runs alone as ``python -m`` in another process (tests, the real OpenCode CLI).
+
 It speaks the real wire protocol (HTTP/1.1, chunked ``text/event-stream`` SSE, OpenAI
 JSON shapes), so the official ``openai`` SDK talks to it unmodified. Each request to
 ``/v1/chat/completions`` pops the next queued :class:`Reply` (in arrival order, under a

@@ -10,16 +10,42 @@
    loop);
 3. redact API keys from ``output``, ``title`` and ``metadata`` and make them encodable
    (``redact.clean``);
-4. truncate ``output`` (OpenCode §4.8, :mod:`.truncation`) unless the tool set
+4. truncate ``output`` (as OpenCode does for every built-in tool, :mod:`.truncation`) unless the tool set
    ``metadata["truncated"]`` itself; metadata then gains ``truncated`` and,
    when cut, ``outputPath``.
 """
 
 from __future__ import annotations
 
-from .base import Tool, ToolContext, ToolResult
-from .truncation import MAX_BYTES, MAX_LINES, truncate
-from .validation import validate_args
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .base import Tool, ToolContext, ToolResult
+    from .truncation import MAX_BYTES, MAX_LINES, truncate
+    from .validation import validate_args
+
+# Imported on first use, so that ``%load_ext`` (which installs ``tools.kernel``'s cell log) does
+# not pay for the tool machinery: name -> the module that defines it.
+_LAZY = {
+    "Tool": "base",
+    "ToolContext": "base",
+    "ToolResult": "base",
+    "MAX_BYTES": "truncation",
+    "MAX_LINES": "truncation",
+    "truncate": "truncation",
+    "validate_args": "validation",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Tool",
@@ -61,6 +87,10 @@ def builtin_tools() -> dict[str, Tool]:
 
 def run_tool(tool: Tool, args: dict, ctx: ToolContext) -> ToolResult:
     """Validate, run, truncate. See the module docstring for the contract."""
+    from .base import ToolResult
+    from .truncation import truncate
+    from .validation import validate_args
+
     checked = validate_args(tool.name, tool.parameters, args)
     result = redact_result(tool.run(checked, ctx))
     metadata = dict(result.metadata)
@@ -80,6 +110,7 @@ def redact_result(result: ToolResult) -> ToolResult:
     file names) escaped (``redact.clean``), before anything is saved (full outputs of
     truncated calls included), shown or sent to the model."""
     from ..core.redact import clean, clean_value
+    from .base import ToolResult
 
     return ToolResult(
         output=clean(result.output, refresh=True),

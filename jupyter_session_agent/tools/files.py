@@ -1,5 +1,8 @@
 """``read``, ``write`` and ``edit``: the model's view of and changes to text files.
 
+One module: the three tools share one way of reading and writing a text file (decoding,
+refusing special files, the diff metadata), and ``edit`` must match the text ``read`` showed.
+
 Paths may be absolute or relative to the session's working directory. Errors
 the model can fix (missing file, directory, binary file, ambiguous edit) raise
 :class:`ToolFailure` with a message that says what to do next.

@@ -1,5 +1,8 @@
 """The kernel as context: its cells (source, output, error) and its variables.
 
+One module: the kernel as the model reads it, answered together by the ``notebook`` tool and
+held to one constraint (standard library only, every read defensive).
+
 IPython keeps each cell's source (``In[n]``) and displayed result (``Out[n]``) but not its
 error. :class:`CellLog` keeps that: ``install(shell)`` (called at ``%load_ext``) registers a
 ``post_run_cell`` hook that records, for every numbered cell that raised, the exception's

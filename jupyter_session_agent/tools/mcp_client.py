@@ -1,6 +1,9 @@
 """MCP servers for this process: started on first use, shared by its sessions, restarted once
 when they die, stopped at exit.
 
+One module: the only importer of the ``mcp`` SDK; a :class:`Server`'s owner task and calls
+run on the :class:`Hub`'s event loop and share its lifecycle, so neither reads alone.
+
 The ``mcp`` SDK is asyncio-based and a kernel runs its own event loop, so every client
 session lives on one background thread with its own event loop (:class:`Hub`); the
 tools call into it synchronously with timeouts. Each :class:`Server` has one owner task

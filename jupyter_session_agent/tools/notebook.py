@@ -2,11 +2,11 @@
 
 ``{"action": "variables"}`` lists the user's variables — name, type, shape, dtypes, size, a
 short repr — leaving out modules, functions, classes, private names and IPython's own
-(``context.kernel.visible_names``); ``names`` picks some and describes each in full (a
+(``kernel.visible_names``); ``names`` picks some and describes each in full (a
 DataFrame's schema and first rows). ``{"action": "cells"}`` shows recent cells of this kernel:
 ``cells`` (numbers, as ``In [n]``) or the ``last`` N before the running one (default 5): each
 cell's input, its displayed output (``Out[n]``, its ``repr``) and its error with the traceback
-(recorded by ``context.kernel.CellLog`` since ``%load_ext``). Printed output is not kept by
+(recorded by ``kernel.CellLog`` since ``%load_ext``). Printed output is not kept by
 IPython, so it is not shown.
 
 Read-only; it asks the ``read`` permission (allowed by default). Output is bounded: at most

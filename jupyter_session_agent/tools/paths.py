@@ -1,5 +1,8 @@
 """Path helpers shared by the file tools: resolving, ignoring, globbing, binary sniffing.
 
+One module: it is the one place the file tools touch the file system's names, so every tool
+resolves, bounds its walks and compiles its globs the same way.
+
 Bounded by construction: :func:`open_regular` refuses FIFOs, sockets and devices (reading
 one can block forever or never end) without opening them; :func:`walk_files` looks at a
 bounded number of entries, depth and time (:class:`WalkLimits`), iteratively; globs compile
@@ -95,7 +98,7 @@ BINARY_EXTENSIONS = frozenset(
 def resolve(ctx: ToolContext, path: str | None) -> Path:
     """An absolute path: ``~`` expanded, relative paths against ``ctx.directory``, and every
     symbolic link on the way resolved — the file the permission check looked at
-    (``permission.tool_asks`` resolves the same way), never where a link points later."""
+    (``asks.tool_asks`` resolves the same way), never where a link points later."""
     if not path:
         return real(Path(ctx.directory).absolute())
     p = Path(path).expanduser()

@@ -1,5 +1,8 @@
 """``python``: run code in the user's kernel, like a notebook cell the model writes.
 
+One module: running the code and capturing and cleaning what it prints or shows are one
+operation: every stream, descriptor and shell hook swapped for a call is restored by it.
+
 Contract:
 
 * The code runs in ``ctx.shell.user_ns``, so variables persist across calls

@@ -1,5 +1,8 @@
 """``list``, ``glob`` and ``grep``: finding files and text, pure Python.
 
+One module: the three tools are one bounded walk over a folder with different outputs, and
+share its result cap and the note that tells the model how to narrow a search.
+
 All three skip :data:`~.paths.IGNORED_DIRS` (``.git``, ``node_modules``,
 ``__pycache__``, ``.venv``, …) and cap their results at 100 with a note saying
 how to narrow the search, so a small model never floods its context.

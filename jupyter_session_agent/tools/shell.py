@@ -13,7 +13,7 @@ Contract:
 * ``KeyboardInterrupt`` (notebook interrupt) kills the group, then re-raises.
 * A non-zero exit is not a tool failure: the output ends with the exit code
   and ``metadata["exit"]`` has it (negative: killed by that signal).
-* ``metadata["output"]`` (for the UI) is capped at 30 000 characters (§4.8).
+* ``metadata["output"]`` (for the UI) is capped at 30 000 characters, OpenCode's limit for bash.
 * Memory stays bounded whatever the command prints: the output streams into a
   :class:`~.truncation.OutputSpool`, which keeps a head and a tail in memory and, past
   2,000 lines or 50 KB, writes the full output to the saved file as it arrives.

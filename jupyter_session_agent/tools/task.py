@@ -1,4 +1,4 @@
-"""``task``: hand a self-contained job to a subagent (OpenCode's task tool, spec §4.9).
+"""``task``: hand a self-contained job to a subagent (OpenCode's task tool).
 
 The subagent is a child session (``parentID`` = the caller's session) that
 runs through the same session API with its own context, so the caller's

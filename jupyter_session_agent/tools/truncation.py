@@ -1,4 +1,4 @@
-"""Tool output truncation, as OpenCode's ``Truncate.output`` (spec §4.8).
+"""Tool output truncation, as OpenCode's ``Truncate.output``.
 
 Output over ``MAX_LINES`` lines or ``MAX_BYTES`` UTF-8 bytes is cut to a
 preview (from the head by default, or the tail) and the full text is saved to

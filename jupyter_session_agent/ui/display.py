@@ -19,54 +19,46 @@ transcript keeps the newest :data:`MAX_MESSAGES` messages and counts the rest.
 :class:`LiveView` is the processor's observer: it keeps the running turn's
 messages and parts and re-renders the bundle into one display (display-id
 updates), throttled so a fast stream does not flood the front end.
+
+The Markdown and text forms of parts and messages are ``render/``'s (the exports use the
+same); this module bounds the JSON form, draws the budget gauge and runs the live view.
+
+One module: the bundle's three forms, the views that give it and the live view that updates
+it are one contract with the JupyterLab renderer (the schema version above).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..core.messages import (
-    AgentPart,
     AssistantMessage,
     CompactionPart,
-    FilePart,
     Part,
-    PatchPart,
     ReasoningPart,
-    RetryPart,
-    SnapshotPart,
-    StepFinishPart,
-    StepStartPart,
-    SubtaskPart,
     TextPart,
-    ToolCompleted,
-    ToolError,
-    ToolPart,
-    UnknownPart,
     UserMessage,
     WithParts,
-    now_ms,
     replace,
-    tool_error_class,
-    tool_label,
-    tool_status,
 )
 from ..core.redact import clean, clean_value
 from ..loop.step import Observer
+from ..render import markdown, plain
+from ..render import words as W
 
 MIME_TYPE = "application/vnd.jupyter.session-agent+json"
 SCHEMA_VERSION = 1
-MAX_FIELD_CHARS = 20_000  # per string in a part (tool input/output/error, metadata, urls)
-MAX_TEXT_CHARS = 100_000  # per text / reasoning part
+MAX_FIELD_CHARS = (
+    W.MAX_FIELD_CHARS
+)  # per string in a part (tool input/output/error, metadata, urls)
+MAX_TEXT_CHARS = W.MAX_TEXT_CHARS  # per text / reasoning part
 MAX_MESSAGES = 500  # per transcript; older ones are counted, not sent
 MIN_INTERVAL = 0.1  # seconds between live re-renders of a streaming part
 SLOW_INTERVAL = 0.5  # … once the bundle is large
 LARGE_BUNDLE = 256_000  # characters
 TITLE_WAIT = 120.0  # seconds a finished cell waits, in the background, for its session's title
-OUTPUT_PREVIEW_LINES = 12
 
 
 class Markdown:
@@ -119,21 +111,10 @@ def _bound(value: Any, limit: int, path: str, truncated: dict[str, int], depth: 
     return value
 
 
-# What a message whose latest state could not be written shows (store.unsaved(): disk full).
-NOT_SAVED = "not saved yet"
-NOT_SAVED_WHY = (
-    "the history could not be written — kept in memory, saved by the next successful write"
-)
-
-
-def _unsaved(item: WithParts, unsaved: frozenset) -> bool:
-    return bool(unsaved) and (item.info.id in unsaved or any(p.id in unsaved for p in item.parts))
-
-
 def message_data(item: WithParts, unsaved: frozenset = frozenset()) -> dict[str, Any]:
     data = {"info": item.info.to_data(), "parts": [part_data(p) for p in item.parts]}
-    if _unsaved(item, unsaved) and not data["info"].get("error"):  # shown, never stored
-        data["info"]["error"] = {"name": NOT_SAVED, "data": {"message": NOT_SAVED_WHY}}
+    if W.is_unsaved(item, unsaved) and not data["info"].get("error"):  # shown, never stored
+        data["info"]["error"] = {"name": W.NOT_SAVED, "data": {"message": W.NOT_SAVED_WHY}}
     return data
 
 
@@ -170,192 +151,9 @@ def transcript_data(
 
 
 # --------------------------------------------------------------------------
-# the Markdown form
+# the Markdown and text forms: render/ (the exports use the same renderers)
 
-
-def retry_label(part: RetryPart, now: int | None = None) -> str:
-    """``retry 1 in 12 s…`` while the wait runs (the live view re-renders every second),
-    ``retry 1 after 12 s`` once it is over, ``retry 1`` for parts that did not record it."""
-    if not part.time_next:
-        return f"retry {part.attempt}"
-    left = part.time_next - (now_ms() if now is None else now)
-    if left > 0:
-        return f"retry {part.attempt} in {max(1, -(-left // 1000))} s…"
-    waited = f"{max(0, part.time_next - part.time_created) / 1000:.2f}".rstrip("0").rstrip(".")
-    return f"retry {part.attempt} after {waited} s"
-
-
-def render_part(part: Part) -> str:
-    """One part as Markdown ("" for parts with nothing to show, e.g. step-start)."""
-    if isinstance(part, TextPart):
-        if part.ignored or not part.text:
-            return ""
-        if attachment_of(part):  # what the model reads for the file part just before it
-            return (
-                f"<details><summary>sent to the model ({len(part.text):,} characters)</summary>"
-                f"\n\n{_code_block(part.text, preview=False)}\n\n</details>"
-            )
-        text = f"<sub>*(synthetic)*</sub> {part.text}" if part.synthetic else part.text
-        fields = (part.metadata or {}).get("interpolated") if part.metadata else None
-        if fields:  # the history keeps the template too (metadata.template)
-            text += (
-                "\n\n<sub>interpolated: "
-                + ", ".join(f"`{str(f).replace('`', 'ˋ')}`" for f in list(fields)[:10])
-                + "</sub>"
-            )
-        return text
-    if isinstance(part, ReasoningPart):
-        if not part.text:
-            return ""
-        took = (
-            f" · {_duration(part.time_end - part.time_start)}"
-            if part.time_end and part.time_start
-            else ""
-        )
-        return f"<details><summary>💭 reasoning{took}</summary>\n\n{_clip(part.text, MAX_TEXT_CHARS)}\n\n</details>"
-    if isinstance(part, ToolPart):
-        return _render_tool(part)
-    if isinstance(part, StepFinishPart):
-        t = part.tokens
-        est = " (estimated)" if t.estimated else ""
-        cache = f" ({t.cache_read:,} cached)" if t.cache_read else ""
-        reasoning = f" / {t.reasoning:,} reasoning" if t.reasoning else ""
-        return (
-            f"<sub>▪ step · {t.count:,} tokens{est}: {t.prompt:,} in{cache} / {t.output:,} out{reasoning}"
-            f" · ${part.cost:.4f} · {part.reason}</sub>"
-        )
-    if isinstance(part, RetryPart):
-        err = part.error.get("data", {}) if isinstance(part.error, dict) else {}
-        status = f" (HTTP {err['statusCode']})" if err.get("statusCode") else ""
-        return f"<sub>⟳ {retry_label(part)}{status}: {err.get('message', '')}</sub>"
-    if isinstance(part, CompactionPart):
-        kind = "automatic" if part.auto else "manual"
-        why = ", context overflow" if part.overflow else ""
-        return f"**🗜 compaction requested** ({kind}{why})"
-    if isinstance(part, FilePart):
-        return "📎 " + attachment_chip(part)
-    if isinstance(part, SubtaskPart):
-        model = f" · {part.model}" if part.model else ""
-        return f"🧩 **subtask** `{part.agent}`{model}: {part.description}"
-    if isinstance(part, PatchPart):
-        files = ", ".join(f"`{f}`" for f in part.files[:20])
-        more = f" and {len(part.files) - 20} more" if len(part.files) > 20 else ""
-        return f"📝 files changed: {files}{more}" if part.files else ""
-    if isinstance(part, SnapshotPart):
-        return f"<sub>snapshot `{part.snapshot[:12]}`</sub>" if part.snapshot else ""
-    if isinstance(part, AgentPart):
-        return f"🤖 @{part.name}"
-    if isinstance(part, StepStartPart):
-        return ""
-    if isinstance(part, UnknownPart):
-        return (
-            f"<sub>❔ `{part.stored_type}` part: unknown to this version — kept unchanged, "
-            "not sent to the model</sub>"
-        )
-    return ""
-
-
-def attachment_of(part: Part) -> str | None:
-    """The id of the file part a synthetic text part carries the content of (an attachment's
-    text: a file inlined, a PDF's text, a notebook value), else ``None``."""
-    if isinstance(part, TextPart) and part.synthetic and isinstance(part.metadata, dict):
-        found = part.metadata.get("attachment")
-        return found if isinstance(found, str) else None
-    return None
-
-
-def attachment_chip(part: FilePart) -> str:
-    """A file part in one line: ``name`` · mime · size · where it came from."""
-    source = part.source if isinstance(part.source, dict) else {}
-    name = (part.filename or _clip(part.url, 80)).replace("`", "ˋ")
-    bits = [part.mime]
-    size = source.get("size")
-    if isinstance(size, int) and not isinstance(size, bool):
-        from ..tools.kernel import human
-
-        bits.append(human(size))
-    if source.get("type") == "variable":
-        bits.append(f"notebook value ({source.get('kind', '?')})")
-    elif isinstance(source.get("text"), dict) and source["text"].get("value"):
-        bits.append(f"mentioned as {source['text']['value']}")
-    return f"`{name}` <sub>{' · '.join(str(b) for b in bits)}</sub>"
-
-
-def _render_tool(part: ToolPart) -> str:
-    state = part.state
-    args = json.dumps(state.input, ensure_ascii=False)
-    title = getattr(state, "title", None)
-    head = (
-        f"**{part.tool or '?'}** `{tool_label(part)}`"  # the status in words: no emoji font needed
-    )
-    if title and title != part.tool:
-        head += f" {title}"
-    if isinstance(state, (ToolCompleted, ToolError)):
-        head += f" · {_duration(state.time_end - state.time_start)}"
-    lines = [head]
-    if args not in ("{}", ""):
-        lines.append(f"<sub>input</sub> `{_clip(args, 300).replace('`', 'ˋ')}`")
-    if isinstance(state, ToolCompleted):
-        if state.time_compacted:
-            lines.append(
-                f"*output pruned at {_clock(state.time_compacted)} — the model sees "
-                f'"[Old tool result content cleared]"*\n\n'
-                f"<details><summary>original output ({len(state.output):,} chars)</summary>\n\n"
-                f"{_code_block(state.output, preview=False)}\n\n</details>"
-            )
-        else:
-            lines.append(_code_block(state.output))
-    elif isinstance(state, ToolError):
-        lines.append(_code_block(state.error))
-    return "\n\n".join(lines)
-
-
-def _code_block(text: str, preview: bool = True) -> str:
-    total = text.count("\n") + 1
-    text = _clip(text, MAX_FIELD_CHARS)
-    lines = text.splitlines()
-    if preview and len(lines) > OUTPUT_PREVIEW_LINES:
-        head = _fence("\n".join(lines[:OUTPUT_PREVIEW_LINES]))
-        return (
-            f"{head}\n\n<details><summary>all {total:,} lines</summary>\n\n"
-            f"{_fence(text)}\n\n</details>"
-        )
-    return _fence(text)
-
-
-def _fence(body: str) -> str:
-    return "```\n" + body.replace("```", "`\u200b``") + "\n```"
-
-
-def _clip(text: str, limit: int) -> str:
-    return (
-        text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit:,} more characters]"
-    )
-
-
-def _duration(ms: int | float) -> str:
-    seconds = max(0.0, ms / 1000)
-    if seconds < 60:
-        return f"{seconds:.2f} s"
-    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
-
-
-def _clock(ms: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ms / 1000))
-
-
-def message_header(info: Any, parts: Sequence[Part] = ()) -> str:
-    if isinstance(info, UserMessage):
-        if any(isinstance(p, CompactionPart) for p in parts):
-            return "#### 🗜 Compaction request"
-        return "#### You"
-    label = f"{info.provider_id}/{info.model_id}"
-    tokens = info.tokens
-    cost = f" · ${info.cost:.4f}" if info.cost else ""
-    if info.summary:
-        return f"#### 📋 Summary <sub>({label}{cost})</sub>"
-    used = f" · {tokens.count:,} tokens" if tokens.count else ""
-    return f"#### Agent <sub>({label}{used}{cost})</sub>"
+render_part = markdown.part  # one part as Markdown
 
 
 def markdown_transcript(
@@ -365,18 +163,7 @@ def markdown_transcript(
     unsaved: frozenset = frozenset(),
 ) -> str:
     """A history as Markdown, message by message, with the budget at the end."""
-    out = []
-    if omitted:
-        out.append(f"*… {omitted:,} earlier messages not shown*")
-    for item in history:
-        info = item.info
-        body = "\n\n".join(t for t in (render_part(p) for p in item.parts) if t)
-        if isinstance(info, AssistantMessage) and info.error:
-            body += f"\n\n❗ **{info.error.get('name', 'Error')}**: {info.error.get('data', {}).get('message', '')}"
-        if _unsaved(item, unsaved):
-            body += f"\n\n⚠️ **{NOT_SAVED}**: {NOT_SAVED_WHY}"
-        out.append(f"{message_header(info, item.parts)}\n\n{body}".rstrip())
-    text = "\n\n---\n\n".join(out) or "*(empty session)*"
+    text = markdown.messages(history, omitted=omitted, unsaved=unsaved)
     if report is not None:
         text += "\n\n---\n\n" + budget_markdown(report)
     return text
@@ -453,46 +240,7 @@ def plain_transcript(
     unsaved: frozenset = frozenset(),
 ) -> str:
     """A short plain-text form: one line per message, then the budget."""
-    lines = []
-    if session is not None:
-        lines.append(f"Session: {session.title}")
-    if omitted:
-        lines.append(f"({omitted} earlier messages not shown)")
-    for item in history:
-        info = item.info
-        if isinstance(info, UserMessage):
-            role = (
-                "compaction request"
-                if any(isinstance(p, CompactionPart) for p in item.parts)
-                else "user"
-            )
-        else:
-            role = "summary" if info.summary else "agent"
-        bits = []
-        for p in item.parts:
-            if isinstance(p, FilePart):
-                bits.append(f"[file {p.filename or p.mime}]")
-            elif attachment_of(p):
-                continue  # the file's text: the [file …] chip stands for it
-            elif isinstance(p, TextPart) and p.text and not p.ignored:
-                bits.append(" ".join(p.text.split())[:200])
-            elif isinstance(p, ToolPart):
-                pruned = (
-                    " (pruned)"
-                    if isinstance(p.state, ToolCompleted) and p.state.time_compacted
-                    else ""
-                )
-                failed = f" {tool_error_class(p)}" if tool_error_class(p) else ""
-                bits.append(f"[{p.tool} {tool_status(p)}{failed}{pruned}]")
-            elif isinstance(p, RetryPart):
-                bits.append(f"[{retry_label(p)}]")
-            elif isinstance(p, CompactionPart):
-                bits.append("[compaction]")
-            elif isinstance(p, UnknownPart):
-                bits.append(f"[unknown {p.stored_type} part]")
-        if _unsaved(item, unsaved):
-            role += " (not saved)"
-        lines.append(f"{role}: {' '.join(bits)}".rstrip())
+    lines = plain.lines(history, session=session, omitted=omitted, unsaved=unsaved)
     if report is not None:
         lines.extend(budget_lines(report))
     text = "\n".join(lines) or "(empty session)"

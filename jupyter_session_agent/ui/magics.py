@@ -4,9 +4,9 @@ Settings are traitlets on :class:`AgentMagics`, so ``%config AgentMagics.model
 = "openai/gpt-4o-mini"`` works. Each magic parses its arguments, calls one
 function of the Python API, and displays the result; errors are one line.
 
-Every setting is checked when it is assigned (``settings.check_setting``, one schema per
-setting; a setting it does not list is checked by its trait type): a value that is not
-allowed is refused with one line saying what is, and the old value stays. SQL text and
+The traits are generated from the settings' one declaration (``core/settings.py``, via
+``setting_traits.py``); every assignment is checked by the setting's spec (a refused value is
+one line, the old value stays); the magics read settings as typed values. SQL text and
 ``%%agent`` cell bodies reach DuckDB and the model without IPython's ``$var``/``{expr}``
 expansion (a cell body's ``{var}`` references are filled by ``context.interpolate``: lookups
 only, never evaluated; ``--no-interpolate`` sends it as typed); the other ``%agent``
@@ -15,88 +15,23 @@ subcommands and the ``%%agent`` option line keep IPython's expansion.
 
 from __future__ import annotations
 
+import copy
 import keyword
 import sys
+from dataclasses import fields
 from typing import Any
 
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from traitlets import Bool, Dict, Float, Int, List, TraitError, TraitType, Unicode, Union, validate
+from traitlets import TraitError, validate
 
-from ..core.errors import AgentError, ConfigError, UsageError
+from ..core.errors import AgentError, UsageError
+from ..core.settings import SETTINGS, NotebookSettings, Settings
+from .setting_traits import SettingError, check_assignment, drop_refused, setting_trait
 
 
 class TurnInterrupted(AgentError):
     """The user interrupted a turn; what it produced is saved."""
-
-
-class SettingError(ConfigError, TraitError):
-    """A setting refused on assignment: one line saying what is allowed; the old value stays.
-
-    A ``TraitError`` too, so traitlets rolls a ``%config`` assignment back."""
-
-
-def _settings_declared(namespace: dict[str, Any]) -> list[str]:
-    """The configurable traits declared so far in a class body (every setting)."""
-    return [
-        name
-        for name, value in list(namespace.items())
-        if isinstance(value, TraitType) and value.metadata.get("config")
-    ]
-
-
-def _fallback_spec(trait: TraitType):
-    """How to check a setting the schema does not list: by its trait type."""
-    from ..core.settings import BOOL, TEXT, number, whole
-
-    if isinstance(trait, Bool):
-        return BOOL
-    if isinstance(trait, Int):
-        return whole(0)
-    if isinstance(trait, Float):
-        return number(0)
-    if isinstance(trait, Unicode):
-        return TEXT
-    return None
-
-
-class _Number(Float):
-    """A ``Float`` setting that leaves ``True``/``False`` as they are (``Float`` casts them to
-    1.0/0.0), so the setting's check refuses them as it does for every other number."""
-
-    def validate(self, obj, value):
-        return value if isinstance(value, bool) else super().validate(obj, value)
-
-
-def _sections(config, cls) -> list:
-    """The sections of ``config`` that configure ``cls`` (its name and its bases')."""
-    if config is None:
-        return []
-    names = [c.__name__ for c in cls.mro() if hasattr(c, "class_trait_names")]
-    return [config[n] for n in names if n in config]
-
-
-def _drop_refused(cls, config) -> list[str]:
-    """Remove the values in ``config`` a new ``cls`` would refuse; one message for each.
-
-    The shell's config holds what ``ipython_config.py`` set, and every ``%config`` line, refused
-    or not (the shell merges it after the magics refused it): without this, a refused value
-    would make the next ``%load_ext``/``%reload_ext`` fail."""
-    from ..core.settings import check_setting
-
-    messages = []
-    traits = cls.class_traits(config=True)
-    for section in _sections(config, cls):
-        for name in [n for n in list(section) if n in traits]:
-            value, trait = section[name], traits[name]
-            if not isinstance(value, (str, int, float, bool, dict, list, tuple, type(None))):
-                continue  # a lazy value: traitlets resolves it against the default
-            try:
-                check_setting(name, value, spec=_fallback_spec(trait), default=trait.default_value)
-            except ConfigError as err:
-                messages.append(str(err))
-                del section[name]
-    return messages
 
 
 def _user_frame():
@@ -118,89 +53,13 @@ def _user_frame():
 class AgentMagics(Magics):
     """The agent's magics and settings."""
 
-    model = Unicode(
-        "", help="provider/model id; empty: OpenAI when a key is set, else the local model"
-    ).tag(config=True)
-    data_dir = Unicode(
-        "", help="history and tool outputs; default $JUPYTER_SESSION_AGENT_DIR or ~/.local/share"
-    ).tag(config=True)
-    model_overrides = Dict(
-        help="model id → {context, output, input, price_input, price_output, …}"
-    ).tag(config=True)
-    compaction = Dict(
-        help="auto, prune, reserved, prune_protect, prune_minimum, tail_turns, …"
-    ).tag(config=True)
-    max_steps = Int(25, help="LLM calls per turn at most").tag(config=True)
-    max_retries = Int(4, help="retries of a failed LLM call at most").tag(config=True)
-    request_timeout = _Number(
-        600.0, help="seconds one request to the model server may take in all"
-    ).tag(config=True)
-    first_byte_timeout = _Number(
-        60.0, help="seconds to wait for the model server's first byte"
-    ).tag(config=True)
-    idle_timeout = _Number(60.0, help="seconds of silence allowed between two streamed chunks").tag(
-        config=True
-    )
-    max_retry_wait = _Number(
-        60.0, help="seconds a retry may wait; a longer retry-after fails at once"
-    ).tag(config=True)
-    local_context = Int(8192, help="context size of the embedded local model").tag(config=True)
-    local_idle_timeout = _Number(
-        600.0,
-        help="seconds the embedded model server may sit idle before it "
-        "stops (it restarts on demand); 0: never",
-    ).tag(config=True)
-    code_actions = Union(
-        [Unicode(), Bool(), List(Unicode())],
-        default_value="auto",
-        help="models that write ```python blocks instead of JSON tool calls: 'auto' "
-        "(the embedded model), 'on', 'off' or ['ollama/*', …]",
-    ).tag(config=True)
-    live = Bool(True, help="update the cell while the agent works").tag(config=True)
-    interpolate = Bool(
-        True,
-        help="fill {var}, {df.shape}, {In[n]}, {Out[n]}, {Err[n]} into %%agent "
-        "prompts ({{x}} sends {x}; --no-interpolate per cell)",
-    ).tag(config=True)
-    permission = Union(
-        [Dict(), Unicode()],
-        help='permission rules after the defaults: {"bash": "allow", "edit": {"*.py": "allow"}}; '
-        "actions allow, ask, deny; last match wins (docs/permissions.md)",
-    ).tag(config=True)
-    # lifecycle (docs/lifecycle.md)
-    titles = Bool(
-        True, help="generate a session title from the first prompt (its cost is recorded)"
-    ).tag(config=True)
-    title_model = Unicode("", help="provider/model for titles; empty: the session's model").tag(
-        config=True
-    )
-    subagents = Bool(
-        False, help="offer the task tool: the model can start subagent (child) sessions"
-    ).tag(config=True)
-    subagent_model = Unicode(
-        "", help="provider/model for subagents; empty: the caller's model"
-    ).tag(config=True)
-    snapshot = Dict(
-        help="file snapshots for revert: enabled, max_file_size, max_files, exclude"
-    ).tag(config=True)
-    memory = Dict(
-        help="cross-session memory (docs/memory.md): enabled, inject, max_tokens, auto_remember, "
-        "extractor, top_k, threshold, scope, history, embeddings"
-    ).tag(config=True)
-    # MCP servers (docs/mcp.md)
-    mcp = Dict(
-        help='MCP servers, OpenCode\'s shape: {"time": {"type": "local", "command": ["python", "-m", '
-        '"mcp_server_time"]}} or {"type": "remote", "url": …, "headers": {…}}'
-    ).tag(config=True)
-    mcp_opencode = Union(
-        [Bool(), Unicode()],
-        default_value=False,
-        help="also read the mcp section of the project's opencode.json (True) or of this file",
-    ).tag(config=True)
+    # One trait per declared setting (core/settings.py), so `%config AgentMagics.<name>` works
+    # for each; the class namespace is the only place traitlets reads traits from.
+    vars().update({info.name: setting_trait(info) for info in SETTINGS})
 
     def __init__(self, shell=None, **kwargs):
         config = kwargs.get("config", getattr(shell, "config", None))
-        for message in _drop_refused(type(self), config):  # e.g. from ipython_config.py
+        for message in drop_refused(type(self), config):  # e.g. from ipython_config.py
             print(f"SettingError: {message} — the default is used", file=sys.stderr)
         super().__init__(shell=shell, **kwargs)
         self.session = None
@@ -214,42 +73,22 @@ class AgentMagics(Magics):
         except TraitError as err:  # the trait's own type check: say it as the schema does
             if isinstance(err, SettingError) or not self.trait_metadata(name, "config"):
                 raise
-            self._check_setting(name, value)  # raises the one-line SettingError
+            check_assignment(name, value, self.trait_metadata(name, "spec"))  # one line
             raise SettingError(f"{name}: {err}") from None
 
     # -- API used by the magics (and by tests) --------------------------------
 
-    def settings(self):
-        from ..core.settings import Settings, resolve_data_dir
+    def settings(self) -> Settings:
+        """The session's settings as they are now (every field of ``Settings``, from its trait)."""
+        return Settings(**self._values(Settings))
 
-        return Settings(
-            model=self.model,
-            data_dir=resolve_data_dir(self.data_dir or None),
-            model_overrides=dict(self.model_overrides),
-            compaction=dict(self.compaction),
-            max_steps=self.max_steps,
-            max_retries=self.max_retries,
-            request_timeout=self.request_timeout,
-            local_context=self.local_context,
-            first_byte_timeout=self.first_byte_timeout,
-            idle_timeout=self.idle_timeout,
-            max_retry_wait=self.max_retry_wait,
-            permission=self.permission
-            if isinstance(self.permission, str)
-            else dict(self.permission),
-            titles=self.titles,
-            title_model=self.title_model,
-            subagents=self.subagents,
-            subagent_model=self.subagent_model,
-            snapshot=dict(self.snapshot),
-            memory=dict(self.memory),
-            mcp=dict(self.mcp),
-            mcp_opencode=self.mcp_opencode,
-            local_idle_timeout=self.local_idle_timeout,
-            code_actions=list(self.code_actions)
-            if isinstance(self.code_actions, (list, tuple))
-            else self.code_actions,
-        )
+    def notebook(self) -> NotebookSettings:
+        """The magics' own settings as they are now (``live``, ``interpolate``)."""
+        return NotebookSettings(**self._values(NotebookSettings))
+
+    def _values(self, cls: type) -> dict[str, Any]:
+        # copies, so a session's value does not change when a trait's dict or list does
+        return {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(cls)}
 
     def store(self):
         from ..store import shared
@@ -276,24 +115,13 @@ class AgentMagics(Magics):
                 )
         elif new or self.session is None:
             self.session = AgentSession.create(settings, store=store, shell=self.shell)
-        self.session.settings = settings
+        self.session.use_settings(settings)
         return self.session
 
-    # Keep this after the last setting: every configurable trait above is validated.
-    @validate(*_settings_declared(locals()))
+    @validate(*(info.name for info in SETTINGS))
     def _validate_setting(self, proposal):
-        return self._check_setting(proposal.trait.name, proposal.value)
-
-    def _check_setting(self, name: str, value: Any) -> Any:
-        from ..core.settings import check_setting
-
-        trait = self.traits()[name]
-        try:
-            return check_setting(
-                name, value, spec=_fallback_spec(trait), default=trait.default_value
-            )
-        except ConfigError as err:
-            raise SettingError(str(err)) from None
+        name = proposal.trait.name
+        return check_assignment(name, proposal.value, self.trait_metadata(name, "spec"))
 
     # -- magics -------------------------------------------------------------------
 
@@ -384,17 +212,18 @@ class AgentMagics(Magics):
         from .display import LiveView
 
         # interpolation and attachments first: a bad name or file is one line, nothing sent
+        notebook = self.notebook()
         context = build(
             cell.strip(),
             self.shell,
             files=args.file,
             values=args.attach,
-            interpolate=self.interpolate and not args.no_interpolate,
+            interpolate=notebook.interpolate and not args.no_interpolate,
         )
         session = self.current(new=args.new, session_id=args.session)
         if args.fork:
             session = self.session = session.fork()
-        view = LiveView(live=self.live and is_kernel(self.shell), session=session)
+        view = LiveView(live=notebook.live and is_kernel(self.shell), session=session)
         try:
             result = session.prompt(
                 cell.strip(), model=args.model, observer=view, permission=rules, context=context

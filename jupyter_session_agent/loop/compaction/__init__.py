@@ -42,22 +42,27 @@ plus what its users asked for. One :class:`Compactor` per turn does three things
 Every prune and compaction is a :class:`CompactionEvent` written to the
 history (journal kind ``event``, SQL view ``compaction_event``).
 
-The OpenCode v1.2.16 behaviour is one configuration of the same code
-(:meth:`CompactionConfig.opencode`): no tail, raw messages as summary input,
-no pinned section, no fallbacks or guards, prune only at the end of a loop.
+Where a policy decides (the window, the prune limits, the guards, the replay, the tail,
+the summary input and its fallbacks, the pinned section, the continue message) the
+:class:`Compactor` asks its :class:`CompactionStrategy`; the session uses
+:class:`ProductStrategy` (all of the above). CompactBench passes OpenCode v1.2.16 as
+another strategy (no tail, raw messages as summary input, no pinned section, no
+fallbacks or guards), kept with the benchmark.
 
-The package, one responsibility per module:
+The package, one responsibility per module (settings and limits: ``core/compaction_config``):
 
-* ``config`` — :class:`CompactionConfig` (settings, threshold, limits) and the constants;
-* ``events`` — :class:`CompactionEvent` and :class:`CompactionResult`;
+* ``events`` — :class:`CompactionEvent`, :class:`CompactionResult`, the :class:`EventLog`;
 * ``items`` — what a history item is (request, summary, real user message);
-* ``prune`` — the prune policy (OpenCode's walk) and the Compactor's prune;
+* ``prune`` — the prune walk (OpenCode's), :func:`prune_selection` and the :class:`Pruner`;
 * ``tail`` — where the verbatim tail starts;
 * ``transcribe`` — the head as a text transcript (the summary input);
 * ``prompts`` — the texts sent to the summariser and the continue message;
-* ``pinned`` — the pinned section on a summary and the session's output archive;
-* ``summary`` — the summary request, the summary call with its fallbacks, continue and replay;
-* ``compactor`` — :class:`Compactor`, which the loop calls;
+* ``pinned`` — the :class:`Pinner`: the pinned section on a summary and the output archive;
+* ``strategy`` — :class:`CompactionStrategy` (the policy's decisions), :class:`ProductStrategy`;
+* ``summary`` — the :class:`Summariser`: the summary call with its fallbacks;
+* ``followups`` — the request, the continue message, the replay, a rejected summary;
+* ``decision`` — :class:`Decision`, what the loop asks the compactor after each step;
+* ``compactor`` — :class:`Compactor`, which composes the above and the loop calls;
 * ``derive`` — the events of a history written elsewhere (an OpenCode import).
 """
 
@@ -70,21 +75,41 @@ from ...core.compaction_config import (
     TOOL_OUTPUT_MAX_CHARS,
     CompactionConfig,
 )
-from .compactor import Compactor
+from .compactor import CompactionPlan, Compactor
+from .decision import CONTINUE_REASONS, Decision, overflow_text
 from .derive import events_from_history, stable_event_id
-from .events import CompactionEvent, CompactionResult
-from .pinned import water_fill
-from .prompts import CONTINUE_TEXT, SUMMARY_SYSTEM, SUMMARY_TEMPLATE
-from .prune import plan_prune
+from .events import CompactionEvent, CompactionResult, EventLog
+from .pinned import Pinner, water_fill
+from .prompts import CONTINUE_TEXT, SUMMARY_SYSTEM, SUMMARY_TEMPLATE, continue_text
+from .prune import Pruner, plan_prune, prune_selection
+from .strategy import CompactionStrategy, PinInput, ProductStrategy, SummaryInput, transcript_chat
+from .summary import Summariser, SummaryJob, SummaryOutcome
 from .tail import select_tail
 from .transcribe import transcript
 
 __all__ = [
+    "CONTINUE_REASONS",
     "CompactionConfig",
     "CompactionEvent",
+    "CompactionPlan",
     "CompactionResult",
+    "CompactionStrategy",
     "Compactor",
+    "Decision",
+    "EventLog",
+    "PinInput",
+    "Pinner",
+    "ProductStrategy",
+    "Pruner",
+    "Summariser",
+    "SummaryInput",
+    "SummaryJob",
+    "SummaryOutcome",
+    "continue_text",
+    "overflow_text",
     "plan_prune",
+    "prune_selection",
+    "transcript_chat",
     "select_tail",
     "events_from_history",
     "stable_event_id",

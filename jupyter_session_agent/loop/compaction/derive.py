@@ -34,6 +34,7 @@ from ...core.messages import (
 from .events import CompactionEvent
 from .items import is_real_user, is_request, is_summary
 
+Steps = list[tuple[int, WithParts]]  # (index in the history, an assistant step with usage)
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -62,15 +63,15 @@ def events_from_history(history: Sequence[WithParts], *, source: str) -> list[Co
     return sorted(out, key=lambda e: (e.time_created, e.id))
 
 
-def _count_before(steps, index: int) -> int:
+def _count_before(steps: Steps, index: int) -> int:
     return next((m.info.tokens.count for i, m in reversed(steps) if i < index), 0)
 
 
-def _prompt_after(steps, index: int) -> int:
+def _prompt_after(steps: Steps, index: int) -> int:
     return next((m.info.tokens.prompt for i, m in steps if i > index), 0)
 
 
-def _answer(items, i: int):
+def _answer(items: list[WithParts], i: int) -> tuple[int | None, WithParts | None]:
     """(index, message) of the summary answering the request at ``i``, else (None, None)."""
     request_id = items[i].info.id
     return next(
@@ -83,7 +84,9 @@ def _answer(items, i: int):
     )
 
 
-def _summaries(items, steps, session_id: str, source: str) -> list[CompactionEvent]:
+def _summaries(
+    items: list[WithParts], steps: Steps, session_id: str, source: str
+) -> list[CompactionEvent]:
     out = []
     visible = 0  # where what the model saw starts: the previous compaction's tail (or the start)
     for i, item in enumerate(items):
@@ -148,7 +151,9 @@ def _summaries(items, steps, session_id: str, source: str) -> list[CompactionEve
     return out
 
 
-def _prunes(items, steps, session_id: str, source: str) -> list[CompactionEvent]:
+def _prunes(
+    items: list[WithParts], steps: Steps, session_id: str, source: str
+) -> list[CompactionEvent]:
     """One event per loop end: the cleared outputs before the same next user message."""
     turns = [m.info.time_created for m in items if is_real_user(m)]
     buckets: dict[int, list[ToolPart]] = {}

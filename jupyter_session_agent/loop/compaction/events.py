@@ -1,14 +1,17 @@
 """The record of a compaction: :class:`CompactionEvent`, written to the history for
 every prune and summary compaction (journal kind ``event``, SQL view
-``compaction_event``), and :class:`CompactionResult`, what ``Compactor.compact`` returns."""
+``compaction_event``), :class:`CompactionResult`, what ``Compactor.compact`` returns, and
+:class:`EventLog`, which stamps and stores the events of one compactor."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-from ...core.messages import WithParts
+from ...core import ids
+from ...core.messages import WithParts, now_ms
 
 _EVENT_KEYS = {"session_id": "sessionID"}
 
@@ -94,3 +97,42 @@ class CompactionResult:
     @property
     def ok(self) -> bool:
         return self.event.outcome == "ok"
+
+
+@dataclass(frozen=True)
+class EventLog:
+    """Builds a compactor's events (id, session, time, duration, the window's numbers) and
+    stores them, flushed at once."""
+
+    store: Any
+    usable: int
+    trigger: int
+
+    def event(
+        self,
+        history: Sequence[WithParts],
+        kind: str,
+        *,
+        cause: str,
+        outcome: str,
+        start: float,
+        **values: Any,
+    ) -> CompactionEvent:
+        """An event of ``kind`` begun at ``start`` (``time.monotonic()``)."""
+        return CompactionEvent(
+            id=ids.ascending("event"),
+            session_id=history[0].info.session_id if history else "",
+            kind=kind,
+            cause=cause,
+            outcome=outcome,
+            time_created=now_ms(),
+            duration_ms=int((time.monotonic() - start) * 1000),
+            usable=self.usable,
+            trigger=self.trigger,
+            **values,
+        )
+
+    def record(self, event: CompactionEvent) -> CompactionEvent:
+        self.store.put(event)
+        self.store.flush(sync=True)
+        return event

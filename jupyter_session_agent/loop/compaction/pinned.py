@@ -8,11 +8,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ...core import ids
 from ...core.compaction_config import OUTPUT_DIR
 from ...core.messages import AssistantMessage, TextPart, ToolCompleted, ToolPart, WithParts
+from ..step import Observer
 from .items import is_real_user, put_back, user_text
 
 CHANGE_TOOLS = ("edit", "write")  # their filePath goes into the pinned "files changed" list
@@ -42,10 +45,19 @@ def water_fill(texts: Sequence[str], budget_chars: int) -> list[str]:
     return [t if len(t) <= cap else t[:cap].rstrip() + " […]" for t in texts]
 
 
-class PinMixin:
-    """The archive and the pinned section, as :class:`~.compactor.Compactor` writes them (one of its bases)."""
+@dataclass
+class Pinner:
+    """Writes the session's output archive and the pinned section of a summary.
 
-    def _archive(self, head: Sequence[WithParts]) -> Path | None:
+    ``usable`` (the usable window) sizes the section; ``pin_requests``: how many earlier
+    requests (their first sentence) are pinned beside the rules."""
+
+    store: Any
+    data_dir: Path
+    usable: int
+    pin_requests: int = 0
+
+    def archive(self, head: Sequence[WithParts]) -> Path | None:
         """Append the head's tool outputs (which leave the model's view now) to the session's
         archive, ``<data_dir>/tool-output/<session id>.outputs``, so one grep finds any of them."""
         path = (
@@ -73,8 +85,16 @@ class PinMixin:
                 fh.write("".join(chunks))
         return path if path.exists() else None
 
-    def _pin(
-        self, history, summary: WithParts, head, tail, replay, observer, archive=None
+    def pin(
+        self,
+        history: list[WithParts],
+        summary: WithParts,
+        *,
+        head: Sequence[WithParts],
+        tail: Sequence[WithParts],
+        replay: WithParts | None,
+        observer: Observer,
+        archive: Path | None = None,
     ) -> WithParts:
         """Append the deterministic pinned section: the rules the user stated (verbatim), the
         newest earlier requests, and where the earlier tool outputs are saved."""
@@ -133,9 +153,7 @@ class PinMixin:
             )
             used += size
         shown = []
-        for text in reversed(
-            requests[-self.config.pin_requests :] if self.config.pin_requests else []
-        ):
+        for text in reversed(requests[-self.pin_requests :] if self.pin_requests else []):
             if used + len(text) > budget_chars:
                 break
             shown.append(f"- {text}")

@@ -46,3 +46,14 @@ OVERFLOW_NOTE = (
     "fewer files if that matters."
 )
 RESTATE_TEXT = "The user's latest request, verbatim:\n\n{text}"
+
+
+def continue_text(*, overflow: bool, restate: str | None = None) -> str:
+    """The synthetic message after an auto compaction: the overflow note first after an overflow
+    error, then the continue text, then the user's latest request verbatim (``restate``)."""
+    text = CONTINUE_TEXT
+    if overflow:
+        text = OVERFLOW_NOTE + "\n\n" + text
+    if restate is not None:
+        text += "\n\n" + RESTATE_TEXT.format(text=restate)
+    return text

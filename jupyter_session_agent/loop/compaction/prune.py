@@ -1,5 +1,6 @@
-"""Prune (OpenCode's, exactly): :func:`plan_prune` picks the old tool outputs to
-clear; the Compactor's prune clears them recoverably (the output is saved to
+"""Prune (OpenCode's, exactly): :func:`plan_prune` is the walk that picks the old tool outputs
+to clear; :func:`prune_selection` is what the loop's prune would clear now (the one selection:
+the budget gauge asks it too); :class:`Pruner` clears them recoverably (the output is saved to
 ``<data_dir>/tool-output/<part id>`` unless truncation already saved it, and the model sees
 a placeholder naming that file) and records a :class:`CompactionEvent`. Protect/minimum
 are capped by the window (``CompactionConfig.prune_limits``)."""
@@ -7,8 +8,10 @@ are capped by the window (``CompactionConfig.prune_limits``)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ...core import budget as B
 from ...core.compaction_config import (
@@ -16,25 +19,36 @@ from ...core.compaction_config import (
     PRUNE_MINIMUM,
     PRUNE_PROTECT,
     PRUNE_PROTECTED_TOOLS,
+    CompactionConfig,
 )
 from ...core.messages import ToolCompleted, ToolPart, UserMessage, WithParts, now_ms, replace
-from .events import CompactionEvent
+from .events import CompactionEvent, EventLog
 from .items import is_summary
 
 
-def plan_prune(
+@dataclass(frozen=True)
+class PruneWalk:
+    """What one prune walk saw: the outputs beyond the protected newest tokens (``chosen``,
+    ``prunable`` tokens) and every output it counted (``counted`` tokens)."""
+
+    chosen: tuple[ToolPart, ...]
+    counted: int
+    prunable: int
+
+    def selection(self, minimum: int) -> tuple[list[ToolPart], int]:
+        """What the prune clears: the chosen outputs when they are more than ``minimum``."""
+        return (list(self.chosen), self.prunable) if self.prunable > minimum else ([], 0)
+
+
+def walk_prune(
     history: Sequence[WithParts],
     *,
     protect: int = PRUNE_PROTECT,
-    minimum: int = PRUNE_MINIMUM,
     protected_tools: Sequence[str] = PRUNE_PROTECTED_TOOLS,
-) -> tuple[list[ToolPart], int]:
-    """OpenCode's prune walk: the tool parts to clear and their estimated tokens.
-
-    Newest → oldest: skip until two user messages were seen, stop at a summary
-    or at an output already cleared, keep the newest ``protect`` tokens of tool
-    output, clear the rest if that is more than ``minimum`` (else nothing).
-    """
+) -> PruneWalk:
+    """OpenCode's prune walk. Newest → oldest: skip until two user messages were seen, stop at
+    a summary or at an output already cleared, count every tool output (but those of
+    ``protected_tools``), keep the newest ``protect`` tokens of them, choose the rest."""
     turns = total = pruned = 0
     chosen: list[ToolPart] = []
     for item in reversed(history):
@@ -60,44 +74,82 @@ def plan_prune(
                 chosen.append(part)
         if stop:
             break
-    if pruned > minimum:
-        return chosen, pruned
-    return [], 0
+    return PruneWalk(tuple(chosen), total, pruned)
 
 
-class PruneMixin:
-    """The prune as :class:`~.compactor.Compactor` applies it (one of its bases)."""
+def plan_prune(
+    history: Sequence[WithParts],
+    *,
+    protect: int = PRUNE_PROTECT,
+    minimum: int = PRUNE_MINIMUM,
+    protected_tools: Sequence[str] = PRUNE_PROTECTED_TOOLS,
+) -> tuple[list[ToolPart], int]:
+    """The tool parts the prune walk clears and their estimated tokens: those beyond the
+    newest ``protect`` tokens of tool output, if they are more than ``minimum`` (else none)."""
+    walk = walk_prune(history, protect=protect, protected_tools=protected_tools)
+    return walk.selection(minimum)
 
-    # -- prune -------------------------------------------------------------------
+
+def prune_selection(
+    history: Sequence[WithParts],
+    config: CompactionConfig,
+    model: B.ModelInfo,
+    *,
+    limits: tuple[int, int] | None = None,
+    walk: PruneWalk | None = None,
+) -> tuple[list[ToolPart], int]:
+    """The tool outputs the loop's prune would clear now and their estimated tokens (none when
+    prune is off). ``limits``: (protect, minimum); default ``config.prune_limits(model)``;
+    ``walk``: the walk of ``history`` with that ``protect``, when the caller has it already."""
+    if not config.prune or not history:
+        return [], 0
+    protect, minimum = limits if limits is not None else config.prune_limits(model)
+    if walk is None:
+        walk = walk_prune(history, protect=protect, protected_tools=config.protected_tools)
+    return walk.selection(minimum)
+
+
+@dataclass
+class Pruner:
+    """Clears old tool outputs recoverably and records the prune.
+
+    ``limits``: (protect, minimum) of the walk; ``size(history)``: the next request's size in
+    tokens (for the event's before / after)."""
+
+    store: Any
+    data_dir: Path
+    config: CompactionConfig
+    model: B.ModelInfo
+    limits: tuple[int, int]
+    size: Callable[[Sequence[WithParts]], int]
+    log: EventLog
+
+    def due(self, history: Sequence[WithParts]) -> tuple[list[ToolPart], int]:
+        """What :meth:`prune` would clear now (parts, estimated tokens)."""
+        return prune_selection(history, self.config, self.model, limits=self.limits)
 
     def prune(self, history: list[WithParts], *, cause: str = "auto") -> CompactionEvent | None:
         """OpenCode's end-of-loop prune; records an event when something was cleared."""
-        if not self.config.prune or not history:
-            return None
         start = time.monotonic()
-        protect, minimum = self.config.prune_limits(self.model)
-        parts, tokens = plan_prune(
-            history, protect=protect, minimum=minimum, protected_tools=self.config.protected_tools
-        )
+        parts, tokens = self.due(history)
         if not parts:
             return None
-        before = self.context_tokens(history)
-        self._clear(history, parts)
-        event = self._event(
+        before = self.size(history)
+        self.clear(history, parts)
+        event = self.log.event(
             history,
             "prune",
-            cause,
-            "ok",
-            start,
+            cause=cause,
+            outcome="ok",
+            start=start,
             tokens_before=before,
-            tokens_after=self.context_tokens(history),
+            tokens_after=self.size(history),
             parts_pruned=len(parts),
             tokens_pruned=tokens,
         )
-        self._record(event)
-        return event
+        return self.log.record(event)
 
-    def _clear(self, history: list[WithParts], parts: Sequence[ToolPart]) -> int:
+    def clear(self, history: list[WithParts], parts: Sequence[ToolPart]) -> int:
         """Mark ``parts`` pruned (saving their output once) and write them; returns tokens cleared."""
         if not parts:
             return 0
@@ -112,6 +164,7 @@ class PruneMixin:
             for part in item.parts:
                 if (
                     part.id in wanted
+                    and isinstance(part, ToolPart)
                     and isinstance(part.state, ToolCompleted)
                     and not part.state.time_compacted
                 ):
@@ -131,6 +184,7 @@ class PruneMixin:
         return cleared
 
     def _save_output(self, part: ToolPart) -> str:
+        assert isinstance(part.state, ToolCompleted)
         path = Path(self.data_dir) / OUTPUT_DIR / part.id
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import AgentError, UsageError
+from ...core.settings import SettingInfo
 
 Handler = Callable[[Any, list[str], str], Any]
 
@@ -156,8 +157,35 @@ def load_all() -> dict[str, Subcommand]:
     return REGISTRY
 
 
-def help_text(settings: Iterable[str] = ()) -> str:
-    """``%agent help``: every subcommand, the cell magics, and ``settings`` (their names)."""
+def setting_lines(settings: Iterable[SettingInfo]) -> list[str]:
+    """One ``%agent help`` line per setting: its name, default and help."""
+    items = [(f"{s.name} = {s.default!r}", s.help) for s in settings]
+    width = max((len(head) for head, _ in items), default=0) + 2
+    return [f"  {head:<{width}} {text}" for head, text in items]
+
+
+def settings_markdown(settings: Iterable[SettingInfo]) -> str:
+    """The settings as a Markdown table (``docs/settings.md``): name, default, what it allows
+    and its doc; each dict setting's keys follow as ``name['key']`` rows."""
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    rows = ["| setting | default | allowed | meaning |", "|---|---|---|---|"]
+    for s in settings:
+        rows.append(
+            f"| `{s.name}` | `{cell(repr(s.default))}` | {cell(s.allowed)} | {cell(s.doc)} |"
+        )
+        for key in s.keys:
+            rows.append(
+                f"| `{s.name}['{key.name}']` | `{cell(repr(key.default))}` | "
+                f"{cell(key.allowed)} | {cell(key.doc)} |"
+            )
+    return "\n".join(rows)
+
+
+def help_text(settings: Iterable[SettingInfo] = ()) -> str:
+    """``%agent help``: every subcommand, the cell magics, and one line per setting."""
     commands = load_all()
     width = max(len(c.usage) for c in commands.values()) + 2
     lines = [
@@ -172,10 +200,8 @@ def help_text(settings: Iterable[str] = ()) -> str:
     lines.append(
         "%%agent_sql [VAR <<]   read-only SQL for a whole cell; VAR << stores the DataFrame"
     )
-    if settings:
-        lines.append(
-            "Settings: %config AgentMagics.<name> — "
-            + ", ".join(settings)
-            + " (%config AgentMagics lists them with their help)"
-        )
+    settings_help = setting_lines(settings)
+    if settings_help:
+        lines.append("Settings: %config AgentMagics.<name> = value (shown: the default)")
+        lines += settings_help
     return "\n".join(lines)

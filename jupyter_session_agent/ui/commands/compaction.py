@@ -26,7 +26,7 @@ def compact(magics, args, raw):
     if magics.session is None:
         raise UsageError("no current session — run a %%agent cell first, or %agent use ID")
     session = magics.current()
-    view = LiveView(live=magics.live and is_kernel(magics.shell), session=session)
+    view = LiveView(live=magics.notebook().live and is_kernel(magics.shell), session=session)
     try:
         event = session.compact(instructions, observer=view)
     finally:

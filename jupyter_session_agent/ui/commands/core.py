@@ -8,10 +8,12 @@ from ...core.errors import UsageError
 from . import help_text, parse, subcommand
 
 
-@subcommand("help", "help", "this list")
+@subcommand("help", "help", "this list, and every setting with its default")
 def help_(magics, args, raw):
+    from ...core.settings import SETTINGS
+
     parse("help", args)
-    print(help_text(magics.class_trait_names(config=True)))
+    print(help_text(SETTINGS))
 
 
 @subcommand("new", "new", "start a new session (the next %%agent continues it)")

@@ -38,7 +38,7 @@ def load_session(magics: Any, args: list[str], usage: str):
             "(%agent sessions lists them)"
         )
     if current is not None and current.info.id == info.id:
-        current.settings = magics.settings()
+        current.use_settings(magics.settings())
         return current.info, list(current.history), current.budget_report()
     settings = magics.settings()
     history = store.messages(info.id)
