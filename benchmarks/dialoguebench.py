@@ -454,6 +454,48 @@ def tuning() -> dict:
             replace(D, feedback=10, feedback_terms=10, feedback_weight=0.2),
             False,
         ),
+        # without embeddings: the history's latent space (LSI) and term association (PMI)
+        "no LSI (lexical only)": (replace(D, latent=0), False),
+        # first round: each passage with the words its passage carries (the BM25F window)
+        **{
+            f"LSI of the window, {dims} dims at {w}": (
+                replace(D, latent=dims, latent_weight=w, latent_window=True),
+                False,
+            )
+            for dims, w in ((10, 0.3), (20, 0.3), (30, 0.2), (30, 0.3), (30, 0.4), (50, 0.2))
+            + ((50, 0.3), (50, 0.4), (50, 0.5), (75, 0.3), (100, 0.2), (100, 0.3), (100, 0.5))
+            + ((200, 0.3),)
+        },
+        "LSI of the window, 50 dims at 0.3, terms in 3 passages": (
+            replace(D, latent=50, latent_weight=0.3, latent_window=True, latent_min_df=3),
+            False,
+        ),
+        **{
+            f"LSI of the window, 50 dims, noisy-or at {w}": (
+                replace(
+                    D, latent=50, latent_window=True, latent_fusion="noisy-or", latent_weight=w
+                ),
+                False,
+            )
+            for w in (0.3, 0.5, 0.7)
+        },
+        # second round: each passage's own words
+        **{
+            f"LSI {dims} dims at {w}": (replace(D, latent=dims, latent_weight=w), False)
+            for dims, w in ((30, 0.3), (30, 0.5), (50, 0.3), (50, 0.4), (50, 0.5), (50, 0.6))
+            + ((50, 0.7), (60, 0.5), (75, 0.4), (75, 0.5), (75, 0.6), (90, 0.5), (100, 0.5))
+        },
+        "LSI 50 dims, noisy-or at 0.7": (
+            replace(D, latent=50, latent_fusion="noisy-or", latent_weight=0.7),
+            False,
+        ),
+        **{
+            f"no LSI, PMI {n} terms at {w}, {m} passages": (
+                replace(D, latent=0, associate=n, associate_weight=w, associate_min=m),
+                False,
+            )
+            for n, w, m in ((1, 0.3, 3), (3, 0.3, 3), (3, 0.5, 3), (5, 0.2, 3), (5, 0.2, 5))
+        },
         # the first round, around the earlier default L: a linear mix of the bm25 share and the
         # centred cosine, neighbours' vectors at 0.3, no hubness correction
         "cosine alone": (replace(L, fusion="rrf", cosine_weight=1000.0, vector_context=0.0), True),
@@ -577,6 +619,9 @@ def run(
                         "model": status.model,
                     }
                 index.search("warm up", embedder=embedder)
+            else:  # builds the history's latent space (LSI) or associations, timed apart
+                index.search("warm up day", sources=("history",))
+                row["latent s"] = round(index.latent_seconds, 2)
             row.update(
                 evaluate(index, convs, imported["directories"], embedder if with_vectors else None)
             )

@@ -135,6 +135,19 @@ def test_every_path_a_doc_names_exists(doc):
     assert not gone, f"{doc.relative_to(REPO)} names what does not exist: {gone}"
 
 
+def test_the_architecture_names_every_module():
+    """docs/ARCHITECTURE.md's module table stays current: a new module gets a row (a folder's
+    ``__init__.py`` is described by its folder's paragraph)."""
+    text = (REPO / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    root = REPO / PACKAGE
+    absent = [
+        rel
+        for rel in (p.relative_to(root).as_posix() for p in sorted(root.rglob("*.py")))
+        if not rel.endswith("/__init__.py") and f"`{rel}`" not in text
+    ]
+    assert not absent, f"modules without a row in docs/ARCHITECTURE.md: {absent}"
+
+
 def test_a_moved_name_is_found():
     doc = REPO / "docs" / "ARCHITECTURE.md"
     text = (

@@ -1,7 +1,9 @@
 """README command 1's last step, ``python -m jupyter_session_agent quickstart``: it says what it
 runs on before it starts, keeps the kernel's noise in a log, and prints what the model answered
-and the variable its code defined. Here against the scripted server (the notebook's replies);
-on the embedded model the same cells run (``tests/test_local_tasks.py`` measures the model)."""
+and the variable its code defined: against the scripted server (the notebook's replies), and
+(``-m local``) on the embedded model as README command 1 runs it, where the executed notebook
+must hold the value the model's code computed (``tests/test_local_tasks.py`` measures the
+model on more tasks)."""
 
 from __future__ import annotations
 

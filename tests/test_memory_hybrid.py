@@ -237,7 +237,7 @@ SCRIPT = textwrap.dedent("""
         second = memory.recall(store, settings, sys.argv[4], directory=sys.argv[2], threshold=0.0)
     print(json.dumps({{"passages": sum(calls), "top": first[0].message_id if first else None,
                       "same": [h.message_id for h in first] == [h.message_id for h in second],
-                      "fused": bool(first and first[0].fused),
+                      "fused": bool(first and first[0].fused and not first[0].latent),
                       "warnings": [str(w.message) for w in caught if "memory" in str(w.message)]}}))
     store.close()
 """)

@@ -1,5 +1,10 @@
 """Code actions: a small model writes a fenced ``python`` block instead of a JSON tool call.
 
+One module: the text protocol's two directions (history → text with its worked examples;
+streamed text → blocks) and the checks and repairs of a block are one contract, used as one
+by the embedded server and by the kernel-side provider; split, each half would have to mirror
+the other's fences and wording.
+
 Tiny local models (SmolLM2-135M) write short code far more reliably than JSON function
 calls. With code actions on, the model answers in plain text; a fenced ```` ```python ````
 block in its reply becomes a call of the ``python`` tool (the same tool part, permission
@@ -17,8 +22,11 @@ Who translates:
   :class:`CodeActionProvider` here, on the kernel side, over any OpenAI-compatible server.
 
 Both use the same pieces: :func:`code_messages` (history → text protocol, with the worked
-examples), :class:`BlockParser` (streamed text → text / block events) and
-:func:`system_prompt` (the short prompt). Pure: no I/O, no third-party imports.
+examples nearest the request, :func:`examples_for`), :class:`BlockParser` (streamed text →
+text / block events) and :func:`system_prompt` (the short prompt). The embedded server also
+checks each block before it sends it (:func:`problem`: written again when it cannot run) and
+repairs what a small model forgets (:func:`quote_names`, :func:`add_imports`). Pure: no I/O,
+no third-party imports.
 
 Rules of the protocol: a block opens with a line ```` ```python ```` (also ``py``,
 ``python3``, ``ipython``; up to three spaces of indent) and closes with a line ```` ``` ````.

