@@ -11,11 +11,11 @@ kernel cannot ask: the call is denied with a one-line fix, and nothing hangs.
 from __future__ import annotations
 
 import ast
-import os
 import queue
 import time
 
 import pytest
+from _kernel import real_kernel
 
 from jupyter_session_agent.store import Store
 from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
@@ -33,35 +33,20 @@ def server():
 
 @pytest.fixture(scope="module")
 def kernel(server, tmp_path_factory):
-    from jupyter_client import KernelManager
-
     root = tmp_path_factory.mktemp("kernel")
     work, data = root / "work", root / "data"
     work.mkdir()
-    env = dict(os.environ)
-    env.update(
-        OPENAI_BASE_URL=server.base_url,
-        OPENAI_API_KEY="sk-kernel-test-not-real",
-        JUPYTER_SESSION_AGENT_DIR=str(data),
-        PYTHONUNBUFFERED="1",
-    )
-    km = KernelManager(kernel_name="python3")
-    km.start_kernel(env=env, cwd=str(work))
-    kc = km.client()
-    kc.start_channels()
-    kc.wait_for_ready(timeout=60)
-    k = Kernel(kc, work, data)
-    reply, _, out = k.run(
-        "%load_ext jupyter_session_agent\n"
-        "%config AgentMagics.model = 'openai/scripted'\n"
-        "%config AgentMagics.model_overrides = {'openai/scripted': {'context': 100000, 'output': 4096}}\n"
-        "%config AgentMagics.request_timeout = 10.0\n"
-        "%config AgentMagics.live = True\n"
-    )
-    assert reply["content"]["status"] == "ok", out
-    yield k
-    kc.stop_channels()
-    km.shutdown_kernel(now=True)
+    with real_kernel(server.base_url, data, work) as kc:
+        k = Kernel(kc, work, data)
+        reply, _, out = k.run(
+            "%load_ext jupyter_session_agent\n"
+            "%config AgentMagics.model = 'openai/scripted'\n"
+            "%config AgentMagics.model_overrides = {'openai/scripted': {'context': 100000, 'output': 4096}}\n"
+            "%config AgentMagics.request_timeout = 10.0\n"
+            "%config AgentMagics.live = True\n"
+        )
+        assert reply["content"]["status"] == "ok", out
+        yield k
 
 
 class Kernel:

@@ -5,11 +5,8 @@ running cell (IPython counts a cell before it runs)."""
 
 from __future__ import annotations
 
-import os
-import queue
-import time
-
 import pytest
+from _kernel import execute, real_kernel
 
 from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 
@@ -18,58 +15,19 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory):
-    from jupyter_client import KernelManager
-
     root = tmp_path_factory.mktemp("context-kernel")
-    with ScriptedServer() as server:
-        env = dict(os.environ)
-        env.update(
-            OPENAI_BASE_URL=server.base_url,
-            OPENAI_API_KEY="sk-kernel-test-not-real",
-            JUPYTER_SESSION_AGENT_DIR=str(root / "data"),
-            PYTHONUNBUFFERED="1",
+    with ScriptedServer() as server, real_kernel(server.base_url, root / "data", root) as kc:
+        reply, messages = execute(
+            kc,
+            (
+                "%load_ext jupyter_session_agent\n"
+                "%config AgentMagics.model = 'openai/scripted'\n"
+                "%config AgentMagics.model_overrides = {'openai/scripted': {'context': 100000}}\n"
+                "%config AgentMagics.titles = False\n"
+            ),
         )
-        km = KernelManager(kernel_name="python3")
-        km.start_kernel(env=env, cwd=str(root))
-        kc = km.client()
-        kc.start_channels()
-        kc.wait_for_ready(timeout=60)
-        try:
-            reply, messages = execute(
-                kc,
-                (
-                    "%load_ext jupyter_session_agent\n"
-                    "%config AgentMagics.model = 'openai/scripted'\n"
-                    "%config AgentMagics.model_overrides = {'openai/scripted': {'context': 100000}}\n"
-                    "%config AgentMagics.titles = False\n"
-                ),
-            )
-            assert reply["status"] == "ok", reply
-            yield kc, server
-        finally:
-            kc.stop_channels()
-            km.shutdown_kernel(now=True)
-
-
-def execute(kc, code: str, timeout: float = 60.0) -> tuple[dict, list[dict]]:
-    """Run ``code`` as a numbered cell: its execute_reply content and its IOPub messages."""
-    msg_id = kc.execute(code, allow_stdin=False)
-    messages = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = kc.get_iopub_msg(timeout=1)
-        except queue.Empty:
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            while True:
-                reply = kc.get_shell_msg(timeout=10)
-                if reply["parent_header"].get("msg_id") == msg_id:
-                    return reply["content"], messages
-        messages.append(msg)
-    raise AssertionError(f"the kernel did not finish in {timeout}s")
+        assert reply["status"] == "ok", reply
+        yield kc, server
 
 
 def test_fix_sends_the_kernels_traceback_and_code_reaches_the_next_cell(kernel):

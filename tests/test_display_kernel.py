@@ -5,11 +5,8 @@ while the kernel is busy (text streaming, a tool going running → completed).""
 
 from __future__ import annotations
 
-import os
-import queue
-import time
-
 import pytest
+from _kernel import execute, real_kernel
 
 from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 from jupyter_session_agent.ui.display import MIME_TYPE
@@ -19,59 +16,21 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory):
-    from jupyter_client import KernelManager
-
     root = tmp_path_factory.mktemp("live-kernel")
-    with ScriptedServer() as server:
-        env = dict(os.environ)
-        env.update(
-            OPENAI_BASE_URL=server.base_url,
-            OPENAI_API_KEY="sk-kernel-test-not-real",
-            JUPYTER_SESSION_AGENT_DIR=str(root / "data"),
-            PYTHONUNBUFFERED="1",
+    with ScriptedServer() as server, real_kernel(server.base_url, root / "data", root) as kc:
+        _, messages = execute(
+            kc,
+            (
+                "%load_ext jupyter_session_agent\n"
+                "%config AgentMagics.model = 'openai/scripted'\n"
+                "%config AgentMagics.model_overrides = {'openai/scripted': {'context': 100000, 'output': 4096}}\n"
+                "%config AgentMagics.titles = False\n"
+                "%config AgentMagics.permission = {'python': 'allow'}\n"
+                "%config AgentMagics.live = True\n"
+            ),
         )
-        km = KernelManager(kernel_name="python3")
-        km.start_kernel(env=env, cwd=str(root))
-        kc = km.client()
-        kc.start_channels()
-        kc.wait_for_ready(timeout=60)
-        try:
-            messages = execute(
-                kc,
-                (
-                    "%load_ext jupyter_session_agent\n"
-                    "%config AgentMagics.model = 'openai/scripted'\n"
-                    "%config AgentMagics.model_overrides = {'openai/scripted': {'context': 100000, 'output': 4096}}\n"
-                    "%config AgentMagics.titles = False\n"
-                    "%config AgentMagics.permission = {'python': 'allow'}\n"
-                    "%config AgentMagics.live = True\n"
-                ),
-            )
-            assert not [m for m in messages if m["msg_type"] == "error"], messages
-            yield kc, server
-        finally:
-            kc.stop_channels()
-            km.shutdown_kernel(now=True)
-
-
-def execute(kc, code: str, timeout: float = 60.0) -> list[dict]:
-    """Run ``code``; every IOPub message it caused, until the kernel is idle again."""
-    msg_id = kc.execute(code, allow_stdin=False)
-    messages = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = kc.get_iopub_msg(timeout=1)
-        except queue.Empty:
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            return messages
-        messages.append(msg)
-    raise AssertionError(
-        f"the kernel did not finish in {timeout}s: {[m['msg_type'] for m in messages]}"
-    )
+        assert not [m for m in messages if m["msg_type"] == "error"], messages
+        yield kc, server
 
 
 def test_busy_cell_streams_display_updates(kernel):
@@ -90,7 +49,7 @@ def test_busy_cell_streams_display_updates(kernel):
         ),
         Reply(text="The answer is 42, as printed by the kernel.", chunk_chars=3, delay=0.02),
     )
-    messages = execute(kc, "%%agent --new\ncompute 6*7 in python")
+    _, messages = execute(kc, "%%agent --new\ncompute 6*7 in python")
     assert not [m for m in messages if m["msg_type"] == "error"], messages
     shown = [
         m

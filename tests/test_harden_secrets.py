@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import textwrap
 import time
 
 import pytest
+from _kernel import execute, real_kernel
 from IPython.utils.capture import capture_output
 
 from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
@@ -353,57 +353,47 @@ def test_a_streaming_key_is_never_shown_as_a_prefix():
 
 @pytest.mark.slow
 def test_a_real_kernel_sends_no_key_to_the_front_end(tmp_path):
-    from jupyter_client import KernelManager
-
-    with ScriptedServer() as server:
-        env = {
-            **os.environ,
-            "OPENAI_BASE_URL": server.base_url,
-            "OPENAI_API_KEY": KEY,
-            "MY_SERVICE_TOKEN": TOKEN,
-            "LEGACY_SERVICE_TOKEN": TOKEN[::-1],
-            "JUPYTER_SESSION_AGENT_DIR": str(tmp_path / "data"),
-            "PYTHONUNBUFFERED": "1",
-        }
-        km = KernelManager(kernel_name="python3")
-        km.start_kernel(env=env, cwd=str(tmp_path))
-        kc = km.client()
-        kc.start_channels()
-        try:
-            kc.wait_for_ready(timeout=60)
-            setup = _execute(
-                kc,
-                (
-                    "%load_ext jupyter_session_agent\n"
-                    "%config AgentMagics.model = 'openai/scripted'\n"
-                    "%config AgentMagics.titles = False\n"
-                    "%config AgentMagics.permission = {'*': 'allow'}\n"
-                    "import os, sys\n"
-                    "kernel_stdout, kernel_stderr = sys.stdout, sys.stderr\n"
-                    "legacy = os.environ.pop('LEGACY_SERVICE_TOKEN')\n"
+    with (
+        ScriptedServer() as server,
+        real_kernel(
+            server.base_url,
+            tmp_path / "data",
+            tmp_path,
+            api_key=KEY,
+            MY_SERVICE_TOKEN=TOKEN,
+            LEGACY_SERVICE_TOKEN=TOKEN[::-1],
+        ) as kc,
+    ):
+        _, setup = execute(
+            kc,
+            (
+                "%load_ext jupyter_session_agent\n"
+                "%config AgentMagics.model = 'openai/scripted'\n"
+                "%config AgentMagics.titles = False\n"
+                "%config AgentMagics.permission = {'*': 'allow'}\n"
+                "import os, sys\n"
+                "kernel_stdout, kernel_stderr = sys.stdout, sys.stderr\n"
+                "legacy = os.environ.pop('LEGACY_SERVICE_TOKEN')\n"
+            ),
+        )
+        assert not [m for m in setup if m["msg_type"] == "error"], setup
+        server.enqueue(
+            Reply(
+                text=f"Here: {KEY} and {TOKEN}.",
+                chunk_chars=3,
+                delay=0.01,
+                tool_calls=(
+                    {
+                        "name": "python",
+                        "arguments": {"code": SHOW_EVERYTHING + "print(legacy)\n"},
+                    },
                 ),
-            )
-            assert not [m for m in setup if m["msg_type"] == "error"], setup
-            server.enqueue(
-                Reply(
-                    text=f"Here: {KEY} and {TOKEN}.",
-                    chunk_chars=3,
-                    delay=0.01,
-                    tool_calls=(
-                        {
-                            "name": "python",
-                            "arguments": {"code": SHOW_EVERYTHING + "print(legacy)\n"},
-                        },
-                    ),
-                ),
-                Reply(text=f"All shown, {KEY}.", chunk_chars=3, delay=0.01),
-                Reply(status=401, echo_authorization=True),
-            )
-            turn = _execute(kc, "%%agent --new\nshow the keys")
-            failed = _execute(kc, "%%agent\nand again")
-        finally:
-            kc.stop_channels()
-            km.shutdown_kernel(now=True)
+            ),
+            Reply(text=f"All shown, {KEY}.", chunk_chars=3, delay=0.01),
+            Reply(status=401, echo_authorization=True),
+        )
+        _, turn = execute(kc, "%%agent --new\nshow the keys", timeout=90.0)
+        _, failed = execute(kc, "%%agent\nand again", timeout=90.0)
     everything = {
         f"{m['msg_type']} {i}": json.dumps(m["content"], ensure_ascii=False)
         for i, m in enumerate(turn + failed)
@@ -421,21 +411,3 @@ def test_a_real_kernel_sends_no_key_to_the_front_end(tmp_path):
     last = [m for m in failed if m["msg_type"] == "error"]
     assert len(last) == 1 and last[0]["content"]["traceback"][0].startswith("AuthError: HTTP 401")
     assert _leaks(_disk(tmp_path / "data"), secrets) == []
-
-
-def _execute(kc, code: str, timeout: float = 90.0) -> list[dict]:
-    msg_id = kc.execute(code, allow_stdin=False)
-    messages = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = kc.get_iopub_msg(timeout=1)
-        except queue.Empty:
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            return messages
-        messages.append(msg)
-    kinds = [m["msg_type"] for m in messages]
-    raise AssertionError(f"the kernel did not finish in {timeout}s: {kinds}")

@@ -9,11 +9,11 @@ carries the new title. Later turns (title already set) send nothing more.
 
 from __future__ import annotations
 
-import os
 import queue
 import time
 
 import pytest
+from _kernel import real_kernel
 
 from jupyter_session_agent.store import Store
 from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
@@ -26,34 +26,16 @@ TITLE = "Capital of France"
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory):
-    from jupyter_client import KernelManager
-
     root = tmp_path_factory.mktemp("kernel")
-    with ScriptedServer() as server:
-        env = dict(os.environ)
-        env.update(
-            OPENAI_BASE_URL=server.base_url,
-            OPENAI_API_KEY="sk-kernel-test-not-real",
-            JUPYTER_SESSION_AGENT_DIR=str(root / "data"),
-            PYTHONUNBUFFERED="1",
+    with ScriptedServer() as server, real_kernel(server.base_url, root / "data", root) as kc:
+        messages = _run(
+            kc,
+            "%load_ext jupyter_session_agent\n"
+            "%config AgentMagics.model = 'openai/scripted'\n"
+            "%config AgentMagics.snapshot = {'enabled': False}\n",
         )
-        km = KernelManager(kernel_name="python3")
-        km.start_kernel(env=env, cwd=str(root))
-        kc = km.client()
-        kc.start_channels()
-        kc.wait_for_ready(timeout=60)
-        try:
-            messages = _run(
-                kc,
-                "%load_ext jupyter_session_agent\n"
-                "%config AgentMagics.model = 'openai/scripted'\n"
-                "%config AgentMagics.snapshot = {'enabled': False}\n",
-            )
-            assert not [m for m in messages if m["msg_type"] == "error"], messages
-            yield kc, server, root / "data"
-        finally:
-            kc.stop_channels()
-            km.shutdown_kernel(now=True)
+        assert not [m for m in messages if m["msg_type"] == "error"], messages
+        yield kc, server, root / "data"
 
 
 def _run(kc, code: str, linger: float = 0.0) -> list[dict]:

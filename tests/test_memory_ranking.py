@@ -10,15 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from _dialogue import dialogue
 
-from jupyter_session_agent.core import ids
-from jupyter_session_agent.core.messages import (
-    AssistantMessage,
-    ModelRef,
-    Session,
-    TextPart,
-    UserMessage,
-)
 from jupyter_session_agent.memory import embed as embeddings
 from jupyter_session_agent.memory.search import DEFAULT_RANKING, MemoryIndex
 from jupyter_session_agent.store import Store
@@ -46,36 +39,13 @@ class Directions(embeddings.Embedder):
     _queries = _vectors
 
 
-def _history(store, directory, lines):
-    info = Session(
-        id=ids.descending("session"),
-        directory=str(directory),
-        title="chat",
-        time_created=T0,
-        time_updated=T0 + len(lines) * 1000,
-    )
-    store.put(info)
-    out, parent = [], None
-    for i, line in enumerate(lines):
-        mid = ids.ascending("message")
-        if i % 2 == 0:
-            message = UserMessage(mid, info.id, T0 + i * 1000, ModelRef("openai", "x"))
-            parent = mid
-        else:
-            message = AssistantMessage(mid, info.id, parent, T0 + i * 1000, "openai", "x")
-        store.put(message, TextPart(ids.ascending("part"), info.id, mid, text=line))
-        out.append(mid)
-    store.flush()
-    return out
-
-
 def test_a_passage_close_to_everything_does_not_outrank_the_specific_answer(tmp_path):
     store = Store(tmp_path / "data")
     try:
         fillers = [f"chat chat filler{i}" for i in range(24)]
         # the hub shares the question's word *and* the fillers' common one: close to everything
         lines = [*fillers[:12], "chat lighthouse", *fillers[12:], "lighthouse keeper harbour"]
-        turns = _history(store, tmp_path, lines)
+        turns = dialogue(store, tmp_path, lines, T0)
         hub, answer = turns[12], turns[-1]
         embedder = Directions()
 
@@ -151,7 +121,7 @@ def test_pseudo_relevance_feedback_finds_a_passage_through_the_best_ones_words(t
             "The logbook from last winter is missing pages.",  # only the expansion reaches it
             "My sister called on Sunday.",
         ]
-        turns = _history(store, tmp_path, lines)
+        turns = dialogue(store, tmp_path, lines, T0)
 
         def found(ranking) -> list[str | None]:
             index = MemoryIndex(store, tmp_path / "data", ranking=ranking)
