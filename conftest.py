@@ -16,9 +16,13 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 _server: subprocess.Popen | None = None
 _base_url: str | None = None
 _notebook: Path | None = None  # the notebook whose cells run now
+_KEY = "sk-scripted-notebook-test"
+_NOWHERE = "http://127.0.0.1:9/v1"  # the discard port: a replayed notebook must not call a model
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -47,18 +51,27 @@ def pytest_collection_modifyitems(session, config, items):
     )
     urllib.request.urlopen(request, timeout=10).read()
     os.environ["OPENAI_BASE_URL"] = base_url
-    os.environ["OPENAI_API_KEY"] = "sk-scripted-notebook-test"
+    os.environ["OPENAI_API_KEY"] = _KEY
     os.environ["JUPYTER_SESSION_AGENT_DIR"] = tempfile.mkdtemp(prefix="jsa-nbval-")
 
 
+@pytest.hookimpl(tryfirst=True)  # before nbval starts the notebook's kernel: it inherits this
 def pytest_runtest_setup(item):
     """Each notebook starts from its own script (reset, then load), so a notebook that used
-    more or fewer replies than scripted cannot shift the next notebook's replies."""
+    more or fewer replies than scripted cannot shift the next notebook's replies. A notebook
+    with a record next to it (``<name>.replay.json``, docs/replay.md) is replayed from it:
+    replay on, no key, and a model server address where nothing listens."""
     global _notebook
     path = Path(str(item.fspath))
     if _base_url is None or path.suffix != ".ipynb" or path == _notebook:
         return
     _notebook = path
+    if path.with_suffix(".replay.json").exists():
+        os.environ.update(JUPYTER_SESSION_AGENT_REPLAY="on", OPENAI_BASE_URL=_NOWHERE)
+        os.environ.pop("OPENAI_API_KEY", None)
+    else:
+        os.environ.pop("JUPYTER_SESSION_AGENT_REPLAY", None)
+        os.environ.update(OPENAI_BASE_URL=_base_url, OPENAI_API_KEY=_KEY)
     script = path.with_suffix(".replies.json")
     for route, body in (
         ("/_reset", {}),

@@ -33,6 +33,7 @@ from typing import Any, get_type_hints
 from .errors import ConfigError
 
 DATA_DIR_ENV = "JUPYTER_SESSION_AGENT_DIR"
+REPLAY_ENV = "JUPYTER_SESSION_AGENT_REPLAY"
 
 
 # --------------------------------------------------------------------------
@@ -441,6 +442,19 @@ def resolve_data_dir(explicit: str | os.PathLike | None = None) -> Path:
     return Path(base) / "jupyter-session-agent"
 
 
+def resolve_replay(value: str) -> str:
+    """The replay mode a ``replay`` setting means: ``''`` (off), ``'on'`` (from the notebook's
+    ``%agent record`` file) or a bundle path. The setting's ``''`` defers to
+    ``$JUPYTER_SESSION_AGENT_REPLAY`` (``1``/``on``/``true``: on; a path; else off)."""
+    if value == "":
+        value = os.environ.get(REPLAY_ENV, "").strip()
+    if value.lower() in ("", "0", "off", "false", "no"):
+        return ""
+    if value.lower() in ("1", "on", "true", "yes"):
+        return "on"
+    return value
+
+
 SECONDS = number(0, above=True, unit=" of seconds")
 EXAMPLE_MODEL = "openai/gpt-4o-mini"
 
@@ -589,6 +603,21 @@ class Settings:
         example=["python", "read", "grep"],
     )
 
+    replay: str = setting(
+        "",
+        TEXT,
+        "answer %%agent cells from a record instead of a model (docs/replay.md): 'on' (the "
+        "%agent record file), a bundle path, or 'off'; '': $JUPYTER_SESSION_AGENT_REPLAY, else off",
+        example="on",
+    )
+    replay_rerun: tuple[str, ...] = setting(
+        ["python"],
+        Spec("a list of tool names (may be empty)", lambda v: v == [] or v == () or _is_names(v)),
+        "tools a replay runs again for real (a result that differs from the record fails the "
+        "cell); every other tool's result comes from the record",
+        example=["python"],
+    )
+
     def __post_init__(self) -> None:
         for f in fields(self):  # the checks of %config assignments, for the Python API too
             check_setting(f.name, getattr(self, f.name))
@@ -596,6 +625,8 @@ class Settings:
         object.__setattr__(self, "snapshot", {**SNAPSHOT_DEFAULTS, **self.snapshot})
         object.__setattr__(self, "memory", {**MEMORY_DEFAULTS, **self.memory})
         object.__setattr__(self, "data_dir", resolve_data_dir(self.data_dir or None))
+        object.__setattr__(self, "replay", resolve_replay(self.replay))
+        object.__setattr__(self, "replay_rerun", tuple(self.replay_rerun))
 
 
 @dataclass(frozen=True)

@@ -312,7 +312,8 @@ def load_bundle(source: Any) -> dict:
     return data
 
 
-def _decode(data: dict) -> tuple[Session, list[WithParts]]:
+def decode(data: dict) -> tuple[Session, list[WithParts]]:
+    """A loaded bundle's session and messages, ids checked; a malformed one is one line."""
     try:
         info = check_session(Session.from_data(data["info"]), what="the bundle's session")
         history = []
@@ -503,7 +504,7 @@ def _collect(data: dict, plan: list, depth: int, parent: str | None = None) -> N
             "the bundle has a malformed subagent session — expected "
             '{"info": …, "messages": […], "children": […]}'
         )
-    info, history = _decode(data)
+    info, history = decode(data)
     if parent is not None and info.parent_id != parent:
         raise UsageError(
             f"refusing the bundle: subagent session {info.id} names "

@@ -243,19 +243,26 @@ class AgentSession:
         observer: Observer | None = None,
         permission: Any = (),
         context: Any = None,
+        replay: Any = None,
     ) -> TurnResult:
         """Send ``text`` as a user message and run the loop until the model has answered.
 
         ``permission``: rules for this turn only (``permission.Rule`` or dicts), after the
         defaults, the user's config and the session's rules. ``context``: a
         ``context.prompt.Prompt`` (``%%agent``: interpolated text, its template, attachments);
-        its text replaces ``text`` and its attachments become file parts.
+        its text replaces ``text`` and its attachments become file parts. ``replay``: a
+        ``replay.TurnReplay``: the recorded turn answers instead of a model (no server is
+        called, no title or memory call is made); a re-run tool that differs from the record
+        raises ``ReplayDiffers`` once the turn is stored.
         """
         from ..context.prompt import parts as attachment_parts
         from ..core.redact import clean, clean_value
 
         self._before_prompt()
-        provider, info, spec = self.provider(model or self.settings.model or self.last_model())
+        if replay is not None:
+            provider, info, spec = self._replay_entry(replay.turn)
+        else:
+            provider, info, spec = self.provider(model or self.settings.model or self.last_model())
         user = UserMessage(
             id=ids.ascending("message"),
             session_id=self.info.id,
@@ -264,6 +271,8 @@ class AgentSession:
         )
         text = context.text if context is not None else text
         meta = clean_value(context.metadata()) if context is not None else None
+        if replay is not None:  # where the answer came from, kept with the prompt
+            meta = {**(meta or {}), "replay": replay.turn.provenance()}
         part = TextPart(
             ids.ascending("part"),
             self.info.id,
@@ -281,15 +290,23 @@ class AgentSession:
         self.history.append(WithParts(user, parts))  # before the flush: if the disk is full, the
         self.store.flush(sync=True)  # prompt stays in memory as it stays in the store's buffer
         setup = self._setup(provider, info, spec, permission)
+        if replay is not None:
+            setup = replay.apply(setup)
         self._busy = True
         try:
             added = run_turn(setup, self.history, observer)
         finally:
             self._busy = False
-            self._after_turn(str(user.model))
+            if replay is None:
+                self._after_turn(str(user.model))
+            elif self.info.has_default_title and not replay.turn.session.has_default_title:
+                self.update_info(title=replay.turn.session.title)  # the recorded title
         self._touch()
         self.store.flush(sync=True)
-        wiring.memory_after_turn(self)
+        if replay is not None:
+            replay.check()
+        else:
+            wiring.memory_after_turn(self)
         return TurnResult(
             session_id=self.info.id,
             text=_final_text(added),
@@ -562,6 +579,21 @@ class AgentSession:
         """``(provider, ModelInfo, preset)`` for a model id ("" = the default), from the
         session's cache (shared with its subagents)."""
         return self.providers.get(spec, self.settings)
+
+    def _replay_entry(self, turn: Any) -> tuple:
+        """(provider, ModelInfo, preset) of a replayed turn: the record's steps, the recorded
+        model's limits and prices (no server is resolved or started)."""
+        from ..providers.presets import Resolved
+        from ..providers.registry import settings_model_info
+        from ..providers.replay import ReplayProvider
+
+        step = next((s.info for s in turn.steps if isinstance(s.info, AssistantMessage)), None)
+        ref = (
+            ModelRef(step.provider_id, step.model_id) if step is not None else turn.user.info.model
+        )
+        info = settings_model_info(str(ref), self.settings)
+        spec = Resolved("replay", ref.model_id, None, None, f"replay of {turn.where}")
+        return ReplayProvider(turn.steps, turn.where), info, spec
 
     def _setup(self, provider: Any, info: Any, spec: Any, permission: Any = ()) -> TurnSetup:
         setup, gate = wiring.turn_setup(

@@ -475,7 +475,7 @@ class LiveView(Observer):
             info = session.info
             if info.title != shown.session.title:
                 shown.session = info  # only the header changes: the turn shown stays this one
-                handle.update(shown._repr_mimebundle_(), raw=True)
+                handle.update(shown._repr_mimebundle_(), raw=True, metadata=turn_metadata(shown))
 
         # the copied context carries the kernel's parent header: the update goes to this cell
         threading.Thread(
@@ -500,10 +500,19 @@ class LiveView(Observer):
         bundle = view._repr_mimebundle_()
         size = len(bundle["text/markdown"])
         self._interval = SLOW_INTERVAL if size > LARGE_BUNDLE else MIN_INTERVAL
+        metadata = turn_metadata(view)
         if self._handle is None:
-            self._handle = display(bundle, raw=True, display_id=True)
+            self._handle = display(bundle, raw=True, display_id=True, metadata=metadata)
         else:
-            self._handle.update(bundle, raw=True)
+            self._handle.update(bundle, raw=True, metadata=metadata)
+
+
+def turn_metadata(view: TranscriptView) -> dict[str, Any]:
+    """The output's metadata naming the turn it shows (``{MIME_TYPE: {"turn": {"session",
+    "messages"}}}``): a saved notebook says which stored messages each cell holds."""
+    session = view.session.id if view.session is not None else None
+    messages = [item.info.id for item in view.history]
+    return {MIME_TYPE: {"turn": {"session": session, "messages": messages}}}
 
 
 def _settled(text: str) -> str:

@@ -40,6 +40,7 @@ MODULES = (
     "analytics",
     "mcp",
     "context",
+    "replay",
 )
 
 

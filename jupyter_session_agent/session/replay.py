@@ -1,0 +1,350 @@
+"""Record a notebook's agent turns once and replay them anywhere, with no model (docs/replay.md).
+
+A *record* is a JSON file next to the notebook: the bundles (``exchange.transfer.bundle``) of
+the sessions a kernel's ``%%agent`` cells ran, in the order the cells first used them
+(:func:`write_record`); a single-session bundle from ``%agent export --format json`` is a
+record too. :func:`load_record` reads either into :class:`RecordedSession` values.
+
+A :class:`Replayer` answers cells from a record, matched by session and order: the first
+session a replaying kernel uses is the record's first session, the next new one its second,
+and the n-th cell of a session is that session's n-th recorded turn, whose prompt must equal
+the cell's (else one line: the prompt changed). :class:`TurnReplay` runs a
+:class:`RecordedTurn` through the loop unchanged: the provider is a
+``providers.replay.ReplayProvider``, the tools named by the ``replay_rerun`` setting run for
+real (their permission checked as always) and a result that differs from the record is
+reported, every other tool's result is the recorded one (nothing runs, so nothing is asked),
+and compaction is off (a recorded summary is not re-made).
+
+One module: a record is written, read, matched to cells and replayed through one turn here,
+so its format and its use stay together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import ToolFailure, UsageError
+from ..core.messages import (
+    AssistantMessage,
+    CompactionPart,
+    Session,
+    TextPart,
+    ToolCompleted,
+    ToolError,
+    ToolPart,
+    UserMessage,
+    WithParts,
+)
+from ..providers.replay import RERECORD, ReplayProvider
+
+RECORD_FORMAT = "jupyter-session-agent/replay"
+RECORD_VERSION = 1
+
+
+class ReplayError(UsageError):
+    """A cell cannot be replayed from the record (changed prompt, missing turn, no record)."""
+
+
+class ReplayDiffers(UsageError):
+    """A tool the replay ran again gave another result than the record: the turn is stored,
+    the cell fails so that a test run sees it."""
+
+
+# --------------------------------------------------------------------------
+# the record
+
+
+@dataclass(frozen=True)
+class RecordedTurn:
+    """One recorded turn: the user's message and the assistant messages (steps) answering it."""
+
+    source: str  # the record's file name
+    session_number: int  # 1-based, the order of the record's sessions
+    number: int  # 1-based, within its session
+    session: Session
+    user: WithParts
+    steps: tuple[WithParts, ...]
+
+    @property
+    def where(self) -> str:
+        return f"turn {self.number} of recorded session {self.session_number} ({self.source})"
+
+    @property
+    def prompt(self) -> str:
+        return prompt_text(self.user)
+
+    def tool_state(self, call_id: str) -> Any:
+        """The recorded final state of the call ``call_id`` (None: not in the record)."""
+        for step in self.steps:
+            for part in step.parts:
+                if isinstance(part, ToolPart) and part.call_id == call_id:
+                    return part.state
+        return None
+
+    def provenance(self) -> dict[str, Any]:
+        """What a replayed prompt stores about where its answer came from."""
+        return {
+            "source": self.source,
+            "session": self.session.id,
+            "message": self.user.info.id,
+            "turn": self.number,
+        }
+
+
+@dataclass(frozen=True)
+class RecordedSession:
+    info: Session
+    turns: tuple[tuple[WithParts, tuple[WithParts, ...]], ...]  # (user, steps) per turn
+
+
+def prompt_text(item: WithParts) -> str:
+    """The text a user typed in a message (its non-synthetic text parts)."""
+    return "\n".join(p.text for p in item.parts if isinstance(p, TextPart) and not p.synthetic)
+
+
+def turns_of(history: Sequence[WithParts]) -> list[tuple[WithParts, tuple[WithParts, ...]]]:
+    """(prompt, the model's steps) per turn a user typed; compaction requests, their summaries
+    and synthetic continuations belong to the turn they happened in and are not steps."""
+    turns: list[tuple[WithParts, list[WithParts]]] = []
+    for item in history:
+        info = item.info
+        if isinstance(info, UserMessage):
+            typed = not any(isinstance(p, CompactionPart) for p in item.parts) and any(
+                isinstance(p, TextPart) and not p.synthetic for p in item.parts
+            )
+            if typed:
+                turns.append((item, []))
+        elif isinstance(info, AssistantMessage) and turns and not info.summary:
+            turns[-1][1].append(item)
+    return [(user, tuple(steps)) for user, steps in turns]
+
+
+def load_record(path: str | os.PathLike) -> list[RecordedSession]:
+    """The sessions of a record (or of a single bundle), in order; bad input is one line."""
+    from ..exchange import transfer
+
+    path = Path(path).expanduser()
+    hint = "give a record from %agent record FILE or a bundle from %agent export --format json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ReplayError(f"no record {str(path)!r} — {hint}") from None
+    except (OSError, ValueError) as err:
+        raise ReplayError(f"cannot read the record {path}: {str(err)[:120]} — {hint}") from None
+    if isinstance(data, dict) and data.get("format") == RECORD_FORMAT:
+        if not isinstance(data.get("sessions"), list) or data.get("version") != RECORD_VERSION:
+            raise ReplayError(f"{path} is not a record of this version — {RERECORD}")
+        bundles = data["sessions"]
+    else:
+        bundles = [data]
+    sessions = []
+    for item in bundles:
+        info, history = transfer.decode(transfer.load_bundle(item))
+        sessions.append(RecordedSession(info, tuple(turns_of(history))))
+    return sessions
+
+
+def write_record(store: Any, session_ids: Iterable[str], path: str | os.PathLike) -> Path:
+    """Write the sessions ``session_ids`` (in this order) as one record file; returns its path."""
+    from ..core.redact import clean_value
+    from ..exchange import transfer
+
+    data = {
+        "format": RECORD_FORMAT,
+        "version": RECORD_VERSION,
+        "sessions": [transfer.bundle(store, sid) for sid in session_ids],
+    }
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(
+        json.dumps(clean_value(data), ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+    )
+    os.replace(tmp, path)
+    return path
+
+
+# --------------------------------------------------------------------------
+# matching cells to recorded turns
+
+
+@dataclass
+class Replayer:
+    """Recorded turns handed to the cells of one kernel, by session and order."""
+
+    path: Path
+    sessions: list[RecordedSession] = field(default_factory=list)
+    matched: dict[str, int] = field(default_factory=dict)  # live session id → record index
+    done: dict[str, int] = field(default_factory=dict)  # live session id → turns replayed
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> Replayer:
+        path = Path(path).expanduser().absolute()
+        return cls(path, load_record(path))
+
+    def turn(self, session_id: str, prompt: str, *, first: bool = True) -> RecordedTurn:
+        """The recorded turn for the next cell of live session ``session_id`` whose prompt is
+        ``prompt``. ``first``: the session has no turn yet (a new one takes the record's next
+        unused session). Raises a one-line :class:`ReplayError`."""
+        index = self.matched.get(session_id)
+        if index is None:
+            index = len(set(self.matched.values())) if first else -1
+            if index < 0 or index >= len(self.sessions):
+                raise ReplayError(
+                    f"this cell's session is not in the record {self.path.name} (it holds "
+                    f"{len(self.sessions)} session(s)) — {RERECORD}"
+                )
+        recorded = self.sessions[index]
+        number = self.done.get(session_id, 0) + 1
+        if number > len(recorded.turns):
+            raise ReplayError(
+                f"recorded session {index + 1} in {self.path.name} has {len(recorded.turns)} "
+                f"turn(s); this cell would be turn {number} — it was not recorded; {RERECORD}"
+            )
+        user, steps = recorded.turns[number - 1]
+        turn = RecordedTurn(self.path.name, index + 1, number, recorded.info, user, steps)
+        if turn.prompt.strip() != prompt.strip():
+            raise ReplayError(
+                "this cell's prompt changed since it was recorded; re-record with %agent replay "
+                "off, run the notebook against a model and %agent record FILE (the record's "
+                f"{turn.where} asks {_short(turn.prompt)})"
+            )
+        self.matched[session_id] = index
+        self.done[session_id] = number
+        return turn
+
+
+def _short(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+# --------------------------------------------------------------------------
+# one replayed turn
+
+
+@dataclass
+class TurnReplay:
+    """A :class:`RecordedTurn` applied to a turn's setup; ``differences`` of re-run tools."""
+
+    turn: RecordedTurn
+    rerun: tuple[str, ...]
+    differences: list[str] = field(default_factory=list)
+    provider: ReplayProvider | None = None
+    calls: int = 0  # tool calls run so far
+
+    def apply(self, setup: Any) -> Any:
+        """``setup`` (a ``loop.turn.TurnSetup``) answering from the record."""
+        self.provider = ReplayProvider(self.turn.steps, self.turn.where)
+        real_run, real_permit = setup.run_tool, setup.permit
+
+        def permit(name: str, args: dict, call: Any) -> None:
+            if name in self.rerun and real_permit is not None:
+                real_permit(name, args, call)  # only what runs for real is asked about
+
+        def run_tool(tool: Any, args: dict, call: Any) -> Any:
+            from ..tools import ToolResult
+
+            name = getattr(tool, "name", call.name)
+            self.calls += 1
+            recorded = self.turn.tool_state(call.call_id)
+            if name in self.rerun:
+                return self._rerun(real_run, tool, args, call, name, recorded)
+            if isinstance(recorded, ToolCompleted):
+                return ToolResult(
+                    output=recorded.output,
+                    title=recorded.title,
+                    metadata=dict(recorded.metadata or {}),
+                    attachments=tuple(
+                        {"mime": a["mime"], "url": a["url"], "filename": a.get("filename")}
+                        for a in recorded.attachments or ()
+                    ),
+                )
+            if isinstance(recorded, ToolError):
+                raise ToolFailure(recorded.error)
+            raise ToolFailure(f"the record holds no result of this {name} call ({self.turn.where})")
+
+        # a recorded call of a tool this kernel does not offer (an MCP server not running here, a
+        # tool denied now) is still answered from the record: nothing of it runs
+        recorded_names = {
+            p.tool for step in self.turn.steps for p in step.parts if isinstance(p, ToolPart)
+        }
+        tools = dict(setup.tools)
+        for name in sorted(recorded_names - set(tools) - set(self.rerun)):
+            tools[name] = RecordedTool(name)
+        return dataclasses.replace(
+            setup,
+            tools=tools,
+            provider=self.provider,
+            run_tool=run_tool,
+            permit=permit,
+            auto_compact=False,
+            compactor=None,
+        )
+
+    def _rerun(self, real_run, tool, args, call, name: str, recorded: Any) -> Any:
+        try:
+            result = real_run(tool, args, call)
+        except ToolFailure as err:
+            if not (isinstance(recorded, ToolError) and recorded.error == str(err)):
+                self._differs(name, _recorded_text(recorded), f"error {err}")
+            raise
+        if not (isinstance(recorded, ToolCompleted) and recorded.output == result.output):
+            self._differs(name, _recorded_text(recorded), result.output)
+        return result
+
+    def _differs(self, name: str, recorded: str, now: str) -> None:
+        self.differences.append(
+            f"the {name} call (tool call {self.calls} of {self.turn.where}) gave "
+            f"{_short(now)}, the record {_short(recorded)}"
+        )
+
+    def check(self) -> None:
+        """One line if a re-run differed from the record (the turn is stored either way)."""
+        if self.differences:
+            more = len(self.differences) - 1
+            also = f" (and {more} more)" if more else ""
+            raise ReplayDiffers(
+                f"replay differs from the record: {self.differences[0]}{also} — if the new "
+                f"result is right, {RERECORD}"
+            )
+
+
+@dataclass(frozen=True)
+class RecordedTool:
+    """A tool known only from the record: its calls are answered by :class:`TurnReplay`."""
+
+    name: str
+    description: str = "a tool of the recorded session"
+    parameters: Any = field(default_factory=lambda: {"type": "object"})
+
+    def run(self, args: dict, ctx: Any) -> Any:
+        raise ToolFailure(f"{self.name} is known only from a record; it cannot run here")
+
+
+def _recorded_text(state: Any) -> str:
+    if isinstance(state, ToolCompleted):
+        return state.output
+    if isinstance(state, ToolError):
+        return f"error {state.error}"
+    return "no result"
+
+
+def banner(turn: RecordedTurn) -> str:
+    """The line a replayed cell shows first."""
+    return f"▶ replay — no model is called: {turn.where}"
+
+
+def recording_line(session: Any, recorded: Sequence[str], path: str | os.PathLike) -> str:
+    """The line a cell shows first while its turn is recorded: the turn and session numbers
+    the replay will show (``recorded``: the record's session ids so far)."""
+    ids = list(recorded)
+    number = ids.index(session.info.id) + 1 if session.info.id in ids else len(ids) + 1
+    turn = len(turns_of(session.history)) + 1
+    return f"● recording: turn {turn} of session {number} ({Path(path).name})"

@@ -1,0 +1,62 @@
+"""Record and replay (docs/replay.md): ``%agent record FILE``, ``%agent replay [FILE|on|off]``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...core.errors import UsageError
+from . import subcommand
+
+
+@subcommand(
+    "record",
+    "record FILE",
+    "keep this notebook's agent turns in FILE (rewritten after each %%agent cell); replayed "
+    "from it when replay is on",
+)
+def record(magics, args, raw):
+    if len(args) != 1:
+        raise UsageError("usage: %agent record FILE — e.g. %agent record analysis.replay.json")
+    path = Path(args[0]).expanduser().absolute()
+    if path.is_dir():
+        raise UsageError(
+            f"{path} is a folder — give a file name, e.g. {path / 'notebook.replay.json'}"
+        )
+    magics.record_path = path
+    magics.recorded = []
+    if magics.settings().replay:
+        print(f"replay is on: %%agent cells answer from {path.name}, no model is called")
+    else:
+        print(f"recording: each %%agent cell's turn is written to {path.name}")
+
+
+@subcommand(
+    "replay",
+    "replay [FILE|on|off]",
+    "answer %%agent cells from a record instead of a model (FILE, or on: the %agent record "
+    "file); off: call the model again",
+)
+def replay(magics, args, raw):
+    if len(args) > 1:
+        raise UsageError("usage: %agent replay [FILE|on|off] — one file at most")
+    if args:
+        word = args[0]
+        if word.lower() == "off":
+            magics.replay = "off"
+        elif word.lower() == "on":
+            magics.replay = "on"
+        else:
+            from ...session.replay import Replayer
+
+            path = Path(word).expanduser().absolute()
+            Replayer.open(path)  # a missing or broken record is one line now, not at the cell
+            magics.replay = str(path)
+        magics.replaying = None  # a fresh match: the record's first session is next
+    mode = magics.settings().replay
+    if not mode:
+        print("replay is off: %%agent cells call the model")
+    else:
+        source = magics.record_path if mode == "on" else Path(mode)
+        print(
+            f"replay is on: %%agent cells answer from {getattr(source, 'name', source)}, no model is called"
+        )

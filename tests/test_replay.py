@@ -1,0 +1,271 @@
+"""Record once, replay anywhere (docs/replay.md): ``%agent record FILE`` keeps a notebook's turns,
+replay answers its ``%%agent`` cells from them with no model — in this shell against the scripted
+server (which must see no request), and in fresh processes under ``pytest --nbval`` and
+``jupyter nbconvert --execute`` with no key, no server and a new history."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jupyter_session_agent.core.messages import ToolPart, UserMessage
+from jupyter_session_agent.session.replay import ReplayDiffers, ReplayError, load_record
+from jupyter_session_agent.testing import NBVAL_SANITIZE
+
+CAPITAL = "What is the capital of France?"
+POWER = "Use python to compute 2 to the power of 10 and store it in result."
+REPLIES = [
+    {"text": "The capital of France is Paris.", "reasoning": "A geography question."},
+    {"tool_calls": [{"name": "python", "arguments": {"code": "result = 2 ** 10\nresult"}}]},
+    {"text": "result is 1024, defined in your kernel."},
+]
+
+
+def one_line(err: BaseException) -> str:
+    (line,) = err._render_traceback_()
+    assert "\n" not in line
+    return line
+
+
+@pytest.fixture
+def recorded(ip, server, tmp_path):
+    """Two turns of one session recorded against the scripted server: (record path, answers)."""
+    path = tmp_path / "nb.replay.json"
+    server.enqueue(*REPLIES)
+    ip.run_line_magic("agent", f"record {path}")
+    ip.run_cell_magic("agent", "-o first", CAPITAL)
+    ip.run_cell_magic("agent", "-o second", POWER)
+    answers = (ip.user_ns.pop("first"), ip.user_ns.pop("second"))
+    assert ip.user_ns.pop("result") == 1024
+    return path, answers
+
+
+def test_record_holds_every_turn_and_the_output_names_it(recorded, magics, store):
+    path, _ = recorded
+    (session,) = load_record(path)
+    assert session.info.id == magics.session.info.id
+    assert [user.parts[0].text for user, _ in session.turns] == [CAPITAL, POWER]
+    assert [len(steps) for _, steps in session.turns] == [1, 2]  # the python step, the answer
+
+
+def test_replay_answers_from_the_record_and_calls_no_server(ip, magics, server, recorded, capsys):
+    path, answers = recorded
+    before = len(server.requests)
+    capsys.readouterr()
+    ip.run_line_magic("agent", f"replay {path}")
+    ip.run_cell_magic("agent", "--new -o first", CAPITAL)
+    ip.run_cell_magic("agent", "-o second", POWER)
+    assert len(server.requests) == before  # nothing was sent
+    assert (ip.user_ns["first"], ip.user_ns["second"]) == answers
+    assert ip.user_ns["result"] == 1024  # the agent's python ran again, in this kernel
+    out = capsys.readouterr().out
+    assert "▶ replay — no model is called: turn 1 of recorded session 1 (nb.replay.json)" in out
+    assert "turn 2 of recorded session 1" in out
+    # the replayed turn is stored as any other, its prompt saying where the answer came from
+    history = magics.session.history
+    user = next(m for m in history if isinstance(m.info, UserMessage))
+    (original,) = load_record(path)
+    assert user.parts[0].metadata["replay"]["session"] == original.info.id
+    tools = [p for m in history for p in m.parts if isinstance(p, ToolPart)]
+    assert [t.state.output for t in tools] == ["1024"]
+
+
+def test_a_changed_prompt_is_one_line(ip, recorded):
+    path, _ = recorded
+    ip.run_line_magic("agent", f"replay {path}")
+    with pytest.raises(ReplayError) as err:
+        ip.run_cell_magic("agent", "--new", "What is the capital of Spain?")
+    line = one_line(err.value)
+    assert "this cell's prompt changed since it was recorded; re-record with" in line
+    assert "What is the capital of France?" in line
+
+
+def test_a_turn_missing_from_the_record_is_one_line(ip, recorded):
+    path, _ = recorded
+    ip.run_line_magic("agent", f"replay {path}")
+    ip.run_cell_magic("agent", "--new", CAPITAL)
+    ip.run_cell_magic("agent", "", POWER)
+    with pytest.raises(ReplayError) as err:
+        ip.run_cell_magic("agent", "", "And 2 to the power of 11?")
+    assert "this cell would be turn 3 — it was not recorded" in one_line(err.value)
+    with pytest.raises(ReplayError) as err:  # a second session the record does not hold
+        ip.run_cell_magic("agent", "--new", CAPITAL)
+    assert "not in the record nb.replay.json" in one_line(err.value)
+
+
+def test_a_rerun_that_differs_is_reported_and_stored(ip, magics, server, tmp_path):
+    path = tmp_path / "diff.replay.json"
+    ip.user_ns["base"] = 21
+    code = "doubled = base * 2\ndoubled"
+    server.enqueue(
+        {"tool_calls": [{"name": "python", "arguments": {"code": code}}]}, {"text": "42."}
+    )
+    ip.run_line_magic("agent", f"record {path}")
+    ip.run_cell_magic("agent", "", "Double base into doubled.")
+    ip.user_ns["base"] = 5  # the notebook changed above the agent's cell
+    ip.run_line_magic("agent", f"replay {path}")
+    with pytest.raises(ReplayDiffers) as err:
+        ip.run_cell_magic("agent", "--new", "Double base into doubled.")
+    line = one_line(err.value)
+    assert "replay differs from the record: the python call" in line
+    assert "gave '10', the record '42'" in line
+    assert ip.user_ns["doubled"] == 10  # it ran for real; the turn finished and is stored
+    assert magics.session.last_answer() == "42."
+
+
+def test_tools_not_rerun_come_from_the_record(ip, magics, server, tmp_path):
+    path = tmp_path / "write.replay.json"
+    made = tmp_path / "notes.txt"
+    server.enqueue(
+        {
+            "tool_calls": [
+                {"name": "write", "arguments": {"filePath": str(made), "content": "hello\n"}}
+            ]
+        },
+        {"text": "Written."},
+    )
+    ip.run_line_magic("agent", f"record {path}")
+    ip.run_cell_magic("agent", "", "Write hello to notes.txt.")
+    recorded = [
+        p.state.output for m in magics.session.history for p in m.parts if isinstance(p, ToolPart)
+    ]
+    assert made.read_text() == "hello\n"
+    made.unlink()
+    magics.permission = {"*": "deny", "python": "allow"}  # nothing may write now
+    ip.run_line_magic("agent", f"replay {path}")
+    ip.run_cell_magic("agent", "--new", "Write hello to notes.txt.")
+    assert not made.exists()  # the write was not made again
+    replayed = [
+        p.state.output for m in magics.session.history for p in m.parts if isinstance(p, ToolPart)
+    ]
+    assert replayed == recorded
+
+
+def test_replay_turned_on_without_a_record_is_one_line(ip, magics):
+    magics.replay = "on"
+    with pytest.raises(ReplayError) as err:
+        ip.run_cell_magic("agent", "--new", CAPITAL)
+    assert "names no record — add %agent record FILE" in one_line(err.value)
+
+
+# --------------------------------------------------------------------------
+# a notebook recorded in a kernel, replayed in fresh processes
+
+
+def _notebook(path: Path) -> None:
+    import nbformat
+
+    cells = [
+        "%load_ext jupyter_session_agent",
+        "%config AgentMagics.model = 'openai/scripted'\n"
+        "%config AgentMagics.model_overrides = {'openai/scripted': {'context': 100000, "
+        "'output': 4096, 'price_input': 1.0, 'price_output': 2.0}}\n"
+        "%config AgentMagics.titles = False\n"
+        "%agent permit python allow",
+        "%agent record demo.replay.json",
+        f"%%agent\n{CAPITAL}",
+        f"%%agent\n{POWER}",
+        "result",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, path)
+
+
+def _replay_env(tmp_path: Path, base_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    env.update(
+        OPENAI_BASE_URL=base_url,  # a server that must see nothing
+        JUPYTER_SESSION_AGENT_DIR=str(tmp_path / "fresh-history"),
+        JUPYTER_SESSION_AGENT_REPLAY="on",
+    )
+    return env
+
+
+@pytest.mark.slow
+def test_a_recorded_notebook_replays_under_nbval_and_nbconvert(tmp_path):
+    import nbformat
+
+    from jupyter_session_agent.testing.record import record_notebook
+    from jupyter_session_agent.testing.scripted_server import ScriptedServer
+
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    notebook = folder / "demo.ipynb"
+    _notebook(notebook)
+    nb = record_notebook(notebook, REPLIES)  # a kernel, against the scripted server
+    assert (folder / "demo.replay.json").exists()
+    saved = nb.cells[3].outputs[-1]
+    turn = saved["metadata"]["application/vnd.jupyter.session-agent+json"]["turn"]
+    assert turn["session"].startswith("ses_") and len(turn["messages"]) == 2  # prompt, answer
+
+    with ScriptedServer() as idle:  # replay: fresh processes, no key, an empty history
+        env = _replay_env(tmp_path, idle.base_url)
+        nbval = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "--nbval",
+                "--nbval-sanitize-with",
+                str(NBVAL_SANITIZE),
+                "-p",
+                "no:cacheprovider",
+                "-o",
+                "addopts=",
+                "--rootdir",
+                str(folder),
+                "-q",
+                str(notebook),
+            ],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert nbval.returncode == 0, nbval.stdout[-4000:] + nbval.stderr[-2000:]
+        assert "6 passed" in nbval.stdout
+        out = folder / "executed.ipynb"
+        convert = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "jupyter",
+                "nbconvert",
+                "--to",
+                "notebook",
+                "--execute",
+                "--output",
+                out.name,
+                str(notebook),
+            ],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert convert.returncode == 0, convert.stderr[-4000:]
+        assert idle.requests == []  # replay never sent anything
+    executed = nbformat.read(out, as_version=4)
+    assert executed.cells[5].outputs[0]["data"]["text/plain"] == "1024"
+    first = executed.cells[3].outputs[0]
+    assert first["output_type"] == "stream" and first["text"].startswith("▶ replay")
+    data = json.loads(json.dumps(executed.cells[3].outputs[-1]["data"]))
+    texts = [
+        p.get("text")
+        for m in data["application/vnd.jupyter.session-agent+json"]["messages"]
+        for p in m["parts"]
+        if p["type"] == "text"
+    ]
+    assert texts == [CAPITAL, "The capital of France is Paris."]
