@@ -216,6 +216,8 @@ def test_a_recorded_notebook_replays_under_nbval_and_nbconvert(tmp_path):
                 "-m",
                 "pytest",
                 "--nbval",
+                "-p",
+                "jupyter_session_agent.testing.nbval_json",
                 "--nbval-sanitize-with",
                 str(NBVAL_SANITIZE),
                 "-p",

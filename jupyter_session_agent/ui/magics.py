@@ -282,7 +282,10 @@ class AgentMagics(Magics):
             from ..session.replay import recording_line
 
             print(recording_line(session, self.recorded, self.record_path))
-        view = LiveView(live=notebook.live and is_kernel(self.shell), session=session)
+        # a replay is rendered once, final: it takes no time, and a saved notebook holds the
+        # final render (what nbval compares against)
+        live = notebook.live and is_kernel(self.shell) and replay is None
+        view = LiveView(live=live, session=session)
         try:
             result = session.prompt(
                 cell.strip(),
