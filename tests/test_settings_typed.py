@@ -241,6 +241,8 @@ IN_KIND = {
     "temperature": 5.0,
     "system_prompt": "a\x00b",
     "tools": ["python", ""],
+    "replay": 3,
+    "replay_rerun": ["python", ""],
     "live": "yes",
     "interpolate": "yes",
 }

@@ -225,6 +225,56 @@ def _short(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
+@dataclass
+class NotebookRecord:
+    """One kernel's record and replay: the file ``%agent record`` named, the sessions its
+    cells ran since (in order), and the :class:`Replayer` of the record being replayed."""
+
+    path: Path | None = None
+    sessions: list[str] = field(default_factory=list)
+    replayer: Replayer | None = None
+
+    def name(self, path: str | os.PathLike) -> Path:
+        """Keep this notebook's turns in ``path`` from now on (``%agent record FILE``)."""
+        self.path = Path(path).expanduser().absolute()
+        self.sessions = []
+        return self.path
+
+    def source(self, mode: str) -> Replayer | None:
+        """The replayer for the ``replay`` setting's resolved ``mode`` (None: off)."""
+        if not mode:
+            self.replayer = None
+            return None
+        if mode == "on" and self.path is None:
+            raise ReplayError(
+                "replay is on but this notebook names no record — add %agent record FILE "
+                "before its %%agent cells, or %agent replay FILE"
+            )
+        path = self.path if mode == "on" else Path(mode).expanduser().absolute()
+        if self.replayer is None or self.replayer.path != path:
+            self.replayer = Replayer.open(path)
+        return self.replayer
+
+    def start_turn(self, session: Any, prompt: str, settings: Any) -> tuple[Any, str]:
+        """(the :class:`TurnReplay` answering this cell, or None; the cell's first line)."""
+        replayer = self.source(settings.replay)
+        if replayer is not None:
+            turn = replayer.turn(session.info.id, prompt, first=not session.history)
+            return TurnReplay(turn, tuple(settings.replay_rerun)), banner(turn)
+        if self.path is not None:
+            return None, recording_line(session, self.sessions, self.path)
+        return None, ""
+
+    def after_turn(self, session: Any, store: Any) -> None:
+        """After a turn against a model: rewrite the record with this kernel's sessions."""
+        if self.path is None or session is None:
+            return
+        if session.info.id not in self.sessions:
+            self.sessions.append(session.info.id)
+            session.wait_title(10.0)  # the first turn's title, when one is generated
+        write_record(store, self.sessions, self.path)
+
+
 # --------------------------------------------------------------------------
 # one replayed turn
 

@@ -63,7 +63,10 @@ def record_notebook(
             JUPYTER_SESSION_AGENT_REPLAY=None,
         ):
             client = NotebookClient(
-                nb, timeout=timeout, resources={"metadata": {"path": str(path.parent)}}
+                nb,
+                timeout=timeout,
+                record_timing=False,
+                resources={"metadata": {"path": str(path.parent)}},
             )
             client.execute()
         if server.pending:

@@ -11,6 +11,9 @@ one line, the old value stays); the magics read settings as typed values. SQL te
 expansion (a cell body's ``{var}`` references are filled by ``context.interpolate``: lookups
 only, never evaluated; ``--no-interpolate`` sends it as typed); the other ``%agent``
 subcommands and the ``%%agent`` option line keep IPython's expansion.
+
+One module: ``AgentMagics`` is the one class IPython registers; the magics, the settings they
+read and the cell's wiring (view, record and replay, options) are its methods.
 """
 
 from __future__ import annotations
@@ -64,11 +67,7 @@ class AgentMagics(Magics):
         super().__init__(shell=shell, **kwargs)
         self.session = None
         self._store = None
-        # replay (docs/replay.md): the file `%agent record FILE` named, the sessions this
-        # kernel's cells ran since (in order), and the replayer of the file being replayed
-        self.record_path: Any = None
-        self.recorded: list[str] = []
-        self.replaying: Any = None
+        self.records: Any = None  # session.replay.NotebookRecord, made by the first cell
 
     # -- settings: checked when assigned ---------------------------------------------
 
@@ -122,51 +121,6 @@ class AgentMagics(Magics):
             self.session = AgentSession.create(settings, store=store, shell=self.shell)
         self.session.use_settings(settings)
         return self.session
-
-    def replayer(self):
-        """The ``session.replay.Replayer`` of the record being replayed; None: replay is off."""
-        from ..session.replay import Replayer, ReplayError
-
-        mode = self.settings().replay
-        if not mode:
-            self.replaying = None
-            return None
-        if mode == "on":
-            if self.record_path is None:
-                raise ReplayError(
-                    "replay is on but this notebook names no record — add %agent record FILE "
-                    "before its %%agent cells, or %agent replay FILE"
-                )
-            path = self.record_path
-        else:
-            path = mode
-        from pathlib import Path
-
-        if self.replaying is None or self.replaying.path != Path(path).expanduser().absolute():
-            self.replaying = Replayer.open(path)
-        return self.replaying
-
-    def replay_turn(self, session, prompt: str):
-        """The ``TurnReplay`` answering this cell's ``prompt`` in ``session``, or None (off)."""
-        replayer = self.replayer()
-        if replayer is None:
-            return None
-        from ..session.replay import TurnReplay
-
-        turn = replayer.turn(session.info.id, prompt, first=not session.history)
-        return TurnReplay(turn, tuple(self.settings().replay_rerun))
-
-    def record(self, session) -> None:
-        """After a turn against a model: rewrite the ``%agent record`` file with this kernel's
-        sessions (a no-op when no record is named)."""
-        if self.record_path is None or session is None:
-            return
-        from ..session.replay import write_record
-
-        if session.info.id not in self.recorded:
-            self.recorded.append(session.info.id)
-            session.wait_title(10.0)  # the first turn's title, when one is generated
-        write_record(self.store(), self.recorded, self.record_path)
 
     @validate(*(info.name for info in SETTINGS))
     def _validate_setting(self, proposal):
@@ -273,17 +227,12 @@ class AgentMagics(Magics):
         session = self.current(new=args.new, session_id=args.session)
         if args.fork:
             session = self.session = session.fork()
-        replay = self.replay_turn(session, context.text)
-        if replay is not None:
-            from ..session.replay import banner
+        from .commands.replay import records
 
-            print(banner(replay.turn))  # the first line of the cell's output
-        elif self.record_path is not None:
-            from ..session.replay import recording_line
-
-            print(recording_line(session, self.recorded, self.record_path))
-        # a replay is rendered once, final: it takes no time, and a saved notebook holds the
-        # final render (what nbval compares against)
+        replay, first_line = records(self).start_turn(session, context.text, self.settings())
+        if first_line:
+            print(first_line)  # recording, or replaying: the first line of the cell's output
+        # a replay is rendered once, final (as a saved notebook holds it, which nbval compares)
         live = notebook.live and is_kernel(self.shell) and replay is None
         view = LiveView(live=live, session=session)
         try:
@@ -302,7 +251,7 @@ class AgentMagics(Magics):
         finally:
             view.finish()
             if replay is None:
-                self.record(session)
+                self.records.after_turn(session, self.store())
         if args.output:
             self.shell.user_ns[args.output] = result.text
         if args.code:

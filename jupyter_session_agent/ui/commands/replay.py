@@ -8,6 +8,14 @@ from ...core.errors import UsageError
 from . import subcommand
 
 
+def records(magics):
+    """The magics' ``session.replay.NotebookRecord`` (made on first use)."""
+    from ...session.replay import NotebookRecord
+
+    magics.records = magics.records or NotebookRecord()
+    return magics.records
+
+
 @subcommand(
     "record",
     "record FILE",
@@ -22,8 +30,7 @@ def record(magics, args, raw):
         raise UsageError(
             f"{path} is a folder — give a file name, e.g. {path / 'notebook.replay.json'}"
         )
-    magics.record_path = path
-    magics.recorded = []
+    records(magics).name(path)
     if magics.settings().replay:
         print(f"replay is on: %%agent cells answer from {path.name}, no model is called")
     else:
@@ -51,12 +58,12 @@ def replay(magics, args, raw):
             path = Path(word).expanduser().absolute()
             Replayer.open(path)  # a missing or broken record is one line now, not at the cell
             magics.replay = str(path)
-        magics.replaying = None  # a fresh match: the record's first session is next
+        records(magics).replayer = None  # a fresh match: the record's first session is next
     mode = magics.settings().replay
     if not mode:
         print("replay is off: %%agent cells call the model")
     else:
-        source = magics.record_path if mode == "on" else Path(mode)
+        source = records(magics).path if mode == "on" else Path(mode)
         print(
             f"replay is on: %%agent cells answer from {getattr(source, 'name', source)}, no model is called"
         )
