@@ -315,6 +315,8 @@ BAD_SETTINGS = {
     "temperature": [-0.5, 3, "hot", True, float("nan")],
     "system_prompt": [5, "a\x00b", ["be brief"]],
     "tools": ["python", [""], [5], {"python": True}],
+    "replay": [5, "a\x00b", ["on"]],
+    "replay_rerun": ["python", [""], [5]],
 }
 GOOD_SETTINGS = {
     "model": "ollama/qwen2.5-coder:7b",
