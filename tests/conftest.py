@@ -30,6 +30,7 @@ def server():
 def data_dir(tmp_path, monkeypatch):
     path = tmp_path / "data"
     monkeypatch.setenv("JUPYTER_SESSION_AGENT_DIR", str(path))
+    monkeypatch.delenv("JUPYTER_SESSION_AGENT_REPLAY", raising=False)  # cells call the server
     return path
 
 

@@ -153,6 +153,19 @@ def test_replay_turned_on_without_a_record_is_one_line(ip, magics):
     assert "names no record — add %agent record FILE" in one_line(err.value)
 
 
+def test_replay_command_says_the_mode_and_refuses_a_missing_record(ip, magics, tmp_path, capsys):
+    with pytest.raises(ReplayError) as err:
+        ip.run_line_magic("agent", f"replay {tmp_path / 'nowhere.json'}")
+    assert "no record" in one_line(err.value) and magics.settings().replay == ""
+    ip.run_line_magic("agent", "replay on")
+    ip.run_line_magic("agent", "replay off")
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "replay is on, but no record is named yet — %agent record FILE names it",
+        "replay is off: %%agent cells call the model",
+    ]
+
+
 # --------------------------------------------------------------------------
 # a notebook recorded in a kernel, replayed in fresh processes
 

@@ -60,10 +60,10 @@ def replay(magics, args, raw):
             magics.replay = str(path)
         records(magics).replayer = None  # a fresh match: the record's first session is next
     mode = magics.settings().replay
+    source = records(magics).path if mode == "on" else Path(mode) if mode else None
     if not mode:
         print("replay is off: %%agent cells call the model")
+    elif source is None:
+        print("replay is on, but no record is named yet — %agent record FILE names it")
     else:
-        source = records(magics).path if mode == "on" else Path(mode)
-        print(
-            f"replay is on: %%agent cells answer from {getattr(source, 'name', source)}, no model is called"
-        )
+        print(f"replay is on: %%agent cells answer from {source.name}, no model is called")
