@@ -75,6 +75,15 @@ def test_replay_answers_from_the_record_and_calls_no_server(ip, magics, server, 
     assert [t.state.output for t in tools] == ["1024"]
 
 
+def test_an_exported_bundle_is_a_record_too(ip, magics, server, recorded, tmp_path):
+    bundle = tmp_path / "one.json"
+    ip.run_line_magic("agent", f"export --format json --out {bundle}")
+    before = len(server.requests)
+    ip.run_line_magic("agent", f"replay {bundle}")
+    ip.run_cell_magic("agent", "--new -o first", CAPITAL)
+    assert ip.user_ns["first"] == recorded[1][0] and len(server.requests) == before
+
+
 def test_a_changed_prompt_is_one_line(ip, recorded):
     path, _ = recorded
     ip.run_line_magic("agent", f"replay {path}")

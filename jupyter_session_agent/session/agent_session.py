@@ -283,8 +283,8 @@ class AgentSession:
         parts = (
             part,
             *attachment_parts(context, self.info.id, user.id),
-            *wiring.memory_parts(self, user.id, part.text),
-        )  # memory.inject: a new session's first message
+            *(wiring.memory_parts(self, user.id, part.text) if replay is None else ()),
+        )  # memory.inject: a new session's first message (a replay adds nothing unrecorded)
         self.store.put(user, *parts)
         self._touch()
         self.history.append(WithParts(user, parts))  # before the flush: if the disk is full, the
