@@ -155,6 +155,44 @@ def test_tools_not_rerun_come_from_the_record(ip, magics, server, tmp_path):
     assert replayed == recorded
 
 
+def _broken_records(good: dict) -> list:
+    """Variants of a good record: cut, reshaped, with ids and values the history refuses."""
+    session = good["sessions"][0]
+    message = session["messages"][0]
+    variants: list = [
+        json.dumps(good)[: len(json.dumps(good)) // 2],  # cut in the middle
+        "[]",
+        json.dumps({**good, "version": 99}),
+        json.dumps({**good, "sessions": "/etc/passwd"}),
+        json.dumps({**good, "sessions": ["/etc/passwd"]}),  # a path is not a bundle
+        json.dumps({**good, "sessions": [{"info": session["info"]}]}),
+    ]
+    for field, value in (("id", "../../etc"), ("id", ""), ("sessionID", "ses_other"), ("id", 5)):
+        bad_message = {**message, "info": {**message["info"], field: value}}
+        bad = {**session, "messages": [bad_message, *session["messages"][1:]]}
+        variants.append(json.dumps({**good, "sessions": [bad]}))
+    for value in ("../../x", "", None, 7, "ses_" + "x" * 200):
+        bad = {**session, "info": {**session["info"], "id": value}}
+        variants.append(json.dumps({**good, "sessions": [bad]}))
+    return variants
+
+
+def test_a_broken_record_is_one_line_and_nothing_runs(ip, magics, server, recorded, tmp_path):
+    from jupyter_session_agent.core.errors import AgentError
+
+    path, _ = recorded
+    variants = _broken_records(json.loads(path.read_text()))
+    before = len(server.requests)
+    for i, text in enumerate(variants):
+        broken = tmp_path / f"broken{i}.json"
+        broken.write_text(text)
+        with pytest.raises(AgentError) as err:
+            ip.run_line_magic("agent", f"replay {broken}")
+            ip.run_cell_magic("agent", "--new", CAPITAL)
+        one_line(err.value)
+    assert len(server.requests) == before
+
+
 def test_replay_turned_on_without_a_record_is_one_line(ip, magics):
     magics.replay = "on"
     with pytest.raises(ReplayError) as err:

@@ -145,6 +145,8 @@ def load_record(path: str | os.PathLike) -> list[RecordedSession]:
         bundles = [data]
     sessions = []
     for item in bundles:
+        if not isinstance(item, dict):  # a bundle inline, never a path to read elsewhere
+            raise ReplayError(f"{path} holds a session that is not a bundle — {hint}")
         info, history = transfer.decode(transfer.load_bundle(item))
         sessions.append(RecordedSession(info, tuple(turns_of(history))))
     return sessions
@@ -311,9 +313,10 @@ class TurnReplay:
                     output=recorded.output,
                     title=recorded.title,
                     metadata=dict(recorded.metadata or {}),
-                    attachments=tuple(
+                    attachments=tuple(  # inline data only: a record names no local file
                         {"mime": a["mime"], "url": a["url"], "filename": a.get("filename")}
                         for a in recorded.attachments or ()
+                        if str(a.get("url", "")).startswith("data:")
                     ),
                 )
             if isinstance(recorded, ToolError):
