@@ -38,6 +38,8 @@ const ICONS: { [name: string]: string } = {
 
 /** An inline SVG icon (`ICONS`), sized to the text around it. */
 export function icon(name: string): Element {
+  // only a known icon's name reaches the markup: a status or type from the history never does
+  name = Object.prototype.hasOwnProperty.call(ICONS, name) ? name : 'unknown';
   const template = document.createElement('template');
   template.innerHTML =
     `<svg class="jsa-icon jsa-icon-${name}" viewBox="0 0 16 16" width="12" height="12" aria-hidden="true" ` +
@@ -279,11 +281,19 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
     }
     node.appendChild(head);
     for (const part of parts) {
-      const rendered = this._part(part, pending);
+      // one part, whatever its type or fields (an import's, a newer version's), never blanks
+      // the others: a part that cannot be drawn shows as one line
+      let rendered: HTMLElement | null;
+      const type = part && typeof part.type === 'string' ? part.type : String(part && part.type);
+      try {
+        rendered = this._part(part || {}, pending);
+      } catch (err) {
+        rendered = el('div', 'jsa-unknown', `${type} part (cannot be shown)`);
+      }
       if (rendered) {
-        rendered.classList.add('jsa-part', `jsa-part-${part.type}`);
-        rendered.dataset.type = part.type;
-        rendered.dataset.id = part.id || '';
+        rendered.classList.add('jsa-part', `jsa-part-${type.replace(/[^A-Za-z0-9_-]/g, '_')}`);
+        rendered.dataset.type = type;
+        rendered.dataset.id = String((part && part.id) || '');
         node.appendChild(rendered);
       }
     }

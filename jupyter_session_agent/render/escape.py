@@ -1,0 +1,168 @@
+"""Untrusted text (a model's, a tool's, a file's, a title, an import, an MCP server's) made safe
+for the HTML and the Markdown the product builds. Every renderer goes through these functions.
+
+* :func:`html`: text for an HTML element or attribute (``&``, ``<``, ``>`` and quotes escaped).
+* :func:`markdown`: text that stays Markdown (emphasis, lists, headings, fenced code, `code`,
+  http(s) and mailto links) but can hold no active HTML, whichever Markdown parser renders it
+  (JupyterLab's marked, nbconvert's mistune, GitHub): every ``<`` outside code becomes
+  ``&lt;`` (so no tag, comment or autolink), a link, image or reference definition whose
+  target is not http(s), mailto or a relative path is broken (its ``[`` escaped), a fenced
+  block left open is closed, and a code span with a character a parser might read as HTML
+  becomes an HTML ``<code>`` element whose text is escaped.
+* :func:`code`: one value as inline code; :func:`cell`: one Markdown table cell.
+
+Fenced code blocks keep their text unchanged: a fence opens only at the start of the text or
+after a blank line, at most three spaces in, with a plain info string, so every parser agrees
+it is a fence. Anything this module cannot be sure is code is escaped as text; the worst case
+is a ``&lt;`` shown in an indented code block, never a tag.
+"""
+
+from __future__ import annotations
+
+import html as _html
+import re
+from typing import Any
+
+SAFE_SCHEMES = ("http", "https", "mailto")
+
+_FENCE_OPEN = re.compile(r"^( {0,3})(`{3,}|~{3,})[ \t]*([A-Za-z0-9_+.#-]*)[ \t]*$")
+_SCHEME = re.compile(r"^([a-z][a-z0-9+.\-]*):")
+_DROP = re.compile(r"[\x00-\x20\x7f-\x9f\u200b-\u200f\u2028\u2029\ufeff]")
+_DEFINITION = re.compile(r"^( {0,3})(\[[^\]\n]*\]:)(\s*)(\S*)", re.MULTILINE)
+
+
+def _plain_code(text: str) -> bool:
+    """Whether a code span's text is harmless even if a parser does not see the span: no tag
+    start, no table-cell split, no link."""
+    return not any(s in text for s in ("<", "|", "](", "]:"))
+
+
+def html(text: Any) -> str:
+    """``text`` escaped for HTML content and quoted attributes."""
+    return _html.escape(str(text), quote=True)
+
+
+def safe_url(url: str) -> bool:
+    """Whether a link target opens nothing but a web page, a mail or a relative path: read as a
+    browser reads it (entities decoded, backslash escapes, whitespace and controls dropped)."""
+    plain = _DROP.sub("", _html.unescape(re.sub(r"\\(.)", r"\1", url))).lstrip("<").lower()
+    scheme = _SCHEME.match(plain)
+    return scheme is None or scheme.group(1) in SAFE_SCHEMES
+
+
+def _entities(text: str) -> str:
+    """Every character but letters, digits and spaces as a numeric entity (no parser reads
+    Markdown or HTML syntax in it; the browser shows the text)."""
+    return "".join(c if c.isalnum() or c == " " else f"&#{ord(c)};" for c in text)
+
+
+def code(text: Any) -> str:
+    """``text`` as inline code: backticks when no character in it could be read as HTML or as
+    a link, else an HTML ``<code>`` element with the text escaped."""
+    text = str(text).replace("\n", " ")
+    if _plain_code(text):
+        longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+        ticks = "`" * (longest + 1)
+        pad = " " if text.startswith("`") or text.endswith("`") else ""
+        return f"{ticks}{pad}{text}{pad}{ticks}"
+    return f"<code>{_entities(text)}</code>"
+
+
+def cell(text: Any) -> str:
+    """``text`` as one Markdown table cell: one line, ``|`` escaped, no active HTML."""
+    line = re.sub(r"\s*\n\s*", " ", str(text))
+    return markdown(line, fences=False).replace("|", "&#124;")
+
+
+def markdown(text: Any, *, fences: bool = True) -> str:
+    """Untrusted ``text`` as Markdown with no active HTML (see the module's docstring).
+
+    ``fences=False`` when the text does not start a line of its own (after other text on
+    its line, or in a table cell): a fence there is no fence, so none is kept as code."""
+    lines = str(text).split("\n")
+    out: list[str] = []
+    prose: list[str] = []
+    i = 0
+    while i < len(lines):
+        opened = _FENCE_OPEN.match(lines[i])
+        if not opened or not fences or (opened.group(2)[0] == "`" and "`" in opened.group(3)):
+            prose.append(lines[i])
+            i += 1
+            continue
+        out.append(_prose("\n".join(prose))) if prose else None
+        prose = []
+        mark = opened.group(2)
+        close = re.compile(rf"^ {{0,3}}{re.escape(mark[0])}{{{len(mark)},}}[ \t]*$")
+        end = next((j for j in range(i + 1, len(lines)) if close.match(lines[j])), None)
+        if end is None:  # a fence left open would swallow what follows it: closed here
+            out.append("\n".join([*lines[i:], mark]))
+            i = len(lines)
+        else:
+            out.append("\n".join(lines[i : end + 1]))
+            i = end + 1
+    if prose:
+        out.append(_prose("\n".join(prose)))
+    return "\n".join(out)
+
+
+def _prose(text: str) -> str:
+    """Text outside fenced blocks: code spans kept (or made safe), every other ``<`` escaped,
+    links to anything but safe targets broken."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    plain_from = 0
+    while i < n:
+        c = text[i]
+        if c == "\\" and i + 1 < n and text[i + 1] in "\\`<[]()!*_{}#+-.|~>&":
+            i += 2
+            continue
+        if c != "`":
+            i += 1
+            continue
+        run = len(text[i:]) - len(text[i:].lstrip("`"))
+        closing = _closing(text, i + run, run)
+        if closing is None:
+            i += run  # backticks with no partner are text
+            continue
+        out.append(_text(text[plain_from:i]))
+        inner = text[i + run : closing]
+        out.append(_span(inner, "`" * run))
+        i = plain_from = closing + run
+    out.append(_text(text[plain_from:]))
+    return "".join(out)
+
+
+def _closing(text: str, start: int, run: int) -> int | None:
+    """Where the backtick run closing a span opened by ``run`` backticks begins (no blank line
+    in between), or None."""
+    blank = re.compile(r"\n[ \t]*\n").search(text, start)
+    found = re.compile(rf"(?<!`)`{{{run}}}(?!`)").search(
+        text, start, blank.start() if blank else len(text)
+    )
+    return found.start() if found else None
+
+
+def _span(inner: str, ticks: str) -> str:
+    if _plain_code(inner):
+        return f"{ticks}{inner}{ticks}"
+    body = inner[1:-1] if len(inner) > 2 and inner[0] == inner[-1] == " " else inner
+    return f"<code>{_entities(body.replace(chr(10), ' '))}</code>"
+
+
+def _text(text: str) -> str:
+    """Markdown text (no code in it): ``<`` escaped, unsafe link targets broken."""
+    text = text.replace("<", "&lt;")
+    text = _DEFINITION.sub(
+        lambda m: m.group(0) if safe_url(m.group(4)) else "&#91;" + m.group(0).lstrip(" ")[1:],
+        text,
+    )
+    out, pos = [], 0
+    for m in re.finditer(r"\]\(", text):
+        target = re.match(r"\s*(\S*)", text[m.end() :])
+        if target is not None and not safe_url(target.group(1).rstrip(")")):
+            # the ``[`` that opens this link cannot always be told (nested brackets): every
+            # one before it since the last broken link is shown as text
+            out.append(text[pos : m.start()].replace("[", "&#91;"))
+            pos = m.start()
+    out.append(text[pos:])
+    return "".join(out)
