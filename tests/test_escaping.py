@@ -169,11 +169,12 @@ def test_magics_outputs_hold_no_active_content(ip, server, magics, tmp_path):
     assert "&lt;img src=x onerror=Object.assign(window,{__xss:[5]})>" in sessions
     show = markdown_of(outputs["show"])
     assert "&lt;svg onload=Object.assign(window,{__xss:[2]})>" in show  # the invented tool name
-    md = ip.run_line_magic("agent", f"export {sid} --format md")
-    assert_inert(md, "md export")
+    for format in ("md", "html"):
+        ip.run_line_magic("agent", f"export {sid} --format {format} --out {tmp_path}/e.{format}")
+    assert_inert((tmp_path / "e.md").read_text(), "md export")
     from bs4 import BeautifulSoup
 
-    page = ip.run_line_magic("agent", f"export {sid} --format html")
+    page = (tmp_path / "e.html").read_text()
     assert not active_content(BeautifulSoup(page, "html.parser").find("main"))
 
 

@@ -166,27 +166,30 @@ def markdown(store, info: Session) -> str:
     history = _visible(info, store.messages(info.id))
     t = _totals(store, info, history)
     lines = [
-        f"# {info.title}",
+        f"# {M.md(info.title)}",
         "",
-        f"- session `{info.id}` · {clock(info.time_created)} → {clock(info.time_updated)} · `{info.directory}`",
-        f"- models: {', '.join(t['models']) or '—'} · {t['steps']} LLM step(s) · "
+        f"- session {M.code(info.id)} · {clock(info.time_created)} → {clock(info.time_updated)}"
+        f" · {M.code(info.directory)}",
+        f"- models: {M.md(', '.join(t['models']) or '—')} · {t['steps']} LLM step(s) · "
         f"{t['tokens_in']:,} tokens in / {t['tokens_out']:,} out",
         f"- cost: **${t['total']:.4f}** (messages ${t['own']:.4f}, title ${t['title']:.4f}, "
         f"subagents ${t['children']:.4f})",
     ]
     if info.forked_from:
         lines.append(
-            f"- forked from `{info.forked_from.get('sessionID')}`"
+            f"- forked from {M.code(info.forked_from.get('sessionID'))}"
             + (
-                f" before `{info.forked_from['messageID']}`"
+                f" before {M.code(info.forked_from['messageID'])}"
                 if info.forked_from.get("messageID")
                 else ""
             )
         )
     if info.parent_id:
-        lines.append(f"- subagent of `{info.parent_id}`")
+        lines.append(f"- subagent of {M.code(info.parent_id)}")
     if info.revert:
-        lines.append(f"- reverted at `{info.revert.get('messageID')}`: later messages are hidden")
+        lines.append(
+            f"- reverted at {M.code(info.revert.get('messageID'))}: later messages are hidden"
+        )
     body = M.messages(history, level=3, when=True)  # as the live view shows them
     return "\n".join(lines) + "\n\n---\n\n" + body + "\n"
 
@@ -465,7 +468,7 @@ def untrusted_part(part, brought: set[str] | frozenset[str]):
     if child is None or child in brought:
         return part, ""
     kept = {k: v for k, v in metadata.items() if k != "sessionId"}
-    why = f"task link of part {part.id} to {ids.shown(child)} (not in this import)"
+    why = f"task link of part {part.id} to {child} (not in this import)"
     return replace(part, state=replace(part.state, metadata=kept)), why
 
 
