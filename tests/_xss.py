@@ -159,7 +159,8 @@ DOM_CHECK = """
       const v = a.value.replace(/[\\x00-\\x20\\x7f-\\x9f]/g, '').toLowerCase();
       if (name.startsWith('on')) found.push(tag + ' ' + name);
       else if (urlAttrs.includes(name) && /^(javascript|vbscript|data:text\\/html)/.test(v))
-        found.push(tag + ' ' + name + '=' + v.slice(0, 40));
+        found.push(tag + ' ' + name + '=' + v.slice(0, 40) + ' in ' +
+                   ((el.parentElement && el.parentElement.className) || '?'));
     }
   }
   return found;

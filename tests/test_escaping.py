@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import random
 import subprocess
 import sys
 
@@ -107,6 +108,13 @@ def test_every_generated_payload_is_inert_in_every_parser():
         assert_inert(f"| a |\n|---|\n| {X.cell(text)} |", f"payload {n} in a cell")
         assert_inert(f"**{X.markdown(text, fences=False)}** x", f"payload {n} inline")
         assert_inert(X.code(text), f"payload {n} as code")
+    # one text holding many payloads: a fence or code span opened by one must not uncover another
+    texts = [t for _, t in corpus]
+    assert_inert(X.markdown("\n\n".join(texts)), "the whole corpus as one answer")
+    rng = random.Random(24)
+    for k in range(200):
+        joined = rng.choice(["\n", "\n\n", " "]).join(rng.sample(texts, 4))
+        assert_inert(X.markdown(joined), f"random join {k}")
 
 
 # --------------------------------------------------------------------------
@@ -170,7 +178,7 @@ def test_magics_outputs_hold_no_active_content(ip, server, magics, tmp_path):
 
     for name, html in rendered(markdown_of(outputs["sessions"])):
         shown = BeautifulSoup(html, "html.parser").get_text()
-        assert "<img src=x onerror=Object.assign(window,{__xss:[5]})> [t](javascript" in shown
+        assert "<img src=x onerror=Object.assign(window,{__xss:[5]})> [t](javascript" in shown, name
     show = markdown_of(outputs["show"])
     assert "&lt;svg onload=Object.assign(window,{__xss:[2]})>" in show  # the invented tool name
     for format in ("md", "html"):

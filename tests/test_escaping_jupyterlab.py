@@ -78,6 +78,7 @@ def _hostile_notebook(ip, server, magics, tmp_path, root: Path) -> list[int]:
     """The notebook ``root/hostile.ipynb``: outputs of a session full of payloads."""
     import nbformat
 
+    magics.request_timeout = 300.0  # the whole corpus in one answer
     corpus = payloads()
     numbers = [n for n, _ in corpus]
     text = "\n\n".join(t for _, t in corpus)
@@ -118,7 +119,7 @@ def _hostile_notebook(ip, server, magics, tmp_path, root: Path) -> list[int]:
     ip.run_line_magic("agent", f"use {new}")
     from jupyter_session_agent.ui.display import TranscriptView
 
-    view = TranscriptView(magics.store().messages(new), session=magics.session)
+    view = TranscriptView(magics.store().messages(new), session=magics.session.info)
     cells.append([view._repr_mimebundle_()])
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {
@@ -140,6 +141,15 @@ class _Lab:
         self.home.mkdir()
         self.data_dir = self.home / ".local" / "share" / "jupyter"
         self.config_dir = self.home / ".jupyter"
+        build = Path(__file__).resolve().parents[1] / "jupyter_session_agent" / "labextension"
+        if extension and (build / "package.json").exists():
+            # this tree's build first: JUPYTER_PATH comes before every other place
+            target = self.home / "jupyter-path" / "labextensions" / "jupyter-session-agent"
+            shutil.copytree(build, target)
+            shutil.copy(build.parents[1] / "labextension" / "install.json", target)
+        tracker = self.home / "settings" / "@jupyterlab" / "notebook-extension"
+        tracker.mkdir(parents=True)  # every cell rendered, not only those in view
+        (tracker / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
         if not extension:  # as `jupyter labextension disable jupyter-session-agent` writes it
             labconfig = self.config_dir / "labconfig"
             labconfig.mkdir(parents=True)
@@ -167,6 +177,7 @@ class _Lab:
             HOME=str(self.home),
             JUPYTER_CONFIG_DIR=str(self.config_dir),
             JUPYTER_DATA_DIR=str(self.data_dir),
+            JUPYTER_PATH=str(self.home / "jupyter-path"),
             JUPYTER_RUNTIME_DIR=str(self.home / "runtime"),
             JUPYTERLAB_SETTINGS_DIR=str(self.home / "settings"),
             JUPYTERLAB_WORKSPACES_DIR=str(self.home / "workspaces"),
@@ -236,7 +247,18 @@ def _render(lab: _Lab, path: str):
             outputs = page.locator(".jp-NotebookPanel .jp-OutputArea-output")
             outputs.first.wait_for(state="visible", timeout=120_000)
             page.wait_for_timeout(3000)  # Markdown renders asynchronously
+            for i in range(outputs.count()):  # every output drawn and seen
+                outputs.nth(i).scroll_into_view_if_needed()
+            page.wait_for_timeout(2000)
             ran = page.evaluate("window.__xss || []")
+            if ran:  # where it ran from, for the failure report
+                where = page.evaluate(
+                    "(n) => Array.from(document.querySelectorAll('audio,video,img,svg,source'))"
+                    ".filter(e => e.outerHTML.includes('__xss')).map(e => "
+                    "e.outerHTML.slice(0, 200) + ' IN ' + e.parentElement.outerHTML.slice(0, 300))",
+                    ran[0],
+                )
+                ran = [ran, where[:5]]
             title = page.title()
             found = []
             for i in range(outputs.count()):
@@ -263,6 +285,7 @@ def test_no_payload_runs_in_jupyterlab(ip, server, magics, tmp_path, extension):
     assert found == [], found[:20]
     assert (ours > 0) == extension
     joined = "\n".join(texts)
+    (tmp_path / f"texts-{extension}.txt").write_text(joined)
     assert "onerror=Object.assign(window,{__xss:[904]})" in joined  # shown, as text
     assert "the readable answer" in joined  # a part of type "x y" blanks nothing
     assert len(numbers) > 400

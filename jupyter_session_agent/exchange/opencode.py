@@ -297,11 +297,13 @@ def _check_clashes(store, rows: dict[str, dict[str, dict]], brought: set[str]) -
         for r in rows["session"].values()
         if r["id"] in brought and isinstance(r["data"], dict)
     }
-    return {
-        p
-        for p in parents - brought
-        if ids.valid(p, "session") and (info := _stored(store, p)) and _from_opencode(info)
-    }
+    found: set[str] = set()
+    for p in parents - brought:
+        if isinstance(p, str) and ids.valid(p, "session"):
+            info = _stored(store, p)
+            if info is not None and _from_opencode(info):
+                found.add(p)
+    return found
 
 
 def _as_imported(info: Session, brought: set[str], home: str, result: OpenCodeImport) -> Session:

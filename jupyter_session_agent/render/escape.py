@@ -25,7 +25,10 @@ from typing import Any
 
 SAFE_SCHEMES = ("http", "https", "mailto")
 
-_FENCE_OPEN = re.compile(r"^( {0,3})(`{3,}|~{3,})[ \t]*([A-Za-z0-9_+.#-]*)[ \t]*$")
+# a fence kept as code: at the very start of a line, backticks with no backtick after them, or
+# tildes; a fence anywhere else (indented, after a list or quote marker) is shown as text
+_FENCE_OPEN = re.compile(r"^(`{3,}(?=[^`]*$)|~{3,})(.*)$")
+_FENCE_LIKE = re.compile(r"^((?:[ \t>]|[-*+](?=[ \t])|\d{1,9}[.)](?=[ \t]))*)(`{3}|~{3})", re.M)
 _SCHEME = re.compile(r"^([a-z][a-z0-9+.\-]*):")
 _DROP = re.compile(r"[\x00-\x20\x7f-\x9f\u200b-\u200f\u2028\u2029\ufeff]")
 _DEFINITION = re.compile(r"^( {0,3})(\[[^\]\n]*\]:)(\s*)(\S*)", re.MULTILINE)
@@ -78,31 +81,37 @@ def markdown(text: Any, *, fences: bool = True) -> str:
     """Untrusted ``text`` as Markdown with no active HTML (see the module's docstring).
 
     ``fences=False`` when the text does not start a line of its own (after other text on
-    its line, or in a table cell): a fence there is no fence, so none is kept as code."""
+    its line, or in a table cell): no fence is kept as code there."""
     lines = str(text).split("\n")
     out: list[str] = []
     prose: list[str] = []
     i = 0
     while i < len(lines):
-        opened = _FENCE_OPEN.match(lines[i])
-        if not opened or not fences or (opened.group(2)[0] == "`" and "`" in opened.group(3)):
+        opened = _FENCE_OPEN.match(lines[i]) if fences else None
+        if opened is None:
             prose.append(lines[i])
             i += 1
             continue
-        out.append(_prose("\n".join(prose))) if prose else None
+        if prose:
+            out.append(_prose("\n".join(prose)))
         prose = []
-        mark = opened.group(2)
+        mark = opened.group(1)
         close = re.compile(rf"^ {{0,3}}{re.escape(mark[0])}{{{len(mark)},}}[ \t]*$")
-        end = next((j for j in range(i + 1, len(lines)) if close.match(lines[j])), None)
-        if end is None:  # a fence left open would swallow what follows it: closed here
-            out.append("\n".join([*lines[i:], mark]))
-            i = len(lines)
-        else:
-            out.append("\n".join(lines[i : end + 1]))
-            i = end + 1
+        end = next((j for j in range(i + 1, len(lines)) if close.match(lines[j])), len(lines))
+        out.append(_fenced(lines[i + 1 : end], opened.group(2)))
+        i = end + 1  # a fence left open is closed at the end: it would swallow what follows
     if prose:
         out.append(_prose("\n".join(prose)))
     return "\n".join(out)
+
+
+def _fenced(body: list[str], info: str) -> str:
+    """A fenced block written anew: at the line's start, a plain info string, and a fence
+    longer than any backtick run inside, so every parser sees it open and close here."""
+    longest = max((len(m) for m in re.findall(r"`+", "\n".join(body))), default=0)
+    ticks = "`" * max(3, longest + 1)
+    language = re.match(r"[A-Za-z0-9_+.#-]*", info.strip()).group(0)  # type: ignore[union-attr]
+    return "\n".join([ticks + language, *body, ticks])
 
 
 def _prose(text: str) -> str:
@@ -150,8 +159,9 @@ def _span(inner: str, ticks: str) -> str:
 
 
 def _text(text: str) -> str:
-    """Markdown text (no code in it): ``<`` escaped, unsafe link targets broken."""
-    text = text.replace("<", "&lt;")
+    """Markdown text (no code in it): ``<`` escaped, unsafe link targets broken, and a fence
+    that a parser could open here (indented, in a list or a quote) shown as text."""
+    text = _FENCE_LIKE.sub(lambda m: f"{m.group(1)}\\{m.group(2)}", text.replace("<", "&lt;"))
     text = _DEFINITION.sub(
         lambda m: m.group(0) if safe_url(m.group(4)) else "&#91;" + m.group(0).lstrip(" ")[1:],
         text,

@@ -48,6 +48,29 @@ export function icon(name: string): Element {
   return template.content.firstElementChild as Element;
 }
 
+const URL_ATTRIBUTES = ['href', 'src', 'xlink:href', 'action', 'formaction', 'srcset', 'poster'];
+
+/**
+ * Removes every link or source whose scheme is not http(s), mailto or (for images) data:image
+ * from Markdown a model wrote, after the sanitizer: an image or link to `javascript:` stays inert.
+ */
+export function dropScriptUrls(root: Element): void {
+  for (const node of Array.from(root.querySelectorAll('*'))) {
+    for (const name of URL_ATTRIBUTES) {
+      const value = node.getAttribute(name);
+      if (value === null) {
+        continue;
+      }
+      const plain = value.replace(/[\u0000-\u0020\u007f-\u009f]/g, '').toLowerCase();
+      const scheme = /^([a-z][a-z0-9+.-]*):/.exec(plain);
+      const image = name === 'src' && plain.startsWith('data:image/');
+      if (scheme && !['http', 'https', 'mailto'].includes(scheme[1]) && !image) {
+        node.removeAttribute(name);
+      }
+    }
+  }
+}
+
 /** `el('div', 'a b', 'text')` → `<div class="a b">text</div>`. */
 function el<K extends keyof HTMLElementTagNameMap>(
   tag: K,
@@ -412,6 +435,7 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
           .render(part.text)
           .then(html => {
             body.innerHTML = this._sanitizer.sanitize(html);
+            dropScriptUrls(body);
           })
           .catch(() => undefined)
       );
