@@ -6,19 +6,24 @@ for the HTML and the Markdown the product builds. Every renderer goes through th
   http(s) and mailto links) but can hold no active HTML, whichever Markdown parser renders it
   (JupyterLab's marked, nbconvert's mistune, GitHub): every ``<`` outside code becomes
   ``&lt;`` (so no tag, comment or autolink), a link, image or reference definition whose
-  target is not http(s), mailto or a relative path is broken (its ``[`` escaped), a fenced
+  target is not http(s), mailto or a relative path is shown as text, a fenced
   block left open is closed, and a code span with a character a parser might read as HTML
   becomes an HTML ``<code>`` element whose text is escaped.
 * :func:`code`: one value as inline code; :func:`cell`: one Markdown table cell.
 
-Fenced code blocks keep their text unchanged: a fence opens only at the start of the text or
-after a blank line, at most three spaces in, with a plain info string, so every parser agrees
-it is a fence. Anything this module cannot be sure is code is escaped as text; the worst case
-is a ``&lt;`` shown in an indented code block, never a tag.
+Fenced code blocks keep their text unchanged, and are written anew so that every parser sees
+them open and close in the same place: a fence is code only at the very start of a line (as
+the text's first line or after any line), and is rewritten with a plain info string and a
+fence longer than any backtick run inside; a fence-like line anywhere else (indented, after a
+list or quote marker) is shown as text, so no parser opens a block this module did not see.
+Anything this module cannot be sure is code is escaped as text: the worst case is a ``&lt;``
+shown inside an indented code block or a list's fence, never a tag.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 import html as _html
 import re
 from typing import Any
@@ -82,7 +87,10 @@ def markdown(text: Any, *, fences: bool = True) -> str:
 
     ``fences=False`` when the text does not start a line of its own (after other text on
     its line, or in a table cell): no fence is kept as code there."""
-    lines = str(text).split("\n")
+    text = str(text)
+    if "`" not in text and "~~~" not in text:  # no code span, no fence: one pass
+        return _text(text)
+    lines = text.split("\n")
     out: list[str] = []
     prose: list[str] = []
     i = 0
@@ -114,41 +122,40 @@ def _fenced(body: list[str], info: str) -> str:
     return "\n".join([ticks + language, *body, ticks])
 
 
+_TOKEN = re.compile(r"\\[\\`<\[\]()!*_{}#+\-.|~>&]|`+")  # an escaped character, or a backtick run
+_BLANK = re.compile(r"\n[ \t]*\n")
+
+
 def _prose(text: str) -> str:
     """Text outside fenced blocks: code spans kept (or made safe), every other ``<`` escaped,
-    links to anything but safe targets broken."""
+    links to anything but safe targets broken. Linear in the text's length."""
     out: list[str] = []
-    i, n = 0, len(text)
-    plain_from = 0
-    while i < n:
-        c = text[i]
-        if c == "\\" and i + 1 < n and text[i + 1] in "\\`<[]()!*_{}#+-.|~>&":
-            i += 2
+    blanks = [m.start() for m in _BLANK.finditer(text)]  # a code span never crosses one
+    plain_from = i = 0
+    while True:
+        token = _TOKEN.search(text, i)
+        if token is None:
+            break
+        i = token.end()
+        if token.group(0)[0] == "\\":
             continue
-        if c != "`":
-            i += 1
-            continue
-        run = len(text[i:]) - len(text[i:].lstrip("`"))
-        closing = _closing(text, i + run, run)
+        run = len(token.group(0))
+        next_blank = bisect.bisect_left(blanks, i)
+        limit = blanks[next_blank] if next_blank < len(blanks) else len(text)
+        closing = _closer(run).search(text, i, limit)
         if closing is None:
-            i += run  # backticks with no partner are text
-            continue
-        out.append(_text(text[plain_from:i]))
-        inner = text[i + run : closing]
-        out.append(_span(inner, "`" * run))
-        i = plain_from = closing + run
+            continue  # backticks with no partner are text
+        out.append(_text(text[plain_from : token.start()]))
+        out.append(_span(text[i : closing.start()], token.group(0)))
+        i = plain_from = closing.end()
     out.append(_text(text[plain_from:]))
     return "".join(out)
 
 
-def _closing(text: str, start: int, run: int) -> int | None:
-    """Where the backtick run closing a span opened by ``run`` backticks begins (no blank line
-    in between), or None."""
-    blank = re.compile(r"\n[ \t]*\n").search(text, start)
-    found = re.compile(rf"(?<!`)`{{{run}}}(?!`)").search(
-        text, start, blank.start() if blank else len(text)
-    )
-    return found.start() if found else None
+@functools.lru_cache(maxsize=64)
+def _closer(run: int) -> re.Pattern[str]:
+    """A backtick run of exactly ``run`` backticks (the one that closes a span it opened)."""
+    return re.compile(rf"(?<!`)`{{{run}}}(?!`)")
 
 
 def _span(inner: str, ticks: str) -> str:
@@ -161,7 +168,11 @@ def _span(inner: str, ticks: str) -> str:
 def _text(text: str) -> str:
     """Markdown text (no code in it): ``<`` escaped, unsafe link targets broken, and a fence
     that a parser could open here (indented, in a list or a quote) shown as text."""
-    text = _FENCE_LIKE.sub(lambda m: f"{m.group(1)}\\{m.group(2)}", text.replace("<", "&lt;"))
+    text = text.replace("<", "&lt;")
+    if "```" in text or "~~~" in text:
+        text = _FENCE_LIKE.sub(lambda m: f"{m.group(1)}\\{m.group(2)}", text)
+    if "]" not in text:
+        return text
     text = _DEFINITION.sub(
         lambda m: m.group(0) if safe_url(m.group(4)) else "&#91;" + m.group(0).lstrip(" ")[1:],
         text,
