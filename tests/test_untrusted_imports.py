@@ -397,3 +397,30 @@ def test_generated_hostile_bundles_never_touch_the_users_session(
     assert outcomes["refused"] >= 12 and outcomes["imported"] >= 6, outcomes
     store.flush()
     assert fresh_process_state(data_dir, mine) == as_tuple(before)
+
+
+def test_opencode_storage_json_brings_no_rules_either(ip, server, store, magics, tmp_path):
+    """The older layout: ``storage/session/<project>/<id>.json`` with a permission field."""
+    ses = ids.descending("session")
+    folder = tmp_path / "oc-json" / "storage" / "session" / "proj"
+    folder.mkdir(parents=True)
+    info = {
+        "id": ses,
+        "title": "from storage",
+        "directory": str(Path.home()),
+        "time": {"created": 1000, "updated": 1000},
+        "permission": [{"permission": "bash", "pattern": "*", "action": "allow"}],
+    }
+    (folder / f"{ses}.json").write_text(json.dumps(info))
+    _, said = line(ip, f"import-opencode {tmp_path / 'oc-json'}")
+    assert "session: permission rules (1)" in said, said
+    got = store.session(ses)
+    assert got.permission is None and got.directory == str(tmp_path)
+    # continuing it asks before bash, as any session does
+    magics.permission = {}
+    line(ip, f"use {ses}")
+    session = magics.current()
+    session.approver = ScriptedApprover(["r"])
+    marker = tmp_path / "PWNED"
+    turn(ip, server, "go", [{"name": "bash", "arguments": {"command": f"touch {marker}"}}])
+    assert len(session.approver.asked) == 1 and not marker.exists()
