@@ -34,6 +34,14 @@ and, derived from the compaction requests, summary messages and cleared tool out
 ``compaction.events_from_history``). Every table, column and storage folder that is not
 brought is listed in the report with the reason (``OpenCodeImport.not_imported``).
 
+An OpenCode database is untrusted data, as a bundle is (``transfer.untrusted_session``): its
+sessions' permission rules are dropped, they work in the importer's folder (OpenCode's folder is
+kept as ``metadata.importedFrom.directory``), and a parent link or a ``task`` call's session link
+to a session this import does not bring (and no earlier OpenCode import brought) is dropped; each
+is counted in the report. An import never overwrites a session it did not bring (only a session
+an earlier OpenCode import wrote is updated), nor moves a stored message or part to another
+session: such a clash refuses the whole import in one line before anything is written.
+
 Ids are input from outside: OpenCode's own ids follow our grammar and are kept
 as they are; a row whose id (or session, message, parent, call id …) does not
 (OpenCode accepts any caller-chosen id with the right prefix, e.g.
@@ -56,9 +64,17 @@ from typing import Any, ClassVar
 
 from ..core import ids
 from ..core.errors import UsageError
-from ..core.messages import Session, message_from_data, part_from_data
+from ..core.messages import Session, message_from_data, part_from_data, replace
 from ..loop.compaction import events_from_history, stable_event_id
-from .transfer import check_message, check_part, check_session, keep_paths_inside
+from .transfer import (
+    check_message,
+    check_part,
+    check_session,
+    keep_paths_inside,
+    refuse_clashes,
+    untrusted_part,
+    untrusted_session,
+)
 
 _SESSION_COLUMNS = {  # session table column → path in Session.Info JSON
     "project_id": "projectID",
@@ -115,7 +131,7 @@ _WHY_TABLE = {  # OpenCode's other tables (1.18), and why the history has no pla
     "project": "projects: each session keeps its projectID and directory",
     "project_directory": "a project's folders: each session keeps its directory",
     "workspace": "workspaces: each session keeps its workspaceID",
-    "permission": "OpenCode's remembered approvals: here, permissions are the permission setting",
+    "permission": "OpenCode's remembered approvals: an import never brings permission rules",
     "account": _ACCOUNTS,
     "account_state": _ACCOUNTS,
     "control_account": _ACCOUNTS,
@@ -231,11 +247,90 @@ def find_sources(path: str | os.PathLike) -> tuple[Path | None, Path | None]:
     return found
 
 
+IMPORTED = "importedFrom"  # Session.metadata key: {"source": "opencode", "directory": OpenCode's}
+
+
+def _from_opencode(info: Session) -> bool:
+    """Whether a stored session was written by an OpenCode import (which may update it)."""
+    mark = info.metadata.get(IMPORTED) if isinstance(info.metadata, dict) else None
+    return isinstance(mark, dict) and mark.get("source") == "opencode"
+
+
+def _stored(store, session_id: str) -> Session | None:
+    from ..core.errors import SessionNotFoundError
+
+    try:
+        info = store.session(session_id)
+    except SessionNotFoundError:
+        return None
+    return info if info.id == session_id else None  # not a prefix match of another one
+
+
+def _check_clashes(store, rows: dict[str, dict[str, dict]], brought: set[str]) -> set[str]:
+    """Refuse (one line, nothing written) an import that would overwrite a session no OpenCode
+    import wrote, or move a stored message or part; return the stored sessions an earlier
+    OpenCode import wrote (parents a session here may name)."""
+    for session_id in sorted(s for s in brought if ids.valid(s, "session")):
+        stored = _stored(store, session_id)
+        if stored is not None and not _from_opencode(stored):
+            raise UsageError(
+                f"refusing the import: session {session_id} is already in the history and was "
+                "not imported from OpenCode (an import never overwrites a session) — "
+                f"`%agent delete {session_id}` first, or import without it (--session …); "
+                "nothing was imported"
+            )
+    messages = {
+        r["id"]: r["session_id"]
+        for r in rows["message"].values()
+        if r["session_id"] in brought and isinstance(r["id"], str)
+    }
+    parts = {
+        r["id"]: r["message_id"]
+        for r in rows["part"].values()
+        if r["message_id"] in messages and isinstance(r["id"], str)
+    }
+    refuse_clashes(
+        store, "the import", {"message": messages, "part": parts}, lambda kind, id, owner: True
+    )
+    parents = {
+        r["data"].get("parentID")
+        for r in rows["session"].values()
+        if r["id"] in brought and isinstance(r["data"], dict)
+    }
+    found: set[str] = set()
+    for p in parents - brought:
+        if isinstance(p, str) and ids.valid(p, "session"):
+            info = _stored(store, p)
+            if info is not None and _from_opencode(info):
+                found.add(p)
+    return found
+
+
+def _as_imported(info: Session, brought: set[str], home: str, result: OpenCodeImport) -> Session:
+    """``info`` as an import may store it (``transfer.untrusted_session``), OpenCode's folder
+    kept in ``metadata.importedFrom``; what was dropped is counted in the report."""
+    safe, dropped = untrusted_session(info, brought, home)
+    for note in dropped:
+        kind = "permission rules" if "permission" in note else "parent link (not in this import)"
+        result.dropped_fields[f"session: {kind}"] += 1
+    metadata = info.metadata if isinstance(info.metadata, dict) else {}
+    if info.metadata is not None and not isinstance(info.metadata, dict):
+        metadata = {"value": info.metadata}
+    mark = {"source": "opencode", "directory": info.directory}
+    return replace(safe, metadata={**metadata, IMPORTED: mark})
+
+
 def import_opencode(
-    store, path: str | os.PathLike, *, sessions: list[str] | None = None
+    store,
+    path: str | os.PathLike,
+    *,
+    sessions: list[str] | None = None,
+    directory: str | os.PathLike | None = None,
 ) -> OpenCodeImport:
-    """Import every session (or only ``sessions``) found at ``path`` into ``store``."""
+    """Import every session (or only ``sessions``) found at ``path`` into ``store``; they work
+    in ``directory`` (default: the current working directory), never in OpenCode's folder."""
     wanted = {ids.check(s, "session", what="--session") for s in sessions} if sessions else None
+    home = str(Path(directory or os.getcwd()).resolve())
     db, storage = find_sources(path)
     rows: dict[str, dict[str, dict]] = {"session": {}, "message": {}, "part": {}, "todo": {}}
     result = OpenCodeImport()
@@ -253,12 +348,17 @@ def import_opencode(
                     k: v for k, v in rows["todo"].items() if v["session_id"] != row["session_id"]
                 }
             rows[kind][row["id"]] = row
+    brought = {
+        row["id"] for row in rows["session"].values() if wanted is None or row["id"] in wanted
+    }
+    brought |= _check_clashes(store, rows, brought)  # parents an earlier import brought
     for row in rows["session"].values():
         if wanted is not None and row["id"] not in wanted:
             continue
         info = _convert(result, "session", row, Session.from_data, _fill_session, check_session)
         if info is None:
             continue
+        info = _as_imported(info, brought, home, result)
         store.put(info, time_created=row.get("created") or info.time_created)
         result.sessions += 1
         result.session_ids.append(info.id)
@@ -286,6 +386,9 @@ def import_opencode(
         if dropped:
             label = f"part.{part.type}: state.metadata.outputPath (outside this data directory)"
             result.dropped_fields[label] += 1
+        part, link = untrusted_part(part, brought)
+        if link:
+            result.dropped_fields["part.tool: task sessionId (not in this import)"] += 1
         store.put(part, time_created=row.get("created"))
         result.parts += 1
         result.part_types[part.type] += 1

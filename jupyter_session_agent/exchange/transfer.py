@@ -17,7 +17,14 @@ Importing a bundle whose session already exists is a no-op when the stored
 session is identical, and refused (one line naming the fix) when it differs.
 ``import_bundle`` also reads the output of ``opencode export``.
 
-A bundle is input from outside: every id in it (sessions, messages, parts,
+A bundle is untrusted data. It never brings permission rules (``permission`` is dropped), a
+working folder (the importer's is used), or a parent link to a session it did not bring (a root
+``parentID``, or a ``task`` call's ``metadata.sessionId`` naming a session outside the bundle, is
+dropped); the result says what was dropped. It never overwrites, empties or re-parents what is
+stored: a session, message or part id already in the history (in another session, or with other
+contents) refuses the whole import in one line, before anything is written.
+
+Every id in it (sessions, messages, parts,
 parents, fork and revert points, compaction tails, task sessions, tool call
 ids, snapshot trees) must follow the id grammar (``ids.check``) or nothing is
 imported; a saved-output path (``metadata.outputPath``) outside this data
@@ -33,7 +40,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,27 +166,30 @@ def markdown(store, info: Session) -> str:
     history = _visible(info, store.messages(info.id))
     t = _totals(store, info, history)
     lines = [
-        f"# {info.title}",
+        f"# {M.md(info.title)}",
         "",
-        f"- session `{info.id}` · {clock(info.time_created)} → {clock(info.time_updated)} · `{info.directory}`",
-        f"- models: {', '.join(t['models']) or '—'} · {t['steps']} LLM step(s) · "
+        f"- session {M.code(info.id)} · {clock(info.time_created)} → {clock(info.time_updated)}"
+        f" · {M.code(info.directory)}",
+        f"- models: {M.md(', '.join(t['models']) or '—')} · {t['steps']} LLM step(s) · "
         f"{t['tokens_in']:,} tokens in / {t['tokens_out']:,} out",
         f"- cost: **${t['total']:.4f}** (messages ${t['own']:.4f}, title ${t['title']:.4f}, "
         f"subagents ${t['children']:.4f})",
     ]
     if info.forked_from:
         lines.append(
-            f"- forked from `{info.forked_from.get('sessionID')}`"
+            f"- forked from {M.code(info.forked_from.get('sessionID'))}"
             + (
-                f" before `{info.forked_from['messageID']}`"
+                f" before {M.code(info.forked_from['messageID'])}"
                 if info.forked_from.get("messageID")
                 else ""
             )
         )
     if info.parent_id:
-        lines.append(f"- subagent of `{info.parent_id}`")
+        lines.append(f"- subagent of {M.code(info.parent_id)}")
     if info.revert:
-        lines.append(f"- reverted at `{info.revert.get('messageID')}`: later messages are hidden")
+        lines.append(
+            f"- reverted at {M.code(info.revert.get('messageID'))}: later messages are hidden"
+        )
     body = M.messages(history, level=3, when=True)  # as the live view shows them
     return "\n".join(lines) + "\n\n---\n\n" + body + "\n"
 
@@ -249,6 +259,7 @@ class ImportResult:
     sessions: list[str] = field(default_factory=list)  # this one and its children
     dropped_paths: int = 0  # saved-output paths outside this data directory, not kept
     directory: str = ""  # the working folder the imported sessions use (the importer's)
+    dropped: list[str] = field(default_factory=list)  # what untrusted_session/links dropped
 
     def __str__(self) -> str:
         if self.status == "unchanged":
@@ -262,6 +273,8 @@ class ImportResult:
             else ""
         )
         where = f"; it works in {self.directory}" if self.directory else ""
+        if self.dropped:
+            dropped += "; dropped: " + ", ".join(self.dropped)
         return (
             f"imported {self.session_id}{kids}: {self.messages} messages, {self.parts} parts "
             f"(same ids){dropped}{where}"
@@ -426,6 +439,76 @@ def keep_paths_inside(part, data_dir: str | os.PathLike):
     return replace(part, state=replace(part.state, metadata=kept)), True
 
 
+# --------------------------------------------------------------------------
+# imports are untrusted data: what they may not bring, and what they may not overwrite
+
+
+def untrusted_session(
+    info: Session, brought: set[str] | frozenset[str], directory: str
+) -> tuple[Session, list[str]]:
+    """``(info as an import may store it, what was dropped)``: no permission rules (they would
+    allow tools without asking), the importer's working folder (the "inside the session folder"
+    rules follow it), and a parent only when the same import ``brought`` it (else the session
+    would adopt itself as a subagent of a stored one: its cost, its deletion)."""
+    dropped = []
+    if info.permission:
+        dropped.append(f"{len(info.permission)} permission rule(s) of {info.id}")
+    if info.parent_id is not None and info.parent_id not in brought:
+        dropped.append(f"parent link of {info.id} to {info.parent_id} (not in this import)")
+    parent = info.parent_id if info.parent_id in brought else None
+    return replace(info, permission=None, parent_id=parent, directory=directory), dropped
+
+
+def untrusted_part(part, brought: set[str] | frozenset[str]):
+    """``(part, what was dropped or "")``: a ``task`` call's link to a session the import did
+    not bring is removed (the HTML export would nest that stored session inside this one)."""
+    metadata = getattr(getattr(part, "state", None), "metadata", None)
+    if getattr(part, "tool", None) != "task" or not isinstance(metadata, dict):
+        return part, ""
+    child = metadata.get("sessionId")
+    if child is None or child in brought:
+        return part, ""
+    kept = {k: v for k, v in metadata.items() if k != "sessionId"}
+    why = f"task link of part {part.id} to {child} (not in this import)"
+    return replace(part, state=replace(part.state, metadata=kept)), why
+
+
+def stored_owners(store, kind: str, wanted: Iterable[str]) -> dict[str, str]:
+    """``{id: owner}`` for the ``wanted`` message ids (owner: their session) or part ids (owner:
+    their message) already in the history."""
+    wanted = sorted(set(wanted))
+    if not wanted:
+        return {}
+    table, owner = ("message", "session_id") if kind == "message" else ("part", "message_id")
+    found: dict[str, str] = {}
+    for start in range(0, len(wanted), 5000):
+        frame = store.sql(
+            f"SELECT id, {owner} AS owner FROM {table} WHERE list_contains($1, id)",
+            [wanted[start : start + 5000]],
+        )
+        found.update(zip(frame["id"], frame["owner"]))
+    return found
+
+
+def refuse_clashes(
+    store, what: str, owners: dict[str, dict[str, str]], allowed: Callable[[str, str, str], bool]
+) -> None:
+    """Refuse the whole import (one line naming the clash) when a message or part id it would
+    write is stored under another owner: writing it would move the user's row into the import.
+    ``owners``: kind → {id: the owner the import gives it}; ``allowed(kind, id, stored_owner)``
+    says when a stored row may be rewritten (a re-import of the same session)."""
+    for kind in ("message", "part"):
+        wanted = owners.get(kind, {})
+        for id, stored in sorted(stored_owners(store, kind, wanted).items()):
+            if stored != wanted[id] or not allowed(kind, id, stored):
+                where = "session" if kind == "message" else "message"
+                raise UsageError(
+                    f"refusing {what}: its {kind} {id} is already in the history in {where} "
+                    f"{stored} (an import never overwrites or moves a stored {kind}); "
+                    "nothing was imported"
+                )
+
+
 def _same(store, info: Session, history: list[WithParts]) -> bool | None:
     """None: not stored yet; True: stored and identical; False: stored and different."""
     try:
@@ -434,9 +517,11 @@ def _same(store, info: Session, history: list[WithParts]) -> bool | None:
         return None
     if existing.id != info.id:  # a prefix match of another session
         return None
-    # the working folder is the importer's, never the bundle's: it is not compared
+    # what the import may not bring (working folder, rules, links out) is not compared
     return (
-        replace(existing, directory=info.directory) == info and store.messages(info.id) == history
+        replace(existing, directory=info.directory, permission=None, parent_id=info.parent_id)
+        == info
+        and store.messages(info.id) == history
     )
 
 
@@ -453,20 +538,41 @@ def import_bundle(
     plan: list[tuple[Session, list[WithParts]]] = []
     _collect(data, plan, 0)
     home = str(Path(directory or os.getcwd()).resolve())
-    plan = [(replace(info, directory=home), history) for info, history in plan]
+    brought = {info.id for info, _ in plan}
+    if len(brought) != len(plan):
+        raise UsageError(
+            "refusing the bundle: it holds the same session twice; nothing was imported"
+        )
+    notes: list[str] = []
     dropped = 0
-    for _, history in plan:
+    for n, (info, history) in enumerate(plan):
+        info, lost_links = untrusted_session(info, brought, home)
+        notes += lost_links
         for i, item in enumerate(history):
             parts = []
             for part in item.parts:
                 part, lost = keep_paths_inside(part, store.data_dir)
+                part, link = untrusted_part(part, brought)
                 parts.append(part)
                 dropped += lost
+                notes += [link] if link else []
             history[i] = WithParts(item.info, tuple(parts))
-    if len({info.id for info, _ in plan}) != len(plan):
-        raise UsageError(
-            "refusing the bundle: it holds the same session twice; nothing was imported"
-        )
+        plan[n] = (info, history)
+    owners: dict[str, dict[str, str]] = {"message": {}, "part": {}}
+    for info, history in plan:
+        for item in history:
+            if item.info.id in owners["message"]:
+                raise UsageError(
+                    f"refusing the bundle: it holds message {item.info.id} twice; "
+                    "nothing was imported"
+                )
+            owners["message"][item.info.id] = info.id
+            for p in item.parts:
+                if p.id in owners["part"]:
+                    raise UsageError(
+                        f"refusing the bundle: it holds part {p.id} twice; nothing was imported"
+                    )
+                owners["part"][p.id] = item.info.id
     states = [_same(store, info, history) for info, history in plan]
     root = plan[0][0]
     if all(s is True for s in states):
@@ -477,7 +583,18 @@ def import_bundle(
             f"session {clash} is already in the history and differs from this bundle — "
             f"`%agent delete {clash}` first to replace it"
         )
-    result = ImportResult(root.id, "imported", dropped_paths=dropped, directory=home)
+    fresh = {info.id for (info, _), s in zip(plan, states) if s is None}
+    # only a fresh session's rows are written: none of them may exist anywhere yet
+    refuse_clashes(
+        store,
+        "the bundle",
+        {
+            "message": {k: v for k, v in owners["message"].items() if v in fresh},
+            "part": {k: v for k, v in owners["part"].items() if owners["message"][v] in fresh},
+        },
+        lambda kind, id, stored: False,
+    )
+    result = ImportResult(root.id, "imported", dropped_paths=dropped, directory=home, dropped=notes)
     for (info, history), state in zip(plan, states):
         if state is True:
             continue

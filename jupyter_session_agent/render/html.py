@@ -11,10 +11,8 @@ same classes and escaping, and change together.
 
 from __future__ import annotations
 
-import html as _html
 import re
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from ..core.messages import (
     AgentPart,
@@ -37,6 +35,7 @@ from ..core.messages import (
     tool_label,
     tool_status,
 )
+from . import escape as X
 from . import words as W
 from .forms import Form
 
@@ -65,9 +64,7 @@ img{max-width:100%}footer{color:var(--muted);font-size:.8em;margin-top:32px;text
 """
 
 
-def e(text: Any) -> str:
-    """``text`` escaped for HTML (quotes too)."""
-    return _html.escape(str(text), quote=True)
+e = X.html  # ``text`` escaped for HTML (quotes too)
 
 
 def _details(cls: str, summary: str, body: str) -> str:

@@ -1,5 +1,8 @@
 """Parts and messages as Markdown: the live view's ``text/markdown`` and the Markdown export.
 
+Every text from outside (a model's, a tool's, a file name, a title, an import) goes through
+:mod:`.escape`: Markdown stays Markdown, raw HTML and script links never get through.
+
 :data:`PART` holds one rendering per part class (:func:`part` looks it up); a part with
 nothing to show (a step start, an empty text) gives ``""``.
 """
@@ -27,13 +30,16 @@ from ..core.messages import (
     WithParts,
     tool_label,
 )
+from . import escape as X
 from . import words as W
 from .forms import Form
 
+code = X.code  # one value as inline code
 
-def code(text: str) -> str:
-    """Inline code that a backtick in ``text`` cannot end."""
-    return f"`{text.replace('`', 'ˋ')}`"
+
+def md(text: object) -> str:
+    """Untrusted text inside a line of ours: Markdown, no active HTML, no fences."""
+    return X.markdown(text, fences=False)
 
 
 def fence(body: str) -> str:
@@ -70,7 +76,7 @@ def _text(part: TextPart) -> str:
             f"sent to the model ({len(part.text):,} characters)",
             code_block(part.text, preview=False),
         )
-    text = f"<sub>*(synthetic)*</sub> {part.text}" if part.synthetic else part.text
+    text = f"<sub>*(synthetic)*</sub> {md(part.text)}" if part.synthetic else X.markdown(part.text)
     fields = W.interpolated(part)
     if fields:  # the history keeps the template too (metadata.template)
         text += "\n\n<sub>interpolated: " + ", ".join(code(f) for f in fields) + "</sub>"
@@ -80,15 +86,15 @@ def _text(part: TextPart) -> str:
 def _reasoning(part: ReasoningPart) -> str:
     if not part.text:
         return ""
-    return _details(W.reasoning_head(part), W.clip(part.text, W.MAX_TEXT_CHARS))
+    return _details(W.reasoning_head(part), X.markdown(W.clip(part.text, W.MAX_TEXT_CHARS)))
 
 
 def _tool(part: ToolPart) -> str:
     state = part.state
     # the status in words (or the exception class of a failed call): no emoji font needed
-    head = f"**{part.tool or '?'}** `{tool_label(part)}`"
+    head = f"**{md(part.tool or '?')}** {code(tool_label(part))}"
     if W.tool_title(part):
-        head += f" {W.tool_title(part)}"
+        head += f" {md(W.tool_title(part))}"
     if W.tool_took(part):
         head += f" · {W.tool_took(part)}"
     lines = [head]
@@ -117,11 +123,11 @@ def _tool(part: ToolPart) -> str:
 
 
 def _step_finish(part: StepFinishPart) -> str:
-    return f"<sub>▪ {W.step_line(part)}</sub>"
+    return f"<sub>▪ {md(W.step_line(part))}</sub>"
 
 
 def _retry(part: RetryPart) -> str:
-    return f"<sub>{W.retry_line(part)}</sub>"
+    return f"<sub>{md(W.retry_line(part))}</sub>"
 
 
 def _compaction(part: CompactionPart) -> str:
@@ -130,7 +136,8 @@ def _compaction(part: CompactionPart) -> str:
 
 def attachment_chip(part: FilePart) -> str:
     """A file part in one line: ``name`` · mime · size · where it came from."""
-    return f"{code(W.attachment_name(part))} <sub>{' · '.join(W.attachment_details(part))}</sub>"
+    details = " · ".join(W.attachment_details(part))
+    return f"{code(W.attachment_name(part))} <sub>{md(details)}</sub>"
 
 
 def _file(part: FilePart) -> str:
@@ -138,7 +145,7 @@ def _file(part: FilePart) -> str:
 
 
 def _subtask(part: SubtaskPart) -> str:
-    return f"🧩 **subtask** `{part.agent}`{W.subtask_model(part)}: {part.description}"
+    return f"🧩 **subtask** {code(part.agent)}{md(W.subtask_model(part))}: {md(part.description)}"
 
 
 def _patch(part: PatchPart) -> str:
@@ -153,11 +160,11 @@ def _patch(part: PatchPart) -> str:
 
 
 def _snapshot(part: SnapshotPart) -> str:
-    return f"<sub>snapshot `{part.snapshot[:12]}`</sub>" if part.snapshot else ""
+    return f"<sub>snapshot {code(part.snapshot[:12])}</sub>" if part.snapshot else ""
 
 
 def _agent(part: AgentPart) -> str:
-    return f"🤖 @{part.name}"
+    return f"🤖 @{md(part.name)}"
 
 
 def _step_start(part: StepStartPart) -> str:
@@ -165,11 +172,11 @@ def _step_start(part: StepStartPart) -> str:
 
 
 def _unknown(part: UnknownPart) -> str:
-    return f"<sub>❔ {W.unknown_line(part)}</sub>"
+    return f"<sub>❔ {md(W.unknown_line(part))}</sub>"
 
 
 def _fallback(part: object) -> str:
-    return f"<sub>❔ {W.fallback_line(part)}</sub>"
+    return f"<sub>❔ {md(W.fallback_line(part))}</sub>"
 
 
 PART = Form(
@@ -208,7 +215,7 @@ def message_header(item: WithParts, *, level: int = 4, when: bool = False) -> st
     head = "#" * level + " " + W.message_role(item)
     usage = W.message_usage(item.info)
     if usage:
-        head += f" <sub>({usage})</sub>"
+        head += f" <sub>({md(usage)})</sub>"
     if when:
         head += f" <sub>{W.clock(item.info.time_created)}</sub>"
     return head
@@ -219,7 +226,7 @@ def message(item: WithParts, *, level: int = 4, when: bool = False, unsaved: boo
     body = "\n\n".join(t for t in (part(p) for p in item.parts) if t)
     error = W.message_error(item.info)
     if error:
-        body += f"\n\n❗ **{error[0]}**: {error[1]}"
+        body += f"\n\n❗ **{md(error[0])}**: {md(error[1])}"
     if unsaved:
         body += f"\n\n⚠️ **{W.NOT_SAVED}**: {W.NOT_SAVED_WHY}"
     return f"{message_header(item, level=level, when=when)}\n\n{body}".rstrip()

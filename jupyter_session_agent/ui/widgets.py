@@ -15,7 +15,6 @@ Importing this module imports ipywidgets: only ``%agent browse`` does.
 
 from __future__ import annotations
 
-import html
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -26,6 +25,7 @@ from ..analytics.sessions import SessionRow, session_rows
 from ..core.chat import history_model
 from ..loop.budget_report import BudgetReport, budget_report
 from ..providers.registry import settings_model_info
+from ..render import escape as X
 from .display import TranscriptView, budget_lines
 
 # The header and the rows share one monospace font and one left inset (the list's border plus
@@ -131,10 +131,10 @@ class BudgetGauge(W.VBox):
         self.bar.value = float(report.used)
         self.bar.bar_style = bar_style(report)
         ctx, triggers, history, *spark = budget_lines(report)
-        self.summary.value = f"<b>{html.escape(ctx)}</b>"
-        self.triggers.value = html.escape(triggers)
-        self.history.value = html.escape(history) + (
-            f"<br><code>{html.escape(spark[0])}</code>" if spark else ""
+        self.summary.value = f"<b>{X.html(ctx)}</b>"
+        self.triggers.value = X.html(triggers)
+        self.history.value = X.html(history) + (
+            f"<br><code>{X.html(spark[0])}</code>" if spark else ""
         )
 
 
@@ -209,7 +209,7 @@ class SessionBrowser(W.VBox):
         ]
         keep = self.select.value
         head, lines = table(rows)
-        self.header.value = f'<div class="jsa-head">{html.escape(head)}</div>'
+        self.header.value = f'<div class="jsa-head">{X.html(head)}</div>'
         self.select.options = list(zip(lines, [r.id for r in rows]))
         self.select.rows = max(3, min(LIST_ROWS, len(rows)))  # no empty band under a short list
         if keep in {r.id for r in rows}:

@@ -38,12 +38,37 @@ const ICONS: { [name: string]: string } = {
 
 /** An inline SVG icon (`ICONS`), sized to the text around it. */
 export function icon(name: string): Element {
+  // only a known icon's name reaches the markup: a status or type from the history never does
+  name = Object.prototype.hasOwnProperty.call(ICONS, name) ? name : 'unknown';
   const template = document.createElement('template');
   template.innerHTML =
     `<svg class="jsa-icon jsa-icon-${name}" viewBox="0 0 16 16" width="12" height="12" aria-hidden="true" ` +
     `fill="none" stroke="currentColor" stroke-width="1.8" stroke-linecap="round" stroke-linejoin="round">` +
     `${ICONS[name] || ''}</svg>`;
   return template.content.firstElementChild as Element;
+}
+
+const URL_ATTRIBUTES = ['href', 'src', 'xlink:href', 'action', 'formaction', 'srcset', 'poster'];
+
+/**
+ * Removes every link or source whose scheme is not http(s), mailto or (for images) data:image
+ * from Markdown a model wrote, after the sanitizer: an image or link to `javascript:` stays inert.
+ */
+export function dropScriptUrls(root: Element): void {
+  for (const node of Array.from(root.querySelectorAll('*'))) {
+    for (const name of URL_ATTRIBUTES) {
+      const value = node.getAttribute(name);
+      if (value === null) {
+        continue;
+      }
+      const plain = value.replace(/[\u0000-\u0020\u007f-\u009f]/g, '').toLowerCase();
+      const scheme = /^([a-z][a-z0-9+.-]*):/.exec(plain);
+      const image = name === 'src' && plain.startsWith('data:image/');
+      if (scheme && !['http', 'https', 'mailto'].includes(scheme[1]) && !image) {
+        node.removeAttribute(name);
+      }
+    }
+  }
 }
 
 /** `el('div', 'a b', 'text')` → `<div class="a b">text</div>`. */
@@ -279,11 +304,19 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
     }
     node.appendChild(head);
     for (const part of parts) {
-      const rendered = this._part(part, pending);
+      // one part, whatever its type or fields (an import's, a newer version's), never blanks
+      // the others: a part that cannot be drawn shows as one line
+      let rendered: HTMLElement | null;
+      const type = part && typeof part.type === 'string' ? part.type : String(part && part.type);
+      try {
+        rendered = this._part(part || {}, pending);
+      } catch (err) {
+        rendered = el('div', 'jsa-unknown', `${type} part (cannot be shown)`);
+      }
       if (rendered) {
-        rendered.classList.add('jsa-part', `jsa-part-${part.type}`);
-        rendered.dataset.type = part.type;
-        rendered.dataset.id = part.id || '';
+        rendered.classList.add('jsa-part', `jsa-part-${type.replace(/[^A-Za-z0-9_-]/g, '_')}`);
+        rendered.dataset.type = type;
+        rendered.dataset.id = String((part && part.id) || '');
         node.appendChild(rendered);
       }
     }
@@ -402,6 +435,7 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
           .render(part.text)
           .then(html => {
             body.innerHTML = this._sanitizer.sanitize(html);
+            dropScriptUrls(body);
           })
           .catch(() => undefined)
       );

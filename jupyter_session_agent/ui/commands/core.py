@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from ...core.errors import UsageError
+from ...render import escape as X
 from . import help_text, parse, subcommand
 
 
@@ -44,7 +45,7 @@ def sessions(magics, args, raw):
     for s in rows:
         mark = "▶" if s.id == current else ""
         updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.time_updated / 1000))
-        lines.append(f"| {mark} | `{s.id}` | {s.title} | {updated} |")
+        lines.append(f"| {mark} | {X.code(s.id)} | {X.cell(s.title)} | {updated} |")
     return Markdown("\n".join(lines))
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ...core.errors import UsageError
 from ...core.ids import check_ref
+from ...render import escape as X
 from . import subcommand
 
 
@@ -92,18 +93,19 @@ def turns(magics, args, raw):
         "|---|---|---|---|---|---|---|",
     ]
     for row in rows_of(history):
-        prompt = row["prompt"].replace("\n", " ").replace("|", "\\|")
-        prompt = prompt[:60] + ("…" if len(prompt) > 60 else "")
+        prompt = " ".join(row["prompt"].split())
+        prompt = X.cell(prompt[:60] + ("…" if len(prompt) > 60 else ""))
         mark = " *(reverted)*" if hidden_from and row["id"] not in shown else ""
         when = time.strftime("%H:%M:%S", time.localtime(row["time"] / 1000))
-        files = ", ".join(sorted(os.path.basename(f) for f in row["files"]))[:60]
+        files = X.cell(", ".join(sorted(os.path.basename(f) for f in row["files"]))[:60])
         lines.append(
-            f"| {row['turn']} | `{row['id']}`{mark} | {when} | {prompt} | {row['messages']} | "
+            f"| {row['turn']} | {X.code(row['id'])}{mark} | {when} | {prompt} | {row['messages']} | "
             f"${row['cost']:.4f} | {files} |"
         )
     if len(lines) == 2:
         return Markdown(f"*(no turns yet in {info.id})*")
-    return Markdown(f"**{info.title}** `{info.id}`\n\n" + "\n".join(lines))
+    title = X.markdown(info.title, fences=False)
+    return Markdown(f"**{title}** {X.code(info.id)}\n\n" + "\n".join(lines))
 
 
 def _resolve(magics, session_id: str):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from ...core.errors import UsageError
+from ...render import escape as X
 from . import subcommand
 
 USAGE = "mcp [restart NAME | stop NAME]"
@@ -71,15 +72,15 @@ def _listing(configs, problems):
         else:
             status, error, starts = server.state, server.last_error or "", server.starts
             names = list(tools_of(server, server.tools, set())) if server.tools else []
-            log = f"`{server.log_path}`"
+            log = X.code(server.log_path)
         tools = str(len(names)) if names else "—"
         where = config.describe() + ("" if config.source == "%config" else f" ({config.source})")
         lines.append(
-            f"| `{name}` | {config.type} | `{_cell(where, 80)}` | {status} | {tools} | {starts} | "
-            f"{_cell(error, 160)} | {log} |"
+            f"| {X.code(name)} | {X.cell(config.type)} | {X.code(_clip(where, 80))} | "
+            f"{X.cell(status)} | {tools} | {starts} | {X.cell(_clip(error, 160))} | {log} |"
         )
         if names:
-            offered.append(f"- `{name}`: " + ", ".join(f"`{n}`" for n in names))
+            offered.append(f"- {X.code(name)}: " + ", ".join(X.code(n) for n in names))
     text = "\n".join(lines)
     if offered:
         text += "\n\nTools offered to the model (permission = the tool's name, e.g. "
@@ -88,10 +89,10 @@ def _listing(configs, problems):
         "\n\nServers start at the first `%%agent` turn that needs them; `%agent mcp restart NAME`."
     )
     if problems:
-        text += "\n\n" + "\n".join(f"- {p}" for p in problems)
+        text += "\n\n" + "\n".join(f"- {X.markdown(p, fences=False)}" for p in problems)
     return Markdown(text)
 
 
-def _cell(text: str, limit: int) -> str:
-    text = " ".join(str(text).split()).replace("|", "\\|").replace("`", "'")
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -6,6 +6,7 @@ import argparse
 import os
 
 from ...core.errors import UsageError
+from ...render import escape as X
 from . import subcommand
 
 REMEMBER_USAGE = "remember [ID] [--all] [--rules|--llm] [--force]"
@@ -50,7 +51,7 @@ def remember(magics, args, raw):
         if not done:
             return Markdown("*(no sessions in this project yet)*")
         lines = [f"Remembered {len(done)} session(s) → `{done[-1].memory_path}`", ""]
-        lines += [f"- {r.summary()}" for r in done]
+        lines += [f"- {X.markdown(r.summary(), fences=False)}" for r in done]
         return Markdown("\n".join(lines))
     if ns.session:
         from ...core.ids import check_ref
@@ -78,7 +79,8 @@ def remember(magics, args, raw):
     )
     where = f"`{done.path}`" if done.status != "empty" else "(no file: nothing worth remembering)"
     return Markdown(
-        f"**{done.summary()}**\n\n{where} · consolidated in `{done.memory_path}`\n\n{done.markdown}"
+        f"**{X.markdown(done.summary(), fences=False)}**\n\n{where} · consolidated in "
+        f"{X.code(done.memory_path)}\n\n{X.markdown(done.markdown)}"
     )
 
 
@@ -133,12 +135,13 @@ def recall(magics, args, raw):
         "|---|---|---|---|---|---|",
     ]
     for i, hit in enumerate(hits, 1):
-        text = hit.text.replace("|", "\\|")
+        text = X.cell(hit.text)
         if hit.superseded_by:
-            text = f"~~{text}~~ (superseded by `{hit.superseded_by}`)"
-        where = " / ".join(f"`{x}`" for x in (hit.session_id, hit.message_id) if x) or "pinned"
+            text = f"~~{text}~~ (superseded by {X.code(hit.superseded_by)})"
+        where = " / ".join(X.code(x) for x in (hit.session_id, hit.message_id) if x) or "pinned"
+        source = X.cell(f"{hit.source}/{hit.kind}")
         lines.append(
-            f"| {i} | {hit.date} | {hit.source}/{hit.kind} | {text} | {where} | {hit.why()} |"
+            f"| {i} | {X.cell(hit.date)} | {source} | {text} | {where} | {X.cell(hit.why())} |"
         )
     return Markdown("\n".join(lines) + f"\n\n*{how}*")
 
@@ -180,4 +183,4 @@ def show_memory(magics, args, raw):
             f"*(no memory yet for this project — `%agent remember` or `%agent remember --all` "
             f"writes it to `{folder}`)*"
         )
-    return Markdown(f"`{path}`\n\n" + path.read_text(encoding="utf-8"))
+    return Markdown(f"{X.code(path)}\n\n" + X.markdown(path.read_text(encoding="utf-8")))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from ...core.errors import UsageError
+from ...render import escape as X
 from . import subcommand
 
 USAGE = (
@@ -70,8 +71,10 @@ def _listing(magics, session):
     ]
     for source, rules in groups:
         for rule in rules:
-            pattern = rule.pattern.replace("|", "\\|")
-            lines.append(f"| {source} | `{rule.permission}` | `{pattern}` | {rule.action} |")
+            lines.append(
+                f"| {source} | {X.code(rule.permission)} | {X.code(rule.pattern)} | "
+                f"{X.cell(rule.action)} |"
+            )
     lines.append("")
     lines.append(
         "Add one with `%agent permit TOOL [PATTERN] allow|ask|deny`, for one cell with "
