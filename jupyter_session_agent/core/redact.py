@@ -1,5 +1,8 @@
 """Keeping API keys out of the history, the model's context and the notebook.
 
+One module: what counts as a secret (names, formats, values seen) and the one function that
+replaces it everywhere must agree, or a secret found in one place would leak through another.
+
 :func:`redact` replaces what looks like a credential with ``[REDACTED:<kind>]``:
 
 - well-known key formats: OpenAI ``sk-…`` / ``sk-proj-…``, Anthropic
