@@ -10,6 +10,8 @@ of the session folder read as empty, :func:`sensitive_name`). Pure: no file syst
 
 from __future__ import annotations
 
+import re
+
 # Credential stores under the home folder, relative to it (hidden whole by the sandbox).
 HOME_CREDENTIALS: tuple[str, ...] = (
     ".ssh",
@@ -84,17 +86,27 @@ _NAMES = frozenset(
 _SUFFIXES = (".env", ".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".tfstate")
 
 
+_NAME_RE = re.compile(
+    "|".join(
+        [
+            *(re.escape(n) for n in sorted(_NAMES)),
+            r"\.env\..*",
+            r"service-account.*",
+            r".*(?:" + "|".join(re.escape(x) for x in _SUFFIXES) + ")",
+        ]
+    ),
+    re.IGNORECASE,
+)
+_NOT_RE = re.compile(
+    r".*(?:" + "|".join(re.escape(x) for x in NOT_SENSITIVE_SUFFIXES) + r"|\.pub)",
+    re.IGNORECASE,
+)
+
+
 def sensitive_name(name: str) -> bool:
     """Is a file called ``name`` sensitive wherever it is (``.env``, ``.env.local``,
     ``id_rsa``, ``server.pem``)? The quick test the sandbox's walk of a folder uses."""
-    lower = name.lower()
-    if any(lower.endswith(s) for s in NOT_SENSITIVE_SUFFIXES):
-        return False
-    return (
-        lower in _NAMES
-        or (lower.startswith((".env.", "service-account")) and not lower.endswith(".pub"))
-        or lower.endswith(_SUFFIXES)
-    )
+    return _NAME_RE.fullmatch(name) is not None and _NOT_RE.fullmatch(name) is None
 
 
 _STORES = frozenset(name.split("/", 1)[0] for name in HOME_CREDENTIALS if "/" in name) | {
