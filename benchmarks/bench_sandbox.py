@@ -51,21 +51,36 @@ SESSION = [
 ]
 
 
-def per_call(directory: Path, repeat: int) -> tuple[float, float]:
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children (stable under load)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def per_call(directory: Path, repeat: int) -> tuple[float, float, float, float]:
     tool = BashTool()
     plain = ToolContext("s", "m", "c", directory, directory / ".data")
     boxed = ToolContext("s", "m", "c", directory, directory / ".data", sandbox=Confinement(True))
     command = {"command": "echo hi > /dev/null; cat /etc/hostname > /dev/null"}
-    unconfined, confined = [], []
+    unconfined, confined, cpu_plain, cpu_boxed = [], [], [], []
     for _ in range(3):  # warm both paths (page cache, the probe)
         tool.run(command, plain)
         tool.run(command, boxed)
     for _ in range(repeat):
-        for ctx, times in ((plain, unconfined), (boxed, confined)):
-            started = time.perf_counter()
+        for ctx, times, cpu in ((plain, unconfined, cpu_plain), (boxed, confined, cpu_boxed)):
+            started, cpu_started = time.perf_counter(), _cpu()
             tool.run(command, ctx)
             times.append(time.perf_counter() - started)
-    return statistics.median(unconfined), statistics.median(confined)
+            cpu.append(_cpu() - cpu_started)
+    return (
+        statistics.median(unconfined),
+        statistics.median(confined),
+        statistics.median(cpu_plain),
+        statistics.median(cpu_boxed),
+    )
 
 
 def questions(directory: Path, sandboxed: bool, answer: str) -> int:
@@ -107,11 +122,12 @@ def main() -> None:
                 (sub / f"f{f:03d}.csv").write_text("a,b\n")
         if found.available:
             for name, folder in (("empty folder", empty), ("2,000 files", many)):
-                plain, boxed = per_call(folder, args.repeat)
+                plain, boxed, cpu_plain, cpu_boxed = per_call(folder, args.repeat)
                 print(
-                    f"per call, {name}: unconfined {plain * 1000:.1f} ms, sandboxed "
+                    f"per call, {name}: wall unconfined {plain * 1000:.1f} ms, sandboxed "
                     f"{boxed * 1000:.1f} ms, ratio {boxed / plain:.2f}x, "
-                    f"+{(boxed - plain) * 1000:.1f} ms"
+                    f"+{(boxed - plain) * 1000:.1f} ms; CPU {cpu_plain * 1000:.1f} ms vs "
+                    f"{cpu_boxed * 1000:.1f} ms, +{(cpu_boxed - cpu_plain) * 1000:.1f} ms"
                 )
         data = root / "data"
         (data / "out").mkdir(parents=True)
