@@ -454,3 +454,31 @@ def test_a_30_mb_answer_is_cut_with_one_line_and_memory_stays_bounded(
     assert text.count("answer cut") == 1
     assert text.rstrip().endswith("raise max_answer_chars to keep more]")
     assert peak - before < 40 * 1024 * 1024, (peak - before) / 1e6
+
+
+def test_mcp_log_redacts_keys_of_the_command(ip, magics, data_dir):
+    """The log's start line names the command: its ``--api-key`` value is not in it, nor in
+    the one-line error the restart shows."""
+    import sys
+
+    pytest.importorskip("mcp")
+    magics.mcp = {
+        "dies": {
+            "type": "local",
+            "command": [
+                sys.executable,
+                "-c",
+                "import sys; sys.exit(3)",
+                "--api-key",
+                "LogKey98765",
+            ],
+            "timeout": 5,
+        }
+    }
+    with pytest.raises(Exception) as info:
+        ip.run_line_magic("agent", "mcp restart dies")
+    assert "LogKey98765" not in str(info.value)
+    logs = list((data_dir / "mcp").glob("dies.log*"))
+    assert logs, "the server's log was not written"
+    text = "".join(p.read_text() for p in logs)
+    assert "--api-key" in text and "LogKey98765" not in text
