@@ -139,6 +139,13 @@ def _abs(directory: str, path: str) -> str:
     return _norm(joined)
 
 
+def resolve_path(directory: str, path: str | None) -> str:
+    """The one path resolution of the permission check and the file tools
+    (``tools/paths.py`` ``resolve`` calls it): ``~`` expanded, relative to ``directory``,
+    every symbolic link resolved before the ``..`` that follows it."""
+    return real_path(_abs(_norm(directory), str(path or "")))
+
+
 def real_path(path: str) -> str:
     """``path`` with every symbolic link on the way resolved (missing parts kept as written)."""
     try:

@@ -99,13 +99,12 @@ def resolve(ctx: ToolContext, path: str | None) -> Path:
     """The one path primitive of every file tool: an absolute path with ``~`` expanded,
     relative paths against ``ctx.directory``, and every symbolic link on the way resolved
     *before* the ``..`` that follows it (``data/../x`` with ``data -> /a/b`` is ``/a/x``, as
-    the kernel opens it) — the file the permission check looked at (``asks.tool_asks``
-    resolves the same way, with ``os.path.realpath``). The tools then open what this returns
+    the kernel opens it) — the file the permission check looked at: both call
+    ``core.asks.resolve_path``. The tools then open what this returns
     with :func:`open_nofollow`, so a link swapped in after the check is refused, not followed."""
-    if not path:
-        return real(Path(ctx.directory).absolute())
-    p = Path(path).expanduser()
-    return real(p if p.is_absolute() else (Path(ctx.directory) / p).absolute())
+    from ..core.asks import resolve_path
+
+    return Path(resolve_path(str(Path(ctx.directory).absolute()), path))
 
 
 def open_nofollow(path: Path, flags: int, mode: int = 0o666) -> int:
