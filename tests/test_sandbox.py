@@ -446,3 +446,25 @@ def test_the_checker_still_allows_plain_lines(tmp_path):
     (tmp_path / "in.txt").write_text("x\n")
     for command in ("sort -r in.txt", "tar -czf out.tgz in.txt", "echo $PWD", "ls -la", "cd ."):
         assert not _asks(command, str(tmp_path), ALLOWED), command
+
+
+def test_a_confined_command_that_times_out_leaves_nothing_running(area):
+    """The timeout kills the whole process group through bwrap, as without the sandbox."""
+    import subprocess
+
+    from jupyter_session_agent.tools.base import ToolContext
+    from jupyter_session_agent.tools.sandbox import Confinement
+    from jupyter_session_agent.tools.shell import BashTool
+
+    found = status()
+    if not found.available:
+        pytest.skip(found.reason)
+    ctx = ToolContext("s", "m", "c", area, area / ".data", sandbox=Confinement(True))
+    marker = f"sleep 37.{os.getpid()}"
+    started = time.monotonic()
+    result = BashTool().run({"command": f"{marker} & {marker}; echo end", "timeout": 1000}, ctx)
+    assert time.monotonic() - started < 5
+    assert "timed out" in result.output and "end" not in result.output
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+    assert not left.strip(), left
