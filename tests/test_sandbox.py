@@ -468,3 +468,31 @@ def test_a_confined_command_that_times_out_leaves_nothing_running(area):
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
     assert not left.strip(), left
+
+
+ISSUE_LINES = [
+    'read PWD <<< "$HOME"; echo x >> "$PWD/.bashrc"',
+    'printf -v PWD %s "$HOME"; echo x >> "$PWD/.bashrc"',
+    "read CDPATH <<< ..; cd sib && touch F",
+    "sort -ro../F data.csv",
+    "tar -cf../F data.csv",
+    "xargs touch <<< ../F",
+]
+
+
+@pytest.mark.parametrize("line", ISSUE_LINES)
+def test_the_lines_that_got_past_the_checker_now_ask(ip, server, store, magics, home, line):
+    """Unconfined, with every command of the line allowed by a rule: the line asks (a denial
+    here), and nothing is written outside."""
+    area = home.parent
+    (area / "sib").mkdir()
+    magics.sandbox = "off"
+    allowed = ("read", "echo", "printf", "cd", "touch", "sort", "tar", "xargs")
+    magics.permission = {"bash": {f"{c} *": "allow" for c in allowed}}
+    bash(server, line)
+    run(ip, "go")
+    part = tools_of(store, magics.session.info.id)[0]
+    assert part.state.status == "error"
+    assert part.state.metadata["permission"]["permission"] == "external_directory"
+    assert not (home / ".bashrc").exists()
+    assert not (area / "F").exists() and not (area / "sib" / "F").exists()
