@@ -58,6 +58,9 @@ def ip(_shell, server, data_dir, tmp_path, monkeypatch):
     # The defaults ask before python/bash/write/edit run, and these shells have no stdin:
     # end-to-end tests allow everything; tests of the permission model set their own rules.
     magics.permission = {"*": "allow"}
+    # bash unconfined: these tests are about the checker and the other layers, and the
+    # sandbox's private /tmp would hide their tmp_path files; tests/test_sandbox.py turns it on.
+    magics.sandbox = "off"
     # A title call after a session's first turn would take the next scripted reply:
     # off here; tests of titles turn it on (tests/test_lifecycle.py).
     magics.titles = False

@@ -44,6 +44,9 @@ def kernel(server, tmp_path_factory):
             "%config AgentMagics.model_overrides = {'openai/scripted': {'context': 100000, 'output': 4096}}\n"
             "%config AgentMagics.request_timeout = 10.0\n"
             "%config AgentMagics.live = True\n"
+            # the approval prompt is the point here: bash unconfined, so that it asks (with
+            # the OS sandbox bash runs without asking: tests/test_sandbox.py)
+            "%config AgentMagics.sandbox = 'off'\n"
         )
         assert reply["content"]["status"] == "ok", out
         yield k

@@ -274,6 +274,8 @@ BAD_SETTINGS = {
     ],
     "max_steps": [0, -1, "x", 2.5, True],
     "max_retries": [-1, "x"],
+    "max_answer_chars": [0, 999, "lots", True, 1.5],
+    "sandbox": ["on", True, "bwrap", None],
     "request_timeout": [-1, 0, float("nan"), float("inf"), "x"],
     "first_byte_timeout": [0, -5, "soon"],
     "idle_timeout": [0, -1.5, None],

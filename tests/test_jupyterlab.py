@@ -69,6 +69,8 @@ c.AgentMagics.model_overrides = {"openai/scripted": {"context": 32000, "output":
                                                      "price_input": 0.15, "price_output": 0.6}}
 c.AgentMagics.request_timeout = 30.0
 c.AgentMagics.snapshot = {"enabled": False}
+# bash unconfined: the approval prompts are the point (in the OS sandbox bash does not ask)
+c.AgentMagics.sandbox = "off"
 """
 LIVE_TEXT = (
     "The notebook directory holds three files. data.csv is the table to study, "

@@ -127,8 +127,23 @@ def _norm(path: str) -> str:
 
 
 def _abs(directory: str, path: str) -> str:
+    """``path`` made absolute against ``directory``. A ``..`` is resolved after the symbolic
+    links before it, as the kernel does (``data/../x`` with ``data -> /a/b`` is ``/a/x``),
+    never removed as text first."""
     path = os.path.expanduser(str(path)).replace("\\", "/")
-    return _norm(posixpath.join(directory, path)) if path else directory
+    if not path:
+        return directory
+    joined = posixpath.join(directory, path)
+    if ".." in joined.split("/"):
+        return real_path(joined)
+    return _norm(joined)
+
+
+def resolve_path(directory: str, path: str | None) -> str:
+    """The one path resolution of the permission check and the file tools
+    (``tools/paths.py`` ``resolve`` calls it): ``~`` expanded, relative to ``directory``,
+    every symbolic link resolved before the ``..`` that follows it."""
+    return real_path(_abs(_norm(directory), str(path or "")))
 
 
 def real_path(path: str) -> str:
@@ -195,7 +210,7 @@ def _glob_root(root: str, pattern: str) -> str:
     if not literal:
         return root
     prefix = "/".join(literal) or "/"
-    return _norm(posixpath.join(root, prefix))
+    return _abs(root, prefix)
 
 
 # -- bash ---------------------------------------------------------------------
@@ -214,6 +229,8 @@ _HARMLESS_PATHS = frozenset(
 )
 _FD_PATH = re.compile(r"/dev/fd/[0-9]+")
 GLOB_LIMIT = 1000  # matches of one glob word looked at; more: the word is unresolved
+GLOB_ENTRIES = 20_000  # directory entries one glob word may look at; more: unresolved
+GLOB_SECONDS = 0.5  # time one glob word may take to expand; more: unresolved
 
 
 def bash_prefix(command: str) -> str:
@@ -245,10 +262,12 @@ def _bash_asks(command: str, directory: str, tool: str) -> list[Ask]:
     analysis = bashparse.analyse(command, pwd=directory)
     asks: list[Ask] = []
     outside: list[str] = []
+    existing: list[str] = []
     unresolved = [f"`{short_text(w, 60)}`" for w in analysis.unresolved]
     for word in analysis.paths:
-        found, complete = _path_targets(directory, word)
+        found, complete, files = _path_targets(directory, word)
         outside += found
+        existing += files
         if not complete:
             unresolved.append(f"`{short_text(word.value, 60)}` (a glob the checker cannot expand)")
     globs = _covering(outside)
@@ -272,6 +291,18 @@ def _bash_asks(command: str, directory: str, tool: str) -> list[Ask]:
                     "command": command,
                 },
                 unsure,
+            )
+        )
+    if existing:
+        # A file a command names is checked as a read of it: the sensitive-path rules (and
+        # any read rule) apply to bash as to every tool (`cat .env` under a `cat *` allow asks).
+        files = tuple(dict.fromkeys(existing))
+        asks.append(
+            Ask(
+                "read",
+                files,
+                files,
+                {"tool": tool, "summary": f"{', '.join(files)} (bash {short_text(command, 80)})"},
             )
         )
     commands = analysis.commands
@@ -301,12 +332,13 @@ def _covering(globs: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(kept, key=order.__getitem__))
 
 
-def _path_targets(directory: str, word: Any) -> tuple[list[str], bool]:
+def _path_targets(directory: str, word: Any) -> tuple[list[str], bool, list[str]]:
     """The ``<dir>/*`` globs of what ``word`` names outside ``directory`` (symbolic links
-    followed, glob words expanded on the disk), and whether that is known for sure."""
+    followed, glob words expanded on the disk), whether that is known for sure, and the
+    existing files it names (resolved)."""
     value = str(word.value)
     if value in _HARMLESS_PATHS or _FD_PATH.fullmatch(value):
-        return [], True  # only `/dev/fd/N` itself: `/dev/fd/../cwd/..` is /proc/self, not a fd
+        return [], True, []  # only `/dev/fd/N`: `/dev/fd/../cwd/..` is /proc/self, not a fd
     joined = posixpath.join(directory, value)
     candidates = [joined]
     complete = True
@@ -314,13 +346,18 @@ def _path_targets(directory: str, word: Any) -> tuple[list[str], bool]:
         matches, complete = _glob_matches(joined) if getattr(word, "exact", True) else ([], False)
         candidates = matches + [_glob_literal_root(joined)]
     found = []
+    files = []
     for candidate in candidates:
         real = real_path(candidate)
-        if real in _HARMLESS_PATHS or _inside(directory, real):
+        if real in _HARMLESS_PATHS:
+            continue
+        if os.path.isfile(real):
+            files.append(real)
+        if _inside(directory, real):
             continue
         is_dir = os.path.isdir(real) or value.endswith("/")
         found.append(posixpath.join(real if is_dir else posixpath.dirname(real), "*"))
-    return found, complete
+    return found, complete, files
 
 
 def _glob_literal_root(pattern: str) -> str:
@@ -335,18 +372,50 @@ def _glob_literal_root(pattern: str) -> str:
 
 def _glob_matches(pattern: str) -> tuple[list[str], bool]:
     """What bash would expand ``pattern`` to (at most :data:`GLOB_LIMIT`); ``False`` when
-    that cannot be known: too many matches, or a segment that may match ``..``."""
-    import glob
-    import itertools
+    that cannot be known: too many matches, a segment that may match ``..``, or more than
+    :data:`GLOB_ENTRIES` directory entries or :data:`GLOB_SECONDS` seconds to find out
+    (``ls /*/*/*/*/*/*/*/nomatch`` would walk the whole disk)."""
+    import fnmatch
+    import time
 
-    for part in pattern.split("/"):
+    parts = pattern.split("/")
+    for part in parts:
         if part.startswith(".") and any(c in part for c in "*?["):
             return [], False  # bash before 5.2 lets ".*" match ".."
-    pattern = pattern.replace("[^", "[!")
-    try:
-        found = list(itertools.islice(glob.iglob(pattern), GLOB_LIMIT + 1))
-    except (OSError, ValueError, RecursionError):
-        return [], False
+    deadline = time.monotonic() + GLOB_SECONDS
+    budget = GLOB_ENTRIES
+    found = ["/" if pattern.startswith("/") else ""]
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        if part == "" and index == 0:
+            continue
+        if not any(c in part for c in "*?["):
+            found = [posixpath.join(f, part) if f else part for f in found]
+            if not last:
+                found = [f for f in found if os.path.isdir(f)]
+            continue
+        regex = re.compile(fnmatch.translate(part.replace("[^", "[!")))
+        nxt = []
+        for base in found:
+            try:
+                with os.scandir(base or ".") as entries:
+                    for entry in entries:
+                        budget -= 1
+                        if budget < 0 or time.monotonic() > deadline:
+                            return [], False
+                        name = entry.name
+                        if name.startswith(".") or not regex.match(name):
+                            continue  # bash's `*` never matches a leading dot
+                        if not last and not entry.is_dir():
+                            continue
+                        nxt.append(posixpath.join(base, name) if base else name)
+                        if len(nxt) > GLOB_LIMIT:
+                            return [], False
+            except OSError:
+                continue
+        found = sorted(nxt)
+    if not pattern.endswith("/"):
+        found = [f for f in found if os.path.lexists(f)]
     return found[:GLOB_LIMIT], len(found) <= GLOB_LIMIT
 
 

@@ -448,12 +448,44 @@ def _lit(text: str, quoted: bool) -> _Val:
 _UNKNOWN = _Val("", "", False)
 
 
+# Variables the checker would otherwise take as known: what the line can assign to them
+# makes them unknown (``read PWD``, ``printf -v HOME``, ``for CDPATH in``, ``declare``, …).
+PINNED = ("PWD", "HOME", "OLDPWD", "CDPATH")
+CHECK_SECONDS = 2.0  # the checker's own time for one line; beyond it the line asks
+_CLUSTER = 12  # option letters of a cluster (`-xzvf…`) a glued value may follow
+
+
+def assignable(command: str) -> frozenset[str]:
+    """The names of :data:`PINNED` that ``command`` may assign: every mention that is not
+    a plain ``$NAME``/``${NAME}`` expansion counts (quotes and backslashes removed first, so
+    ``read P"W"D`` and ``printf -vPWD`` count). Conservative: ``echo PWD`` counts too."""
+    text = re.sub(r"[\"'\\]", "", command)
+    found = set()
+    for name in PINNED:
+        for match in re.finditer(name, text):
+            start, end = match.span()
+            before = text[max(0, start - 2) : start]
+            after = text[end : end + 1]
+            plain = (before.endswith("$") or before == "${") and not (
+                after.isalnum() or after == "_"
+            )
+            if not plain:
+                found.add(name)
+                break
+    return frozenset(found)
+
+
 class _Walker:
     def __init__(self, command: str, home: str, pwd: str) -> None:
+        import time
+
         self.command = command
         self.src = command.encode("utf-8", "surrogatepass")
-        self.home = home
-        self.pwd = pwd
+        self.assigned = assignable(command)
+        self.home = "" if "HOME" in self.assigned else home
+        self.pwd = "" if "PWD" in self.assigned else pwd
+        self.deadline = time.monotonic() + CHECK_SECONDS
+        self.late = False
         self.commands: list[Command] = []
         self.nested: list[Command] = []
         self.paths: list[PathWord] = []
@@ -485,6 +517,15 @@ class _Walker:
         except RecursionError:
             self.reasons.append("a line nested too deeply to check")
 
+    def _late(self) -> bool:
+        """Past the checker's time bound: the rest of the line is not read, and it asks."""
+        import time
+
+        if not self.late and time.monotonic() > self.deadline:
+            self.late = True
+            self.reasons.append(f"a line too long to check within {CHECK_SECONDS:g} s")
+        return self.late
+
     def text(self, node: Any) -> str:
         return self.src[node.start_byte : node.end_byte].decode("utf-8", "surrogatepass")
 
@@ -507,7 +548,11 @@ class _Walker:
 
     def _gaps(self, root: Any) -> None:
         stack = [root]
+        count = 0
         while stack:
+            count += 1
+            if count % 4096 == 0 and self._late():
+                return
             node = stack.pop()
             if node.type in _ATOMIC or not node.children:
                 continue
@@ -582,6 +627,8 @@ class _Walker:
             self._statement(child)
 
     def _statement(self, node: Any) -> None:
+        if self._late():
+            return
         kind = node.type
         if kind == "comment":
             self._comment(node)
@@ -639,15 +686,18 @@ class _Walker:
         """A comment is only a comment where bash also reads one: ``#`` starting a word."""
         start = node.start_byte
         text = self.text(node)
-        before = self.src[:start].decode("utf-8", "surrogatepass")
         if "\n" in text or not text.startswith("#"):
             self.reasons.append("a comment the parser read differently")
             return
-        if not before or before[-1] in "\n;&|()":
+        previous = self.src[start - 1 : start]  # bytes: looking back never copies the line
+        if not previous or previous in b"\n;&|()":
             return
-        if before[-1] in " \t":
-            backslashes = len(before[:-1]) - len(before[:-1].rstrip("\\"))
-            if backslashes % 2 == 0:
+        if previous in b" \t":
+            end = start - 1
+            stop = end
+            while stop > 0 and self.src[stop - 1 : stop] == b"\\":
+                stop -= 1
+            if (end - stop) % 2 == 0:
                 return
         self.reasons.append("a `#` that bash may not read as a comment")
 
@@ -842,6 +892,9 @@ class _Walker:
         inner, shown = args[i:], texts[i:]
         if name == "xargs" and not inner:
             inner, shown = ["echo"], ["echo"]
+        if name == "xargs":
+            # its input becomes arguments of the command: words no one can see beforehand
+            self.unresolved.append(f"xargs {' '.join(shown)} (arguments read from its input)")
         self._inner(inner, shown, name)
 
     def _find(self, args: list[str | None], texts: list[str]) -> None:
@@ -888,7 +941,10 @@ class _Walker:
             self.unresolved.append(name)
             return
         if not operands:
-            self.paths.append(PathWord(self.home))
+            if self.home:
+                self.paths.append(PathWord(self.home))
+            else:
+                self.unresolved.append(f"{name} (HOME may be assigned by the line)")
             return
         target = operands[0]
         if target is None:
@@ -896,7 +952,7 @@ class _Walker:
         if target == "-" or target.startswith(("+", "-")):
             self.unresolved.append(f"{name} {target}")
         elif (
-            os.environ.get("CDPATH")
+            (os.environ.get("CDPATH") or "CDPATH" in self.assigned)
             and not target.startswith(("/", "./", "../"))
             and target not in (".", "..")
         ):
@@ -1059,8 +1115,13 @@ class _Walker:
             head, eq, tail = value.chars.partition("=")
             if eq:
                 self._path(self._tilde_text(tail), value)
-            elif len(value.chars) > 2 and not value.chars.startswith("--"):
-                self._path(value.chars[2:], value)
+            if len(head) > 2 and not value.chars.startswith("--"):
+                # a value glued to a cluster of short options (`sort -ro../F`, `tar -cf../F`):
+                # any letter may be the one that takes it, so every tail is a path
+                chars = value.chars
+                for start in range(2, min(len(chars), _CLUSTER + 2)):
+                    if chars[start - 1].isalnum():
+                        self._path(self._tilde_text(chars[start:]), value)
         elif "=" in value.chars:
             tail = value.chars.partition("=")[2]
             self._path(self._tilde_text(tail), value)
@@ -1329,10 +1390,12 @@ class _Walker:
         return _Val(expanded + value.chars[end:], mask, True, value.brace)
 
     def _tilde_text(self, text: str) -> str:
-        if text == "~" or text.startswith("~/"):
+        if (text == "~" or text.startswith("~/")) and self.home:
             return self.home + text[1:]
-        if text == "~+" or text.startswith("~+/"):
+        if (text == "~+" or text.startswith("~+/")) and self.pwd:
             return self.pwd + text[2:]
+        if text.startswith("~"):
+            self.unresolved.append(text)
         return text
 
 

@@ -74,10 +74,13 @@ class ServerConfig:
         return [(v, label) for v, label in found if len(v.strip()) >= 8]
 
     def describe(self) -> str:
-        """The command or URL, for listings and logs (secrets are redacted by the caller)."""
+        """The command or URL, for listings and logs, redacted (``?api_key=…``,
+        ``--api-key …``, known token formats: ``core/redact.py``)."""
+        from .redact import redact
+
         if self.type == "local":
-            return " ".join(self.command)
-        return self.url
+            return redact(" ".join(self.command))
+        return redact(self.url)
 
 
 def parse_servers(

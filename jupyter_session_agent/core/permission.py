@@ -46,6 +46,7 @@ from .asks import (
     tool_asks,
 )
 from .errors import ConfigError, ToolFailure, UsageError
+from .sensitive import NOT_SENSITIVE, SENSITIVE_PATTERNS
 
 Action = Literal["allow", "ask", "deny"]
 ACTIONS: tuple[str, ...] = ("allow", "ask", "deny")
@@ -223,23 +224,27 @@ def parse_rule(text: str) -> Rule:
 # defaults
 
 
-def defaults(*, data_dir: str | os.PathLike | None = None) -> tuple[Rule, ...]:
+def defaults(
+    *, data_dir: str | os.PathLike | None = None, sandboxed: bool = False
+) -> tuple[Rule, ...]:
     """What a notebook user gets without configuring anything.
 
-    Reading is allowed (``.env`` files ask, ``.env.example`` does not); running
-    code (``python``, ``bash``) and changing files (``edit``, which ``write``
-    follows) ask; paths outside the session directory ask, except the saved
-    tool outputs; a repeated identical call (``doom_loop``) asks.
+    Reading is allowed, except the sensitive paths (``core/sensitive.py``: ``.env`` files,
+    private keys, ``~/.ssh``, ``~/.aws``, ``.netrc``, …), which ask (``.env.example`` does
+    not); running code (``python``, ``bash``) and changing files (``edit``, which ``write``
+    follows) ask; paths outside the session directory ask, except the saved tool outputs; a
+    repeated identical call (``doom_loop``) asks. ``sandboxed``: bash commands run in the OS
+    sandbox (``tools/sandbox.py``), which contains their effects, so ``bash`` is allowed (a
+    rule after the defaults still asks or denies).
     """
     rules = [
         Rule("*", "*", "ask"),
         Rule("read", "*", "allow"),
-        Rule("read", "*.env", "ask"),
-        Rule("read", "*.env.*", "ask"),
-        Rule("read", "*.env.example", "allow"),
+        *(Rule("read", pattern, "ask") for pattern in SENSITIVE_PATTERNS),
+        *(Rule("read", pattern, "allow") for pattern in NOT_SENSITIVE),
         Rule("recall", "*", "allow"),  # memory search: reads only this history and the memory notes
         Rule("edit", "*", "ask"),
-        Rule("bash", "*", "ask"),
+        Rule("bash", "*", "allow" if sandboxed else "ask"),
         Rule("python", "*", "ask"),
         Rule("external_directory", "*", "ask"),
         Rule("doom_loop", "*", "ask"),
@@ -543,8 +548,12 @@ class Gate:
         approver: Callable[[Request], tuple[str, str | None]],
         on_always: Callable[[list[Rule]], None] | None = None,
         bounds: Sequence[Callable[[], Sequence[Rule]]] = (),
+        contained: Iterable[str] = (),
     ) -> None:
         self.session_id = session_id
+        # Tools whose effects outside the folder the OS sandbox contains (bash when confined):
+        # their external_directory questions are not asked (a deny rule still denies).
+        self.contained = frozenset(contained)
         self.bounds = tuple(bounds)  # the rules of the sessions that started this one (subagents)
         self.directory = directory
         self.ruleset = ruleset
@@ -562,8 +571,31 @@ class Gate:
         if len(recent) == DOOM_LOOP_THRESHOLD - 1 and all(k == key for k in recent):
             asks.insert(0, doom_loop_ask(tool, args))
         self._deny_first(asks)
+        if tool in self.contained:
+            asks = [a for a in asks if a.permission != "external_directory"]
         for ask in asks:
             self._check(ask, getattr(call, "call_id", None))
+
+    def effective(self) -> list[Rule]:
+        """This turn's rules and the answers given so far ("always" approvals), in order."""
+        return [*merge(self.ruleset()), *self.broker.approved.get(self.session_id, [])]
+
+    def allows(self, permission: str, pattern: str = "*") -> bool:
+        """Do the rules (and the answers so far) allow ``permission`` for ``pattern`` without
+        asking, within every bound? (The sandbox's ``network`` switch.)"""
+        try:
+            return (
+                _decide(
+                    permission,
+                    (pattern,),
+                    tuple(merge(self.ruleset())),
+                    self.broker.approved.get(self.session_id, []),
+                    [tuple(merge(bound())) for bound in self.bounds],
+                )
+                == "allow"
+            )
+        except DeniedError:
+            return False
 
     def _deny_first(self, asks: Sequence[Ask]) -> None:
         """A call that a rule denies is denied before any question about it is asked."""

@@ -1,15 +1,24 @@
 """Keeping API keys out of the history, the model's context and the notebook.
 
+One module: what counts as a secret (names, formats, values seen) and the one function that
+replaces it everywhere must agree, or a secret found in one place would leak through another.
+
 :func:`redact` replaces what looks like a credential with ``[REDACTED:<kind>]``:
 
 - well-known key formats: OpenAI ``sk-…`` / ``sk-proj-…``, Anthropic
   ``sk-ant-…``, AWS access key ids ``AKIA…``/``ASIA…``, GitHub ``ghp_…`` (and
   ``gho_``/``ghu_``/``ghs_``/``ghr_``) and ``github_pat_…``, Slack ``xox?-…``,
   Google ``AIza…``, and the token of ``Bearer <token>``;
-- the exact values of environment variables whose names contain ``KEY``,
-  ``TOKEN``, ``SECRET``, ``PASSWORD`` or ``PASSWD`` (values of 8+ characters
-  with a letter in them; paths are left alone), as ``[REDACTED:<NAME>]``, and
-  of keys handed to :func:`remember` (the provider registers the key it sends).
+- Hugging Face ``hf_…``, Stripe ``sk_live_…``/``rk_live_…``, GitLab ``glpat-…``, npm and
+  PyPI tokens, JWTs, PEM private-key blocks, the password of a URL
+  (``postgres://user:PASSWORD@host``), and the value of a secret-named query parameter
+  (``?api_key=…``) or command-line option (``--api-key …``);
+- the exact values of environment variables whose names look secret (:func:`secret_name`:
+  ``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASS*``, ``*CREDENTIAL*``, ``*AUTH*``, ``*PWD``,
+  ``*DSN``, …; values of 8+ characters with a letter in them; paths are left alone) and the
+  password of any variable holding a URL with credentials (``DATABASE_URL``), as
+  ``[REDACTED:<NAME>]``, and of keys handed to :func:`remember` (the provider registers
+  the key it sends).
   Also their forms inside JSON, HTML, a Python ``repr`` and a URL.
 
 Known secrets only accumulate: the environment is read when this module is
@@ -42,7 +51,9 @@ from urllib.parse import quote
 
 from .text import safe_text
 
-SECRET_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
+SECRET_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASS", "CREDENTIAL", "COOKIE")
+SECRET_NAME_ENDINGS = ("PWD", "DSN", "_PW", "_AUTH")  # MYSQL_PWD, SENTRY_DSN, NPM_AUTH
+NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD", "KEYMAP", "PASSENGER_APP_ENV"})
 MIN_SECRET_LENGTH = 8
 _ENV_TTL = 1.0  # seconds an environment scan is reused without refresh=True
 _NOT_SECRETS = ("true", "false", "none", "null", "disabled", "enabled")
@@ -60,6 +71,47 @@ _FORMATS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("slack", ("xox",), r"(?<![\w-])xox[abposr]-[A-Za-z0-9-]{10,}"),
     ("google", ("AIza",), r"(?<![\w-])AIza[0-9A-Za-z_-]{35}"),
     ("bearer", ("earer",), r"(?<=[Bb]earer )[A-Za-z0-9._~+/-]{16,}=*"),
+    ("huggingface", ("hf_",), r"(?<![\w-])hf_[A-Za-z0-9]{30,}"),
+    ("stripe", ("_live_", "_test_"), r"(?<![\w-])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"),
+    ("gitlab", ("glpat-",), r"(?<![\w-])glpat-[A-Za-z0-9_-]{20,}"),
+    ("npm", ("npm_",), r"(?<![\w-])npm_[A-Za-z0-9]{36}"),
+    ("pypi", ("pypi-",), r"(?<![\w-])pypi-AgE[A-Za-z0-9_-]{50,}"),
+    (
+        "jwt",
+        ("eyJ",),
+        r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+    ),
+    (
+        "private-key",
+        ("PRIVATE KEY",),
+        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]*?-----END[A-Z0-9 ]*PRIVATE KEY-----"
+        r"|[\s\S]*)",
+    ),
+    # a password in a URL (postgres://user:PASSWORD@host): the password only
+    ("url-password", ("://",), r"(?<=://)[^/\s:@'\"]+:(?P<secret>[^/\s@'\"]+)(?=@)"),
+    # a key in a query string or a command-line option: the value only
+    (
+        "query-secret",
+        ("key=", "KEY=", "token=", "TOKEN=", "secret=", "SECRET=", "pass", "PASS", "sig="),
+        r"(?i)[?&;](?:api[_-]?key|apikey|access[_-]?token|auth[_-]?token|token|secret|"
+        r"password|passwd|key|sig|signature|client[_-]?secret)=(?P<secret>[^&\s\"'#]{6,})",
+    ),
+    (
+        "option-secret",
+        (
+            "--api",
+            "--API",
+            "--token",
+            "--TOKEN",
+            "--secret",
+            "--pass",
+            "--access",
+            "--auth",
+            "--client",
+        ),
+        r"(?i)--(?:api[_-]?key|access[_-]?token|auth[_-]?token|token|secret|password|passwd|"
+        r"client[_-]?secret)(?:=|\s+)(?P<secret>[^\s\"'-][^\s\"']{5,})",
+    ),
 )
 _COMPILED = tuple((kind, probes, re.compile(pattern)) for kind, probes, pattern in _FORMATS)
 
@@ -115,13 +167,28 @@ def remember(value: str | None, name: str = "secret") -> None:
         _add([(value.strip(), name)])
 
 
+def secret_name(name: str) -> bool:
+    """Does an environment variable called ``name`` look like it holds a secret
+    (``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASS*``, ``*PWD``, ``*DSN``, …)?"""
+    upper = name.upper()
+    if upper in NOT_SECRET_NAMES:
+        return False
+    return any(word in upper for word in SECRET_NAME_WORDS) or upper.endswith(SECRET_NAME_ENDINGS)
+
+
+_URL_PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:([^/\s@]+)@")
+
+
 def _scan() -> None:
     global _scanned
     found = []
     for name, value in list(os.environ.items()):
-        upper = name.upper()
-        if any(word in upper for word in SECRET_NAME_WORDS) and _plausible(value.strip()):
-            found.append((value.strip(), name))
+        value = value.strip()
+        if secret_name(name) and _plausible(value):
+            found.append((value, name))
+        password = _URL_PASSWORD.match(value)  # DATABASE_URL=postgres://u:PASSWORD@h/db
+        if password and len(password.group(1)) >= 4:
+            found.append((password.group(1), name))
     _add(found)
     _scanned = (time.monotonic(), len(os.environ))
 
@@ -144,8 +211,20 @@ def redact(text: str, *, refresh: bool = False) -> str:
             text = text.replace(value, f"[REDACTED:{name}]")
     for kind, probes, pattern in _COMPILED:
         if any(probe in text for probe in probes):
-            text = pattern.sub(f"[REDACTED:{kind}]", text)
+            text = pattern.sub(_replacer(kind), text)
     return text
+
+
+def _replacer(kind: str) -> Any:
+    label = f"[REDACTED:{kind}]"
+
+    def replace(match: re.Match[str]) -> str:
+        if "secret" not in match.re.groupindex:
+            return label
+        whole, start = match.group(0), match.start()
+        return whole[: match.start("secret") - start] + label + whole[match.end("secret") - start :]
+
+    return replace
 
 
 def redact_value(value: Any, *, refresh: bool = False) -> Any:
@@ -225,4 +304,5 @@ __all__ = [
     "clean_value",
     "clean_record",
     "SECRET_NAME_WORDS",
+    "secret_name",
 ]

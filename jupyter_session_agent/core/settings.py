@@ -500,6 +500,12 @@ class Settings:
     )
     max_steps: int = setting(25, whole(1), "LLM calls per turn at most")
     max_retries: int = setting(4, whole(0), "retries of a failed LLM call at most")
+    max_answer_chars: int = setting(
+        2_000_000,
+        whole(1000),
+        "characters of one streamed answer (text and reasoning) kept; beyond it the answer "
+        "is cut with one line and the stream closed",
+    )
     request_timeout: float = setting(
         600.0, SECONDS, "seconds one request to the model server may take in all"
     )
@@ -545,6 +551,13 @@ class Settings:
         "permission rules after the defaults, e.g. {'bash': 'allow', 'edit': {'*.py': 'allow'}}; "
         "actions allow, ask, deny; last match wins (docs/permissions.md)",
         example={"bash": "ask", "edit": {"*.py": "allow"}},
+    )
+    sandbox: str = setting(
+        "auto",
+        choice("auto", "off"),
+        "'auto': bash runs in the OS sandbox where it works (writes only in the session "
+        "folder, credentials hidden, no network unless %agent permit network allow) and "
+        "runs without asking; 'off': unconfined, every command asks (docs/security.md)",
     )
     titles: bool = setting(
         True, BOOL, "generate a session title from the first prompt (its cost is recorded)"

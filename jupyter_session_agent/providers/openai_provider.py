@@ -57,6 +57,9 @@ class ChatRequest:
     max_tokens: int | None = None
     temperature: float | None = None
     extra_body: dict | None = None
+    # Characters of answer (text and reasoning) kept from one stream; beyond it the answer is
+    # cut with one line and the stream closed (None: no cap). Setting ``max_answer_chars``.
+    max_answer_chars: int | None = None
 
 
 _FINISH = {
@@ -162,13 +165,17 @@ class _Call:
     name: str = ""
     args: list[str] = field(default_factory=list)
     started: bool = False
+    size: int = 0  # characters of arguments received (kept only up to MAX_ARGUMENT_CHARS)
 
 
 class _Accumulator:
     """Folds chat-completion chunks into events; remembers what ``Finish`` needs."""
 
-    def __init__(self, started: float) -> None:
+    def __init__(self, started: float, max_chars: int | None = None) -> None:
         self.started = started
+        self.max_chars = max_chars
+        self.chars = 0
+        self.cut = ""  # the line that ends a cut answer, once over max_chars
         self.text: list[str] = []
         self.reasoning: list[str] = []
         self.calls: dict[int, _Call] = {}  # key → call, in arrival order
@@ -206,15 +213,33 @@ class _Accumulator:
                 self.reason = reason
                 self.saw_reason = True
 
+    def _over(self, text: str) -> str:
+        """``text`` within the answer cap (the part of it that fits); sets :attr:`cut`."""
+        if self.max_chars is None or self.cut:
+            return "" if self.cut else text
+        room = self.max_chars - self.chars
+        if len(text) > room:
+            text = text[: max(0, room)]
+            self.cut = (
+                f"\n\n[answer cut: the model sent more than {self.max_chars:,} characters; "
+                "raise max_answer_chars to keep more]"
+            )
+        self.chars += len(text)
+        return text
+
     def _delta(self, delta: Any) -> Iterator[StreamEvent]:
         # vLLM, llama.cpp and DeepSeek send `reasoning_content`, OpenRouter and
         # newer vLLM `reasoning`; take one so a server sending both is not doubled.
         reasoning = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+        if isinstance(reasoning, str):
+            reasoning = self._over(reasoning)
         if isinstance(reasoning, str) and reasoning:
             self._first_token()
             self.reasoning.append(reasoning)
             yield ReasoningDelta(reasoning)
         content = getattr(delta, "content", None)
+        if isinstance(content, str):
+            content = self._over(content)
         if isinstance(content, str) and content:
             self._first_token()
             self.text.append(content)
@@ -267,7 +292,9 @@ class _Accumulator:
         if isinstance(name, str) and name and not call.name:
             call.name = name
         if isinstance(args, str) and args:
-            call.args.append(args)
+            call.size += len(args)
+            if call.size <= MAX_ARGUMENT_CHARS:
+                call.args.append(args)  # beyond: not kept (the call is refused, one line)
         if call.name and not call.started:
             call.started = True
             yield ToolInputStart(call.call_id, call.name)
@@ -305,12 +332,52 @@ class _Accumulator:
         )
 
 
+MAX_ARGUMENT_CHARS = 16 * 1024 * 1024  # one tool call's arguments (a write of a big file fits)
+MAX_ARGUMENT_DEPTH = 64  # nesting of arrays and objects in one tool call's arguments
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def argument_depth(raw: str) -> int:
+    """How deeply arrays and objects nest in the JSON text ``raw`` (strings skipped);
+    linear, no recursion, so a 100,000-deep input is measured, not parsed."""
+    depth = deepest = 0
+    for bracket in _BRACKET.finditer(_STRING.sub("", raw)):
+        if bracket.group() in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
 def _tool_call(call: _Call) -> ToolCall:
+    if call.size > MAX_ARGUMENT_CHARS:
+        return ToolCall(
+            call.call_id,
+            call.name,
+            {},
+            "",
+            invalid=f"arguments are {call.size:,} characters, over the limit of "
+            f"{MAX_ARGUMENT_CHARS:,}; send smaller pieces",
+        )
     raw = "".join(call.args)
     if not raw.strip():
         return ToolCall(call.call_id, call.name, {}, raw)
+    depth = argument_depth(raw)
+    if depth > MAX_ARGUMENT_DEPTH:
+        return ToolCall(
+            call.call_id,
+            call.name,
+            {},
+            raw[:200],
+            invalid=f"arguments nest {depth:,} levels deep, over the limit of "
+            f"{MAX_ARGUMENT_DEPTH}; send a flatter object",
+        )
     try:
         parsed = json.loads(raw)
+    except RecursionError:
+        return ToolCall(call.call_id, call.name, {}, raw[:200], invalid="arguments nest too deeply")
     except ValueError as err:
         return ToolCall(
             call.call_id, call.name, {}, raw, invalid=f"arguments are not valid JSON: {err}"
@@ -426,7 +493,7 @@ class OpenAIProvider:
             if isinstance(err, openai.APITimeoutError) and time.monotonic() >= deadline - 0.05:
                 raise self._deadline_error() from err
             raise self._request_error(err) from err
-        acc = _Accumulator(started)
+        acc = _Accumulator(started, request.max_answer_chars)
         iterator = iter(chunks)
         guard = _Deadline(chunks.response, deadline, self.idle_timeout)
         try:
@@ -445,6 +512,11 @@ class OpenAIProvider:
                     raise self._deadline_error(guard)
                 guard.last = time.monotonic()
                 yield from acc.feed(chunk)
+                if acc.cut:
+                    yield TextDelta(acc.cut)
+                    acc.reason = acc.reason or "length"
+                    acc.saw_reason = True
+                    break  # the rest of the stream is not read: memory stays bounded
         finally:
             guard.cancel()
             chunks.close()  # also when the consumer stops early or is interrupted

@@ -506,11 +506,22 @@ class AgentSession:
             self._inherit.rules()
             if self._inherit is not None
             else P.merge(
-                P.defaults(data_dir=os.path.abspath(self.settings.data_dir)),
+                P.defaults(
+                    data_dir=os.path.abspath(self.settings.data_dir), sandboxed=self.sandboxed
+                ),
                 P.from_config(self.settings.permission),
             )
         )
         return P.merge(head, P.from_data(self.info.permission), cell)
+
+    @property
+    def sandboxed(self) -> bool:
+        """Do this session's bash commands run in the OS sandbox (``tools/sandbox.py``)?"""
+        if self.settings.sandbox == "off":
+            return False
+        from ..tools.sandbox import status
+
+        return status().available
 
     def allow(self, rules: Any) -> None:
         """Append rules to the session's own (``Session.permission``), stored at once.

@@ -64,6 +64,7 @@ def turn_setup(
         approver=session.approver or default_approver(session.shell),
         on_always=session.allow,
         bounds=bounds,
+        contained=("bash",) if session.sandboxed else (),
     )
     tool_list = list(tools.values())
     schemas = [schema(t) for t in tool_list]
@@ -77,6 +78,7 @@ def turn_setup(
             tools=schemas,
             max_tokens=max_tokens,
             temperature=settings.temperature,
+            max_answer_chars=settings.max_answer_chars,
         )
 
     def call_tool(tool: Any, args: dict, call: Any):
@@ -90,6 +92,7 @@ def turn_setup(
             data_dir=settings.data_dir,
             shell=session.shell,
             may_read=gate.reader(),
+            sandbox=confinement(settings, gate) if tool.name == "bash" else None,
         )
         try:
             return run_tool(tool, args, ctx)
@@ -131,6 +134,21 @@ def turn_setup(
         compactor=compactor(session, (summary_provider, info, spec), prompt_text, schemas, state),
     )
     return setup, gate
+
+
+def confinement(settings: Settings, gate: Any) -> Any:
+    """How the next bash call runs (``tools/sandbox.py``): writable are the session folder
+    and the folders the user allowed (``external_directory`` allow rules; the saved tool
+    outputs excluded), network only when the ``network`` permission allows it."""
+    import os
+
+    from ..tools.sandbox import confinement_for, writable_from_rules
+
+    outputs = os.path.realpath(os.path.join(os.path.abspath(settings.data_dir), "tool-output"))
+    writable = tuple(
+        w for w in writable_from_rules(gate.effective()) if os.path.realpath(w) != outputs
+    )
+    return confinement_for(settings.sandbox, writable, gate.allows("network"))
 
 
 def compactor(

@@ -33,6 +33,9 @@ class ToolContext:
     # Would ``read`` of this path pass without asking? Tools that read many files on their
     # own (``grep``) leave out the others; ``None``: no rules apply (tools run directly).
     may_read: Callable[[str], bool] | None = None
+    # How ``bash`` runs: a ``tools.sandbox.Confinement`` (inside the OS sandbox, or not and
+    # why); ``None``: unconfined, nothing said (tools run directly, outside a session).
+    sandbox: Any | None = None
 
 
 @dataclass(frozen=True)

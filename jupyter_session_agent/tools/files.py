@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..core.errors import ToolFailure
+from ..core.sensitive import sensitive_path
 from .base import ToolContext, ToolResult
-from .paths import display, is_binary, open_regular, resolve, special_kind
+from .paths import display, is_binary, open_nofollow, open_regular, resolve, special_kind
 from .truncation import MAX_BYTES
 
 DEFAULT_READ_LIMIT = 2000
@@ -53,8 +54,11 @@ def _refuse_special(path: Path, tool: str) -> None:
 
 
 def _write_text(path: Path, text: str) -> None:
+    """Write the resolved ``path`` without following a link anywhere on the way
+    (``paths.open_nofollow``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8", newline="") as fh:
+    fd = open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    with open(fd, "w", encoding="utf-8", newline="") as fh:
         fh.write(text)
 
 
@@ -63,14 +67,21 @@ def _no_diff(path: str) -> str:
 
 
 def _diff(path: str, before: str, after: str) -> str:
+    """The unified diff shown for a change. Of a sensitive file (``.env``, a key:
+    ``core/sensitive.py``) only the changed lines, without context, and never the lines a
+    whole-file write replaced: the rest of its secrets stay out of the history."""
     if len(before) > MAX_DIFF_BYTES or len(after) > MAX_DIFF_BYTES:
         return _no_diff(path)
+    context = 3
+    if sensitive_path(path):
+        context = 0
     return "".join(
         difflib.unified_diff(
             before.splitlines(True),
             after.splitlines(True),
             fromfile=path,
             tofile=path,
+            n=context,
         )
     )
 
@@ -246,6 +257,8 @@ class WriteTool:
         before = _read_text(path, "write") if existed and not big and not is_binary(path) else ""
         _write_text(path, args["content"])
         title = display(ctx, path)
+        if sensitive_path(str(path)):
+            before = ""  # a whole-file write of a secret file: its old lines are not shown
         diff = _no_diff(title) if big else _diff(title, before, args["content"])
         return ToolResult(
             output="Wrote file successfully.",

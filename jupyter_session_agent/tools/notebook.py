@@ -68,6 +68,7 @@ class NotebookTool:
                 "notebook: this session runs without a notebook kernel, so there "
                 "are no cells or variables to read; use the python tool"
             )
+        _remember_secrets(shell.user_ns)
         action = args.get("action") or "variables"
         if action == "cells":
             return self._cells(shell, args)
@@ -177,3 +178,14 @@ def _cap(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return text[:limit] + f"… [{len(text) - limit:,} more characters]"
+
+
+def _remember_secrets(namespace: dict) -> None:
+    """Text values of secret-looking names (``db_password``, ``hf_token``, ``API_KEY``: the
+    environment's rule, ``redact.secret_name``) are redacted from everything this call shows,
+    the cells that assigned them included."""
+    from ..core.redact import remember, secret_name
+
+    for name, value in list(namespace.items()):
+        if isinstance(value, str) and not name.startswith("_") and secret_name(name):
+            remember(value, name)

@@ -96,13 +96,60 @@ BINARY_EXTENSIONS = frozenset(
 
 
 def resolve(ctx: ToolContext, path: str | None) -> Path:
-    """An absolute path: ``~`` expanded, relative paths against ``ctx.directory``, and every
-    symbolic link on the way resolved — the file the permission check looked at
-    (``asks.tool_asks`` resolves the same way), never where a link points later."""
-    if not path:
-        return real(Path(ctx.directory).absolute())
-    p = Path(path).expanduser()
-    return real(p if p.is_absolute() else (Path(ctx.directory) / p).absolute())
+    """The one path primitive of every file tool: an absolute path with ``~`` expanded,
+    relative paths against ``ctx.directory``, and every symbolic link on the way resolved
+    *before* the ``..`` that follows it (``data/../x`` with ``data -> /a/b`` is ``/a/x``, as
+    the kernel opens it) — the file the permission check looked at: both call
+    ``core.asks.resolve_path``. The tools then open what this returns
+    with :func:`open_nofollow`, so a link swapped in after the check is refused, not followed."""
+    from ..core.asks import resolve_path
+
+    return Path(resolve_path(str(Path(ctx.directory).absolute()), path))
+
+
+def open_nofollow(path: Path, flags: int, mode: int = 0o666) -> int:
+    """``os.open`` of the resolved absolute ``path`` one component at a time, each with
+    ``O_NOFOLLOW`` relative to its parent's descriptor: no symbolic link anywhere on the
+    way is followed (a link put there after the permission check fails with ``ELOOP``, a
+    :class:`ToolFailure`), and what is opened is what was checked, without a second lookup
+    by name. ``O_CREAT`` applies to the last component only."""
+    parts = Path(path).parts
+    if not parts or parts[0] != "/":
+        raise ValueError(f"open_nofollow needs an absolute path, got {path}")
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    cloexec = getattr(os, "O_CLOEXEC", 0)
+    directory = getattr(os, "O_DIRECTORY", 0)
+    fd = os.open("/", os.O_RDONLY | directory | cloexec)
+    try:
+        for name in parts[1:-1]:
+            try:
+                nxt = os.open(name, os.O_RDONLY | directory | nofollow | cloexec, dir_fd=fd)
+            except OSError as err:
+                _link_failure(err, path)
+                raise
+            os.close(fd)
+            fd = nxt
+        if len(parts) == 1:
+            return os.dup(fd)
+        try:
+            return os.open(parts[-1], flags | nofollow | cloexec, mode, dir_fd=fd)
+        except OSError as err:
+            _link_failure(err, path)
+            raise
+    finally:
+        os.close(fd)
+
+
+def _link_failure(err: OSError, path: Path) -> None:
+    import errno
+
+    if err.errno in (errno.ELOOP, errno.ENOTDIR) and any(
+        os.path.islink(p) for p in (path, *path.parents)
+    ):
+        raise ToolFailure(
+            f"{path} changed into a symbolic link after the permission check; "
+            "call the tool again so the new target is checked"
+        ) from None
 
 
 def real(path: Path) -> Path:
@@ -156,7 +203,7 @@ def open_regular(path: Path, tool: str) -> BinaryIO:
     ended (``read`` returns ``None`` or ``b""``)."""
     kind = special_kind(os.stat(path).st_mode)
     if kind is None:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = open_nofollow(real(Path(path).absolute()), os.O_RDONLY | os.O_NONBLOCK)
         try:
             kind = special_kind(os.fstat(fd).st_mode)
             if kind is None:

@@ -14,6 +14,10 @@ Contract:
 * A non-zero exit is not a tool failure: the output ends with the exit code
   and ``metadata["exit"]`` has it (negative: killed by that signal).
 * ``metadata["output"]`` (for the UI) is capped at 30 000 characters, OpenCode's limit for bash.
+* Inside a session the command runs in the OS sandbox (``tools/sandbox.py``: read-only file
+  system but the session folder, a private ``/tmp`` and allowed folders; credentials
+  hidden; no network unless allowed); where there is none, the first call's output ends
+  with one line saying why (and the permission defaults ask before every command).
 * Memory stays bounded whatever the command prints: the output streams into a
   :class:`~.truncation.OutputSpool`, which keeps a head and a tail in memory and, past
   2,000 lines or 50 KB, writes the full output to the saved file as it arrives.
@@ -76,8 +80,17 @@ class BashTool:
         if not os.path.isdir(ctx.directory):
             raise ToolFailure(f"bash: working directory {ctx.directory} does not exist")
 
+        argv = ["bash", "-c", command]
+        confinement = ctx.sandbox
+        first_note = ""
+        if confinement is not None and confinement.enabled:
+            from .sandbox import wrap
+
+            argv = wrap(argv, str(ctx.directory), confinement)
+        elif confinement is not None:
+            first_note = _first_unconfined(confinement)
         proc = subprocess.Popen(
-            ["bash", "-c", command],
+            argv,
             cwd=ctx.directory,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -101,6 +114,8 @@ class BashTool:
             notes.append(f"(Command timed out after {timeout_ms} ms and was killed)")
         elif proc.returncode:
             notes.append(f"(exit code {proc.returncode})")
+        if first_note:
+            notes.append(first_note)
         head = spool.head
         if not head and not notes:
             spool.write("(no output)")
@@ -116,11 +131,31 @@ class BashTool:
             "timedOut": timed_out,
             "truncated": cut.truncated,  # cut here, not again by run_tool
         }
+        if confinement is not None:
+            metadata["sandbox"] = (
+                {"network": confinement.network, "writable": list(confinement.writable)}
+                if confinement.enabled
+                else {"off": confinement.reason}
+            )
         if cut.truncated:
             metadata["outputPath"] = cut.output_path
         return ToolResult(
             output=cut.content, title=args.get("description") or command, metadata=metadata
         )
+
+
+_told: set[str] = set()  # reasons already shown (once per process)
+
+
+def _first_unconfined(confinement: object) -> str:
+    """The one line saying there is no sandbox, at the first unconfined call only."""
+    from .sandbox import note
+
+    reason = str(getattr(confinement, "reason", ""))
+    if reason in _told:
+        return ""
+    _told.add(reason)
+    return note(confinement)  # type: ignore[arg-type]
 
 
 def _pump(proc: subprocess.Popen, timeout_s: float, spool: OutputSpool) -> bool:

@@ -58,7 +58,13 @@ def _listing(magics, session):
     from ..display import Markdown
 
     groups = [
-        ("default", P.defaults(data_dir=os.path.abspath(session.settings.data_dir))),
+        (
+            "default",
+            P.defaults(
+                data_dir=os.path.abspath(session.settings.data_dir),
+                sandboxed=session.sandboxed,
+            ),
+        ),
         ("%config", P.from_config(session.settings.permission)),
         ("session", P.from_data(session.info.permission)),
     ]
