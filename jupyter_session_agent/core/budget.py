@@ -1,9 +1,10 @@
 """Token budget and cost: pure functions over a model's limits and prices.
 
-Matches OpenCode: ``Token.estimate`` (chars / 4), ``isOverflow`` with the
-reserved buffer subtracted in both branches (upstream's later ``overflow.ts``:
-usable is ``limit.input - reserved`` or ``context - max_output - reserved``), and
-``Session.getUsage`` cost arithmetic, including the >200k tier.
+Matches OpenCode: ``Token.estimate`` (chars / 4), ``isOverflow`` with OpenCode's current
+reserve (the usable window is the input limit, or the context, minus ``reserved``, which is
+``min(20,000, the model's output limit)`` unless configured), and ``Session.getUsage``'s
+tokens and cost arithmetic (output excludes reasoning; reasoning is charged at the output
+price), including the >200k tier.
 """
 
 from __future__ import annotations
@@ -94,6 +95,16 @@ class ModelInfo:
         """``ProviderTransform.maxOutputTokens``: min(output, 32k) or 32k."""
         return min(self.output, OUTPUT_TOKEN_MAX) or OUTPUT_TOKEN_MAX
 
+    @property
+    def output_limit(self) -> int:
+        """The most the model may answer: its output limit when known, else 32k or, for a
+        small window, a quarter of it (a 16k window is not all answer)."""
+        if self.output:
+            return min(self.output, OUTPUT_TOKEN_MAX)
+        if self.context:
+            return min(OUTPUT_TOKEN_MAX, max(1, self.context // 4))
+        return OUTPUT_TOKEN_MAX
+
 
 @dataclass(frozen=True, slots=True)
 class Budget:
@@ -109,13 +120,12 @@ class Budget:
 
 
 def budget(model: ModelInfo, reserved: int | None = None) -> Budget:
-    """The usable input budget, with ``reserved`` subtracted in both branches."""
-    max_out = model.max_output_tokens
+    """The usable input budget: the input limit (else the context) minus ``reserved``,
+    which defaults to ``min(20,000, the model's output limit)`` (OpenCode's current rule; a
+    fixed 32k output plus 20k buffer would leave nothing of a window up to 52k)."""
+    max_out = model.output_limit
     reserved = min(COMPACTION_BUFFER, max_out) if reserved is None else reserved
-    if model.input:
-        usable = max(0, model.input - reserved)
-    else:
-        usable = max(0, model.context - max_out - reserved)
+    usable = max(0, (model.input or model.context) - reserved)
     return Budget(model.context, max_out, reserved, usable)
 
 
@@ -128,8 +138,16 @@ def is_overflow(
     return tokens.count >= budget(model, reserved).usable
 
 
+def price_source(model: ModelInfo) -> str:
+    """Where a step's price comes from when the server reports no cost: ``catalogue``
+    (genai-prices), ``override`` (model_overrides), ``local`` (a self-hosted server: free)
+    or ``unknown`` (no price known: cost 0)."""
+    return model.source if model.source in ("catalogue", "override", "local") else "unknown"
+
+
 def cost(tokens: Tokens, model: ModelInfo) -> float:
-    """USD for one step; reasoning is charged at the output price on top of output."""
+    """USD for one step: ``output`` excludes reasoning (:func:`normalise_usage`), and
+    reasoning is charged at the output price, so a token is never charged twice."""
     prices = model.prices
     if model.prices_over_200k and tokens.input + tokens.cache_read > TIER_THRESHOLD:
         prices = model.prices_over_200k
@@ -157,8 +175,11 @@ def normalise_usage(
     """OpenCode's ``getUsage`` token fields from an OpenAI-style usage object.
 
     ``input`` excludes cache reads and writes unless the server already reports
-    it that way (Anthropic-style, ``input_excludes_cache``). Non-finite or
-    negative numbers become 0.
+    it that way (Anthropic-style, ``input_excludes_cache``). ``output`` excludes
+    reasoning: OpenAI-compatible servers count reasoning inside ``completion_tokens``
+    (then it is taken out, and capped at the completion), unless ``total_tokens`` says
+    they did not (``total == prompt + completion + reasoning``: reasoning outside).
+    Non-finite or negative numbers become 0.
     """
 
     def clean(n: Any) -> int:
@@ -175,7 +196,20 @@ def normalise_usage(
         clean(reasoning_tokens),
     )
     inp = prompt if input_excludes_cache else max(0, prompt - read - write)
-    total = clean(total_tokens) if total_tokens is not None else inp + out + read + write
+    outside = (
+        reasoning > 0
+        and total_tokens is not None
+        and clean(total_tokens) == prompt + out + reasoning
+        and clean(total_tokens) != prompt + out
+    )
+    if not outside:
+        reasoning = min(reasoning, out)
+        out -= reasoning
+    total = (
+        clean(total_tokens)
+        if total_tokens is not None
+        else inp + out + reasoning + read + write
+    )
     return Tokens(
         input=inp,
         output=out,

@@ -263,11 +263,11 @@ def _apply(info: ModelInfo, patch: Mapping[str, Any]) -> ModelInfo:
 # catalogue
 
 
-def _unknown(provider_id: str, model_id: str, why: str) -> ModelInfo:
+def _unknown(provider_id: str, model_id: str, why: str, source: str = "unknown") -> ModelInfo:
     return ModelInfo(
         provider_id=provider_id,
         model_id=model_id,
-        source="unknown",
+        source=source,
         extra={"why": why},
         images=accepts_images(provider_id, model_id),
     )
@@ -289,7 +289,7 @@ def _candidates(provider_id: str, model_id: str) -> list[str]:
 def _lookup(provider_id: str, model_id: str) -> ModelInfo:
     pid = provider_id.strip().lower()
     if pid in LOCAL_PROVIDERS:
-        return _unknown(provider_id, model_id, "local server: no catalogue entry")
+        return _unknown(provider_id, model_id, "local server: no catalogue entry", "local")
     from genai_prices import data_snapshot  # lazy: ≈0.15 s on first use
 
     snapshot = data_snapshot.get_snapshot()

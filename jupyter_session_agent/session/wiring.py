@@ -77,6 +77,7 @@ def turn_setup(
             tools=schemas,
             max_tokens=max_tokens,
             temperature=settings.temperature,
+            reasoning_effort=settings.reasoning_effort,
         )
 
     def call_tool(tool: Any, args: dict, call: Any):
