@@ -37,7 +37,7 @@ GENAI_PROVIDER = {
     "groq": "groq",
     "openrouter": "openrouter",
     "mistral": "mistral",
-    "huggingface": None,
+    "huggingface": "huggingface_together",  # the recordings' route: /together/v1
     "ollama": None,
     "snowflake": None,
     "zai": "zai",
@@ -163,10 +163,11 @@ def expected_tokens(usage: dict) -> dict[str, int]:
     cd = usage.get("completion_tokens_details") or {}
     cached = pd.get("cached_tokens") or usage.get("prompt_cache_hit_tokens") or 0
     reasoning = cd.get("reasoning_tokens") or 0
-    if usage.get("total_tokens") == prompt + completion + reasoning and reasoning:
+    if reasoning > completion or (
+        reasoning and usage.get("total_tokens") == prompt + completion + reasoning
+    ):
         output = completion  # reasoning counted outside the completion
     else:
-        reasoning = min(reasoning, completion)
         output = completion - reasoning
     return {
         "input_tokens": prompt - cached,

@@ -1,8 +1,9 @@
 """Token budget and cost: pure functions over a model's limits and prices.
 
-Matches OpenCode: ``Token.estimate`` (chars / 4), ``isOverflow`` with OpenCode's current
-reserve (the usable window is the input limit, or the context, minus ``reserved``, which is
-``min(20,000, the model's output limit)`` unless configured), and ``Session.getUsage``'s
+Matches OpenCode: ``Token.estimate`` (chars / 4), ``isOverflow`` with the reserved buffer
+subtracted in both branches (usable is ``limit.input - reserved`` or ``context - max_output -
+reserved``, ``reserved = min(20,000, max_output)``) from the model's real output limit, and
+``Session.getUsage``'s
 tokens and cost arithmetic (output excludes reasoning; reasoning is charged at the output
 price), including the >200k tier.
 """
@@ -97,8 +98,8 @@ class ModelInfo:
 
     @property
     def output_limit(self) -> int:
-        """The most the model may answer: its output limit when known, else 32k or, for a
-        small window, a quarter of it (a 16k window is not all answer)."""
+        """The most the model may answer, capped at 32k: its output limit when known, else
+        32k or, for a window under 128k, a quarter of it (a 16k window is not all answer)."""
         if self.output:
             return min(self.output, OUTPUT_TOKEN_MAX)
         if self.context:
@@ -120,12 +121,17 @@ class Budget:
 
 
 def budget(model: ModelInfo, reserved: int | None = None) -> Budget:
-    """The usable input budget: the input limit (else the context) minus ``reserved``,
-    which defaults to ``min(20,000, the model's output limit)`` (OpenCode's current rule; a
-    fixed 32k output plus 20k buffer would leave nothing of a window up to 52k)."""
+    """The usable input budget (OpenCode's current rule): the input limit minus ``reserved``,
+    else the context minus the output limit minus ``reserved``; ``reserved`` defaults to
+    ``min(20,000, the output limit)``. The output limit is the model's real one
+    (:attr:`ModelInfo.output_limit`): a 32k default on a small window would leave nothing
+    of any window up to 52k."""
     max_out = model.output_limit
     reserved = min(COMPACTION_BUFFER, max_out) if reserved is None else reserved
-    usable = max(0, (model.input or model.context) - reserved)
+    if model.input:
+        usable = max(0, model.input - reserved)
+    else:
+        usable = max(0, model.context - max_out - reserved)
     return Budget(model.context, max_out, reserved, usable)
 
 
@@ -177,8 +183,8 @@ def normalise_usage(
     ``input`` excludes cache reads and writes unless the server already reports
     it that way (Anthropic-style, ``input_excludes_cache``). ``output`` excludes
     reasoning: OpenAI-compatible servers count reasoning inside ``completion_tokens``
-    (then it is taken out, and capped at the completion), unless ``total_tokens`` says
-    they did not (``total == prompt + completion + reasoning``: reasoning outside).
+    (then it is taken out), unless it cannot be (more reasoning than completion) or
+    ``total_tokens`` says it is not (``total == prompt + completion + reasoning``).
     Non-finite or negative numbers become 0.
     """
 
@@ -196,19 +202,15 @@ def normalise_usage(
         clean(reasoning_tokens),
     )
     inp = prompt if input_excludes_cache else max(0, prompt - read - write)
-    outside = (
+    outside = reasoning > out or (
         reasoning > 0
         and total_tokens is not None
         and clean(total_tokens) == prompt + out + reasoning
-        and clean(total_tokens) != prompt + out
     )
     if not outside:
-        reasoning = min(reasoning, out)
         out -= reasoning
     total = (
-        clean(total_tokens)
-        if total_tokens is not None
-        else inp + out + reasoning + read + write
+        clean(total_tokens) if total_tokens is not None else inp + out + reasoning + read + write
     )
     return Tokens(
         input=inp,

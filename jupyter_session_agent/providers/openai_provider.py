@@ -100,6 +100,13 @@ _TOKEN_ALIASES = {"max_tokens": "max_completion_tokens", "max_completion_tokens"
 _REASONING_MODEL = re.compile(r"(?:o\d|gpt-5)(?:\b|[-_.])", re.IGNORECASE)
 
 
+def _http_module(obj: Any) -> Any:
+    """The module (``httpx``, ``httpx2``…) an HTTP response or exception comes from."""
+    import importlib
+
+    return importlib.import_module(type(obj).__module__.split(".")[0])
+
+
 def _sse_events(lines: Iterator[str]) -> Iterator[tuple[str | None, str]]:
     """(event name, data) of each server-sent event: ``data:`` lines joined by newlines,
     comments (``: OPENROUTER PROCESSING``) skipped, an event ended by a blank line or the
@@ -295,6 +302,7 @@ class _Accumulator:
         self._pending = ""  # content held back: it may be the start of a think tag
         self._in_think = False
         self._spoke = False  # non-blank answer text was emitted (a later <think> is text)
+        self._thought = False  # a think block was read
 
     def _first_token(self) -> None:
         if self.first_token_ms is None:
@@ -377,7 +385,7 @@ class _Accumulator:
                     self._pending = buf[len(buf) - keep :]
                     return
                 yield from self._reasoning(buf[:end])
-                buf, self._in_think = buf[end + len(_THINK_CLOSE) :].lstrip("\n"), False
+                buf, self._in_think, self._thought = buf[end + len(_THINK_CLOSE) :], False, True
                 continue
             if self._spoke:
                 yield from self._text(buf)
@@ -390,7 +398,8 @@ class _Accumulator:
             if not stripped or _THINK_OPEN.startswith(stripped):
                 self._pending = buf  # blank, or maybe the start of the tag: wait
                 return
-            yield from self._text(buf)
+            # the blank lines between a think block and the answer only separate them
+            yield from self._text(stripped if self._thought else buf)
             return
 
     def flush(self) -> Iterator[StreamEvent]:
@@ -671,7 +680,6 @@ class OpenAIProvider:
         dropped, read timeout, malformed chunk, or a clean close) is a retryable
         ``ProviderError("stream interrupted: …")``; the deadline passing is not retryable.
         """
-        import httpx
         import openai
 
         started = time.monotonic()
@@ -686,6 +694,7 @@ class OpenAIProvider:
             raise self._request_error(err) from err
         acc = _Accumulator(started)
         done = False
+        hx = _http_module(http)  # the HTTP library the SDK runs on (httpx or its successor)
         guard = _Deadline(http, deadline, self.idle_timeout)
         try:
             try:
@@ -716,7 +725,7 @@ class OpenAIProvider:
                             continue  # the answer was complete: keep it, with its usage
                         raise self._event_error(error if isinstance(error, Mapping) else chunk)
                     yield from acc.feed(chunk)
-            except (httpx.HTTPError, openai.OpenAIError, UnicodeDecodeError) as err:
+            except (hx.HTTPError, openai.OpenAIError, UnicodeDecodeError) as err:
                 if guard.fired or time.monotonic() >= deadline:
                     raise self._deadline_error(guard) from err
                 raise self._stream_error(err) from err
@@ -869,12 +878,12 @@ class OpenAIProvider:
 
     def _stream_error(self, err: Exception) -> ProviderError:
         """An error after the response started: mostly an interrupted stream."""
-        import httpx
         import openai
 
-        if isinstance(err, (openai.APITimeoutError, httpx.TimeoutException)):
+        hx = _http_module(err)
+        if isinstance(err, (openai.APITimeoutError, getattr(hx, "TimeoutException", ()))):
             return self._idle_error()
-        if isinstance(err, httpx.HTTPError):
+        if isinstance(err, getattr(hx, "HTTPError", ())):
             reason = _one_line(err) or type(err).__name__
             return ProviderError(f"stream interrupted: {reason}", retryable=True)
         if isinstance(err, openai.APIConnectionError):
