@@ -918,3 +918,10 @@ def test_output_limit_parameter_name(server, model, token_param, sent):
     run(p, ChatRequest(model=model, messages=MESSAGES, max_tokens=50, reasoning_effort="low"))
     body = server.requests[-1]
     assert body[sent] == 50 and body["reasoning_effort"] == "low"
+
+
+def test_complete_retries_a_refused_parameter_once(server, provider):
+    server.enqueue(Reply(status=400, error_body=UNSUPPORTED_MAX_TOKENS), Reply(text="title"))
+    request = ChatRequest(model="m", messages=MESSAGES, max_tokens=20)
+    assert provider.complete(request) == "title"
+    assert server.requests[-1]["max_completion_tokens"] == 20

@@ -130,3 +130,14 @@ def test_a_window_the_server_reports_is_used(ip, magics, monkeypatch):
     assert (info.context, info.source) == (16_384, "local")
     limits = budget.budget(info)
     assert limits.usable == 16_384 - 4_096 - 4_096  # a quarter of the window for the answer
+
+
+def test_reasoning_effort_setting_is_sent(ip, server, magics):
+    magics.reasoning_effort = "low"
+    server.enqueue(Reply(text="ok"))
+    run(ip, "hi")
+    assert server.requests[-1]["reasoning_effort"] == "low"
+    magics.reasoning_effort = None
+    server.enqueue(Reply(text="ok"))
+    run(ip, "hi again")
+    assert "reasoning_effort" not in server.requests[-1]

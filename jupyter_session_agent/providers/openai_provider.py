@@ -748,9 +748,15 @@ class OpenAIProvider:
         import openai
 
         try:  # the whole answer is the first byte here: request_timeout bounds the wait
-            response = self._client.chat.completions.create(
-                **self._kwargs(request), timeout=self._whole()
-            )
+            kwargs = self._kwargs(request)
+            try:
+                response = self._client.chat.completions.create(**kwargs, timeout=self._whole())
+            except openai.APIStatusError as err:
+                if not self._adapt(err, kwargs):  # a parameter refused by name: once without
+                    raise
+                response = self._client.chat.completions.create(
+                    **self._kwargs(request), timeout=self._whole()
+                )
         except openai.OpenAIError as err:
             if isinstance(err, openai.APITimeoutError):
                 raise self._deadline_error() from err
