@@ -113,8 +113,7 @@ def expect(entry: dict) -> dict[str, Any]:
         return {"error": error.get("message") if isinstance(error, dict) else str(error)}
     text, reasoning, calls, usage, finished, error = "", "", {}, None, False, None
     for chunk in _chunks(raw, entry["stream"]):
-        if chunk.get("usage"):
-            usage = chunk["usage"]
+        usage = chunk.get("usage") or (chunk.get("x_groq") or {}).get("usage") or usage
         if chunk.get("error") and not finished:
             error = chunk["error"].get("message", "")
         for choice in chunk.get("choices") or []:

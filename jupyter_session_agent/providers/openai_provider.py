@@ -319,6 +319,9 @@ class _Accumulator:
         if not isinstance(chunk, Mapping):
             return
         usage = chunk.get("usage")
+        if not usage:  # Groq without stream_options: the usage rides in its x_groq object
+            groq = chunk.get("x_groq")
+            usage = groq.get("usage") if isinstance(groq, Mapping) else None
         if isinstance(usage, Mapping) and usage:
             self.usage = dict(usage)
         for choice in chunk.get("choices") or ():
