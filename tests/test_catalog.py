@@ -102,17 +102,17 @@ def test_xai_199999_tier_counts_as_200k():
 
 
 @pytest.mark.parametrize(
-    ("provider", "model"),
+    ("provider", "model", "source"),
     [
-        ("openai", "no-such-model-xyz"),
-        ("nope", "gpt-4o"),
-        ("local", "smollm2-135m"),
-        ("ollama", "llama3.2"),
+        ("openai", "no-such-model-xyz", "unknown"),
+        ("nope", "gpt-4o", "unknown"),
+        ("local", "smollm2-135m", "local"),  # a self-hosted server: free, not unknown
+        ("ollama", "llama3.2", "local"),
     ],
 )
-def test_unknown_is_zeros(provider, model):
+def test_unknown_is_zeros(provider, model, source):
     info = prices.model_info(provider, model)
-    assert info.source == "unknown"
+    assert info.source == source and budget.price_source(info) == source
     assert (info.context, info.output, info.input) == (0, 0, 0)
     assert info.prices == budget.Prices()
     assert budget.cost(Tokens(input=1000, output=1000), info) == 0.0

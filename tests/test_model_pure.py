@@ -103,7 +103,9 @@ def test_is_overflow_off_when_auto_is_false_and_budget_numbers():
     assert (b.reserved, b.usable) == (20 * K, 180 * K)
     assert budget(model(200 * K, 32 * K)).usable == 200 * K - 32 * K - 20 * K
     assert budget(model(8192, 1024), reserved=512).usable == 8192 - 1024 - 512
-    assert budget(model(8192, 0)).usable == 0  # unknown output limit: 32k assumed, nothing usable
+    # an unknown output limit on a small window: a quarter of it, not 32k (which left nothing)
+    assert budget(model(8192, 0)).usable == 8192 - 2048 - 2048
+    assert budget(model(16_384, 0)).usable == 8192
 
 
 def test_token_estimate():

@@ -45,17 +45,19 @@ def test_bare_model_uses_openai_defaults():
     )
     r = resolve("  llama3  ", {"OPENAI_BASE_URL": "http://localhost:11434/v1"})
     assert (r.model_id, r.base_url, r.api_key) == ("llama3", "http://localhost:11434/v1", "EMPTY")
-    assert "ollama" in r.notes
+    assert r.provider_id == "ollama" and "Ollama" in r.notes  # recognised by its port
 
 
 def test_unknown_prefix_is_a_model_name_only_with_a_base_url():
     env = {"OPENAI_BASE_URL": "http://gpu:8000/v1"}
     r = resolve("meta-llama/Llama-3.1-8B", env)
     assert (r.provider_id, r.model_id, r.base_url) == (
-        "openai",
+        "vllm",  # vLLM's default port
         "meta-llama/Llama-3.1-8B",
         "http://gpu:8000/v1",
     )
+    generic = resolve("meta-llama/Llama-3.1-8B", {"OPENAI_BASE_URL": "http://gpu:9999/v1"})
+    assert generic.provider_id == "openai"  # an unknown server stays generic
     with pytest.raises(ConfigError) as err:
         resolve("meta-llama/Llama-3.1-8B", {})
     msg = str(err.value)
@@ -140,6 +142,22 @@ def test_default_model():
         ("http://localhost:1234/v1", "lmstudio"),
         ("https://openrouter.ai/api/v1", "openrouter"),
         ("https://api.openai.com/v1", "openai"),
+        ("https://api.deepseek.com", "deepseek"),
+        ("https://my-res.openai.azure.com/openai/v1", "azure"),
+        ("https://my-res.cognitiveservices.azure.com/openai", "azure"),
+        ("https://api.groq.com/openai/v1", "groq"),
+        ("https://api.mistral.ai/v1", "mistral"),
+        ("https://api.x.ai/v1", "xai"),
+        ("https://dashscope-intl.aliyuncs.com/compatible-mode/v1", "dashscope"),
+        ("https://api.perplexity.ai", "perplexity"),
+        ("https://api.together.xyz/v1", "together"),
+        ("https://router.huggingface.co/v1", "huggingface"),
+        ("https://api.z.ai/api/paas/v4", "zai"),
+        ("https://acct.snowflakecomputing.com/api/v2/cortex/v1", "snowflake"),
+        ("https://generativelanguage.googleapis.com/v1beta/openai", "gemini"),
+        ("https://api.anthropic.com/v1", "anthropic"),
+        ("http://127.0.0.1:8080/v1", "llamacpp"),
+        ("https://evil-openai.azure.com.example.org/v1", None),  # a suffix, not a host
         ("http://127.0.0.1:41234/v1", None),
         ("http://[::1", None),
         ("", None),
@@ -156,3 +174,47 @@ def test_resolved_is_frozen_and_describable():
         r.model_id = "x"  # type: ignore[misc]
     assert describe(r) == "ollama/llama3 @ http://localhost:11434/v1"
     assert describe(resolve("local/smollm2", {})) == "local/smollm2 @ embedded server"
+
+
+@pytest.mark.parametrize(
+    "spec, env, expected",
+    [
+        (
+            "deepseek/deepseek-chat",
+            {"DEEPSEEK_API_KEY": "ds"},
+            ("deepseek", "deepseek-chat", "https://api.deepseek.com/v1", "ds"),
+        ),
+        (
+            "xai/grok-4",
+            {"XAI_API_KEY": "x", "XAI_BASE_URL": "http://proxy/v1"},
+            ("xai", "grok-4", "http://proxy/v1", "x"),
+        ),
+        (
+            "hf/deepseek-ai/DeepSeek-R1",
+            {"HF_TOKEN": "h"},
+            ("huggingface", "deepseek-ai/DeepSeek-R1", "https://router.huggingface.co/v1", "h"),
+        ),
+        (
+            "perplexity/sonar",
+            {"PPLX_API_KEY": "p"},
+            ("perplexity", "sonar", "https://api.perplexity.ai", "p"),
+        ),
+    ],
+)
+def test_vendor_presets_use_their_own_url_and_key(spec, env, expected):
+    r = resolve(spec, env)
+    assert (r.provider_id, r.model_id, r.base_url, r.api_key) == expected
+
+
+def test_vendor_preset_errors_name_the_variable():
+    with pytest.raises(ConfigError, match="DEEPSEEK_API_KEY"):
+        resolve("deepseek/deepseek-chat", {"OPENAI_API_KEY": "sk"})
+    with pytest.raises(ConfigError, match="AZURE_OPENAI_BASE_URL"):
+        resolve("azure/gpt-5-nano", {"AZURE_OPENAI_API_KEY": "k"})
+
+
+def test_openai_base_url_of_a_known_vendor_is_that_vendor():
+    env = {"OPENAI_BASE_URL": "https://api.deepseek.com/v1", "DEEPSEEK_API_KEY": "ds"}
+    r = resolve("deepseek-chat", env)
+    assert (r.provider_id, r.model_id, r.api_key) == ("deepseek", "deepseek-chat", "ds")
+    assert resolve("openai/deepseek-chat", {**env, "OPENAI_API_KEY": "sk"}).api_key == "sk"

@@ -241,6 +241,7 @@ IN_KIND = {
     "mcp": {"time": {"type": "local"}},
     "mcp_opencode": "",
     "temperature": 5.0,
+    "reasoning_effort": "extreme",
     "system_prompt": "a\x00b",
     "tools": ["python", ""],
     "replay": 3,

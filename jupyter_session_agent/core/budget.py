@@ -1,9 +1,11 @@
 """Token budget and cost: pure functions over a model's limits and prices.
 
-Matches OpenCode: ``Token.estimate`` (chars / 4), ``isOverflow`` with the
-reserved buffer subtracted in both branches (upstream's later ``overflow.ts``:
-usable is ``limit.input - reserved`` or ``context - max_output - reserved``), and
-``Session.getUsage`` cost arithmetic, including the >200k tier.
+Matches OpenCode: ``Token.estimate`` (chars / 4), ``isOverflow`` with the reserved buffer
+subtracted in both branches (usable is ``limit.input - reserved`` or ``context - max_output -
+reserved``, ``reserved = min(20,000, max_output)``) from the model's real output limit, and
+``Session.getUsage``'s
+tokens and cost arithmetic (output excludes reasoning; reasoning is charged at the output
+price), including the >200k tier.
 """
 
 from __future__ import annotations
@@ -94,6 +96,16 @@ class ModelInfo:
         """``ProviderTransform.maxOutputTokens``: min(output, 32k) or 32k."""
         return min(self.output, OUTPUT_TOKEN_MAX) or OUTPUT_TOKEN_MAX
 
+    @property
+    def output_limit(self) -> int:
+        """The most the model may answer, capped at 32k: its output limit when known, else
+        32k or, for a window under 128k, a quarter of it (a 16k window is not all answer)."""
+        if self.output:
+            return min(self.output, OUTPUT_TOKEN_MAX)
+        if self.context:
+            return min(OUTPUT_TOKEN_MAX, max(1, self.context // 4))
+        return OUTPUT_TOKEN_MAX
+
 
 @dataclass(frozen=True, slots=True)
 class Budget:
@@ -109,8 +121,12 @@ class Budget:
 
 
 def budget(model: ModelInfo, reserved: int | None = None) -> Budget:
-    """The usable input budget, with ``reserved`` subtracted in both branches."""
-    max_out = model.max_output_tokens
+    """The usable input budget (OpenCode's current rule): the input limit minus ``reserved``,
+    else the context minus the output limit minus ``reserved``; ``reserved`` defaults to
+    ``min(20,000, the output limit)``. The output limit is the model's real one
+    (:attr:`ModelInfo.output_limit`): a 32k default on a small window would leave nothing
+    of any window up to 52k."""
+    max_out = model.output_limit
     reserved = min(COMPACTION_BUFFER, max_out) if reserved is None else reserved
     if model.input:
         usable = max(0, model.input - reserved)
@@ -128,8 +144,16 @@ def is_overflow(
     return tokens.count >= budget(model, reserved).usable
 
 
+def price_source(model: ModelInfo) -> str:
+    """Where a step's price comes from when the server reports no cost: ``catalogue``
+    (genai-prices), ``override`` (model_overrides), ``local`` (a self-hosted server: free)
+    or ``unknown`` (no price known: cost 0)."""
+    return model.source if model.source in ("catalogue", "override", "local") else "unknown"
+
+
 def cost(tokens: Tokens, model: ModelInfo) -> float:
-    """USD for one step; reasoning is charged at the output price on top of output."""
+    """USD for one step: ``output`` excludes reasoning (:func:`normalise_usage`), and
+    reasoning is charged at the output price, so a token is never charged twice."""
     prices = model.prices
     if model.prices_over_200k and tokens.input + tokens.cache_read > TIER_THRESHOLD:
         prices = model.prices_over_200k
@@ -157,8 +181,11 @@ def normalise_usage(
     """OpenCode's ``getUsage`` token fields from an OpenAI-style usage object.
 
     ``input`` excludes cache reads and writes unless the server already reports
-    it that way (Anthropic-style, ``input_excludes_cache``). Non-finite or
-    negative numbers become 0.
+    it that way (Anthropic-style, ``input_excludes_cache``). ``output`` excludes
+    reasoning: OpenAI-compatible servers count reasoning inside ``completion_tokens``
+    (then it is taken out), unless it cannot be (more reasoning than completion) or
+    ``total_tokens`` says it is not (``total == prompt + completion + reasoning``).
+    Non-finite or negative numbers become 0.
     """
 
     def clean(n: Any) -> int:
@@ -175,7 +202,16 @@ def normalise_usage(
         clean(reasoning_tokens),
     )
     inp = prompt if input_excludes_cache else max(0, prompt - read - write)
-    total = clean(total_tokens) if total_tokens is not None else inp + out + read + write
+    outside = reasoning > out or (
+        reasoning > 0
+        and total_tokens is not None
+        and clean(total_tokens) == prompt + out + reasoning
+    )
+    if not outside:
+        out -= reasoning
+    total = (
+        clean(total_tokens) if total_tokens is not None else inp + out + reasoning + read + write
+    )
     return Tokens(
         input=inp,
         output=out,

@@ -200,21 +200,31 @@ def _keep_assistant(item: WithParts) -> bool:
     return any(not isinstance(p, (StepStartPart, ReasoningPart)) for p in item.parts)
 
 
+# Vendors whose thinking mode needs the assistant's reasoning sent back, as
+# ``reasoning_content``, with its tool calls (DeepSeek answers 400 without it)
+REASONING_BACK_PROVIDERS = frozenset({"deepseek"})
+
+
 def _assistant_messages(item: WithParts) -> list[Chat]:
     texts: list[str] = []
+    reasoning: list[str] = []
     calls: list[Chat] = []
     results: list[Chat] = []
     for part in item.parts:
         if isinstance(part, TextPart) and not part.ignored and part.text:
             texts.append(part.text)
+        elif isinstance(part, ReasoningPart) and part.text:
+            reasoning.append(part.text)
         elif isinstance(part, ToolPart):
-            calls.append(
-                {
-                    "id": part.call_id,
-                    "type": "function",
-                    "function": {"name": part.tool, "arguments": json.dumps(part.state.input)},
-                }
-            )
+            call: Chat = {
+                "id": part.call_id,
+                "type": "function",
+                "function": {"name": part.tool, "arguments": json.dumps(part.state.input)},
+            }
+            signature = (part.metadata or {}).get("thoughtSignature")
+            if signature:  # Gemini: the call's thought signature goes back with it
+                call["extra_content"] = {"google": {"thought_signature": signature}}
+            calls.append(call)
             results.append(
                 {"role": "tool", "tool_call_id": part.call_id, "content": tool_result_text(part)}
             )
@@ -226,6 +236,8 @@ def _assistant_messages(item: WithParts) -> list[Chat]:
         message["content"] = "".join(texts)
     if calls:
         message["tool_calls"] = calls
+        if reasoning and getattr(item.info, "provider_id", None) in REASONING_BACK_PROVIDERS:
+            message["reasoning_content"] = "".join(reasoning)
     return [message, *results]
 
 

@@ -246,7 +246,8 @@ def _freeze(raw: Any) -> Any:
 class Tokens(_Value):
     """Usage of one LLM call, OpenCode's ``tokens`` object.
 
-    ``input`` excludes cache reads and writes (as OpenCode stores it);
+    ``input`` excludes cache reads and writes and ``output`` excludes reasoning (as
+    OpenCode stores them);
     :attr:`prompt` is the OTel-style input that includes them. ``estimated``
     is ours: true when the server reported no usage and we counted locally.
     """
@@ -269,7 +270,9 @@ class Tokens(_Value):
     @property
     def count(self) -> int:
         """What ``isOverflow`` compares: ``total`` or the sum of the parts."""
-        return self.total or (self.input + self.output + self.cache_read + self.cache_write)
+        return self.total or (
+            self.input + self.output + self.reasoning + self.cache_read + self.cache_write
+        )
 
 
 # --------------------------------------------------------------------------

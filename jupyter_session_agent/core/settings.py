@@ -603,6 +603,13 @@ class Settings:
         "sampling temperature of every LLM call; None: the server's default",
         example=0.2,
     )
+    reasoning_effort: str | None = setting(
+        None,
+        NONE | choice("none", "minimal", "low", "medium", "high", "xhigh"),
+        "reasoning effort of every LLM call (sent as reasoning_effort: OpenAI, Azure, Groq, "
+        "xAI, DeepSeek, Z.ai, OpenRouter…); None: the server's default",
+        example="low",
+    )
     system_prompt: str | None = setting(
         None,
         NONE | TEXT,

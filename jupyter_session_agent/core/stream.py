@@ -52,6 +52,9 @@ class ToolCall:
     input: dict[str, Any]
     raw: str = ""
     invalid: str | None = None
+    # what the vendor needs back with the call on the next request (Gemini's
+    # ``thoughtSignature``); kept in the tool part's metadata
+    metadata: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +72,9 @@ class Finish:
     first_token_ms: float | None = None
     latency_ms: float | None = None
     raw_usage: dict[str, Any] | None = None
+    # USD the server reported for this call itself (OpenRouter ``usage.cost``, xAI's
+    # ``cost_in_usd_ticks``); None: price the tokens from the catalogue
+    cost: float | None = None
 
 
 StreamEvent = TextDelta | ReasoningDelta | ToolInputStart | ToolCall | Finish

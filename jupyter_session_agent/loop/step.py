@@ -209,6 +209,10 @@ class StepProcessor:
                 self._calls.append(event)
                 if self._find_tool(event.call_id) is None:
                     self._tool_part(event.call_id, event.name)
+                if event.metadata:  # what the vendor needs back with the call (a signature)
+                    part = self._find_tool(event.call_id)
+                    merged = {**(part.metadata or {}), **event.metadata}
+                    self._add(replace(part, metadata=merged), write=True)
             elif isinstance(event, Finish):
                 self._end_open()
                 return event
@@ -327,7 +331,12 @@ class StepProcessor:
     # -- bookkeeping ---------------------------------------------------------
 
     def _finish_step(self, finish: Finish) -> None:
-        step_cost = budget.cost(finish.tokens, self.model)
+        # a cost the server reports for the call wins over tokens × catalogue prices
+        if finish.cost is not None:
+            step_cost, cost_source = finish.cost, "server"
+        else:
+            step_cost = budget.cost(finish.tokens, self.model)
+            cost_source = budget.price_source(self.model)
         reason = finish.reason
         if reason == "unknown" and self._calls:
             reason = "tool-calls"
@@ -350,6 +359,7 @@ class StepProcessor:
                     "firstTokenMs": finish.first_token_ms,
                     "latencyMs": finish.latency_ms,
                     "attempts": self.attempts,
+                    "costSource": cost_source,
                 },
             ),
             write=True,

@@ -60,6 +60,7 @@ class ChatRequest:
     # Characters of answer (text and reasoning) kept from one stream; beyond it the answer is
     # cut with one line and the stream closed (None: no cap). Setting ``max_answer_chars``.
     max_answer_chars: int | None = None
+    reasoning_effort: str | None = None  # sent as ``reasoning_effort`` when set
 
 
 _FINISH = {
@@ -81,6 +82,56 @@ def finish_reason(raw: str | None, has_tool_calls: bool = False) -> str:
     if has_tool_calls and raw in (None, "", "stop"):
         return "tool-calls"
     return _FINISH.get(raw or "", "unknown")
+
+
+# parameters a request may do without, when a server refuses one by name
+_OPTIONAL_PARAMS = frozenset(
+    {
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "reasoning_effort",
+        "stream_options",
+        "parallel_tool_calls",
+        "seed",
+        "thinking",
+    }
+)
+_TOKEN_ALIASES = {"max_tokens": "max_completion_tokens", "max_completion_tokens": "max_tokens"}
+# OpenAI's reasoning models: they take ``max_completion_tokens`` (on Azure too)
+_REASONING_MODEL = re.compile(r"(?:o\d|gpt-5)(?:\b|[-_.])", re.IGNORECASE)
+
+
+def _http_module(obj: Any) -> Any:
+    """The module (``httpx``, ``httpx2``…) an HTTP response or exception comes from."""
+    import importlib
+
+    return importlib.import_module(type(obj).__module__.split(".")[0])
+
+
+def _sse_events(lines: Iterator[str]) -> Iterator[tuple[str | None, str]]:
+    """(event name, data) of each server-sent event: ``data:`` lines joined by newlines,
+    comments (``: OPENROUTER PROCESSING``) skipped, an event ended by a blank line or the
+    end of the body."""
+    data: list[str] = []
+    event: str | None = None
+    for line in lines:
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            data, event = [], None
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+    if data:
+        yield event, "\n".join(data)
 
 
 def _one_line(text: Any, limit: int = _DETAIL_MAX) -> str:
@@ -166,10 +217,79 @@ class _Call:
     args: list[str] = field(default_factory=list)
     started: bool = False
     size: int = 0  # characters of arguments received (kept only up to MAX_ARGUMENT_CHARS)
+    signature: str | None = None  # Gemini's thought signature, sent back with the call
+
+
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def _partial_tail(text: str, tag: str) -> int:
+    """How many trailing characters of ``text`` could begin ``tag`` (kept for the next delta)."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if tag.startswith(text[-n:]):
+            return n
+    return 0
+
+
+def _detail_texts(details: Any) -> str:
+    """The readable text of OpenRouter-style ``reasoning_details`` (encrypted items have none)."""
+    out = []
+    for item in details if isinstance(details, list) else ():
+        if isinstance(item, Mapping):
+            text = item.get("text") if item.get("type") != "reasoning.summary" else None
+            text = text if isinstance(text, str) else item.get("summary")
+            if isinstance(text, str):
+                out.append(text)
+    return "".join(out)
+
+
+def _typed_texts(value: Any) -> str:
+    """Text inside a typed-content value: a string, or ``[{"type": "text", "text": …}, …]``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(
+            item["text"]
+            for item in value
+            if isinstance(item, Mapping) and isinstance(item.get("text"), str)
+        )
+    return ""
+
+
+def server_cost(usage: Mapping[str, Any] | None) -> float | None:
+    """The cost a server reports in its usage, in USD, or None.
+
+    OpenRouter: ``usage.cost`` (credits = USD), plus ``cost_details.upstream_inference_cost``
+    when the key is the user's own (``is_byok``: the upstream bills that part); xAI:
+    ``usage.cost_in_usd_ticks`` (10^-10 USD each).
+    """
+    if not isinstance(usage, Mapping):
+        return None
+    ticks = usage.get("cost_in_usd_ticks")
+    if isinstance(ticks, (int, float)) and not isinstance(ticks, bool) and ticks >= 0:
+        return float(ticks) / 1e10
+    cost = usage.get("cost")
+    if not isinstance(cost, (int, float)) or isinstance(cost, bool) or cost < 0:
+        return None
+    total = float(cost)
+    details = usage.get("cost_details")
+    if usage.get("is_byok") and isinstance(details, Mapping):
+        upstream = details.get("upstream_inference_cost")
+        if isinstance(upstream, (int, float)) and not isinstance(upstream, bool):
+            total += float(upstream)
+    return total
 
 
 class _Accumulator:
-    """Folds chat-completion chunks into events; remembers what ``Finish`` needs."""
+    """Folds chat-completion chunks (JSON objects) into events; remembers what ``Finish`` needs.
+
+    Reads every dialect of the corpus: reasoning as ``reasoning_content`` (DeepSeek, vLLM,
+    llama.cpp, Z.ai), ``reasoning`` (OpenRouter, Groq, Ollama, Cerebras), ``reasoning_details``
+    (OpenRouter, Snowflake: used when no reasoning string came), ``<think>…</think>`` opening
+    the content (DeepSeek-R1 and Qwen on Together, HF, Groq) and typed content arrays
+    (Mistral's ``{"type": "thinking", …}``); tool calls split over chunks, without ``index``,
+    or parallel at one index (Gemini), with Gemini's thought signatures.
+    """
 
     def __init__(self, started: float, max_chars: int | None = None) -> None:
         self.started = started
@@ -186,6 +306,10 @@ class _Accumulator:
         self.usage: dict | None = None
         self.first_token_ms: float | None = None
         self._fresh = 0
+        self._pending = ""  # content held back: it may be the start of a think tag
+        self._in_think = False
+        self._spoke = False  # non-blank answer text was emitted (a later <think> is text)
+        self._thought = False  # a think block was read
 
     def _first_token(self) -> None:
         if self.first_token_ms is None:
@@ -199,17 +323,24 @@ class _Accumulator:
                 return candidate
 
     def feed(self, chunk: Any) -> Iterator[StreamEvent]:
-        usage = getattr(chunk, "usage", None)
-        if usage:
-            self.usage = _as_dict(usage)
-        for choice in getattr(chunk, "choices", None) or ():
-            if getattr(choice, "index", 0) not in (0, None):
+        if not isinstance(chunk, Mapping):
+            return
+        usage = chunk.get("usage")
+        if not usage:  # Groq without stream_options: the usage rides in its x_groq object
+            groq = chunk.get("x_groq")
+            usage = groq.get("usage") if isinstance(groq, Mapping) else None
+        if isinstance(usage, Mapping) and usage:
+            self.usage = dict(usage)
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, Mapping) or choice.get("index", 0) not in (0, None):
                 continue  # n > 1 is never requested; ignore extra choices
-            delta = getattr(choice, "delta", None)
-            if delta is not None:
+            delta = choice.get("delta")
+            if not isinstance(delta, Mapping):
+                delta = choice.get("message")  # a whole (non-streamed) completion
+            if isinstance(delta, Mapping):
                 yield from self._delta(delta)
-            reason = getattr(choice, "finish_reason", None)
-            if reason:
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str) and reason:
                 self.reason = reason
                 self.saw_reason = True
 
@@ -227,44 +358,98 @@ class _Accumulator:
         self.chars += len(text)
         return text
 
-    def _delta(self, delta: Any) -> Iterator[StreamEvent]:
-        # vLLM, llama.cpp and DeepSeek send `reasoning_content`, OpenRouter and
-        # newer vLLM `reasoning`; take one so a server sending both is not doubled.
-        reasoning = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
-        if isinstance(reasoning, str):
-            reasoning = self._over(reasoning)
-        if isinstance(reasoning, str) and reasoning:
+    def _reasoning(self, text: str) -> Iterator[StreamEvent]:
+        text = self._over(text)
+        if text:
             self._first_token()
-            self.reasoning.append(reasoning)
-            yield ReasoningDelta(reasoning)
-        content = getattr(delta, "content", None)
-        if isinstance(content, str):
-            content = self._over(content)
-        if isinstance(content, str) and content:
-            self._first_token()
-            self.text.append(content)
-            yield TextDelta(content)
-        for position, tc in enumerate(getattr(delta, "tool_calls", None) or ()):
-            yield from self._tool_delta(position, tc)
-        legacy = getattr(delta, "function_call", None)  # pre-tools servers
-        if legacy is not None and (
-            getattr(legacy, "name", None) or getattr(legacy, "arguments", None)
-        ):
-            yield from self._tool_fragment(
-                -1, None, getattr(legacy, "name", None), getattr(legacy, "arguments", None)
-            )
+            self.reasoning.append(text)
+            yield ReasoningDelta(text)
 
-    def _tool_delta(self, position: int, tc: Any) -> Iterator[StreamEvent]:
-        index = getattr(tc, "index", None)
-        if not isinstance(index, int):
+    def _text(self, text: str) -> Iterator[StreamEvent]:
+        text = self._over(text)
+        if text:
+            self._first_token()
+            self.text.append(text)
+            self._spoke = self._spoke or bool(text.strip())
+            yield TextDelta(text)
+
+    def _delta(self, delta: Mapping[str, Any]) -> Iterator[StreamEvent]:
+        # one reasoning source per delta, so a server sending several forms is not doubled
+        reasoning = delta.get("reasoning_content")
+        if not isinstance(reasoning, str) or not reasoning:
+            reasoning = delta.get("reasoning")
+        if not isinstance(reasoning, str) or not reasoning:
+            reasoning = _detail_texts(delta.get("reasoning_details"))
+        yield from self._reasoning(reasoning)
+        content = delta.get("content")
+        if isinstance(content, str):
+            yield from self._content(content)
+        elif isinstance(content, list):  # typed content: Mistral's thinking/text items
+            for item in content:
+                if not isinstance(item, Mapping):
+                    continue
+                if item.get("type") == "thinking":
+                    yield from self._reasoning(_typed_texts(item.get("thinking")))
+                elif item.get("type") == "text" and isinstance(item.get("text"), str):
+                    yield from self._content(item["text"])
+        for position, tc in enumerate(delta.get("tool_calls") or ()):
+            if isinstance(tc, Mapping):
+                yield from self._tool_delta(position, tc)
+        legacy = delta.get("function_call")  # pre-tools servers
+        if isinstance(legacy, Mapping) and (legacy.get("name") or legacy.get("arguments")):
+            yield from self._tool_fragment(-1, None, legacy.get("name"), legacy.get("arguments"))
+
+    def _content(self, piece: str) -> Iterator[StreamEvent]:
+        """Answer text, with a ``<think>…</think>`` block opening it read as reasoning."""
+        buf, self._pending = self._pending + piece, ""
+        while buf:
+            if self._in_think:
+                end = buf.find(_THINK_CLOSE)
+                if end < 0:
+                    keep = _partial_tail(buf, _THINK_CLOSE)
+                    yield from self._reasoning(buf[: len(buf) - keep])
+                    self._pending = buf[len(buf) - keep :]
+                    return
+                yield from self._reasoning(buf[:end])
+                buf, self._in_think, self._thought = buf[end + len(_THINK_CLOSE) :], False, True
+                continue
+            if self._spoke:
+                yield from self._text(buf)
+                return
+            stripped = buf.lstrip()
+            if stripped.startswith(_THINK_OPEN):
+                self._in_think = True
+                buf = stripped[len(_THINK_OPEN) :]
+                continue
+            if not stripped or _THINK_OPEN.startswith(stripped):
+                self._pending = buf  # blank, or maybe the start of the tag: wait
+                return
+            # the blank lines between a think block and the answer only separate them
+            yield from self._text(stripped if self._thought else buf)
+            return
+
+    def flush(self) -> Iterator[StreamEvent]:
+        """The end of the content: what was held back is reasoning (an unclosed think block)
+        or text."""
+        rest, self._pending = self._pending, ""
+        if self._in_think:
+            yield from self._reasoning(rest)
+        elif rest.strip():
+            yield from self._text(rest)
+
+    def _tool_delta(self, position: int, tc: Mapping[str, Any]) -> Iterator[StreamEvent]:
+        index = tc.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
             index = position  # some servers omit the index on single-call chunks
-        fn = getattr(tc, "function", None)
-        yield from self._tool_fragment(
-            index,
-            getattr(tc, "id", None),
-            getattr(fn, "name", None),
-            getattr(fn, "arguments", None),
-        )
+        fn = tc.get("function")
+        fn = fn if isinstance(fn, Mapping) else {}
+        yield from self._tool_fragment(index, tc.get("id"), fn.get("name"), fn.get("arguments"))
+        extra = tc.get("extra_content")
+        google = extra.get("google") if isinstance(extra, Mapping) else None
+        signature = google.get("thought_signature") if isinstance(google, Mapping) else None
+        key = self.by_index.get(index)
+        if isinstance(signature, str) and signature and key is not None:
+            self.calls[key].signature = signature
 
     def _tool_fragment(
         self, index: int, server_id: Any, name: Any, args: Any
@@ -295,11 +480,17 @@ class _Accumulator:
             call.size += len(args)
             if call.size <= MAX_ARGUMENT_CHARS:
                 call.args.append(args)  # beyond: not kept (the call is refused, one line)
+        elif isinstance(args, Mapping):  # a server sending the arguments as an object
+            text = json.dumps(args)
+            call.size += len(text)
+            if call.size <= MAX_ARGUMENT_CHARS:
+                call.args.append(text)
         if call.name and not call.started:
             call.started = True
             yield ToolInputStart(call.call_id, call.name)
 
     def finish(self, request: ChatRequest, input_excludes_cache: bool) -> Iterator[StreamEvent]:
+        yield from self.flush()
         for call in self.calls.values():
             if not call.started:
                 call.started = True
@@ -315,6 +506,7 @@ class _Accumulator:
             first_token_ms=self.first_token_ms,
             latency_ms=(time.monotonic() - self.started) * 1000,
             raw_usage=self.usage or None,
+            cost=server_cost(self.usage),
         )
 
     def estimate(self, request: ChatRequest) -> Tokens:
@@ -362,8 +554,9 @@ def _tool_call(call: _Call) -> ToolCall:
             f"{MAX_ARGUMENT_CHARS:,}; send smaller pieces",
         )
     raw = "".join(call.args)
+    meta = {"thoughtSignature": call.signature} if call.signature else None
     if not raw.strip():
-        return ToolCall(call.call_id, call.name, {}, raw)
+        return ToolCall(call.call_id, call.name, {}, raw, metadata=meta)
     depth = argument_depth(raw)
     if depth > MAX_ARGUMENT_DEPTH:
         return ToolCall(
@@ -389,7 +582,7 @@ def _tool_call(call: _Call) -> ToolCall:
         return ToolCall(
             call.call_id, call.name, {}, raw, invalid=f"arguments must be a JSON object, got {kind}"
         )
-    return ToolCall(call.call_id, call.name, parsed, raw)
+    return ToolCall(call.call_id, call.name, parsed, raw, metadata=meta)
 
 
 class OpenAIProvider:
@@ -413,6 +606,7 @@ class OpenAIProvider:
         first_byte_timeout: float | None = None,
         idle_timeout: float | None = None,
         input_excludes_cache: bool = False,
+        token_param: str | None = None,
     ) -> None:
         import openai
 
@@ -421,6 +615,10 @@ class OpenAIProvider:
         self.first_byte_timeout = min(first_byte_timeout or timeout, timeout)
         self.idle_timeout = min(idle_timeout or timeout, timeout)
         self.input_excludes_cache = input_excludes_cache
+        self.token_param = token_param  # the preset's output-limit parameter name, if it has one
+        # parameters this server refused by name (400), for the rest of the session
+        self.renamed: dict[str, str] = {}
+        self.dropped: set[str] = set()
         key = api_key or os.environ.get("OPENAI_API_KEY")
         remember(key, "api_key")  # whatever it came from, the key sent is never shown or stored
         if not key:
@@ -437,13 +635,23 @@ class OpenAIProvider:
             ) from err
         self.base_url = str(self._client.base_url).rstrip("/")
         # OpenAI's own API rejects `max_tokens` for reasoning models; others may
-        # not know `max_completion_tokens` (older vLLM, llama.cpp).
+        # not know `max_completion_tokens` (older vLLM, llama.cpp): see _token_param
         self._official = (urlsplit(self.base_url).hostname or "").endswith("api.openai.com")
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(provider_id={self.provider_id!r}, base_url={self.base_url!r})"
 
     # -- requests --------------------------------------------------------------
+
+    def _token_param(self, model: str) -> str:
+        """The name of the output-limit parameter: the preset's, else ``max_completion_tokens``
+        for OpenAI's API and for reasoning models (o-series, gpt-5) anywhere (Azure rejects
+        ``max_tokens`` for them), else ``max_tokens`` (what older servers know)."""
+        if self.token_param:
+            return self.token_param
+        if self._official or _REASONING_MODEL.match(model.rsplit("/", 1)[-1]):
+            return "max_completion_tokens"
+        return "max_tokens"
 
     def _kwargs(self, request: ChatRequest) -> dict[str, Any]:
         # Redacted and encodable (``redact.clean``): a lone surrogate would fail the request's
@@ -453,28 +661,95 @@ class OpenAIProvider:
         if request.tools:
             kwargs["tools"] = list(request.tools)
         if request.max_tokens is not None:
-            kwargs["max_completion_tokens" if self._official else "max_tokens"] = request.max_tokens
+            kwargs[self._token_param(request.model)] = request.max_tokens
         if request.temperature is not None:
             kwargs["temperature"] = request.temperature
-        if request.extra_body:
-            kwargs["extra_body"] = dict(request.extra_body)
+        if request.reasoning_effort is not None:
+            kwargs["reasoning_effort"] = request.reasoning_effort
+        extra = dict(request.extra_body or {})
+        # what a server refused with a 400 naming it, this session: renamed or left out
+        for old, new in self.renamed.items():
+            for where in (kwargs, extra):
+                if old in where:
+                    where[new] = where.pop(old)
+        for name in self.dropped:
+            kwargs.pop(name, None)
+            extra.pop(name, None)
+        if extra:
+            kwargs["extra_body"] = extra
         return kwargs
+
+    def _adapt(self, err: Any, kwargs: Mapping[str, Any]) -> bool:
+        """A 400 that names a parameter we sent: remember to rename it (to the other
+        output-limit name, when the message names that) or to leave it out. True when the
+        request can be retried without it."""
+        if getattr(err, "status_code", None) != 400:
+            return False
+        try:
+            text = f"{err.message} {err.response.text}"
+        except Exception:  # noqa: BLE001 - an unread body
+            text = str(err.message)
+        sent = [k for k in kwargs if k in _OPTIONAL_PARAMS]
+        sent += [k for k in kwargs.get("extra_body") or {} if k not in sent]
+        for name in sent:
+            if not re.search(rf"(?<![\w.]){re.escape(name)}(?![\w])", text):
+                continue
+            other = _TOKEN_ALIASES.get(name)
+            if other and other in text:
+                self.renamed[name] = other
+                self.renamed.pop(other, None)
+            else:
+                self.dropped.add(name)
+            return True
+        return False
+
+    def _open(self, request: ChatRequest, deadline: float) -> tuple[Any, Any]:
+        """Send the request; (the SDK's response context, the httpx response, body unread).
+
+        A 400 naming a parameter we sent is retried once without it (remembered for the
+        session: ``renamed``/``dropped``)."""
+        import openai
+
+        kwargs = self._kwargs(request)
+        for attempt in range(2):
+            manager = self._client.chat.completions.with_streaming_response.create(
+                **kwargs,
+                stream=True,
+                stream_options={"include_usage": True},
+                timeout=self._first_byte(deadline),
+            )
+            try:
+                response = manager.__enter__()
+            except openai.APIStatusError as err:
+                if attempt == 0 and self._adapt(err, kwargs):
+                    kwargs = self._kwargs(request)
+                    continue
+                raise
+            return manager, response.http_response
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def stream(
         self, request: ChatRequest, *, deadline: float | None = None
     ) -> Iterator[StreamEvent]:
-        """Stream one completion as events; ``Finish`` is last. Never retries.
+        """Stream one completion as events; ``Finish`` is last. Never retries a failure
+        (only a request a server refused for a parameter it names, once, without it).
 
         Bounded waits: the response must start within ``first_byte_timeout``, no gap
         between chunks may exceed ``idle_timeout``, and everything ends by ``deadline``
         (a ``time.monotonic()`` value; default: ``timeout`` seconds from now), when the
         connection is shut down, however the server trickles.
 
+        The body is read here as server-sent events (comments, ``event:`` lines and
+        multi-line data as the SSE format allows), or as one JSON completion when the
+        server answers ``application/json`` although a stream was asked for. The stream
+        ends normally at a finish reason or at ``data: [DONE]`` (some servers send usage
+        and ``[DONE]`` but no finish reason). An in-stream error event after the finish
+        reason keeps the answer and the usage it carries; before it, it is the step's error.
+
         Raises ``ProviderError``/``AuthError``/``ContextOverflowError``. A
-        stream that stops before the server gave a finish reason (connection
-        dropped, read timeout, malformed chunk, or a clean close without one)
-        is a retryable ``ProviderError("stream interrupted: …")``; the deadline
-        passing is not retryable.
+        stream that stops before the server gave a finish reason or ``[DONE]`` (connection
+        dropped, read timeout, malformed chunk, or a clean close) is a retryable
+        ``ProviderError("stream interrupted: …")``; the deadline passing is not retryable.
         """
         import openai
 
@@ -483,50 +758,65 @@ class OpenAIProvider:
         if deadline - started <= 0:
             raise self._deadline_error()
         try:
-            chunks = self._client.chat.completions.create(
-                **self._kwargs(request),
-                stream=True,
-                stream_options={"include_usage": True},
-                timeout=self._first_byte(deadline),
-            )
+            manager, http = self._open(request, deadline)
         except openai.OpenAIError as err:
             if isinstance(err, openai.APITimeoutError) and time.monotonic() >= deadline - 0.05:
                 raise self._deadline_error() from err
             raise self._request_error(err) from err
         acc = _Accumulator(started, request.max_answer_chars)
-        iterator = iter(chunks)
-        guard = _Deadline(chunks.response, deadline, self.idle_timeout)
+        done = False
+        hx = _http_module(http)  # the HTTP library the SDK runs on (httpx or its successor)
+        guard = _Deadline(http, deadline, self.idle_timeout)
         try:
-            while True:
-                try:
-                    chunk = next(iterator)
-                except StopIteration:
-                    break
-                # JSONDecodeError/UnicodeDecodeError (ValueError) escape the SDK
-                # unwrapped when a data line is not JSON.
-                except (openai.OpenAIError, ValueError) as err:
-                    if guard.fired or time.monotonic() >= deadline:
-                        raise self._deadline_error(guard) from err
-                    raise self._stream_error(err) from err
-                if guard.fired:  # the shutdown raced with a last chunk
-                    raise self._deadline_error(guard)
-                guard.last = time.monotonic()
-                yield from acc.feed(chunk)
-                if acc.cut:
-                    yield TextDelta(acc.cut)
-                    acc.reason = acc.reason or "length"
-                    acc.saw_reason = True
-                    break  # the rest of the stream is not read: memory stays bounded
+            try:
+                if "json" in http.headers.get("content-type", "").lower():
+                    events: Iterator[tuple[str | None, str]] = iter([(None, http.read().decode())])
+                    done = True  # a whole completion: nothing more will come
+                else:
+                    events = _sse_events(http.iter_lines())
+                for event, data in events:
+                    if guard.fired:  # the shutdown raced with a last chunk
+                        raise self._deadline_error(guard)
+                    guard.last = time.monotonic()
+                    if data.strip() == "[DONE]":
+                        done = True
+                        break
+                    try:
+                        chunk = json.loads(data)
+                    except ValueError as err:
+                        raise ProviderError(
+                            f"stream interrupted: malformed chunk from {self.base_url} "
+                            f"({_one_line(err)})",
+                            retryable=True,
+                        ) from err
+                    error = chunk.get("error") if isinstance(chunk, Mapping) else None
+                    if error or event == "error":
+                        yield from acc.feed(chunk)  # its usage, if any
+                        if acc.saw_reason:
+                            continue  # the answer was complete: keep it, with its usage
+                        raise self._event_error(error if isinstance(error, Mapping) else chunk)
+                    yield from acc.feed(chunk)
+                    if acc.cut:
+                        yield TextDelta(acc.cut)
+                        acc.reason = acc.reason or "length"
+                        acc.saw_reason = True
+                        break  # the rest of the stream is not read: memory stays bounded
+            except (hx.HTTPError, openai.OpenAIError, UnicodeDecodeError) as err:
+                if guard.fired or time.monotonic() >= deadline:
+                    raise self._deadline_error(guard) from err
+                raise self._stream_error(err) from err
         finally:
             guard.cancel()
-            chunks.close()  # also when the consumer stops early or is interrupted
-        if guard.fired and not acc.saw_reason:
-            raise self._deadline_error(guard)
-        if not acc.saw_reason:
+            manager.__exit__(None, None, None)  # also when the consumer stops early
+        if not (acc.saw_reason or done):
+            if guard.fired:
+                raise self._deadline_error(guard)
             raise ProviderError(
                 f"stream interrupted: {self.base_url} closed the stream without a finish reason",
                 retryable=True,
             )
+        if not acc.saw_reason:
+            acc.reason = "stop"  # [DONE] (or a whole completion) without a finish reason
         yield from acc.finish(request, self.input_excludes_cache)
 
     def complete(self, request: ChatRequest) -> str:
@@ -534,9 +824,15 @@ class OpenAIProvider:
         import openai
 
         try:  # the whole answer is the first byte here: request_timeout bounds the wait
-            response = self._client.chat.completions.create(
-                **self._kwargs(request), timeout=self._whole()
-            )
+            kwargs = self._kwargs(request)
+            try:
+                response = self._client.chat.completions.create(**kwargs, timeout=self._whole())
+            except openai.APIStatusError as err:
+                if not self._adapt(err, kwargs):  # a parameter refused by name: once without
+                    raise
+                response = self._client.chat.completions.create(
+                    **self._kwargs(request), timeout=self._whole()
+                )
         except openai.OpenAIError as err:
             if isinstance(err, openai.APITimeoutError):
                 raise self._deadline_error() from err
@@ -569,6 +865,42 @@ class OpenAIProvider:
             ) from err
         rows = sorted(response.data, key=lambda d: d.index)
         return [list(d.embedding) for d in rows]
+
+    def server_context(self, model: str, timeout: float = 2.0) -> int:
+        """The context window the server reports for ``model``, 0 when it reports none:
+        ``max_model_len`` (vLLM), ``context_length``/``max_context_length`` (OpenRouter,
+        LM Studio, Together), ``n_ctx`` (llama.cpp's ``/props``). One short request each."""
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self._client.api_key}"}
+        wait = min(timeout, self.first_byte_timeout)
+
+        def get(url: str) -> Any:
+            try:
+                response = httpx.get(url, headers=headers, timeout=wait)
+                return response.json() if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
+                return None
+
+        listed = get(f"{self.base_url}/models")
+        entries = listed.get("data") if isinstance(listed, Mapping) else None
+        entries = [e for e in entries or () if isinstance(e, Mapping)]
+        mine = [e for e in entries if e.get("id") == model] or (
+            entries if len(entries) == 1 else []
+        )
+        for entry in mine:
+            meta = entry.get("meta") if isinstance(entry.get("meta"), Mapping) else {}
+            for key in ("max_model_len", "context_length", "max_context_length", "n_ctx"):
+                found = _int(entry.get(key) or meta.get(key))
+                if found:
+                    return found
+        if self.base_url.endswith("/v1"):  # llama.cpp's server: the slot's n_ctx in /props
+            props = get(self.base_url[: -len("/v1")] + "/props")
+            if isinstance(props, Mapping):
+                settings = props.get("default_generation_settings")
+                settings = settings if isinstance(settings, Mapping) else {}
+                return _int(props.get("n_ctx") or settings.get("n_ctx"))
+        return 0
 
     # -- bounded waits -----------------------------------------------------------
 
@@ -623,15 +955,19 @@ class OpenAIProvider:
                 f"cannot reach {self.base_url}: {_connection_reason(err)}", retryable=True
             )
         if isinstance(err, openai.APIError):
-            return self._event_error(err)
+            return self._event_error(err.body, err.message)
         return ProviderError(f"{type(err).__name__} from {self.base_url}: {_one_line(err)}")
 
     def _stream_error(self, err: Exception) -> ProviderError:
         """An error after the response started: mostly an interrupted stream."""
         import openai
 
-        if isinstance(err, openai.APITimeoutError):
+        hx = _http_module(err)
+        if isinstance(err, (openai.APITimeoutError, getattr(hx, "TimeoutException", ()))):
             return self._idle_error()
+        if isinstance(err, getattr(hx, "HTTPError", ())):
+            reason = _one_line(err) or type(err).__name__
+            return ProviderError(f"stream interrupted: {reason}", retryable=True)
         if isinstance(err, openai.APIConnectionError):
             return ProviderError(f"stream interrupted: {_connection_reason(err)}", retryable=True)
         if isinstance(err, ValueError):
@@ -642,17 +978,17 @@ class OpenAIProvider:
         if isinstance(err, openai.APIStatusError):
             return self._status_error(err)
         if isinstance(err, openai.APIError):
-            return self._event_error(err)
+            return self._event_error(err.body, err.message)
         return ProviderError(
             f"stream interrupted: {type(err).__name__}: {_one_line(err)}", retryable=True
         )
 
-    def _event_error(self, err: Any) -> ProviderError:
-        """An in-stream ``data: {"error": …}`` event (the SDK raises ``APIError``
-        with ``body`` = the inner error object). Classified like OpenCode's
-        ``parseStreamError``, plus overload/5xx codes as retryable."""
-        body = err.body if isinstance(getattr(err, "body", None), Mapping) else {}
-        message = _one_line(getattr(err, "message", None) or body.get("message") or err)
+    def _event_error(self, body: Any, message: Any = None) -> ProviderError:
+        """An in-stream error event (``data: {"error": …}``; ``body`` is the inner error
+        object). Classified like OpenCode's ``parseStreamError``, plus overload/5xx codes
+        as retryable."""
+        body = body if isinstance(body, Mapping) else {}
+        message = _one_line(message or body.get("message") or json.dumps(body, default=str))
         code, etype = body.get("code"), body.get("type")
         text = json.dumps(body, default=str) if body else None
         status = code if isinstance(code, int) and 100 <= code < 600 else None

@@ -263,11 +263,11 @@ def _apply(info: ModelInfo, patch: Mapping[str, Any]) -> ModelInfo:
 # catalogue
 
 
-def _unknown(provider_id: str, model_id: str, why: str) -> ModelInfo:
+def _unknown(provider_id: str, model_id: str, why: str, source: str = "unknown") -> ModelInfo:
     return ModelInfo(
         provider_id=provider_id,
         model_id=model_id,
-        source="unknown",
+        source=source,
         extra={"why": why},
         images=accepts_images(provider_id, model_id),
     )
@@ -289,7 +289,7 @@ def _candidates(provider_id: str, model_id: str) -> list[str]:
 def _lookup(provider_id: str, model_id: str) -> ModelInfo:
     pid = provider_id.strip().lower()
     if pid in LOCAL_PROVIDERS:
-        return _unknown(provider_id, model_id, "local server: no catalogue entry")
+        return _unknown(provider_id, model_id, "local server: no catalogue entry", "local")
     from genai_prices import data_snapshot  # lazy: ≈0.15 s on first use
 
     snapshot = data_snapshot.get_snapshot()
@@ -323,10 +323,12 @@ def _tier_prices(model_price: Any, start: int) -> Prices:
                 return float(tier.price)
         return _price(value)
 
+    inp = at(model_price.input_mtok)
+    read = model_price.cache_read_mtok
     return Prices(
-        input=at(model_price.input_mtok),
+        input=inp,
         output=at(model_price.output_mtok),
-        cache_read=at(model_price.cache_read_mtok),
+        cache_read=inp if read is None else at(read),
         cache_write=at(model_price.cache_write_mtok),
     )
 
@@ -337,6 +339,10 @@ def _from_genai(provider_id: str, model_id: str, provider: Any, model: Any) -> M
     mp = model.get_prices(datetime.now(tz=UTC))  # time-conditional prices: today's
     fields = (mp.input_mtok, mp.output_mtok, mp.cache_read_mtok, mp.cache_write_mtok)
     prices = Prices(*(_price(v) for v in fields))
+    # no cache-read price listed: cached tokens are not discounted (billed as input, as
+    # genai-prices computes it), not free
+    if mp.cache_read_mtok is None:
+        prices = dataclasses.replace(prices, cache_read=prices.input)
     starts = sorted({t.start for v in fields for t in (getattr(v, "tiers", None) or ())})
     over_200k = None
     extra: dict[str, Any] = {"genai_prices_provider": provider.id, "genai_prices_model": model.id}

@@ -7,6 +7,7 @@ and its subagents; :func:`model_info_for` finds the limits without starting anyt
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ def resolve(spec: str, settings: Settings) -> Entry:
         )
     else:
         info = prices.model_info(resolved.provider_id, resolved.model_id, settings.model_overrides)
+    vendor = presets.vendor(resolved.provider_id)
     provider = OpenAIProvider(
         provider_id=resolved.provider_id,
         base_url=base_url,
@@ -47,8 +49,23 @@ def resolve(spec: str, settings: Settings) -> Entry:
         timeout=settings.request_timeout,
         first_byte_timeout=settings.first_byte_timeout,
         idle_timeout=settings.idle_timeout,
+        token_param=vendor.token_param if vendor else None,
     )
+    if not info.context and resolved.provider_id != "local":
+        # no window in the catalogue: take the one the server reports (vLLM's
+        # max_model_len, llama.cpp's n_ctx, LM Studio's context length), if it does
+        context = provider.server_context(resolved.model_id)
+        if context:
+            info = prices.apply_overrides(
+                dataclasses.replace(info, context=context, source=_server_source(info)),
+                settings.model_overrides,
+            )
     return provider, info, resolved
+
+
+def _server_source(info: _budget.ModelInfo) -> str:
+    """A window from the server keeps the price's source: a catalogue price stays one."""
+    return info.source if info.source in ("catalogue", "local") else "server"
 
 
 def local_url(settings: Settings) -> str:

@@ -79,6 +79,7 @@ def turn_setup(
             max_tokens=max_tokens,
             temperature=settings.temperature,
             max_answer_chars=settings.max_answer_chars,
+            reasoning_effort=settings.reasoning_effort,
         )
 
     def call_tool(tool: Any, args: dict, call: Any):

@@ -163,7 +163,7 @@ _TYPED: dict[str, tuple[dict, tuple[tuple[str, str], ...]]] = {
             "attempt": _I,
             "time": {"start": _I, "end": _I},
             "tokens": _TOKENS,
-            "metadata": {"latencyMs": _F, "firstTokenMs": _F, "attempts": _I},
+            "metadata": {"latencyMs": _F, "firstTokenMs": _F, "attempts": _I, "costSource": _S},
             "state": {
                 "status": _S,
                 "title": _S,
@@ -190,6 +190,7 @@ _TYPED: dict[str, tuple[dict, tuple[tuple[str, str], ...]]] = {
             ("latency_ms", "round(j.metadata.latencyMs)::BIGINT"),
             ("first_token_ms", "round(j.metadata.firstTokenMs)::BIGINT"),
             ("attempts", "j.metadata.attempts"),
+            ("cost_source", "j.metadata.costSource"),
             ("error", "j.state.error"),
             ("interrupted", "coalesce(j.state.metadata.interrupted, false)"),
             # the exception a completed call's code raised (the python tool's state.metadata.error)
@@ -292,7 +293,7 @@ _DERIVED_SQL: dict[str, tuple[str, str]] = {
         p.input_tokens + p.cache_read_tokens + p.cache_write_tokens AS prompt_tokens,
         coalesce(p.total_tokens, p.input_tokens + p.output_tokens + p.cache_read_tokens + p.cache_write_tokens)
             AS context_tokens,
-        p.cost, coalesce(p.tokens_estimated, false) AS estimated, p.latency_ms, p.first_token_ms, p.attempts,
+        p.cost, p.cost_source, coalesce(p.tokens_estimated, false) AS estimated, p.latency_ms, p.first_token_ms, p.attempts,
         p.reason AS finish_reason, make_timestamp(p.time_created * 1000) AS time""",
     ),
     "tool_call": (
@@ -323,6 +324,7 @@ DERIVED_COLUMNS = {
         "prompt_tokens",
         "context_tokens",
         "cost",
+        "cost_source",
         "estimated",
         "latency_ms",
         "first_token_ms",

@@ -31,7 +31,7 @@ from ...core.messages import (
     replace,
 )
 from ..step import Observer, StepResult
-from .decision import CONTINUE_REASONS, NOTHING, Decision, overflow_text
+from .decision import CONTINUE_REASONS, NOTHING, Decision, overflow_text, server_reason
 from .events import CompactionEvent, CompactionResult, EventLog
 from .followups import compaction_request, continue_message, reject, replayed_request
 from .items import is_real_user, is_request, is_summary, put_back
@@ -78,6 +78,7 @@ class Compactor:
     state: dict = field(default_factory=dict)  # kept by the session between turns: the ratio
     strategy: CompactionStrategy = field(default_factory=ProductStrategy)
     consecutive: int = 0  # auto compactions since the last step that stayed under the trigger
+    server_said: str = ""  # the server's own words for the last context overflow
     disabled: bool = False  # set after an auto compaction that did not make room
 
     def __post_init__(self) -> None:
@@ -174,6 +175,7 @@ class Compactor:
         message = step.message
         self.observe(chat, None if message.error else message.tokens)
         overflow = bool(message.error) and message.error.get("name") == "ContextOverflowError"
+        self.server_said = server_reason(message) if overflow else ""
         if overflow and (not self.config.auto or self.disabled):
             return Decision(
                 "stop", reason=overflow_text(message, self.model, auto=self.config.auto)
@@ -340,11 +342,12 @@ class Compactor:
     def limit_text(self, tokens: int, why: str) -> str:
         """One line: ``why``, the tokens needed against the window, and the fix."""
         b = self.strategy.budget(self.config, self.model)
+        server = f" (the server said: {self.server_said})" if self.server_said else ""
         return (
             f"{why}: the conversation needs about {tokens:,} tokens and {self.model.provider_id}/"
-            f"{self.model.model_id} allows {b.usable:,} (context {b.context:,} minus output and "
-            f"{b.reserved:,} reserved) — start a new session with %%agent --new, or set a larger "
-            "context in model_overrides"
+            f"{self.model.model_id} allows {b.usable:,} (context {b.context:,} minus "
+            f"{b.reserved:,} reserved for the answer){server} — start a new session with "
+            "%%agent --new, or set a larger context in model_overrides"
         )
 
     # -- pieces --------------------------------------------------------------------

@@ -39,6 +39,23 @@ class Decision:
 NOTHING = Decision("none")
 
 
+def server_reason(message: AssistantMessage) -> str:
+    """The server's own words for a context overflow (``This model's maximum context length
+    is …``, llama.cpp's ``n_ctx``), from the step's error; empty when there are none."""
+    error = message.error or {}
+    if error.get("name") != "ContextOverflowError":
+        return ""
+    data = error.get("data") if isinstance(error.get("data"), dict) else error
+    text = str(data.get("message") or "")
+    # "context overflow: HTTP 400 Bad Request from URL: <the server's detail>"
+    for prefix in ("context overflow: ",):
+        text = text.removeprefix(prefix)
+    head, sep, detail = text.partition(": ")
+    if sep and (head.startswith("HTTP ") or head.startswith("error event from ")):
+        text = detail
+    return text.strip()
+
+
 def overflow_text(message: AssistantMessage, model: Any, *, auto: bool = False) -> str:
     """The one line of a request too long for ``model`` that compaction did not fix."""
     used = message.tokens.count
@@ -47,6 +64,9 @@ def overflow_text(message: AssistantMessage, model: Any, *, auto: bool = False) 
         if auto
         else "compaction.auto is off — `%agent compact`, or start a new session with `%%agent --new`"
     )
+    said = server_reason(message)
+    if said:
+        return f"the model server refused the request as too long: {said}; {fix}"
     if used:
         return f"the conversation needs {used:,} tokens and {model.model_id} allows {model.context:,}; {fix}"
     return (
