@@ -168,6 +168,11 @@ class AgentMagics(Magics):
     )
     @argument("--no-interpolate", action="store_true", help="send {…} as typed")
     @argument(
+        "--full",
+        action="store_true",
+        help="show every part and the budget gauge (the view setting's 'full', for this cell)",
+    )
+    @argument(
         "-p",
         "--permit",
         action="append",
@@ -223,7 +228,16 @@ class AgentMagics(Magics):
         session = self.current(new=args.new, session_id=args.session)
         if args.fork:
             session = self.session = session.fork()
-        view = LiveView(live=notebook.live and is_kernel(self.shell), session=session)
+        view = LiveView(
+            live=notebook.live and is_kernel(self.shell),
+            session=session,
+            detail="full" if args.full else notebook.view,
+        )
+        asker = session.approver  # the view shows the pending call while the user is asked
+        if view.live:
+            from ..session.approval import default_approver
+
+            session.approver = view.approver(asker or default_approver(self.shell))
         try:
             result = session.prompt(
                 cell.strip(), model=args.model, observer=view, permission=rules, context=context
@@ -233,6 +247,7 @@ class AgentMagics(Magics):
                 "interrupted — the partial answer is saved; run %%agent again to continue"
             ) from None
         finally:
+            session.approver = asker
             view.finish()
         if args.output:
             self.shell.user_ns[args.output] = result.text
