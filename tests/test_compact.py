@@ -22,9 +22,7 @@ from jupyter_session_agent.loop.budget_report import budget_report
 from jupyter_session_agent.render import compact
 from jupyter_session_agent.ui.display import MIME_TYPE, TranscriptView
 
-MODEL = ModelInfo(
-    "openai", "scripted", context=128_000, output=16_384, prices=Prices(0.15, 0.6)
-)
+MODEL = ModelInfo("openai", "scripted", context=128_000, output=16_384, prices=Prices(0.15, 0.6))
 
 
 def _real_pandas_traceback() -> str:
@@ -65,7 +63,12 @@ def test_the_exception_line_of_a_real_pandas_traceback_comes_first():
 @pytest.mark.parametrize(
     ("tool", "args", "summary", "language"),
     [
-        ("python", {"code": "# load\nimport pandas as pd\ndf = pd.read_csv('x')"}, "import pandas as pd  (+2 lines)", "python"),
+        (
+            "python",
+            {"code": "# load\nimport pandas as pd\ndf = pd.read_csv('x')"},
+            "import pandas as pd  (+2 lines)",
+            "python",
+        ),
         ("bash", {"command": "ls -la data/"}, "ls -la data/", "bash"),
         ("read", {"filePath": "notes.md", "offset": 3}, "notes.md", None),
         ("grep", {"pattern": "TODO", "path": "src"}, "src", None),

@@ -411,7 +411,30 @@ def _failed_call_bundle() -> dict:
     return TranscriptView(history)._repr_mimebundle_()
 
 
-def _saved_notebook(path: Path) -> dict:
+def _browse_outputs(data: Path) -> list[dict]:
+    """What ``%agent browse`` leaves in a saved notebook: the widget's view (its model is gone
+    with the kernel that made it) and the static fallback displayed after it."""
+    import nbformat
+
+    from jupyter_session_agent.store import Store
+    from jupyter_session_agent.ui.widgets import SessionBrowser
+
+    store = Store(data)
+    try:
+        browser = SessionBrowser(store)
+        widget = browser._repr_mimebundle_()
+        fallback = browser.fallback()._repr_mimebundle_()
+        browser.close()
+    finally:
+        store.close()
+    assert "application/vnd.jupyter.widget-view+json" in widget
+    return [
+        nbformat.v4.new_output("display_data", data=widget),
+        nbformat.v4.new_output("display_data", data=fallback),
+    ]
+
+
+def _saved_notebook(path: Path, data: Path) -> dict:
     """An executed notebook as a user would find it later: outputs saved, no kernel, not trusted."""
     import nbformat
 
@@ -441,13 +464,16 @@ def _saved_notebook(path: Path) -> dict:
             execution_count=3,
             outputs=[nbformat.v4.new_output("display_data", data=_failed_call_bundle())],
         ),
+        nbformat.v4.new_code_cell(
+            "%agent browse", execution_count=4, outputs=_browse_outputs(data)
+        ),
     ]
     nbformat.write(nb, path)
     return transcript[MIME_TYPE]
 
 
 def test_a_saved_executed_notebook_renders_every_part(lab, browser):
-    data = _saved_notebook(lab.root / "saved.ipynb")
+    data = _saved_notebook(lab.root / "saved.ipynb", lab.data)
     names = [e["name"] for e in lab.api("/lab/api/extensions")]
     assert "jupyter-session-agent" in names  # the server sees the prebuilt extension
 
@@ -544,6 +570,15 @@ def test_a_saved_executed_notebook_renders_every_part(lab, browser):
         assert badge.evaluate(background) != green  # not the green of a completed call
 
         _shot(output, "01-saved-transcript-opened")
+        # %agent browse, reopened: its widget is gone with its kernel; the static list instead
+        browse = page.locator(".jp-Cell").nth(4)
+        browse.scroll_into_view_if_needed()
+        fallback = browse.locator(".jsa-fallback.jsa-fallback-shown")
+        _wait_for(lambda: fallback.count() == 1, 30, "the browse fallback")
+        assert "Error displaying widget" not in browse.locator(".jp-OutputArea").inner_text()
+        listed = fallback.locator(".jsa-fallback-text").inner_text()
+        assert "Missing values in data.csv" in listed and "title" in listed.splitlines()[0]
+        _shot(browse, "01c-saved-browse-fallback", doc="browse-reopened")
     finally:
         page.close()
     assert not _our_errors(page), page.errors
@@ -767,7 +802,10 @@ def _assert_compact(view, *, tools: int, steps: int) -> None:
     footer = view.locator("details.jsa-footer")
     assert footer.count() == 1 and footer.get_attribute("open") is None
     text = footer.locator("summary .jsa-footer-text").inner_text()
-    assert re.fullmatch(rf"[\d,]+ tokens( \(estimated\))? · \d+% of the context · \$\d\.\d{{4}} · {steps} steps?", text)
+    assert re.fullmatch(
+        rf"[\d,]+ tokens( \(estimated\))? · \d+% of the context · \$\d\.\d{{4}} · {steps} steps?",
+        text,
+    )
     assert view.locator(".jsa-part-step-finish").count() == steps
     assert not view.locator(".jsa-part-step-finish").first.is_visible()
     assert not view.locator(".jsa-budget").is_visible()
@@ -824,12 +862,14 @@ def test_approve_once_with_the_button_runs_the_tool(notebook, scripted):
     assert panel.locator(".jsa-code").inner_text().strip() == code
     assert panel.locator(".jsa-code span[class]").count() >= 3
     shown = " ".join(cell.locator(".jp-OutputArea-output").all_inner_texts())
-    assert shown.count("total = 6 * 7") == 1 and '\\n' not in shown
+    assert shown.count("total = 6 * 7") == 1 and "\\n" not in shown
     labels = panel.locator("button:visible").all_inner_texts()
     assert labels == ["Allow once", "Always", "Reject", "Reject with feedback"]
     badge = view.locator(".jsa-badge-live")
     assert badge.inner_text().strip() == "waiting for approval"
-    assert re.fullmatch(r"\d+ s · waiting for your approval", view.locator(".jsa-progress").inner_text())
+    assert re.fullmatch(
+        r"\d+ s · waiting for your approval", view.locator(".jsa-progress").inner_text()
+    )
     assert _font_safe(panel.inner_text())
     _shot(cell, "04-approval-question", doc="approval")
     panel.locator("button", has_text="Allow once").click()
@@ -928,13 +968,28 @@ def test_the_compact_view_and_the_approval_in_the_dark_theme(notebook, scripted)
     _theme(page, "JupyterLab Dark")
     try:
         scripted.script(
-            {"tool_calls": [{"name": "python", "arguments": {"code": "import pandas as pd\npd.DataFrame({'a': [1]})['b']"}}]},
+            {
+                "tool_calls": [
+                    {
+                        "name": "python",
+                        "arguments": {"code": "import pandas as pd\npd.DataFrame({'a': [1]})['b']"},
+                    }
+                ]
+            },
             {"text": "There is no column `b`: the frame has only `a`."},
         )
         cell = notebook.run("%%agent\nShow column b of a small frame.", wait=False)
         view, panel = _asking(cell)
-        _assert_contrast(view, [".jsa-approval-head", ".jsa-progress", ".jsa-button-once",
-                                ".jsa-button-reject", ".jsa-title"])
+        _assert_contrast(
+            view,
+            [
+                ".jsa-approval-head",
+                ".jsa-progress",
+                ".jsa-button-once",
+                ".jsa-button-reject",
+                ".jsa-title",
+            ],
+        )
         _shot(cell, "12-dark-approval", doc="dark-approval")
         panel.locator("button", has_text="Allow once").click()
         notebook.wait(cell)
@@ -944,8 +999,16 @@ def test_the_compact_view_and_the_approval_in_the_dark_theme(notebook, scripted)
         # the exception line in sight without opening the call, not pandas internals
         problem = tool.locator(".jsa-tool-problem")
         assert problem.is_visible() and problem.inner_text().startswith("KeyError: 'b'")
-        _assert_contrast(view, [".jsa-footer-text", ".jsa-tool-problem", ".jsa-tool-summary",
-                                ".jsa-tool-decision", ".jsa-title"])
+        _assert_contrast(
+            view,
+            [
+                ".jsa-footer-text",
+                ".jsa-tool-problem",
+                ".jsa-tool-summary",
+                ".jsa-tool-decision",
+                ".jsa-title",
+            ],
+        )
         _shot(cell, "13-dark-compact", doc="dark-compact")
     finally:
         _theme(page, "JupyterLab Light")
@@ -1028,6 +1091,11 @@ def test_browse_lists_sessions_and_opens_the_picked_one(notebook, lab):
     assert any(TITLE in label for label in labels), labels
     assert any("Missing values in data.csv" in label for label in labels), labels
     _assert_fits(widget, cell)
+    # its static fallback (for a reopened notebook) stays hidden while the widget lives
+    fallback = cell.locator(".jsa-fallback")
+    fallback.wait_for(state="attached", timeout=10_000)
+    page.wait_for_timeout(700)
+    assert not fallback.is_visible() and "jsa-fallback-shown" not in fallback.get_attribute("class")
     # pick the synthetic session: its transcript renders below the list, with its budget once
     index = next(i for i, label in enumerate(labels) if "Missing values in data.csv" in label)
     options.nth(index).click()

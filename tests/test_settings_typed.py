@@ -242,6 +242,7 @@ IN_KIND = {
     "system_prompt": "a\x00b",
     "tools": ["python", ""],
     "live": "yes",
+    "view": "sideways",
     "interpolate": "yes",
 }
 WRONG_KIND = [[1]]  # a list of a list: no setting takes it

@@ -7,6 +7,10 @@ input, status, duration; its code and output folded under it), and a one-line fo
 share of the context, cost, steps) that folds the step boundaries, finish reasons, snapshot
 hashes and the budget gauge. The gauge opens by itself only near a prune or compaction threshold,
 or when one happened in the turn (:func:`gauge_opens`).
+
+One module: the compact form's structure and every phrase it shows (input summaries, exception
+lines, decisions, the footer, progress) are one contract with the JupyterLab renderer, which
+draws the same turn from the phrases this module puts into the bundle.
 """
 
 from __future__ import annotations
@@ -150,16 +154,16 @@ def tool_line(part: ToolPart) -> str:
 # the footer and when the gauge opens
 
 
-def turn_steps(history: Sequence[WithParts]) -> list[WithParts]:
-    return [m for m in history if isinstance(m.info, AssistantMessage)]
+def turn_steps(history: Sequence[WithParts]) -> list[AssistantMessage]:
+    return [m.info for m in history if isinstance(m.info, AssistantMessage)]
 
 
 def footer_line(history: Sequence[WithParts], report: Any) -> str:
     """``1,234 tokens · 4% of the context · $0.0012 · 2 steps``: the turn in one line."""
     steps = turn_steps(history)
-    tokens = sum(m.info.tokens.count for m in steps)
-    cost = sum(m.info.cost for m in steps)
-    estimated = any(m.info.tokens.estimated for m in steps)
+    tokens = sum(m.tokens.count for m in steps)
+    cost = sum(m.cost for m in steps)
+    estimated = any(m.tokens.estimated for m in steps)
     bits = [f"{tokens:,} tokens{' (estimated)' if estimated else ''}"]
     if report is not None and report.usable:
         bits.append(f"{report.fraction:.0%} of the context")
@@ -179,19 +183,19 @@ def gauge_opens(history: Sequence[WithParts], report: Any) -> str | None:
             return "compacted in this turn"
     for item in history:
         for p in item.parts:
-            if isinstance(p, ToolPart) and isinstance(p.state, ToolCompleted):
-                if p.state.time_compacted and p.state.time_compacted >= start:
-                    return "pruned in this turn"
+            compacted = isinstance(p, ToolPart) and getattr(p.state, "time_compacted", None)
+            if compacted and compacted >= start:
+                return "pruned in this turn"
     if report is None:
         return None
     if report.overflow:
         return "compaction due"
-    if report.auto_compact and report.compaction_at:
-        if report.used >= NEAR_THRESHOLD * report.compaction_at:
-            return "near the compaction threshold"
-    if report.prune and report.prune_trigger:
-        if report.prune_due or report.tool_output_tokens >= NEAR_THRESHOLD * report.prune_trigger:
-            return "near the prune threshold"
+    near = NEAR_THRESHOLD
+    if report.auto_compact and report.compaction_at and report.used >= near * report.compaction_at:
+        return "near the compaction threshold"
+    walked = report.tool_output_tokens
+    if report.prune and (report.prune_due or walked >= near * max(report.prune_trigger, 1)):
+        return "near the prune threshold"
     return None
 
 
@@ -322,8 +326,8 @@ def turn(
             out.append("> **You:** " + "\n> ".join("\n\n".join(blocks).splitlines()))
         elif role == "Agent":
             out.append("\n\n".join(blocks))
-        else:
-            out.append(f"**{role}**\n\n" + "\n\n".join(blocks))
+        else:  # a compaction request, a summary: marked as in the full form
+            out.append(markdown.message_header(item) + "\n\n" + "\n\n".join(blocks))
     if asking:
         out.append(_approval_markdown(asking))
     if progress:

@@ -29,8 +29,9 @@ it are one contract with the JupyterLab renderer (the schema version above).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from ..core.messages import (
@@ -385,6 +386,33 @@ class BudgetView:
         return clean(self.text)
 
 
+class WidgetFallback:
+    """What a widget's cell shows where the widget itself cannot be (a reopened notebook: the
+    widget's state went with its kernel, and JupyterLab would say "Error displaying widget:
+    model not found"). Displayed right after the widget: the JupyterLab renderer keeps it hidden
+    while the widget lives and shows it, in the widget's place, when the widget is gone; other
+    front ends show the one-line ``text/plain``."""
+
+    def __init__(self, title: str, text: str, note: str):
+        self.title, self.text, self.note = title, text, note
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
+        data = {
+            "version": SCHEMA_VERSION,
+            "view": "widget-fallback",
+            "live": False,
+            "session": None,
+            "messages": [],
+            "omitted": 0,
+            "budget": None,
+            "fallback": {"title": self.title, "text": self.text, "note": self.note},
+        }
+        return clean_value({MIME_TYPE: data, "text/plain": self.note})
+
+    def __repr__(self) -> str:
+        return clean(self.note)
+
+
 # --------------------------------------------------------------------------
 # the live view
 
@@ -532,6 +560,19 @@ class LiveView(Observer):
             progress=None if final else self.progress(turn),
             asking=None if final else self._asking,
         )
+
+    @contextlib.contextmanager
+    def asking(self, session: Any, shell: Any = None) -> Iterator[None]:
+        """While the turn runs, ``session`` asks through :meth:`approver` (live views only)."""
+        previous = session.approver
+        if self.live:
+            from ..session.approval import default_approver
+
+            session.approver = self.approver(previous or default_approver(shell))
+        try:
+            yield
+        finally:
+            session.approver = previous
 
     def approver(self, inner: Any) -> Any:
         """``inner`` (an approver) wrapped so that the view shows the pending call while the

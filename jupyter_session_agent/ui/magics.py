@@ -11,6 +11,9 @@ one line, the old value stays); the magics read settings as typed values. SQL te
 expansion (a cell body's ``{var}`` references are filled by ``context.interpolate``: lookups
 only, never evaluated; ``--no-interpolate`` sends it as typed); the other ``%agent``
 subcommands and the ``%%agent`` option line keep IPython's expansion.
+
+One module: IPython registers a Magics class whole, with its traits and its magics' argument
+declarations, so the ``%%agent`` options and the settings they override stay together here.
 """
 
 from __future__ import annotations
@@ -167,11 +170,7 @@ class AgentMagics(Magics):
         help="put the answer's last python code block into the next cell",
     )
     @argument("--no-interpolate", action="store_true", help="send {…} as typed")
-    @argument(
-        "--full",
-        action="store_true",
-        help="show every part and the budget gauge (the view setting's 'full', for this cell)",
-    )
+    @argument("--full", action="store_true", help="every part inline (view 'full'), this cell")
     @argument(
         "-p",
         "--permit",
@@ -228,26 +227,18 @@ class AgentMagics(Magics):
         session = self.current(new=args.new, session_id=args.session)
         if args.fork:
             session = self.session = session.fork()
-        view = LiveView(
-            live=notebook.live and is_kernel(self.shell),
-            session=session,
-            detail="full" if args.full else notebook.view,
-        )
-        asker = session.approver  # the view shows the pending call while the user is asked
-        if view.live:
-            from ..session.approval import default_approver
-
-            session.approver = view.approver(asker or default_approver(self.shell))
+        detail = "full" if args.full else notebook.view
+        view = LiveView(notebook.live and is_kernel(self.shell), session, detail)
         try:
-            result = session.prompt(
-                cell.strip(), model=args.model, observer=view, permission=rules, context=context
-            )
+            with view.asking(session, self.shell):  # the view shows a call waiting for approval
+                result = session.prompt(
+                    cell.strip(), model=args.model, observer=view, permission=rules, context=context
+                )
         except KeyboardInterrupt:
             raise TurnInterrupted(
                 "interrupted — the partial answer is saved; run %%agent again to continue"
             ) from None
         finally:
-            session.approver = asker
             view.finish()
         if args.output:
             self.shell.user_ns[args.output] = result.text

@@ -179,6 +179,10 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
         el('div', 'jsa-note', `Written by a newer jupyter-session-agent (schema ${data.version}); showing what this version understands.`)
       );
     }
+    if (data.view === 'widget-fallback') {
+      this._fallback(data.fallback || {});
+      return;
+    }
     this._tools = (data.tools && typeof data.tools === 'object' ? data.tools : {}) as Json;
     this._compact = data.detail === 'compact' && data.view !== 'budget';
     this._telemetry = [];
@@ -214,6 +218,34 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
   dispose(): void {
     this._stopClock();
     super.dispose();
+  }
+
+  // -- a widget's static fallback: hidden while the widget lives, in its place once gone --
+
+  private _fallback(fallback: Json): void {
+    this.addClass('jsa-fallback');
+    const box = el('div', 'jsa-fallback-box');
+    box.appendChild(el('div', 'jsa-title', String(fallback.title || 'Saved view')));
+    box.appendChild(el('pre', 'jsa-fallback-text', String(fallback.text || '')));
+    box.appendChild(el('div', 'jsa-note', String(fallback.note || '')));
+    this.node.appendChild(box);
+    // the widget is the output just before this one; JupyterLab says so when its model is gone
+    let tries = 0;
+    const check = () => {
+      const child = this.node.closest('.jp-OutputArea-child');
+      const widget = child ? child.previousElementSibling : null;
+      const text = widget ? widget.textContent || '' : '';
+      const gone = !!widget && /Error displaying widget|model not found/.test(text);
+      this.node.classList.toggle('jsa-fallback-shown', gone);
+      if (widget) {
+        widget.classList.toggle('jsa-widget-gone', gone);
+      }
+      const alive = !!widget && !!widget.querySelector('.jupyter-widgets:not(.jupyter-widgets-disconnected) .widget-box, .jsa-browser');
+      if (!gone && !alive && tries++ < 40 && !this.isDisposed) {
+        window.setTimeout(check, 500);
+      }
+    };
+    window.setTimeout(check, 100);
   }
 
   // -- progress: elapsed time and what the turn waits for, ticking between updates ------
