@@ -862,7 +862,9 @@ def test_approve_once_with_the_button_runs_the_tool(notebook, scripted):
     assert panel.locator(".jsa-code").inner_text().strip() == code
     assert panel.locator(".jsa-code span[class]").count() >= 3
     shown = " ".join(cell.locator(".jp-OutputArea-output").all_inner_texts())
-    assert shown.count("total = 6 * 7") == 1 and "\\n" not in shown
+    assert '"code"' not in shown and "\\n" not in shown  # no escaped JSON anywhere
+    stdout = "[data-mime-type='application/vnd.jupyter.stdout']"
+    assert cell.locator(f".jp-OutputArea-output{stdout}").count() == 0  # no printed copy
     labels = panel.locator("button:visible").all_inner_texts()
     assert labels == ["Allow once", "Always", "Reject", "Reject with feedback"]
     badge = view.locator(".jsa-badge-live")

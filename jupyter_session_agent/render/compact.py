@@ -289,7 +289,6 @@ def turn(
     history: Sequence[WithParts],
     report: Any = None,
     *,
-    omitted: int = 0,
     unsaved: frozenset = frozenset(),
     progress: dict[str, Any] | None = None,
     asking: dict[str, Any] | None = None,
@@ -297,9 +296,7 @@ def turn(
 ) -> str:
     """The compact Markdown of a turn (``history``: its messages, from the prompt on);
     ``budget``: the budget gauge's Markdown, folded into the footer with the step lines."""
-    out: list[str] = []
-    if omitted:
-        out.append(f"*… {omitted:,} earlier messages not shown*")
+    out: list[str] = []  # a turn stands alone: the earlier messages are not counted here
     telemetry: list[str] = []
     for item in history:
         blocks: list[str] = []

@@ -334,7 +334,6 @@ class TranscriptView:
             return compact.turn(
                 self.history,
                 self.report,
-                omitted=self.omitted,
                 unsaved=self.unsaved,
                 progress=self.progress,
                 asking=self.asking,
