@@ -235,7 +235,11 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
       const child = this.node.closest('.jp-OutputArea-child');
       const widget = child ? child.previousElementSibling : null;
       const text = widget ? widget.textContent || '' : '';
-      const gone = !!widget && /Error displaying widget|model not found/.test(text);
+      // gone: JupyterLab's "Error displaying widget" (a trusted notebook), or the widget's
+      // text/plain drawn instead (an untrusted one: the widget renderer is not used)
+      const output = widget ? widget.querySelector('.jp-OutputArea-output') : null;
+      const plain = !!output && output.getAttribute('data-mime-type') === 'text/plain';
+      const gone = !!widget && (plain || /Error displaying widget|model not found/.test(text));
       this.node.classList.toggle('jsa-fallback-shown', gone);
       if (widget) {
         widget.classList.toggle('jsa-widget-gone', gone);
@@ -653,14 +657,14 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
     if (pruned) {
       summary.appendChild(badge('pruned', 'pruned', 'pruned'));
     }
-    details.appendChild(summary);
-    // the exception first, then what the user decided: visible without opening the call
+    // the exception first, then what the user decided: on the call's line, seen without opening
     if (extra.problem && (status === 'failed' || status === 'error' || status === 'interrupted')) {
-      details.appendChild(el('div', 'jsa-tool-problem', String(extra.problem)));
+      summary.appendChild(el('span', 'jsa-tool-problem', String(extra.problem)));
     }
     if (extra.decision) {
-      details.appendChild(el('div', 'jsa-tool-decision', String(extra.decision)));
+      summary.appendChild(el('span', 'jsa-tool-decision', String(extra.decision)));
     }
+    details.appendChild(summary);
 
     const code = extra.language && state.input ? state.input[extra.language === 'python' ? 'code' : 'command'] : undefined;
     if (typeof code === 'string') {
