@@ -489,6 +489,9 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
     node.appendChild(head);
     for (const part of parts) {
       const telemetry = this._compact && (part.type === 'step-start' || part.type === 'step-finish' || part.type === 'snapshot');
+      if (telemetry && part.type === 'step-start' && !part.snapshot) {
+        continue; // a bare step boundary: the model line above the step's finish says it
+      }
       const rendered = this._part(part, pending);
       if (rendered && telemetry) {
         rendered.classList.add('jsa-part', `jsa-part-${part.type}`);
