@@ -32,6 +32,7 @@ from ..core.messages import (
     WithParts,
     tool_label,
 )
+from ..core.text import visible
 from . import markdown
 from . import words as W
 
@@ -73,11 +74,12 @@ def code_language(part: ToolPart) -> str | None:
 
 
 def input_code(part: ToolPart) -> str | None:
-    """The code a python or bash call runs, as typed (``None`` for other calls)."""
+    """The code a python or bash call runs, every invisible character made :func:`visible`
+    (``None`` for other calls): what is shown is what runs."""
     language = code_language(part)
     if language is None:
         return None
-    return str(part.state.input["code" if language == "python" else "command"])
+    return visible(str(part.state.input["code" if language == "python" else "command"]))
 
 
 def input_summary(part: ToolPart, limit: int = SUMMARY_CHARS) -> str:
@@ -93,7 +95,7 @@ def input_summary(part: ToolPart, limit: int = SUMMARY_CHARS) -> str:
             rest = len(lines) - 1
             if rest > 0:
                 text += f"  (+{rest} line{'' if rest == 1 else 's'})"
-            return _cut(text, limit)
+            return _cut(visible(text), limit)
     return _cut(W.tool_input(part), limit)
 
 

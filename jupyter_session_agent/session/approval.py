@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import builtins
 import sys
-import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from ..core.permission import ApprovalUnavailable, Request, how_to_allow
+from ..core.text import visible
 
 CHOICES = "[o]nce, [a]lways, [r]eject, or type feedback to reject with it"
 
@@ -49,27 +49,6 @@ def parse_answer(text: str | None) -> tuple[str, str | None]:
 
 
 SHORT = 100  # code up to this long, on one line and plain, is shown in the question itself
-
-
-_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
-
-
-def visible(text: str) -> str:
-    """``text`` with every character that would not show as itself made visible: control
-    characters (ANSI escapes included, but not newlines and tabs), format characters
-    (bidirectional overrides, zero-width spaces), odd spaces and separators, lone
-    surrogates — each as ``⟨U+001B⟩``, so what is shown is what runs."""
-    out = []
-    for c in text:
-        if c in "\n\t":
-            out.append(c)
-            continue
-        category = unicodedata.category(c)
-        if category in _INVISIBLE or (category == "Zs" and c != " "):
-            out.append(f"⟨U+{ord(c):04X}⟩")
-        else:
-            out.append(c)
-    return "".join(out)
 
 
 def code_of(request: Request) -> str | None:

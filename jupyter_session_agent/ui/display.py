@@ -181,6 +181,7 @@ def tool_data(part: ToolPart) -> dict[str, Any]:
     return {
         "summary": compact.input_summary(part),
         "language": compact.code_language(part),
+        "code": compact.input_code(part),
         "problem": compact.tool_problem(part),
         "decision": compact.tool_decision(part),
     }

@@ -669,7 +669,7 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
     }
     details.appendChild(summary);
 
-    const code = extra.language && state.input ? state.input[extra.language === 'python' ? 'code' : 'command'] : undefined;
+    const code = extra.language ? extra.code : undefined; // invisible characters made visible
     if (typeof code === 'string') {
       details.appendChild(el('div', 'jsa-label', extra.language === 'python' ? 'code' : 'command'));
       const block = this._code(code, String(extra.language), pending);
