@@ -562,17 +562,13 @@ class LiveView(Observer):
         )
 
     @contextlib.contextmanager
-    def asking(self, session: Any, shell: Any = None) -> Iterator[None]:
+    def asking(self, session: Any) -> Iterator[None]:
         """While the turn runs, ``session`` asks through :meth:`approver` (live views only)."""
-        previous = session.approver
-        if self.live:
-            from ..session.approval import default_approver
-
-            session.approver = self.approver(previous or default_approver(shell))
-        try:
+        if not self.live:
             yield
-        finally:
-            session.approver = previous
+            return
+        with session.asking_through(self.approver):
+            yield
 
     def approver(self, inner: Any) -> Any:
         """``inner`` (an approver) wrapped so that the view shows the pending call while the

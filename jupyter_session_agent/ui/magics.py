@@ -230,7 +230,7 @@ class AgentMagics(Magics):
         detail = "full" if args.full else notebook.view
         view = LiveView(notebook.live and is_kernel(self.shell), session, detail)
         try:
-            with view.asking(session, self.shell):  # the view shows a call waiting for approval
+            with view.asking(session):  # the view shows a call waiting for approval
                 result = session.prompt(
                     cell.strip(), model=args.model, observer=view, permission=rules, context=context
                 )
