@@ -92,6 +92,7 @@ class Kernel:
                     "update_display_data",
                     "execute_result",
                     "error",
+                    "clear_output",
                 ):
                     outputs.append(msg["content"])
             if reply is None:
@@ -157,6 +158,7 @@ def test_once_runs_the_call_and_remembers_nothing(kernel, fresh):
     assert (kernel.work / "once.txt").read_text() == "once\n"
     (tool,), info = tools(kernel.data, session_id)
     assert tool.state.status == "completed"
+    assert tool.state.metadata["approval"] == {"reply": "once", "permission": "bash"}
     assert info.permission is None
     sent = steps(fresh)[1]["messages"]
     assert sent[-1]["role"] == "tool" and sent[-1]["content"] == tool.state.output
@@ -195,6 +197,7 @@ def test_reject_stops_the_turn_and_the_code_never_runs(kernel, fresh):
     (tool,), _ = tools(kernel.data, session_id)
     assert tool.state.status == "error" and tool.state.error == "rejected by the user"
     assert tool.state.metadata["permission"]["outcome"] == "rejected"
+    assert tool.state.metadata["approval"] == {"reply": "reject", "permission": "python"}
     assert len(steps(fresh)) == 1  # blocked: the model was not called again
     assert kernel.eval("'rejected_var' in globals()") is False
 
@@ -211,6 +214,7 @@ def test_reject_with_feedback_goes_back_to_the_model(kernel, fresh):
     (tool,), _ = tools(kernel.data, session_id)
     assert tool.state.status == "error" and "no, keep the build directory" in tool.state.error
     assert tool.state.metadata["permission"]["outcome"] == "corrected"
+    assert tool.state.metadata["approval"]["feedback"] == "no, keep the build directory"
     second = steps(fresh)[1]["messages"]
     assert second[-1]["role"] == "tool" and "no, keep the build directory" in second[-1]["content"]
 
@@ -232,3 +236,60 @@ def test_without_stdin_the_call_is_denied_clearly_and_nothing_hangs(kernel, fres
     )
     assert len(steps(fresh)) == 1
     assert not [o for o in outputs if "ename" in o]  # no traceback in the cell
+
+
+MIME = "application/vnd.jupyter.session-agent+json"
+
+
+def _bundles(outputs):
+    return [o["data"] for o in outputs if MIME in o.get("data", {})]
+
+
+def test_the_live_view_shows_the_pending_call_and_the_saved_output_the_decision(kernel, fresh):
+    code = "import math\nprint(math.factorial(20))"
+    fresh.enqueue(
+        Reply(tool_calls=({"name": "python", "arguments": {"code": code}},)),
+        Reply(text="20! is 2432902008176640000."),
+    )
+    _, prompts, outputs = kernel.agent("What is 20 factorial?", ["o"])
+    assert len(prompts) == 1 and "[o]nce" in prompts[0]
+    index = next(i for i, o in enumerate(outputs) if o.get("data", {}).get(MIME, {}).get("asking"))
+    pending = outputs[index]["data"]
+    asking = pending[MIME]["asking"]
+    assert asking["code"] == code and asking["language"] == "python"
+    assert pending[MIME]["progress"]["waiting"] == "approval" and pending[MIME]["live"] is True
+    # the fallback (no extension) shows the code in the Markdown form, not in a printed preamble
+    assert "```python\nimport math" in pending["text/markdown"]
+    assert not [o for o in outputs if o.get("name") == "stdout" and "wants to run" in o["text"]]
+    # the answer's echo is cleared and the view shown again; the final view is compact
+    cleared = [i for i, o in enumerate(outputs) if set(o) == {"wait"}]
+    assert cleared and cleared[-1] > index
+    bundles = _bundles(outputs)
+    final = bundles[-1]
+    assert final[MIME]["live"] is False and "asking" not in final[MIME]
+    assert final[MIME]["detail"] == "compact"
+    (info,) = [v for v in final[MIME]["tools"].values()]
+    assert info["decision"] == "allowed once by you" and info["language"] == "python"
+    markdown = final["text/markdown"]
+    assert "allowed once by you" in markdown and "2432902008176640000" in markdown
+    assert "step ·" not in markdown.split("<details")[0]  # the telemetry is folded
+
+
+def test_a_failed_cell_shows_its_error_alone(kernel, fresh):
+    fresh.enqueue(Reply(text="The first answer."))
+    kernel.agent("a first question")
+    # a model this kernel cannot reach (no OPENROUTER_API_KEY): the turn fails before its prompt
+    reply, _, outputs = kernel.run("%%agent -m openrouter/nosuch-model\nhi")
+    assert reply["content"]["status"] == "error"
+    assert _bundles(outputs) == []  # the previous turn is not rendered again
+    (error,) = [o for o in outputs if "ename" in o]
+    assert "OPENROUTER_API_KEY" in error["evalue"]
+
+
+def test_full_per_cell_and_the_view_setting(kernel, fresh):
+    fresh.enqueue(Reply(text="Full view."))
+    _, _, outputs = kernel.agent("show me everything", options="--new --full")
+    final = _bundles(outputs)[-1]
+    assert final[MIME]["detail"] == "full" and "footer" not in final[MIME]
+    reply, _, out = kernel.run("%config AgentMagics.view = 'sideways'")
+    assert "compact" in str(out) and "full" in str(out)  # one line naming the choices

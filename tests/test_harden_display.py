@@ -14,7 +14,7 @@ import pytest
 from IPython.utils.capture import capture_output
 
 from jupyter_session_agent.testing.scripted_server import Reply
-from jupyter_session_agent.ui.display import MIME_TYPE, LiveView
+from jupyter_session_agent.ui.display import MIME_TYPE, LiveView, TranscriptView
 
 CALLS = (
     {"name": "python", "arguments": {"code": "print('before the error')\ndef broken(:\n    pass"}},
@@ -35,7 +35,7 @@ def failed_turn(ip, server, store, magics):
     """One turn whose three python calls raised SyntaxError, ZeroDivisionError, and worked."""
     server.enqueue(Reply(tool_calls=CALLS), Reply(text="Two calls failed."))
     session = magics.current(new=True)
-    view = LiveView(live=True, session=session)
+    view = LiveView(live=True, session=session, detail="full")
     with capture_output() as out:
         session.prompt("run these", observer=view)
         view.finish()
@@ -158,3 +158,14 @@ def test_a_json_bundle_keeps_the_failure_through_import(failed_turn, ip, magics,
         [True, "ZeroDivisionError"],
         [False, "-"],
     ]
+
+
+def test_the_compact_view_names_the_exception_of_each_failed_call(failed_turn, store):
+    session, _ = failed_turn
+    history = store.messages(session.info.id)
+    bundle = TranscriptView(history, detail="compact")._repr_mimebundle_()
+    md = bundle["text/markdown"]
+    assert "· SyntaxError" in md and "· ZeroDivisionError" in md and md.count("· completed") == 1
+    problems = [t["problem"] for t in bundle[MIME_TYPE]["tools"].values()]
+    assert problems[0].startswith("SyntaxError") and problems[1].startswith("ZeroDivisionError")
+    assert problems[2] is None

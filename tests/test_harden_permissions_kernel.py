@@ -25,12 +25,18 @@ def test_a_multi_line_call_is_shown_in_full_before_the_question(kernel, fresh): 
     assert not (kernel.work / "X").exists()
     (prompt,) = prompts
     assert "\n" not in prompt and "the 3-line python code above" in prompt and "(+" not in prompt
-    printed = "".join(o.get("text", "") for o in outputs if "text" in o)
-    assert (
-        "import os\nprint('harmless')⟨U+001B⟩[1A⟨U+001B⟩[2K\nos.system('touch X')  # ⟨U+202E⟩"
-        in printed
-    )
-    assert "\x1b[1A" not in printed
+    # the live view shows the whole code above the question (its Markdown for any front end,
+    # its JSON for the JupyterLab renderer), every invisible character made visible
+    mime = "application/vnd.jupyter.session-agent+json"
+    asking = [o["data"] for o in outputs if o.get("data", {}).get(mime, {}).get("asking")]
+    shown = "import os\nprint('harmless')⟨U+001B⟩[1A⟨U+001B⟩[2K\nos.system('touch X')  # ⟨U+202E⟩"
+    assert asking and asking[-1][mime]["asking"]["code"] == shown
+    assert shown in asking[-1]["text/markdown"]
+    codes = set()
+    for data in [o["data"] for o in outputs if mime in o.get("data", {})]:
+        assert "\x1b" not in data["text/markdown"] and "\u202e" not in data["text/markdown"]
+        codes.update(tool["code"] for tool in data[mime].get("tools", {}).values())
+    assert codes - {None} == {shown}  # what the renderer highlights: visible too
     (tool,), _ = tools(kernel.data, session_id)
     assert (
         tool.state.status == "error" and tool.state.metadata["permission"]["outcome"] == "rejected"

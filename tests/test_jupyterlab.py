@@ -413,7 +413,30 @@ def _failed_call_bundle() -> dict:
     return TranscriptView(history)._repr_mimebundle_()
 
 
-def _saved_notebook(path: Path) -> dict:
+def _browse_outputs(data: Path) -> list[dict]:
+    """What ``%agent browse`` leaves in a saved notebook: the widget's view (its model is gone
+    with the kernel that made it) and the static fallback displayed after it."""
+    import nbformat
+
+    from jupyter_session_agent.store import Store
+    from jupyter_session_agent.ui.widgets import SessionBrowser
+
+    store = Store(data)
+    try:
+        browser = SessionBrowser(store)
+        widget = browser._repr_mimebundle_()
+        fallback = browser.fallback()._repr_mimebundle_()
+        browser.close()
+    finally:
+        store.close()
+    assert "application/vnd.jupyter.widget-view+json" in widget
+    return [
+        nbformat.v4.new_output("display_data", data=widget),
+        nbformat.v4.new_output("display_data", data=fallback),
+    ]
+
+
+def _saved_notebook(path: Path, data: Path) -> dict:
     """An executed notebook as a user would find it later: outputs saved, no kernel, not trusted."""
     import nbformat
 
@@ -443,13 +466,16 @@ def _saved_notebook(path: Path) -> dict:
             execution_count=3,
             outputs=[nbformat.v4.new_output("display_data", data=_failed_call_bundle())],
         ),
+        nbformat.v4.new_code_cell(
+            "%agent browse", execution_count=4, outputs=_browse_outputs(data)
+        ),
     ]
     nbformat.write(nb, path)
     return transcript[MIME_TYPE]
 
 
 def test_a_saved_executed_notebook_renders_every_part(lab, browser):
-    data = _saved_notebook(lab.root / "saved.ipynb")
+    data = _saved_notebook(lab.root / "saved.ipynb", lab.data)
     names = [e["name"] for e in lab.api("/lab/api/extensions")]
     assert "jupyter-session-agent" in names  # the server sees the prebuilt extension
 
@@ -486,7 +512,10 @@ def test_a_saved_executed_notebook_renders_every_part(lab, browser):
         python = tools.nth(0)
         assert "python" in python.locator(".jsa-tool-name").inner_text()
         python.locator("summary").first.click()  # tool parts are collapsible
-        assert python.locator(".jsa-tool-input").inner_text().startswith("{")
+        # code as code: the python input highlighted, not escaped JSON
+        code = python.locator(".jsa-tool-input.jsa-code")
+        assert code.inner_text().strip() == "df = pd.read_csv('data.csv')\ndf.isna().sum()"
+        assert code.locator("span[class]").count() >= 3  # tokens coloured by the theme
         more = python.locator(".jsa-long-output summary").inner_text()
         assert f"lines kept (of {len(BIG_OUTPUT):,} characters)" in more
         assert output.locator(".jsa-truncated").count() >= 1  # the 36 KB output was cut
@@ -533,11 +562,26 @@ def test_a_saved_executed_notebook_renders_every_part(lab, browser):
         assert failed.locator(".jsa-badge-status-completed").count() == 0
         assert call.get_attribute("open") is not None  # opened like an error
         assert "SyntaxError: invalid syntax" in call.locator(".jsa-tool-output").first.inner_text()
+        # the exception line first, above the code and the traceback
+        problem = call.locator(".jsa-tool-problem")
+        assert problem.inner_text() == "SyntaxError: invalid syntax"
+        above = "(a, b) => a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING"
+        assert problem.evaluate(above, call.locator(".jsa-tool-output").first.element_handle())
         background = "e => getComputedStyle(e).backgroundColor"
         green = output.locator(".jsa-badge-status-completed").first.evaluate(background)
         assert badge.evaluate(background) != green  # not the green of a completed call
 
         _shot(output, "01-saved-transcript-opened")
+        # %agent browse, reopened: its widget is gone with its kernel; the static list instead
+        browse = page.locator(".jp-Cell").nth(4)
+        browse.scroll_into_view_if_needed()
+        fallback = browse.locator(".jsa-fallback.jsa-fallback-shown")
+        _wait_for(lambda: fallback.count() == 1, 30, "the browse fallback")
+        shown = browse.locator(".jp-OutputArea").inner_text()
+        assert "Error displaying widget" not in shown and "Session browser:" not in shown
+        listed = fallback.locator(".jsa-fallback-text").inner_text()
+        assert "Missing values in data.csv" in listed and "title" in listed.splitlines()[0]
+        _shot(browse, "01c-saved-browse-fallback", doc="browse-reopened")
     finally:
         page.close()
     assert not _our_errors(page), page.errors
@@ -671,10 +715,14 @@ def test_a_live_turn_streams_in_place_and_takes_the_generated_title(notebook, sc
     view = _transcript(cell)
     view.locator(".jsa-badge-live").wait_for(timeout=30_000)
     assert "jsa-live" in view.get_attribute("class")
+    # progress: the elapsed time and what the turn waits for (read while the answer streams)
+    progress = view.locator(".jsa-progress")
+    clocks: list[str] = []
     # the answer grows in place while the model streams it: one output, updated
     seen: list[str] = []
     shot = False
     while view.locator(".jsa-badge-live").count():
+        clocks.extend(progress.all_inner_texts())  # no waiting: it goes with the final render
         answer = view.locator(".jsa-assistant .jsa-part-text").last
         if answer.count():
             text = answer.inner_text()
@@ -685,6 +733,8 @@ def test_a_live_turn_streams_in_place_and_takes_the_generated_title(notebook, sc
                 _shot(cell, "02-live-turn-streaming")
         page.wait_for_timeout(40)
     assert len(seen) >= 4, seen
+    assert all(re.fullmatch(r"\d+ s · (waiting for the model.*|running list)", c) for c in clocks)
+    assert len({c.split(" s ")[0] for c in clocks}) >= 2, clocks  # the seconds went on
     assert all(b.startswith(a.rstrip()[:-1]) for a, b in zip(seen, seen[1:])), seen  # appended
     assert len(seen[0]) < len(LIVE_TEXT) // 2
     assert cell.locator(".jp-OutputArea-output.jsa-transcript").count() == 1
@@ -698,6 +748,7 @@ def test_a_live_turn_streams_in_place_and_takes_the_generated_title(notebook, sc
     assert view.locator(".jsa-part-step-finish").count() == 2
     assert view.locator(".jsa-budget .jsa-budget-used").count() == 1
     _assert_sparkline_filled(view.locator(".jsa-budget"))
+    _assert_compact(view, tools=1, steps=2)
     # the title generated after the first turn replaces "New session - <timestamp>" in this cell
     title = view.locator(".jsa-header .jsa-title")
     _wait_for(
@@ -705,13 +756,64 @@ def test_a_live_turn_streams_in_place_and_takes_the_generated_title(notebook, sc
     )
     asked = [r["messages"][-1]["content"] for r in scripted.requests()]
     assert asked[-1].endswith("What is in this directory?")  # the title call, after the turn
-    _shot(cell, "03-live-turn-final")
+    _shot(cell, "03-live-turn-final", doc="compact-turn")
+    # details on demand: the call's input and output, then the steps and the budget gauge
+    tool.locator("summary").first.click()
+    assert tool.locator(".jsa-tool-output").first.is_visible()
+    footer = view.locator("details.jsa-footer")
+    footer.locator("summary").first.click()
+    assert view.locator(".jsa-budget").is_visible()
+    assert view.locator(".jsa-part-step-finish").first.is_visible()
+    _shot(cell, "03b-live-turn-details", doc="compact-turn-details")
+    tool.locator("summary").first.click()
+    footer.locator("summary").first.click()
     # saved: the notebook file holds the final view, with the title
     _save(notebook, lab, "live.ipynb")
     cells = lab.api("/api/contents/live.ipynb?content=1")["content"]["cells"]
     saved = [o["data"][MIME_TYPE] for o in cells[1]["outputs"] if MIME_TYPE in o.get("data", {})]
     assert len(saved) == 1 and saved[0]["live"] is False and saved[0]["session"]["title"] == TITLE
     assert [m["info"]["role"] for m in saved[0]["messages"]] == ["user", "assistant", "assistant"]
+    assert saved[0]["detail"] == "compact" and "progress" not in saved[0]
+    # reopened in another window, as a colleague would open the file: the same compact turn
+    page = notebook.page.context.browser.new_page(viewport={"width": 1280, "height": 900})
+    page.errors = []
+    page.on("pageerror", lambda err: page.errors.append(str(err)))
+    try:
+        page.goto(f"{lab.url}/lab/tree/live.ipynb?reset&token={lab.token}", timeout=90_000)
+        reopened = page.locator(".jp-OutputArea-output.jsa-transcript").first
+        reopened.wait_for(state="visible", timeout=60_000)
+        assert "jsa-live" not in reopened.get_attribute("class")
+        _assert_compact(reopened, tools=1, steps=2)
+        assert reopened.locator(".jsa-title").inner_text() == TITLE
+        _shot(reopened, "03c-reopened")
+    finally:
+        page.close()
+    assert not _our_errors(page), page.errors
+
+
+def _assert_compact(view, *, tools: int, steps: int) -> None:
+    """The compact view: the answer and one line per call in sight; the step lines, the
+    model's meta line and the gauge folded under a one-line footer."""
+    assert "jsa-compact" in view.get_attribute("class")
+    calls = view.locator(".jsa-part-tool")
+    assert calls.count() == tools
+    for i in range(tools):
+        line = calls.nth(i).locator("summary").first
+        assert line.locator(".jsa-tool-name").count() == 1
+        assert line.locator(".jsa-tool-summary").count() == 1
+        assert calls.nth(i).get_attribute("open") is None
+        assert line.bounding_box()["height"] < 40  # one line
+    footer = view.locator("details.jsa-footer")
+    assert footer.count() == 1 and footer.get_attribute("open") is None
+    text = footer.locator("summary .jsa-footer-text").inner_text()
+    assert re.fullmatch(
+        rf"[\d,]+ tokens( \(estimated\))? · \d+% of the context · \$\d\.\d{{4}} · {steps} steps?",
+        text,
+    )
+    assert view.locator(".jsa-part-step-finish").count() == steps
+    assert not view.locator(".jsa-part-step-finish").first.is_visible()
+    assert not view.locator(".jsa-budget").is_visible()
+    assert not view.locator(".jsa-meta").first.is_visible()  # no "openai/scripted · tokens"
 
 
 def _save(notebook, lab, path: str) -> None:
@@ -730,7 +832,24 @@ def _save(notebook, lab, path: str) -> None:
     time.sleep(0.3)  # the write has landed: the checkpoint follows it
 
 
-def test_approve_once_in_the_stdin_box_runs_the_tool(notebook, scripted):
+def _asking(cell):
+    """The approval panel of the running cell, once it shows; the kernel's stdin box is there
+    too, hidden (the buttons answer it)."""
+    view = _transcript(cell)
+    panel = view.locator(".jsa-approval")
+    panel.wait_for(timeout=30_000)
+    cell.locator(".jp-Stdin").wait_for(state="attached", timeout=30_000)
+    assert not cell.locator(".jp-Stdin").is_visible()
+    return view, panel
+
+
+def _no_keystroke_left(cell) -> None:
+    """The saved output says what was decided, not what was typed: no stdin echo, no prompt."""
+    texts = " ".join(cell.locator(".jp-OutputArea-output").all_inner_texts())
+    assert "[o]nce" not in texts and "Allow python" not in texts and "Allow bash" not in texts
+
+
+def test_approve_once_with_the_button_runs_the_tool(notebook, scripted):
     code = "total = 6 * 7\nprint('the total is', total)"
     answer = (
         "The python tool ran in your kernel: `total` is **42**, and it stays defined there, "
@@ -741,23 +860,25 @@ def test_approve_once_in_the_stdin_box_runs_the_tool(notebook, scripted):
         {"tool_calls": [{"name": "python", "arguments": {"code": code}}]},
         {"text": answer, "chunk_chars": 6, "delay": 0.05},
     )
-    page = notebook.page
     cell = notebook.run("%%agent\nCompute six times seven in the kernel.", wait=False)
-    box = cell.locator(".jp-Stdin")
-    box.wait_for(timeout=30_000)
-    prompt = box.locator(".jp-Stdin-prompt").inner_text()
-    assert "python" in prompt and "[o]nce" in prompt and "[r]eject" in prompt
-    assert _font_safe(prompt) and "🔐" not in prompt, prompt
-    shown = cell.locator(".jp-OutputArea-output").all_inner_texts()
-    assert any("total = 6 * 7" in t and "print('the total is', total)" in t for t in shown)  # all
-    view = _transcript(cell)
-    assert view.locator(".jsa-badge-live").count() == 1
-    asking = view.locator(".jsa-part-tool")
-    assert asking.get_attribute("data-status") == "running"
-    assert asking.get_attribute("open") is not None  # opened when it started, though first pending
+    view, panel = _asking(cell)
+    # the pending call: highlighted code once (no escaped JSON, no printed copy), four buttons
+    assert panel.locator(".jsa-code").inner_text().strip() == code
+    assert panel.locator(".jsa-code span[class]").count() >= 3
+    shown = " ".join(cell.locator(".jp-OutputArea-output").all_inner_texts())
+    assert '"code"' not in shown and "\\n" not in shown  # no escaped JSON anywhere
+    stdout = "[data-mime-type='application/vnd.jupyter.stdout']"
+    assert cell.locator(f".jp-OutputArea-output{stdout}").count() == 0  # no printed copy
+    labels = panel.locator("button:visible").all_inner_texts()
+    assert labels == ["Allow once", "Always", "Reject", "Reject with feedback"]
+    badge = view.locator(".jsa-badge-live")
+    assert badge.inner_text().strip() == "waiting for approval"
+    assert re.fullmatch(
+        r"\d+ s · waiting for your approval", view.locator(".jsa-progress").inner_text()
+    )
+    assert _font_safe(panel.inner_text())
     _shot(cell, "04-approval-question", doc="approval")
-    box.locator("input").fill("o")
-    box.locator("input").press("Enter")
+    panel.locator("button", has_text="Allow once").click()
     # the answer streams in under the call that ran
     _wait_for(
         lambda: (
@@ -768,13 +889,16 @@ def test_approve_once_in_the_stdin_box_runs_the_tool(notebook, scripted):
         30,
         "the answer",
     )
-    assert view.locator(".jsa-badge-live").count() == 1
+    assert view.locator(".jsa-approval").count() == 0
+    assert view.locator(".jsa-badge-live").inner_text().strip() == "running"
     _shot(cell, "05-live-turn-after-approval", doc="live-turn")
     notebook.wait(cell)
     assert view.locator(".jsa-badge-live").count() == 0
     tool = _transcript(cell).locator(".jsa-part-tool")
     assert tool.get_attribute("data-status") == "completed"
     assert "the total is 42" in tool.locator(".jsa-tool-output").text_content()
+    assert tool.locator(".jsa-tool-decision").inner_text() == "allowed once by you"
+    _no_keystroke_left(cell)
     requests = scripted.requests()
     assert len(requests) == 2 and "the total is 42" in _tool_message(requests[1])
     _shot(cell, "06-approval-once-done")
@@ -783,7 +907,29 @@ def test_approve_once_in_the_stdin_box_runs_the_tool(notebook, scripted):
     assert check.locator(".jp-OutputArea-output").inner_text().strip() == "42"
 
 
-def test_reject_with_feedback_reaches_the_model_and_plain_reject_stops(notebook, scripted):
+def test_always_allows_the_next_calls_without_asking(notebook, scripted):
+    scripted.script(
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "wc -l data.csv"}}]},
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "wc -l notes.md"}}]},
+        {"text": "data.csv has 3 lines, notes.md has 1."},
+    )
+    cell = notebook.run("%%agent\nCount the lines of data.csv and notes.md.", wait=False)
+    view, panel = _asking(cell)
+    assert "wc -l data.csv" in panel.locator(".jsa-code").inner_text()
+    assert "wc" in panel.locator("button", has_text="Always").get_attribute("title")
+    panel.locator("button", has_text="Always").click()
+    notebook.wait(cell)  # the second call ran without a question
+    tools = _transcript(cell).locator(".jsa-part-tool")
+    assert tools.count() == 2
+    assert [tools.nth(i).get_attribute("data-status") for i in range(2)] == ["completed"] * 2
+    assert tools.nth(0).locator(".jsa-tool-decision").inner_text() == "allowed always by you"
+    assert tools.nth(1).locator(".jsa-tool-decision").count() == 0  # allowed by the rule
+    _no_keystroke_left(cell)
+    assert len(scripted.requests()) == 3
+    _shot(cell, "06b-approval-always")
+
+
+def test_reject_with_feedback_reaches_the_model_and_plain_reject_stops(notebook, scripted, lab):
     feedback = "keep the files, only list them"
     remove = {"code": "import os; os.remove('notes.md')"}
     scripted.script(
@@ -793,30 +939,121 @@ def test_reject_with_feedback_reaches_the_model_and_plain_reject_stops(notebook,
         {"text": "never sent: a plain reject ends the turn"},
     )
     cell = notebook.run("%%agent\nTidy up the directory.", wait=False)
-    box = cell.locator(".jp-Stdin")
-    box.wait_for(timeout=30_000)
-    box.locator("input").fill(feedback)
-    box.locator("input").press("Enter")
+    view, panel = _asking(cell)
+    panel.locator("button", has_text="Reject with feedback").click()
+    panel.locator("textarea").fill(feedback)
+    _shot(cell, "07a-reject-with-feedback-typing")
+    panel.locator("button", has_text="Send feedback and reject").click()
     notebook.wait(cell)
     view = _transcript(cell)
     tool = view.locator(".jsa-part-tool")
-    assert tool.get_attribute("data-status") == "error" and tool.get_attribute("open") is not None
-    assert feedback in tool.locator(".jsa-tool-output").inner_text()  # shown open, as errors are
+    assert tool.get_attribute("data-status") == "error"
+    assert feedback in tool.locator(".jsa-tool-output").text_content()
+    decision = tool.locator(".jsa-tool-decision").inner_text()
+    assert decision == f"rejected with feedback: {feedback} by you"
     assert "Understood" in view.locator(".jsa-assistant .jsa-part-text").last.inner_text()
+    _no_keystroke_left(cell)
     requests = scripted.requests()
     assert len(requests) == 2 and feedback in _tool_message(requests[1])  # the model received it
     _shot(cell, "07-reject-with-feedback")
 
     cell = notebook.run("%%agent\nThen remove clean.py.", wait=False)
-    box = cell.locator(".jp-Stdin")
-    box.wait_for(timeout=30_000)
-    box.locator("input").fill("r")
-    box.locator("input").press("Enter")
+    view, panel = _asking(cell)
+    panel.locator("button", has_text="Reject").first.click()
     notebook.wait(cell)
     tool = _transcript(cell).locator(".jsa-part-tool")
     assert tool.get_attribute("data-status") == "error" and "rejected" in tool.text_content()
+    assert tool.locator(".jsa-tool-decision").inner_text() == "rejected by you"
     assert len(scripted.requests()) == 3  # no further call in that turn
+    assert (lab.root / "clean.py").exists()
     _shot(cell, "08-plain-reject")
+
+
+def test_the_compact_view_and_the_approval_in_the_dark_theme(notebook, scripted):
+    page = notebook.page
+    _theme(page, "JupyterLab Dark")
+    try:
+        scripted.script(
+            {
+                "tool_calls": [
+                    {
+                        "name": "python",
+                        "arguments": {"code": "import pandas as pd\npd.DataFrame({'a': [1]})['b']"},
+                    }
+                ]
+            },
+            {"text": "There is no column `b`: the frame has only `a`."},
+        )
+        cell = notebook.run("%%agent\nShow column b of a small frame.", wait=False)
+        view, panel = _asking(cell)
+        _assert_contrast(
+            view,
+            [
+                ".jsa-approval-head",
+                ".jsa-progress",
+                ".jsa-button-once",
+                ".jsa-button-reject",
+                ".jsa-title",
+            ],
+        )
+        _shot(cell, "12-dark-approval", doc="dark-approval")
+        panel.locator("button", has_text="Allow once").click()
+        notebook.wait(cell)
+        view = _transcript(cell)
+        tool = view.locator(".jsa-part-tool")
+        assert tool.get_attribute("data-status") == "failed"
+        # the exception line in sight without opening the call, not pandas internals
+        problem = tool.locator(".jsa-tool-problem")
+        assert problem.is_visible() and problem.inner_text().startswith("KeyError: 'b'")
+        _assert_contrast(
+            view,
+            [
+                ".jsa-footer-text",
+                ".jsa-tool-problem",
+                ".jsa-tool-summary",
+                ".jsa-tool-decision",
+                ".jsa-title",
+            ],
+        )
+        _shot(cell, "13-dark-compact", doc="dark-compact")
+    finally:
+        _theme(page, "JupyterLab Light")
+
+
+def _assert_contrast(root, selectors: list[str]) -> None:
+    """Each element's text against what is painted behind it: 4.5:1 (WCAG AA)."""
+    pairs = root.evaluate(_CONTRAST_JS, selectors)
+    assert len(pairs) == len(selectors), (selectors, pairs)
+    for fg, bg, what in pairs:
+        hi, lo = sorted((_luminance(fg), _luminance(bg)), reverse=True)
+        assert (hi + 0.05) / (lo + 0.05) >= 4.5, (what, fg, bg)
+
+
+_CONTRAST_JS = """(root, selectors) => {
+    const ctx = document.createElement('canvas').getContext('2d');
+    const rgba = css => {
+        ctx.clearRect(0, 0, 1, 1); ctx.fillStyle = css; ctx.fillRect(0, 0, 1, 1);
+        return Array.from(ctx.getImageData(0, 0, 1, 1).data);
+    };
+    const over = (top, under) => top.slice(0, 3).map((c, i) =>
+        Math.round(c * top[3] / 255 + under[i] * (1 - top[3] / 255)));
+    const behind = e => {
+        const chain = [];
+        for (; e; e = e.parentElement) chain.push(getComputedStyle(e).backgroundColor);
+        return chain.reverse().reduce((under, css) => over(rgba(css), under), [255, 255, 255]);
+    };
+    return selectors.map(q => root.querySelector(q)).filter(e => e).map(e => {
+        const bg = behind(e);
+        return [over(rgba(getComputedStyle(e).color), bg), bg, e.className || e.tagName];
+    });
+}"""
+
+
+def _luminance(rgb: list[int]) -> float:
+    lin = [
+        c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (v / 255 for v in rgb)
+    ]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
 
 
 def test_the_stop_button_interrupts_a_turn_and_the_next_cell_works(notebook, scripted):
@@ -860,6 +1097,11 @@ def test_browse_lists_sessions_and_opens_the_picked_one(notebook, lab):
     assert any(TITLE in label for label in labels), labels
     assert any("Missing values in data.csv" in label for label in labels), labels
     _assert_fits(widget, cell)
+    # its static fallback (for a reopened notebook) stays hidden while the widget lives
+    fallback = cell.locator(".jsa-fallback")
+    fallback.wait_for(state="attached", timeout=10_000)
+    page.wait_for_timeout(700)
+    assert not fallback.is_visible() and "jsa-fallback-shown" not in fallback.get_attribute("class")
     # pick the synthetic session: its transcript renders below the list, with its budget once
     index = next(i for i, label in enumerate(labels) if "Missing values in data.csv" in label)
     options.nth(index).click()

@@ -247,6 +247,7 @@ IN_KIND = {
     "replay": 3,
     "replay_rerun": ["python", ""],
     "live": "yes",
+    "view": "sideways",
     "interpolate": "yes",
 }
 WRONG_KIND = [[1]]  # a list of a list: no setting takes it

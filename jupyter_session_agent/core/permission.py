@@ -271,6 +271,7 @@ class PermissionFailure(ToolFailure):
         super().__init__(message)
         self.permission = permission
         self.patterns = tuple(patterns)
+        self.approval: dict[str, Any] | None = None  # the user's answer, when one was asked
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -278,6 +279,8 @@ class PermissionFailure(ToolFailure):
         if self.permission:
             info["permission"] = self.permission
             info["patterns"] = [short_text(p, 200) for p in self.patterns]
+        if self.approval is not None:
+            return {"permission": info, "approval": self.approval}
         return {"permission": info}
 
 
@@ -562,8 +565,13 @@ class Gate:
         self.broker = Broker()
         self.calls: list[tuple[str, str]] = []  # (tool, canonical input) in order, this turn
         self.stopped: RejectedError | None = None
+        self.decision: dict[str, Any] | None = None  # the user's answer about the current call
 
-    def __call__(self, tool: str, args: Mapping[str, Any], call: Any = None) -> None:
+    def __call__(self, tool: str, args: Mapping[str, Any], call: Any = None) -> dict | None:
+        """Raises when the call may not run; else returns what the user answered about it
+        (``{"reply": "once"|"always", "permission": …}``, recorded as the tool part's
+        ``state.metadata.approval``), or ``None`` when nobody was asked."""
+        self.decision = None
         key = (tool, canonical_args(args))
         recent = self.calls[-(DOOM_LOOP_THRESHOLD - 1) :]
         self.calls.append(key)
@@ -575,6 +583,7 @@ class Gate:
             asks = [a for a in asks if a.permission != "external_directory"]
         for ask in asks:
             self._check(ask, getattr(call, "call_id", None))
+        return self.decision
 
     def effective(self) -> list[Rule]:
         """This turn's rules and the answers given so far ("always" approvals), in order."""
@@ -667,10 +676,15 @@ class Gate:
             self.broker.pending.pop(request.id, None)
             raise
         outcome = self.broker.reply(request.id, reply, message)
+        self.decision = {"reply": reply, "permission": request.permission}
+        if message:
+            self.decision["feedback"] = short_text(message, 2000)
         if reply == "always" and self.on_always is not None:
             self.on_always([Rule(request.permission, p, "allow") for p in request.always])
         error = outcome.get(request.id)
         if error is not None:
+            if isinstance(error, PermissionFailure):
+                error.approval = self.decision
             if not isinstance(error, CorrectedError):
                 self.stopped = error  # a plain reject ends the turn
             raise error

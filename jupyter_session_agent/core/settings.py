@@ -654,6 +654,14 @@ class NotebookSettings:
     """What only the magics read: how a ``%%agent`` cell shows its turn and reads its prompt."""
 
     live: bool = setting(True, BOOL, "update the cell while the agent works")
+    view: str = setting(
+        "compact",
+        choice("compact", "full"),
+        "how a %%agent cell shows its turn: 'compact' (the answer, one line per tool call, a "
+        "one-line budget footer; details on click) or 'full' (every part and the budget gauge; "
+        "--full per cell)",
+        example="full",
+    )
     interpolate: bool = setting(
         True,
         BOOL,

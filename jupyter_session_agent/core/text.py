@@ -25,6 +25,7 @@ find: ASCII text returns at once, other text costs one regular-expression scan.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -89,4 +90,25 @@ def decode(data: bytes) -> str:
     return safe_text(data.decode("utf-8", "surrogateescape"))
 
 
-__all__ = ["safe_text", "safe_value", "has_surrogates", "decode", "file_name"]
+__all__ = ["safe_text", "safe_value", "has_surrogates", "decode", "file_name", "visible"]
+
+
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def visible(text: str) -> str:
+    """``text`` with every character that would not show as itself made visible: control
+    characters (ANSI escapes included, but not newlines and tabs), format characters
+    (bidirectional overrides, zero-width spaces), odd spaces and separators, lone
+    surrogates — each as ``⟨U+001B⟩``, so what is shown is what runs."""
+    out = []
+    for c in text:
+        if c in "\n\t":
+            out.append(c)
+            continue
+        category = unicodedata.category(c)
+        if category in _INVISIBLE or (category == "Zs" and c != " "):
+            out.append(f"⟨U+{ord(c):04X}⟩")
+        else:
+            out.append(c)
+    return "".join(out)

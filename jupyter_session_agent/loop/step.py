@@ -93,7 +93,7 @@ class StepProcessor:
     max_retry_wait: float = 60.0
     # Called just before a tool runs: (tool name, args, call); raises a ToolFailure to refuse
     # (permission.Gate). A RejectedError also stops the turn after this step (OpenCode's "blocked").
-    permit: Callable[[str, dict, ToolCall], None] | None = None
+    permit: Callable[[str, dict, ToolCall], Any] | None = None
     # snapshot.Snapshot of the session's directory: tree hashes on step-start/step-finish and a
     # `patch` part when files changed (what revert restores); None: no snapshots. Failures
     # never fail the step.
@@ -278,23 +278,28 @@ class StepProcessor:
                 )
                 continue
             self.store.flush(sync=False)  # a crash while the tool runs shows it as interrupted
+            decision = None  # the user's answer, when asked (recorded in the part)
             try:
                 if self.permit is not None:
-                    self.permit(name, call.input, call)
+                    decision = self.permit(name, call.input, call)
                 result = self.run_tool(self.tools[name], call.input, call)
+                metadata = dict(result.metadata)
+                if decision:
+                    metadata["approval"] = decision
                 state = ToolCompleted(
                     input=call.input,
                     output=result.output,
                     title=result.title or name,
-                    metadata=dict(result.metadata),
+                    metadata=metadata,
                     time_start=start,
                     time_end=now_ms(),
                     attachments=self._attachments(getattr(result, "attachments", ())),
                 )
             except ToolFailure as err:
-                state = ToolError(
-                    call.input, str(err), start, now_ms(), getattr(err, "metadata", None)
-                )
+                failure = getattr(err, "metadata", None)
+                if decision:  # allowed, then the tool failed: the answer stays recorded
+                    failure = {**(failure or {}), "approval": decision}
+                state = ToolError(call.input, str(err), start, now_ms(), failure)
                 self.blocked = self.blocked or isinstance(err, RejectedError)
             except Exception as err:  # a tool's bug is the model's tool error, never a crashed turn
                 state = ToolError(call.input, f"{type(err).__name__}: {err}", start, now_ms())

@@ -60,7 +60,7 @@ class TurnSetup:
     auto_compact: bool = True
     reserved: int | None = None
     cwd: str = "."
-    permit: Callable[[str, dict, Any], None] | None = (
+    permit: Callable[[str, dict, Any], Any] | None = (
         None  # permission.Gate: checked before each tool runs
     )
     snapshot: Any = None  # snapshot.Snapshot: file snapshots around each step, for revert

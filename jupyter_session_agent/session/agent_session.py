@@ -17,9 +17,10 @@ guard and store the session's own state and delegate the work to the modules bes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,19 @@ class AgentSession:
             if flush:
                 self.store.flush(sync=sync)
             return self.info
+
+    @contextlib.contextmanager
+    def asking_through(self, wrap: Callable[[Any], Any]) -> Iterator[None]:
+        """While the block runs, a call that needs an answer is asked through
+        ``wrap(approver)`` (the live view shows the pending call around the question)."""
+        from .approval import default_approver
+
+        previous = self.approver
+        self.approver = wrap(previous or default_approver(self.shell))
+        try:
+            yield
+        finally:
+            self.approver = previous
 
     def use_settings(self, settings: Settings) -> None:
         """Run the next turns with ``settings`` (the magics pass the current ``%config``)."""

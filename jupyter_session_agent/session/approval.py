@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import builtins
 import sys
-import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from ..core.permission import ApprovalUnavailable, Request, how_to_allow
+from ..core.text import visible
 
 CHOICES = "[o]nce, [a]lways, [r]eject, or type feedback to reject with it"
 
@@ -49,27 +49,6 @@ def parse_answer(text: str | None) -> tuple[str, str | None]:
 
 
 SHORT = 100  # code up to this long, on one line and plain, is shown in the question itself
-
-
-_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
-
-
-def visible(text: str) -> str:
-    """``text`` with every character that would not show as itself made visible: control
-    characters (ANSI escapes included, but not newlines and tabs), format characters
-    (bidirectional overrides, zero-width spaces), odd spaces and separators, lone
-    surrogates — each as ``⟨U+001B⟩``, so what is shown is what runs."""
-    out = []
-    for c in text:
-        if c in "\n\t":
-            out.append(c)
-            continue
-        category = unicodedata.category(c)
-        if category in _INVISIBLE or (category == "Zs" and c != " "):
-            out.append(f"⟨U+{ord(c):04X}⟩")
-        else:
-            out.append(c)
-    return "".join(out)
 
 
 def code_of(request: Request) -> str | None:
@@ -135,6 +114,34 @@ def prompt_line(request: Request) -> str:
     return f"Allow {label}: {what} — {CHOICES}{scope}: "  # words, not emoji: any font
 
 
+def pending(request: Request) -> dict[str, Any]:
+    """What a front end shows of a request waiting for an answer (the live view's ``asking``):
+    the tool, the complete code or command made :func:`visible` and its language, or a
+    one-line summary; what "always" would allow; what the checker could not account for;
+    and the one-line question the stdin prompt asks."""
+    tool = str(request.metadata.get("tool") or request.permission)
+    code = code_of(request)
+    always = ", ".join(request.always)
+    data: dict[str, Any] = {
+        "tool": tool,
+        "permission": request.permission,
+        "call_id": request.call_id,
+        "summary": _one_line(
+            visible(str(request.metadata.get("summary") or ", ".join(request.patterns)))
+        ),
+        "always": f"{request.permission} {_one_line(visible(always), 60)}"
+        if always and always != "*"
+        else f"every {request.permission} call",
+        "question": prompt_line(request),
+    }
+    if code is not None:
+        data["code"] = visible(code.strip("\n"))
+        data["language"] = "python" if "code" in request.metadata else "bash"
+    if request.unsure:
+        data["unsure"] = _one_line(visible(request.unsure), 160)
+    return data
+
+
 def _one_line(text: str, limit: int = 100) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -143,9 +150,16 @@ def _one_line(text: str, limit: int = 100) -> str:
 class StdinApprover:
     """Asks with ``input()``; ``shell`` is the IPython shell (``None`` outside IPython)."""
 
-    def __init__(self, shell: Any = None, read: Callable[[str], str] | None = None):
+    def __init__(
+        self,
+        shell: Any = None,
+        read: Callable[[str], str] | None = None,
+        *,
+        show_code: bool = True,
+    ):
         self.shell = shell
         self.read = read
+        self.show_code = show_code  # False: the live view shows the code, the prompt only asks
 
     def can_ask(self) -> bool:
         if self.read is not None:
@@ -162,7 +176,7 @@ class StdinApprover:
         if not self.can_ask():
             raise ApprovalUnavailable(how_to_allow(request))
         read = self.read or builtins.input
-        above = preamble(request)
+        above = preamble(request) if self.show_code else None
         try:
             if above is not None:
                 print(above, flush=True)
@@ -200,6 +214,7 @@ __all__ = [
     "StdinApprover",
     "ScriptedApprover",
     "parse_answer",
+    "pending",
     "prompt_line",
     "prompt_text",
     "preamble",

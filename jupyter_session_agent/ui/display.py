@@ -29,8 +29,9 @@ it are one contract with the JupyterLab renderer (the schema version above).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from ..core.messages import (
@@ -39,13 +40,14 @@ from ..core.messages import (
     Part,
     ReasoningPart,
     TextPart,
+    ToolPart,
     UserMessage,
     WithParts,
     replace,
 )
 from ..core.redact import clean, clean_value
 from ..loop.step import Observer
-from ..render import markdown, plain
+from ..render import compact, markdown, plain
 from ..render import words as W
 
 MIME_TYPE = "application/vnd.jupyter.session-agent+json"
@@ -128,18 +130,28 @@ def transcript_data(
     max_messages: int = MAX_MESSAGES,
     omitted: int = 0,
     unsaved: frozenset = frozenset(),
+    detail: str = "full",
+    progress: dict[str, Any] | None = None,
+    asking: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The :data:`MIME_TYPE` payload (schema :data:`SCHEMA_VERSION`).
 
     ``session`` is a ``messages.Session`` (or ``None``), ``report`` a
     ``report.BudgetReport`` (or ``None``); ``omitted`` counts messages before
     ``history`` that the caller left out (the live view shows one turn).
+
+    ``detail``: ``"full"`` (every part inline, the gauge open) or ``"compact"`` (the answer,
+    one line per tool call, a footer folding the telemetry); a compact payload also carries
+    ``footer`` (its line, and why the gauge opens by itself or ``None``). ``tools`` maps each
+    tool part's id to the input summary, the code's language, the failure line, the decision.
+    ``progress`` (a running turn: ``elapsed`` ms, what it ``waiting`` for, a ``detail``) and
+    ``asking`` (the call waiting for approval) are set while the turn runs.
     """
     shown = list(history)
     if max_messages and len(shown) > max_messages:
         omitted += len(shown) - max_messages
         shown = shown[-max_messages:]
-    return {
+    data = {
         "version": SCHEMA_VERSION,
         "view": view,
         "live": live,
@@ -147,6 +159,31 @@ def transcript_data(
         "messages": [message_data(m, unsaved) for m in shown],
         "omitted": omitted,
         "budget": report.to_data() if report is not None else None,
+        "detail": detail,
+    }
+    tools = {p.id: tool_data(p) for m in shown for p in m.parts if isinstance(p, ToolPart)}
+    if tools:
+        data["tools"] = tools
+    if detail == "compact":
+        data["footer"] = {
+            "text": compact.footer_line(shown, report),
+            "open": compact.gauge_opens(shown, report),
+        }
+    if progress is not None:
+        data["progress"] = progress
+    if asking is not None:
+        data["asking"] = asking
+    return data
+
+
+def tool_data(part: ToolPart) -> dict[str, Any]:
+    """What the compact view shows of a tool call besides its part (``render/compact.py``)."""
+    return {
+        "summary": compact.input_summary(part),
+        "language": compact.code_language(part),
+        "code": compact.input_code(part),
+        "problem": compact.tool_problem(part),
+        "decision": compact.tool_decision(part),
     }
 
 
@@ -264,6 +301,9 @@ class TranscriptView:
         max_messages: int = MAX_MESSAGES,
         omitted: int = 0,
         unsaved: frozenset = frozenset(),
+        detail: str = "full",
+        progress: dict[str, Any] | None = None,
+        asking: dict[str, Any] | None = None,
     ):
         self.unsaved = unsaved  # ids whose latest state is not saved yet (store.unsaved())
         history = list(history)
@@ -272,6 +312,7 @@ class TranscriptView:
             history = history[-max_messages:]
         self.history, self.session, self.report = history, session, report
         self.live, self.omitted = live, omitted
+        self.detail, self.progress, self.asking = detail, progress, asking
 
     @property
     def data(self) -> dict[str, Any]:
@@ -283,10 +324,22 @@ class TranscriptView:
             omitted=self.omitted,
             max_messages=0,
             unsaved=self.unsaved,
+            detail=self.detail,
+            progress=self.progress,
+            asking=self.asking,
         )
 
     @property
     def markdown(self) -> str:
+        if self.detail == "compact":
+            return compact.turn(
+                self.history,
+                self.report,
+                unsaved=self.unsaved,
+                progress=self.progress,
+                asking=self.asking,
+                budget=budget_markdown(self.report) if self.report is not None else "",
+            )
         return markdown_transcript(self.history, self.report, self.omitted, self.unsaved)
 
     @property
@@ -333,6 +386,33 @@ class BudgetView:
         return clean(self.text)
 
 
+class WidgetFallback:
+    """What a widget's cell shows where the widget itself cannot be (a reopened notebook: the
+    widget's state went with its kernel, and JupyterLab would say "Error displaying widget:
+    model not found"). Displayed right after the widget: the JupyterLab renderer keeps it hidden
+    while the widget lives and shows it, in the widget's place, when the widget is gone; other
+    front ends show the one-line ``text/plain``."""
+
+    def __init__(self, title: str, text: str, note: str):
+        self.title, self.text, self.note = title, text, note
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
+        data = {
+            "version": SCHEMA_VERSION,
+            "view": "widget-fallback",
+            "live": False,
+            "session": None,
+            "messages": [],
+            "omitted": 0,
+            "budget": None,
+            "fallback": {"title": self.title, "text": self.text, "note": self.note},
+        }
+        return clean_value({MIME_TYPE: data, "text/plain": self.note})
+
+    def __repr__(self) -> str:
+        return clean(self.note)
+
+
 # --------------------------------------------------------------------------
 # the live view
 
@@ -347,9 +427,15 @@ class LiveView(Observer):
     flight (its text streaming, its tools changing state).
     """
 
-    def __init__(self, live: bool = True, session: Any = None):
+    def __init__(self, live: bool = True, session: Any = None, detail: str = "compact"):
         self.live = live
         self.session = session
+        self.detail = detail  # "compact" (the answer first) or "full" (every part inline)
+        self._started = time.monotonic()
+        # the turn starts after what the session holds now: an error before its prompt is
+        # stored (a bad model id) shows that error alone, never the previous turn again
+        self._start = len(session.history) if session is not None else 0
+        self._asking: dict[str, Any] | None = None  # the call waiting for an answer
         self.messages: dict[str, Any] = {}  # observed message infos by id
         self.parts: dict[str, Part] = {}  # observed parts by id, in arrival order
         self.streams: dict[str, list[str]] = {}
@@ -394,10 +480,11 @@ class LiveView(Observer):
     def turn(self) -> list[WithParts]:
         """The running turn: stored messages from its prompt on, merged with what is streaming."""
         history = list(self.session.history) if self.session is not None else []
-        if self._base is None and history:
-            self._base = _prompt_index(history)
+        if self._base is None and len(history) > self._start:
+            self._base = self._start + _prompt_index(history[self._start :])
         items: dict[str, tuple[Any, dict[str, Part]]] = {}
-        for item in history[self._base or 0 :] if history else ():
+        base = self._start if self._base is None else self._base
+        for item in history[base:]:
             items[item.info.id] = (item.info, {p.id: p for p in item.parts})
         for mid, info in self.messages.items():
             stored = items.get(mid)
@@ -434,6 +521,30 @@ class LiveView(Observer):
                 return None
         return self._report
 
+    def progress(self, turn: Sequence[WithParts]) -> dict[str, Any]:
+        """How long the turn has run and what it waits for: ``approval`` (the user), ``tool``
+        (a call running) or ``model`` (a reply streaming or not started)."""
+        elapsed = int((time.monotonic() - self._started) * 1000)
+        if self._asking is not None:
+            return {"elapsed": elapsed, "waiting": "approval", "detail": self._asking["tool"]}
+        running = [
+            p
+            for m in turn
+            for p in m.parts
+            if isinstance(p, ToolPart) and p.state.status == "running"
+        ]
+        if running:
+            return {"elapsed": elapsed, "waiting": "tool", "detail": running[-1].tool}
+        model = next(
+            (
+                f"{m.info.provider_id}/{m.info.model_id}"
+                for m in reversed(turn)
+                if isinstance(m.info, AssistantMessage)
+            ),
+            None,
+        )
+        return {"elapsed": elapsed, "waiting": "model", "detail": model}
+
     def view(self, final: bool = False) -> TranscriptView:
         turn = self.turn()
         info = self.session.info if self.session is not None else None
@@ -443,9 +554,49 @@ class LiveView(Observer):
             session=info,
             report=self.report(turn),
             live=not final,
-            omitted=self._base or 0,
+            omitted=self._start if self._base is None else self._base,
             unsaved=unsaved,
+            detail=self.detail,
+            progress=None if final else self.progress(turn),
+            asking=None if final else self._asking,
         )
+
+    @contextlib.contextmanager
+    def asking(self, session: Any) -> Iterator[None]:
+        """While the turn runs, ``session`` asks through :meth:`approver` (live views only)."""
+        if not self.live:
+            yield
+            return
+        with session.asking_through(self.approver):
+            yield
+
+    def approver(self, inner: Any) -> Any:
+        """``inner`` (an approver) wrapped so that the view shows the pending call while the
+        user is asked — the code highlighted, "waiting for approval", and in JupyterLab the
+        buttons that answer the stdin prompt. The stdin prompt then only asks (the code is in
+        the view), and its echo (the keystroke) is cleared from the cell once answered: the
+        saved output says what was decided (the tool part's ``state.metadata.approval``)."""
+        from ..session.approval import StdinApprover, pending
+
+        stdin = isinstance(inner, StdinApprover) and self.live
+        ask = StdinApprover(inner.shell, inner.read, show_code=False) if stdin else inner
+
+        def approve(request: Any) -> tuple[str, str | None]:
+            self._asking = pending(request)
+            self._report = None
+            self._render(force=True)
+            try:
+                return ask(request)
+            finally:
+                self._asking = None
+                if stdin and self._handle is not None:
+                    from IPython.display import clear_output
+
+                    clear_output(wait=True)  # the echoed answer goes; the view is shown again
+                    self._handle = None
+                self._render(force=True)
+
+        return approve
 
     def markdown(self) -> str:
         return self.view().markdown
@@ -455,6 +606,8 @@ class LiveView(Observer):
         title is generated in the background after the turn (``session/title.py``): when it lands, this
         output is rendered again with it, so its header does not keep the default title."""
         self._report = None
+        if self._handle is None and not self.turn():
+            return  # nothing of the turn was shown or stored (it failed first): its error alone
         self._render(force=True, final=True)
         self._follow_title()
 

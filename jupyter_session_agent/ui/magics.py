@@ -171,6 +171,7 @@ class AgentMagics(Magics):
         help="put the answer's last python code block into the next cell",
     )
     @argument("--no-interpolate", action="store_true", help="send {…} as typed")
+    @argument("--full", action="store_true", help="every part inline (view 'full'), this cell")
     @argument(
         "-p",
         "--permit",
@@ -234,16 +235,18 @@ class AgentMagics(Magics):
             print(first_line)  # recording, or replaying: the first line of the cell's output
         # a replay is rendered once, final (as a saved notebook holds it, which nbval compares)
         live = notebook.live and is_kernel(self.shell) and replay is None
-        view = LiveView(live=live, session=session)
+        detail = "full" if args.full else notebook.view
+        view = LiveView(live, session, detail)
         try:
-            result = session.prompt(
-                cell.strip(),
-                model=args.model,
-                observer=view,
-                permission=rules,
-                context=context,
-                replay=replay,
-            )
+            with view.asking(session):  # the view shows a call waiting for approval
+                result = session.prompt(
+                    cell.strip(),
+                    model=args.model,
+                    observer=view,
+                    permission=rules,
+                    context=context,
+                    replay=replay,
+                )
         except KeyboardInterrupt:
             raise TurnInterrupted(
                 "interrupted — the partial answer is saved; run %%agent again to continue"

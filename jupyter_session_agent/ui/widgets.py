@@ -26,7 +26,7 @@ from ..core.chat import history_model
 from ..loop.budget_report import BudgetReport, budget_report
 from ..providers.registry import settings_model_info
 from ..render import escape as X
-from .display import TranscriptView, budget_lines
+from .display import TranscriptView, WidgetFallback, budget_lines
 
 # The header and the rows share one monospace font and one left inset (the list's border plus
 # each row's padding), so the columns line up; both clip at the cell's edge instead of
@@ -201,6 +201,21 @@ class SessionBrowser(W.VBox):
             f"Session browser: {len(self.rows)} sessions"
             f"{f', showing {self.selected}' if self.selected else ''} — run %agent browse to use it"
         )
+
+    def _ipython_display_(self) -> None:
+        """The widget, then its static fallback (shown only where the widget cannot be)."""
+        from IPython.display import display
+
+        display(self._repr_mimebundle_(), raw=True)
+        display(self.fallback())
+
+    def fallback(self, rows: int = 50) -> WidgetFallback:
+        """The session list as it is now, for a reopened notebook where the widget is gone."""
+        head, lines = table(self.rows[:rows])
+        more = len(self.rows) - rows
+        text = "\n".join([head, *lines] + ([f"… and {more:,} more"] if more > 0 else []))
+        note = f"{len(self.rows)} sessions when this cell ran — run %agent browse to pick one"
+        return WidgetFallback("Sessions", text, note)
 
     def _fill(self) -> None:
         needle = self.filter.value.strip().lower()

@@ -204,25 +204,225 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
         el('div', 'jsa-note', `Written by a newer jupyter-session-agent (schema ${data.version}); showing what this version understands.`)
       );
     }
+    if (data.view === 'widget-fallback') {
+      this._fallback(data.fallback || {});
+      return;
+    }
+    this._tools = (data.tools && typeof data.tools === 'object' ? data.tools : {}) as Json;
+    this._compact = data.detail === 'compact' && data.view !== 'budget';
+    this._telemetry = [];
     this.node.classList.toggle('jsa-live', !!data.live);
+    this.node.classList.toggle('jsa-compact', this._compact);
     this.node.appendChild(this._header(data));
+    const pending: Promise<void>[] = [];
     if (data.view !== 'budget') {
-      if (num(data.omitted) > 0) {
+      if (num(data.omitted) > 0 && !this._compact) {
         this.node.appendChild(el('div', 'jsa-note jsa-omitted', `… ${fmt(data.omitted)} earlier messages not shown`));
       }
-      const pending: Promise<void>[] = [];
       for (const message of data.messages || []) {
         this.node.appendChild(this._message(message, pending));
       }
       if (!(data.messages || []).length) {
         this.node.appendChild(el('div', 'jsa-note', data.live ? 'Waiting for the model…' : '(empty session)'));
       }
-      await Promise.all(pending);
     }
-    if (data.budget) {
+    if (data.live && data.asking && typeof data.asking === 'object') {
+      this.node.appendChild(this._approval(data.asking, pending));
+    }
+    await Promise.all(pending);
+    if (this._compact) {
+      if ((data.messages || []).length && (data.budget || this._telemetry.length)) {
+        this.node.appendChild(this._footer(data));
+      }
+    } else if (data.budget) {
       this.node.appendChild(renderBudget(data.budget));
     }
     this._restore();
+  }
+
+  dispose(): void {
+    this._stopClock();
+    super.dispose();
+  }
+
+  // -- a widget's static fallback: hidden while the widget lives, in its place once gone --
+
+  private _fallback(fallback: Json): void {
+    this.addClass('jsa-fallback');
+    const box = el('div', 'jsa-fallback-box');
+    box.appendChild(el('div', 'jsa-title', String(fallback.title || 'Saved view')));
+    box.appendChild(el('pre', 'jsa-fallback-text', String(fallback.text || '')));
+    box.appendChild(el('div', 'jsa-note', String(fallback.note || '')));
+    this.node.appendChild(box);
+    // the widget is the output just before this one; JupyterLab says so when its model is gone
+    let tries = 0;
+    const check = () => {
+      const child = this.node.closest('.jp-OutputArea-child');
+      const widget = child ? child.previousElementSibling : null;
+      const text = widget ? widget.textContent || '' : '';
+      // gone: JupyterLab's "Error displaying widget" (a trusted notebook), or the widget's
+      // text/plain drawn instead (an untrusted one: the widget renderer is not used)
+      const output = widget ? widget.querySelector('.jp-OutputArea-output') : null;
+      const plain = !!output && output.getAttribute('data-mime-type') === 'text/plain';
+      const gone = !!widget && (plain || /Error displaying widget|model not found/.test(text));
+      this.node.classList.toggle('jsa-fallback-shown', gone);
+      if (widget) {
+        widget.classList.toggle('jsa-widget-gone', gone);
+      }
+      const alive = !!widget && !!widget.querySelector('.jupyter-widgets:not(.jupyter-widgets-disconnected) .widget-box, .jsa-browser');
+      if (!gone && !alive && tries++ < 40 && !this.isDisposed) {
+        window.setTimeout(check, 500);
+      }
+    };
+    window.setTimeout(check, 100);
+  }
+
+  // -- progress: elapsed time and what the turn waits for, ticking between updates ------
+
+  private _progress(progress: Json): HTMLElement {
+    const node = el('span', 'jsa-progress');
+    const elapsed = num(progress.elapsed);
+    const since = performance.now();
+    const waiting = String(progress.waiting || 'model');
+    const what =
+      waiting === 'approval'
+        ? 'waiting for your approval'
+        : waiting === 'tool'
+          ? `running ${progress.detail || 'a tool'}`
+          : `waiting for the model${progress.detail ? ` (${progress.detail})` : ''}`;
+    node.dataset.waiting = waiting;
+    const tick = () => {
+      const seconds = Math.floor((elapsed + performance.now() - since) / 1000);
+      const time = seconds < 60 ? `${seconds} s` : `${Math.floor(seconds / 60)} min ${String(seconds % 60).padStart(2, '0')} s`;
+      node.textContent = `${time} · ${what}`;
+    };
+    tick();
+    this._stopClock();
+    this._clock = window.setInterval(() => {
+      if (!node.isConnected) {
+        this._stopClock();
+        return;
+      }
+      tick();
+    }, 1000);
+    return node;
+  }
+
+  private _stopClock(): void {
+    if (this._clock !== null) {
+      window.clearInterval(this._clock);
+      this._clock = null;
+    }
+  }
+
+  // -- the footer: the turn in one line; steps, snapshots and the gauge folded under it --
+
+  private _footer(data: Json): HTMLElement {
+    const footer = (data.footer || {}) as Json;
+    const details = this._details('footer', !!footer.open);
+    details.classList.add('jsa-footer');
+    const summary = el('summary', 'jsa-footer-line');
+    summary.appendChild(el('span', 'jsa-footer-text', String(footer.text || 'details')));
+    if (footer.open) {
+      summary.appendChild(badge(String(footer.open), 'threshold'));
+    }
+    details.appendChild(summary);
+    const steps = el('div', 'jsa-steps');
+    for (const node of this._telemetry) {
+      steps.appendChild(node);
+    }
+    details.appendChild(steps);
+    if (data.budget) {
+      details.appendChild(renderBudget(data.budget));
+    }
+    return details;
+  }
+
+  // -- approval: the pending call, highlighted, and buttons that answer the stdin prompt --
+
+  private _approval(asking: Json, pending: Promise<void>[]): HTMLElement {
+    const box = el('div', 'jsa-approval');
+    box.dataset.callId = String(asking.call_id || '');
+    const head = el('div', 'jsa-approval-head');
+    head.appendChild(el('b', '', String(asking.tool || asking.permission || 'A tool')));
+    head.appendChild(document.createTextNode(typeof asking.code === 'string' ? ' wants to run:' : ` wants to: ${asking.summary || ''}`));
+    box.appendChild(head);
+    if (typeof asking.code === 'string') {
+      box.appendChild(this._code(asking.code, String(asking.language || ''), pending));
+    }
+    if (asking.unsure) {
+      box.appendChild(el('div', 'jsa-note jsa-approval-unsure', `Asked because the checker ${asking.unsure}`));
+    }
+    const buttons = el('div', 'jsa-approval-buttons');
+    const status = el('span', 'jsa-approval-status');
+    const feedback = el('div', 'jsa-approval-feedback jsa-hidden');
+    const text = el('textarea', 'jsa-approval-text');
+    text.rows = 2;
+    text.placeholder = 'What should the agent do instead?';
+    const send = el('button', 'jsa-button jsa-button-reject', 'Send feedback and reject');
+    feedback.appendChild(text);
+    feedback.appendChild(send);
+    const all: HTMLButtonElement[] = [];
+    const answer = (value: string, said: string) => {
+      all.forEach(b => (b.disabled = true));
+      send.disabled = true;
+      text.disabled = true;
+      status.textContent = said;
+      void answerStdin(this.node, value).then(ok => {
+        if (!ok) {
+          status.textContent = 'No question is open in this cell (the kernel may have restarted).';
+        }
+      });
+    };
+    const button = (label: string, cls: string, title: string, act: () => void) => {
+      const node = el('button', `jsa-button ${cls}`, label);
+      node.title = title;
+      node.addEventListener('click', act);
+      all.push(node);
+      buttons.appendChild(node);
+    };
+    button('Allow once', 'jsa-button-once', 'run this call', () => answer('o', 'Allowed once…'));
+    button('Always', 'jsa-button-always', `allow ${asking.always || 'such calls'} for the rest of the session`, () =>
+      answer('a', 'Allowed always…')
+    );
+    button('Reject', 'jsa-button-reject', 'do not run it; the turn stops', () => answer('r', 'Rejected…'));
+    button('Reject with feedback', 'jsa-button-feedback', 'do not run it; tell the agent what to do instead', () => {
+      feedback.classList.remove('jsa-hidden');
+      text.focus();
+    });
+    send.addEventListener('click', () => {
+      const said = text.value.trim();
+      if (said) {
+        answer(said, 'Rejected with feedback…');
+      } else {
+        text.focus();
+      }
+    });
+    buttons.appendChild(status);
+    box.appendChild(buttons);
+    box.appendChild(feedback);
+    return box;
+  }
+
+  /** Code as code: highlighted by JupyterLab's Markdown parser (then sanitized), plain until then. */
+  private _code(code: string, language: string, pending: Promise<void>[]): HTMLElement {
+    const node = el('div', 'jsa-code');
+    node.dataset.language = language;
+    const pre = el('pre', 'jsa-code-plain', code);
+    node.appendChild(pre);
+    if (this._markdown && language) {
+      const longest = Math.max(2, ...(code.match(/`+/g) || []).map(run => run.length));
+      const ticks = '`'.repeat(longest + 1);
+      pending.push(
+        this._markdown
+          .render(`${ticks}${language}\n${code}\n${ticks}`)
+          .then(html => {
+            node.innerHTML = this._sanitizer.sanitize(html);
+          })
+          .catch(() => undefined)
+      );
+    }
+    return node;
   }
 
   // -- remember which <details> the user opened or closed, across live updates ---------
@@ -261,7 +461,12 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
       head.appendChild(badge(data.budget.model, 'model'));
     }
     if (data.live) {
-      head.appendChild(badge('running', 'live'));
+      head.appendChild(badge(data.asking ? 'waiting for approval' : 'running', data.asking ? 'live jsa-badge-asking' : 'live'));
+      if (data.progress && typeof data.progress === 'object') {
+        head.appendChild(this._progress(data.progress));
+      }
+    } else {
+      this._stopClock();
     }
     if (session.id) {
       head.appendChild(el('span', 'jsa-id', session.id));
@@ -301,6 +506,10 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
         bits.push(usd(info.cost));
       }
       head.appendChild(el('span', 'jsa-meta', bits.join(' · ')));
+      if (this._compact && !info.summary) {
+        head.classList.add('jsa-hidden');
+        this._telemetry.push(el('div', 'jsa-step-model', bits.join(' · ')));
+      }
     }
     node.appendChild(head);
     for (const part of parts) {
@@ -308,13 +517,25 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
       // the others: a part that cannot be drawn shows as one line
       let rendered: HTMLElement | null;
       const type = part && typeof part.type === 'string' ? part.type : String(part && part.type);
+      const safeType = type.replace(/[^A-Za-z0-9_-]/g, '_');
+      const telemetry =
+        this._compact && (type === 'step-start' || type === 'step-finish' || type === 'snapshot');
+      if (telemetry && type === 'step-start' && !part.snapshot) {
+        continue; // a bare step boundary: the model line above the step's finish says it
+      }
       try {
         rendered = this._part(part || {}, pending);
       } catch (err) {
-        rendered = el('div', 'jsa-unknown', `${type} part (cannot be shown)`);
+        rendered = el('div', 'jsa-unknown', `${safeType} part (cannot be shown)`);
+      }
+      if (rendered && telemetry) {
+        rendered.classList.add('jsa-part', `jsa-part-${safeType}`);
+        rendered.dataset.type = type;
+        this._telemetry.push(rendered);
+        continue;
       }
       if (rendered) {
-        rendered.classList.add('jsa-part', `jsa-part-${type.replace(/[^A-Za-z0-9_-]/g, '_')}`);
+        rendered.classList.add('jsa-part', `jsa-part-${safeType}`);
         rendered.dataset.type = type;
         rendered.dataset.id = String((part && part.id) || '');
         node.appendChild(rendered);
@@ -342,7 +563,7 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
         return details;
       }
       case 'tool':
-        return this._tool(part);
+        return this._tool(part, pending);
       case 'step-start':
         return el('div', '', part.snapshot ? `step · snapshot ${String(part.snapshot).slice(0, 10)}` : 'step');
       case 'step-finish': {
@@ -445,15 +666,17 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
     return node;
   }
 
-  private _tool(part: Json): HTMLElement {
+  private _tool(part: Json, pending: Promise<void>[]): HTMLElement {
     const state = part.state || {};
     const status = toolStatus(part);
     const pruned =
       (status === 'completed' || status === 'failed') && state.time && state.time.compacted;
     const failed = status === 'failed';
+    const extra = (this._tools[part.id] || {}) as Json;
+    // compact: one line per call, opened on a click; full: running and failed calls open
     const details = this._details(
       `t:${part.id}`,
-      status === 'running' || status === 'error' || status === 'interrupted' || failed
+      !this._compact && (status === 'running' || status === 'error' || status === 'interrupted' || failed)
     );
     details.dataset.status = status;
     details.classList.add(`jsa-status-${status}`);
@@ -462,7 +685,9 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
     const label = failed ? toolErrorClass(part) : status;
     summary.appendChild(badge(label, `status-${status}`, ICONS[status] ? status : undefined));
     summary.appendChild(el('span', 'jsa-tool-name', part.tool || '?'));
-    if (state.title && state.title !== part.tool) {
+    if (this._compact && extra.summary) {
+      summary.appendChild(el('code', 'jsa-tool-summary', String(extra.summary)));
+    } else if (state.title && state.title !== part.tool) {
       summary.appendChild(el('span', 'jsa-tool-title', state.title));
     }
     if (state.time && state.time.end) {
@@ -471,12 +696,27 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
     if (pruned) {
       summary.appendChild(badge('pruned', 'pruned', 'pruned'));
     }
+    // the exception first, then what the user decided: on the call's line, seen without opening
+    if (extra.problem && (status === 'failed' || status === 'error' || status === 'interrupted')) {
+      summary.appendChild(el('span', 'jsa-tool-problem', String(extra.problem)));
+    }
+    if (extra.decision) {
+      summary.appendChild(el('span', 'jsa-tool-decision', String(extra.decision)));
+    }
     details.appendChild(summary);
 
-    const input = state.input && Object.keys(state.input).length ? JSON.stringify(state.input, null, 2) : '';
-    if (input) {
-      details.appendChild(el('div', 'jsa-label', 'input'));
-      details.appendChild(el('pre', 'jsa-tool-input', input));
+    const code = extra.language ? extra.code : undefined; // invisible characters made visible
+    if (typeof code === 'string') {
+      details.appendChild(el('div', 'jsa-label', extra.language === 'python' ? 'code' : 'command'));
+      const block = this._code(code, String(extra.language), pending);
+      block.classList.add('jsa-tool-input');
+      details.appendChild(block);
+    } else {
+      const input = state.input && Object.keys(state.input).length ? JSON.stringify(state.input, null, 2) : '';
+      if (input) {
+        details.appendChild(el('div', 'jsa-label', 'input'));
+        details.appendChild(el('pre', 'jsa-tool-input', input));
+      }
     }
     if (status === 'completed' || failed) {
       if (pruned) {
@@ -531,9 +771,36 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
   }
 
   private _mimeType: string;
+  private _compact = false;
+  private _tools: Json = {};
+  private _telemetry: HTMLElement[] = [];
+  private _clock: number | null = null;
   private _sanitizer: IRenderMime.ISanitizer;
   private _markdown: IRenderMime.IMarkdownParser | null;
   private _open = new Map<string, boolean>();
+}
+
+/**
+ * Answer the kernel's open stdin question in this cell's output area: JupyterLab shows it as
+ * a text box (the kernel is busy running the cell, so stdin is the channel that works); its
+ * value is set and Enter pressed, as a user would. Waits a little for the box to appear (the
+ * question follows the view that shows it). False when no box appears.
+ */
+export async function answerStdin(node: HTMLElement, value: string, timeout = 10000): Promise<boolean> {
+  const area = node.closest('.jp-OutputArea') || node.parentElement;
+  const deadline = Date.now() + timeout;
+  while (Date.now() < deadline) {
+    const input = area ? (area.querySelector('.jp-Stdin-input') as HTMLInputElement | null) : null;
+    if (input) {
+      input.value = value;
+      input.dispatchEvent(new Event('input', { bubbles: true }));
+      const enter = { key: 'Enter', code: 'Enter', keyCode: 13, which: 13, bubbles: true, cancelable: true };
+      input.dispatchEvent(new KeyboardEvent('keydown', enter));
+      return true;
+    }
+    await new Promise(resolve => setTimeout(resolve, 100));
+  }
+  return false;
 }
 
 /** A byte count for people: `1,234 bytes`, `12.3 KB` (as the Markdown form). */
