@@ -43,7 +43,7 @@ from ..core.messages import (
     WithParts,
     replace,
 )
-from ..core.redact import clean, clean_value
+from ..core.redact import clean, clean_value, secret_env_values
 from ..loop.step import Observer
 from ..render import markdown, plain
 from ..render import words as W
@@ -59,6 +59,10 @@ MIN_INTERVAL = 0.1  # seconds between live re-renders of a streaming part
 SLOW_INTERVAL = 0.5  # … once the bundle is large
 LARGE_BUNDLE = 256_000  # characters
 TITLE_WAIT = 120.0  # seconds a finished cell waits, in the background, for its session's title
+# step points a bundle's budget carries, the newest (the gauge's sparkline draws about this
+# many); the others are counted in ``steps_omitted``, so a saved cell stays small however long
+# the session
+BUDGET_STEPS = 30
 
 
 class Markdown:
@@ -112,10 +116,62 @@ def _bound(value: Any, limit: int, path: str, truncated: dict[str, int], depth: 
 
 
 def message_data(item: WithParts, unsaved: frozenset = frozenset()) -> dict[str, Any]:
-    data = {"info": item.info.to_data(), "parts": [part_data(p) for p in item.parts]}
-    if W.is_unsaved(item, unsaved) and not data["info"].get("error"):  # shown, never stored
-        data["info"]["error"] = {"name": W.NOT_SAVED, "data": {"message": W.NOT_SAVED_WHY}}
+    """A message and its bounded parts as JSON, cleaned (made once per message value)."""
+    flag = W.is_unsaved(item, unsaved)
+
+    def make() -> dict[str, Any]:
+        data = {"info": item.info.to_data(), "parts": [part_data(p) for p in item.parts]}
+        if flag and not data["info"].get("error"):  # shown, never stored
+            data["info"]["error"] = {"name": W.NOT_SAVED, "data": {"message": W.NOT_SAVED_WHY}}
+        return clean_value(data)
+
+    return _MEMO.get("json", flag, (item.info, *item.parts), make)
+
+
+def budget_data(report: Any, max_steps: int = BUDGET_STEPS) -> dict[str, Any]:
+    """A budget report as JSON, cleaned, with its newest ``max_steps`` step points."""
+    data = clean_value(report.to_data(max_steps=0))
+    steps = report.steps[-max_steps:] if max_steps else ()
+    data["steps"] = [_MEMO.get("step", False, (s,), lambda s=s: clean_value(s.to_data())) for s in steps]
+    data["steps_omitted"] = len(report.steps) - len(steps)
     return data
+
+
+class _Memo:
+    """Cleaned forms of frozen values, each made once: a message's JSON, Markdown and line, a
+    step point's JSON. Keyed by the values themselves (a message by its info and its parts, so
+    the one that streams is the only one made again), kept while they are held here; forgotten
+    when a new secret becomes known (what was clean may hold it) and beyond ``size`` entries."""
+
+    def __init__(self, size: int = 4_096) -> None:
+        import threading
+        from collections import OrderedDict
+
+        self._size = size
+        self._entries: OrderedDict[tuple, tuple[tuple, Any]] = OrderedDict()
+        self._secrets: Any = None
+        self._lock = threading.Lock()  # the title-following thread renders too
+
+    def get(self, form: str, flag: bool, values: tuple, make: Any) -> Any:
+        key = (form, flag, *map(id, values))  # the values are held below: no id is reused
+        with self._lock:
+            secrets = secret_env_values()
+            if secrets is not self._secrets:
+                self._entries.clear()
+                self._secrets = secrets
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+                return hit[1]
+        made = make()
+        with self._lock:
+            self._entries[key] = (values, made)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return made
+
+
+_MEMO = _Memo()
 
 
 def transcript_data(
@@ -129,7 +185,7 @@ def transcript_data(
     omitted: int = 0,
     unsaved: frozenset = frozenset(),
 ) -> dict[str, Any]:
-    """The :data:`MIME_TYPE` payload (schema :data:`SCHEMA_VERSION`).
+    """The :data:`MIME_TYPE` payload (schema :data:`SCHEMA_VERSION`), cleaned.
 
     ``session`` is a ``messages.Session`` (or ``None``), ``report`` a
     ``report.BudgetReport`` (or ``None``); ``omitted`` counts messages before
@@ -143,10 +199,10 @@ def transcript_data(
         "version": SCHEMA_VERSION,
         "view": view,
         "live": live,
-        "session": session.to_data() if session is not None else None,
+        "session": clean_value(session.to_data()) if session is not None else None,
         "messages": [message_data(m, unsaved) for m in shown],
         "omitted": omitted,
-        "budget": report.to_data() if report is not None else None,
+        "budget": budget_data(report) if report is not None else None,
     }
 
 
@@ -162,11 +218,23 @@ def markdown_transcript(
     omitted: int = 0,
     unsaved: frozenset = frozenset(),
 ) -> str:
-    """A history as Markdown, message by message, with the budget at the end."""
-    text = markdown.messages(history, omitted=omitted, unsaved=unsaved)
+    """A history as Markdown, message by message, with the budget at the end; cleaned."""
+    text = markdown.messages(history, omitted=omitted, unsaved=unsaved, render=_markdown_message)
     if report is not None:
-        text += "\n\n---\n\n" + budget_markdown(report)
+        text += "\n\n---\n\n" + clean(budget_markdown(report))
     return text
+
+
+def _markdown_message(item: WithParts, **kw: Any) -> str:
+    return _MEMO.get(
+        f"md{kw}", False, (item.info, *item.parts), lambda: clean(markdown.message(item, **kw))
+    )
+
+
+def _plain_message(item: WithParts, **kw: Any) -> str:
+    return _MEMO.get(
+        f"txt{kw}", False, (item.info, *item.parts), lambda: clean(plain.message(item, **kw))
+    )
 
 
 def transcript(history: Iterable[WithParts]) -> str:
@@ -239,10 +307,14 @@ def plain_transcript(
     limit: int = 4_000,
     unsaved: frozenset = frozenset(),
 ) -> str:
-    """A short plain-text form: one line per message, then the budget."""
-    lines = plain.lines(history, session=session, omitted=omitted, unsaved=unsaved)
+    """A short plain-text form: one line per message, then the budget; cleaned."""
+    lines = plain.lines(
+        history, session=session, omitted=omitted, unsaved=unsaved, render=_plain_message
+    )
+    if session is not None:
+        lines[0] = clean(lines[0])  # the title
     if report is not None:
-        lines.extend(budget_lines(report))
+        lines.extend(clean(line) for line in budget_lines(report))
     text = "\n".join(lines) or "(empty session)"
     return text if len(text) <= limit else text[:limit] + " …"
 
@@ -297,12 +369,11 @@ class TranscriptView:
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
         # every form, live or not: redacted and encodable, whatever the history in memory holds
-        return clean_value(
-            {MIME_TYPE: self.data, "text/markdown": self.markdown, "text/plain": self.text}
-        )
+        # (each message cleaned once per value: a turn re-renders only what changed)
+        return {MIME_TYPE: self.data, "text/markdown": self.markdown, "text/plain": self.text}
 
     def __repr__(self) -> str:
-        return clean(self.text)
+        return self.text
 
 
 class BudgetView:
@@ -421,14 +492,13 @@ class LiveView(Observer):
         if self.session is None:
             return None
         if self._report is None:
-            from ..loop.budget_report import budget_report
-
             try:
                 if self._model is None:
                     self._model = self.session.model_info(self.session.last_model() or None)
-                before = list(self.session.history[: self._base or 0])
-                self._report = budget_report(
-                    before + list(turn), self._model, self.session.settings.compaction
+                # the session's tally folds the messages before the turn once, not per render
+                before = self.session.history[: self._base or 0]
+                self._report = self.session.budget_report(
+                    history=[*before, *turn], info=self._model
                 )
             except Exception:  # the budget is a view; never let it break a turn
                 return None
