@@ -11,8 +11,10 @@ last bundle of its display, as JSON: what the notebook file keeps).
 
 The turns around turn 10 and around turn ``--turns`` (default 1,000) are measured one by one
 (medians of ``--window`` turns); the turns between are run by the same session in one cell
-with the live view off, to get there quickly. The model's window is small enough (32k) that
-the session compacts on the way, as a long session must.
+with the live view off, to get there quickly. The model's window is small (8k, 1k of output)
+so that the session compacts every few turns from the start, as any long session must: the
+requests around turn 10 and around turn 1,000 are then of the same size (the raw client's cost
+is the same at both), and what the comparison shows is what grows with the stored history.
 
 ``--before DIR`` runs the same measurement first with the package found in DIR (e.g. an
 export of an earlier commit: ``git archive BASE | tar -x -C DIR``): before and after in the
@@ -39,7 +41,7 @@ ANSWER = ("The square is printed above; the kernel computed it exactly. " * 6).s
 SETUP = """
 %load_ext jupyter_session_agent
 %config AgentMagics.model = 'openai/scripted'
-%config AgentMagics.model_overrides = {'openai/scripted': {'context': 32000, 'output': 4096}}
+%config AgentMagics.model_overrides = {'openai/scripted': {'context': 8192, 'output': 1024}}
 %config AgentMagics.titles = False
 %config AgentMagics.permission = {'python': 'allow'}
 %config AgentMagics.live = True
@@ -55,7 +57,7 @@ for _body, _code in _json.load(open({path!r})):
         exec(_code)
 """
 FILL = """
-_session = get_ipython().magics_manager.registry['AgentMagics'].session
+_session = get_ipython().magics_manager.registry['AgentMagics'].current()
 for _i in range({first}, {last}):
     _session.prompt(f'question {{_i}}: what is {{_i}} squared? use python')
 """
@@ -95,7 +97,9 @@ def measure(tree: Path, turns: int, window: int) -> dict:
             _, out = execute(kc, SETUP)
             errors = [m for m in out if m["msg_type"] == "error"]
             assert not errors, errors
-            pid = int(next(m for m in out if m["msg_type"] == "stream")["content"]["text"].split()[-1])
+            pid = int(
+                next(m for m in out if m["msg_type"] == "stream")["content"]["text"].split()[-1]
+            )
             done = 0
 
             def one_turn(i: int) -> tuple[float, float, int]:

@@ -25,8 +25,8 @@ the browser from :mod:`..analytics.sessions`. Nothing here imports IPython or wi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 import operator
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import replace as _replace
 from typing import Any

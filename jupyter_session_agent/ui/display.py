@@ -132,7 +132,9 @@ def budget_data(report: Any, max_steps: int = BUDGET_STEPS) -> dict[str, Any]:
     """A budget report as JSON, cleaned, with its newest ``max_steps`` step points."""
     data = clean_value(report.to_data(max_steps=0))
     steps = report.steps[-max_steps:] if max_steps else ()
-    data["steps"] = [_MEMO.get("step", False, (s,), lambda s=s: clean_value(s.to_data())) for s in steps]
+    data["steps"] = [
+        _MEMO.get("step", False, (s,), lambda s=s: clean_value(s.to_data())) for s in steps
+    ]
     data["steps_omitted"] = len(report.steps) - len(steps)
     return data
 

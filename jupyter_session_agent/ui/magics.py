@@ -118,6 +118,19 @@ class AgentMagics(Magics):
         self.session.use_settings(settings)
         return self.session
 
+    def update_config(self, config) -> None:
+        """``%config AgentMagics.<name> = value``: a refused value is one line on stderr, as any
+        of our errors reads (IPython would log it through the root logger, as
+        ``ERROR:root:…``); the setting keeps its value. Assigning in Python still raises."""
+        from ..core.errors import AgentError
+
+        try:
+            super().update_config(config)
+        except AgentError as err:
+            import sys
+
+            print(err, file=sys.stderr)  # the line names the setting and the fix
+
     @validate(*(info.name for info in SETTINGS))
     def _validate_setting(self, proposal):
         name = proposal.trait.name

@@ -203,10 +203,7 @@ def help_text(settings: Iterable[SettingInfo] = ()) -> str:
         ("%%agent [-n] [-s ID] [-m MODEL] [--fork]", "run the cell body as a prompt"),
         ("        [-o VAR] [-p RULE] [-f PATH] [-a VAR]", "attach files and values ({var} too)"),
         ("        [-c] [--no-interpolate]", "-c: the answer's code into the next cell"),
-        *(
-            (f"%agent {c.usage}", c.help)
-            for c in sorted(commands.values(), key=lambda c: c.name)
-        ),
+        *((f"%agent {c.usage}", c.help) for c in sorted(commands.values(), key=lambda c: c.name)),
         ("%%agent_sql [VAR <<]", "read-only SQL for a whole cell; VAR << keeps the DataFrame"),
     ]
     width = min(max(len(head) for head, _ in entries), 44) + 2
