@@ -18,6 +18,10 @@ The limits are the compaction engine's own (``compaction.CompactionConfig``:
 threshold, protect/minimum capped by small windows, protected tools), so the
 gauge shows where this session's loop will act.
 
+One module: the report, its step points and the tally that keeps it up to date are one value
+and the one way it is computed (:func:`budget_report` is a fresh tally), so the gauge, ``%agent
+budget`` and the live view cannot disagree.
+
 A model's limits without a running server come from
 :func:`..providers.registry.model_info_for`; every stored session summarised for
 the browser from :mod:`..analytics.sessions`. Nothing here imports IPython or widgets.
@@ -338,11 +342,3 @@ class BudgetTally:
             cache_read_tokens=run.cache_read,
             steps=tuple(self._steps),
         )
-
-
-# --------------------------------------------------------------------------
-# model limits without a running server
-
-
-# --------------------------------------------------------------------------
-# every session, for the browser

@@ -1,5 +1,8 @@
 """Sessions and their messages read back from the history as values, decoded once per revision.
 
+One module: sessions, their pages and their messages are read by the same two queries (the
+views, or the files before the views exist) and decoded by the same cache.
+
 Two sources answer the same questions (``Query.rows``). The views (``_store.*``: the merged
 files scanned in place plus the tail) are defined by the first ``sql()`` query; until then,
 reads go straight to the files, filtered to what they need (Parquet row groups of other

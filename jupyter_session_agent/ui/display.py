@@ -38,6 +38,7 @@ from ..core.messages import (
     CompactionPart,
     Part,
     ReasoningPart,
+    RetryPart,
     TextPart,
     UserMessage,
     WithParts,
@@ -129,14 +130,19 @@ def message_data(item: WithParts, unsaved: frozenset = frozenset()) -> dict[str,
 
 
 def budget_data(report: Any, max_steps: int = BUDGET_STEPS) -> dict[str, Any]:
-    """A budget report as JSON, cleaned, with its newest ``max_steps`` step points."""
-    data = clean_value(report.to_data(max_steps=0))
+    """A budget report as JSON, cleaned, with its newest ``max_steps`` step points (the
+    fields are numbers and flags but for the model's names and the steps' ids)."""
+    data = {
+        k: clean(v) if isinstance(v, str) else v for k, v in report.to_data(max_steps=0).items()
+    }
     steps = report.steps[-max_steps:] if max_steps else ()
-    data["steps"] = [
-        _MEMO.get("step", False, (s,), lambda s=s: clean_value(s.to_data())) for s in steps
-    ]
+    data["steps"] = [_MEMO.get("step", False, (s,), lambda s=s: _step_data(s)) for s in steps]
     data["steps_omitted"] = len(report.steps) - len(steps)
     return data
+
+
+def _step_data(step: Any) -> dict[str, Any]:
+    return {k: clean(v) if isinstance(v, str) else v for k, v in step.to_data().items()}
 
 
 class _Memo:
@@ -201,7 +207,11 @@ def transcript_data(
         "version": SCHEMA_VERSION,
         "view": view,
         "live": live,
-        "session": clean_value(session.to_data()) if session is not None else None,
+        "session": (
+            _MEMO.get("session", False, (session,), lambda: clean_value(session.to_data()))
+            if session is not None
+            else None
+        ),
         "messages": [message_data(m, unsaved) for m in shown],
         "omitted": omitted,
         "budget": budget_data(report) if report is not None else None,
@@ -228,15 +238,24 @@ def markdown_transcript(
 
 
 def _markdown_message(item: WithParts, **kw: Any) -> str:
+    if _ticking(item):
+        return clean(markdown.message(item, **kw))
     return _MEMO.get(
         f"md{kw}", False, (item.info, *item.parts), lambda: clean(markdown.message(item, **kw))
     )
 
 
 def _plain_message(item: WithParts, **kw: Any) -> str:
+    if _ticking(item):
+        return clean(plain.message(item, **kw))
     return _MEMO.get(
         f"txt{kw}", False, (item.info, *item.parts), lambda: clean(plain.message(item, **kw))
     )
+
+
+def _ticking(item: WithParts) -> bool:
+    """A message whose words change with the clock (a retry counting down): drawn each time."""
+    return any(isinstance(p, RetryPart) for p in item.parts)
 
 
 def transcript(history: Iterable[WithParts]) -> str:

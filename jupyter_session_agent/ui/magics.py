@@ -1,5 +1,8 @@
 """``%%agent``, ``%agent …`` and ``%%agent_sql``: thin wrappers over the session API.
 
+One module: the magics and the traits they are configured by are one IPython ``Magics``
+class; its settings' checks and its cell magics' argument parsing must stay together.
+
 Settings are traitlets on :class:`AgentMagics`, so ``%config AgentMagics.model
 = "openai/gpt-4o-mini"`` works. Each magic parses its arguments, calls one
 function of the Python API, and displays the result; errors are one line.
