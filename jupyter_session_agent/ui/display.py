@@ -37,8 +37,11 @@ from ..core.messages import (
     AssistantMessage,
     CompactionPart,
     Part,
+    PatchPart,
     ReasoningPart,
     RetryPart,
+    StepFinishPart,
+    StepStartPart,
     TextPart,
     UserMessage,
     WithParts,
@@ -467,7 +470,9 @@ class LiveView(Observer):
         streaming = isinstance(part, (TextPart, ReasoningPart))
         if not streaming:
             self._report = None
-        self._render(force=not streaming)
+        # a step's bookkeeping parts come just after (step-start) or just before (step-finish,
+        # patch) its message is saved, which renders at once: they need no render of their own
+        self._render(force=not streaming and not isinstance(part, _BOOKKEEPING))
 
     def on_delta(self, part: Part, delta: str) -> None:
         self.parts.setdefault(part.id, part)
@@ -595,6 +600,9 @@ class LiveView(Observer):
             self._handle = display(bundle, raw=True, display_id=True)
         else:
             self._handle.update(bundle, raw=True)
+
+
+_BOOKKEEPING = (StepStartPart, StepFinishPart, PatchPart)
 
 
 def _settled(text: str) -> str:
