@@ -57,6 +57,7 @@ def child(tree: Path, data: Path) -> dict:
         text=True,
         check=True,
         env=env,
+        cwd=str(tree),  # `python -c` puts the working folder first on the path: the tree's
     )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
