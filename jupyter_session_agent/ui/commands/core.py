@@ -52,15 +52,15 @@ def sessions(magics, args, raw):
         raise UsageError("the page is a number from 1 — e.g. %agent sessions 2")
     store = magics.store()
     total = store.session_count()
+    if not total:
+        return Markdown("*(no sessions yet — run a `%%agent` cell)*")
+    pages = -(-total // SESSIONS_PAGE)
+    if ns.page > pages:
+        raise UsageError(f"there are {pages} pages of sessions — e.g. %agent sessions {pages}")
     if ns.all:
         rows = store.sessions()
     else:
         rows = store.sessions(limit=SESSIONS_PAGE, offset=(ns.page - 1) * SESSIONS_PAGE)
-    if not total:
-        return Markdown("*(no sessions yet — run a `%%agent` cell)*")
-    if not rows:
-        pages = -(-total // SESSIONS_PAGE)
-        raise UsageError(f"there are {pages} pages of sessions — e.g. %agent sessions {pages}")
     current = magics.session.info.id if magics.session else None
     lines = ["| | id | title | updated |", "|---|---|---|---|"]
     for s in rows:
