@@ -28,9 +28,11 @@ FILE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.(?:py|ipynb|ts|toml|md))\b
 FOLDER = re.compile(r"`((?:[\w-]+/)+)`")  # `loop/compaction/`
 DOTTED = re.compile(rf"\b({PACKAGE}(?:\.\w+)+)")
 SHORT = re.compile(r"`(\w+\.\w+\.\w+)[`(.]")
-# Files a doc names that are not ours: the user's, OpenCode's, or written at run time.
+# Files a doc names that are not ours: the user's, OpenCode's, or written at run time (the
+# git-ignored artifacts/: the quickstart makes the folder, the browser suite its jupyterlab/).
 NOT_OURS = re.compile(
     r"(^|/)(MEMORY|AGENTS|CLAUDE|CONTEXT|README|CHANGELOG)\.md$|\.ts$|^src/|^test/|^packages/"
+    r"|^artifacts/"
 )
 
 
@@ -112,7 +114,7 @@ def missing(text: str, doc: Path) -> list[str]:
         elif not any((root / token).exists() for root in _roots(doc)):
             out.append(token)
     for token in dict.fromkeys(FOLDER.findall(text)):
-        if token.split("/")[0] not in _ours():
+        if token.split("/")[0] not in _ours() or NOT_OURS.search(token):
             continue
         if not any((root / token).is_dir() for root in _roots(doc)):
             out.append(token)

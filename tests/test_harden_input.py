@@ -407,7 +407,7 @@ def test_the_python_api_gets_the_same_checks():
 
 def test_help_lists_every_setting(ip, magics):
     with capture_output() as out:
-        ip.run_line_magic("agent", "help")
+        ip.run_line_magic("agent", "help settings")
     for name in configurable(magics):
         assert name in out.stdout
 

@@ -160,7 +160,7 @@ def test_values_keep_their_declared_types(ip, magics):
 
 def test_help_lists_exactly_the_fields_with_their_defaults_and_docs(ip):
     with capture_output() as out:
-        ip.run_line_magic("agent", "help")
+        ip.run_line_magic("agent", "help settings")
     lines = out.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Settings:"))
     listed = lines[start + 1 :]

@@ -181,15 +181,53 @@ def _figure(width: float = 8.0, height: float = 3.6):
         class AnalyticsFigure(Figure):
             def _repr_png_(self) -> bytes:
                 buffer = io.BytesIO()
-                self.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+                # transparent: the notebook's own background shows through (no white panel
+                # in a dark theme); text, ticks and frame are a grey both themes read
+                self.savefig(buffer, format="png", dpi=100, bbox_inches="tight", transparent=True)
                 return buffer.getvalue()
 
         _FIGURE = AnalyticsFigure
-    return _FIGURE(figsize=(width, height), layout="constrained")
+    from matplotlib import rc_context
+
+    with rc_context(THEME):
+        return _FIGURE(figsize=(width, height), layout="constrained")
+
+
+# the plots' colours: a mid grey for text, ticks, frame and grid that reads on JupyterLab's
+# light and dark themes alike, on a transparent background
+INK = "#8a8a8a"
+THEME = {
+    "text.color": INK,
+    "axes.labelcolor": INK,
+    "axes.edgecolor": INK,
+    "axes.titlecolor": INK,
+    "xtick.color": INK,
+    "ytick.color": INK,
+    "grid.color": INK,
+    "axes.facecolor": "none",
+    "figure.facecolor": "none",
+    "legend.labelcolor": INK,
+}
+
+
+def _axes(fig):
+    """The figure's one axes, in the plots' colours (they are read when the axes is made)."""
+    from matplotlib import rc_context
+
+    with rc_context(THEME):
+        return fig.add_subplot()
+
+
+def _short(text: str, limit: int = 48) -> str:
+    """``text`` cut at a word to fit a plot's title (``…`` when cut)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    return text[: limit - 1].rsplit(" ", 1)[0].rstrip(" ,;:-") + "…"
 
 
 def _empty(fig, ax, text: str):
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color=INK)
     ax.set_axis_off()
     return fig
 
@@ -202,7 +240,7 @@ def plot_context(store: Any = None, session_id: str | None = None):
     frame = context_per_step(store, sid)
     title = store.session(sid).title
     fig = _figure()
-    ax = fig.add_subplot()
+    ax = _axes(fig)
     if frame.empty:
         return _empty(fig, ax, "no LLM calls in this session")
     ax.plot(
@@ -224,10 +262,12 @@ def plot_context(store: Any = None, session_id: str | None = None):
             zorder=3,
             label="summary call",
         )
+    kinds = set()
     for event in compactions(
         store, sid
     ).itertuples():  # between the calls before and after it started
         summary_kind = event.kind == "summary"
+        kinds.add("compaction" if summary_kind else "prune")
         ax.axvline(
             event.after_step + 0.5,
             color="tab:red" if summary_kind else "0.5",
@@ -235,11 +275,16 @@ def plot_context(store: Any = None, session_id: str | None = None):
             linewidth=1,
             alpha=1 if event.outcome == "ok" else 0.4,
         )
-    ax.plot([], [], color="tab:red", linewidth=1, label="compaction")
-    ax.plot([], [], color="0.5", linestyle=":", linewidth=1, label="prune")
+    if "compaction" in kinds:  # the legend names only what is drawn
+        ax.plot([], [], color="tab:red", linewidth=1, label="compaction")
+    if "prune" in kinds:
+        ax.plot([], [], color="0.5", linestyle=":", linewidth=1, label="prune")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # calls are counted: whole numbers
     ax.set_xlabel("LLM call")
     ax.set_ylabel("tokens")
-    ax.set_title(f"Context per step — {title[:60]}", loc="left", fontsize=10)
+    ax.set_title(f"Context per step — {_short(title)}", loc="left", fontsize=10)
     ax.set_ylim(bottom=0)
     ax.yaxis.set_major_formatter(_thousands())
     ax.legend(fontsize=8, frameon=False)
@@ -251,9 +296,12 @@ def plot_cost(store: Any = None, days: int | None = None):
     """Cost per day, stacked by model (title calls included)."""
     frame = cost_per_day(store, days)
     fig = _figure()
-    ax = fig.add_subplot()
+    ax = _axes(fig)
     if frame.empty:
         return _empty(fig, ax, "no LLM calls yet")
+    if not (frame.cost.fillna(0) > 0).any():  # a free (local) model: nothing to stack
+        models = sorted(set(frame.provider.fillna("?") + "/" + frame.model.fillna("?")))
+        return _empty(fig, ax, f"no cost: every call was free ({', '.join(models)[:80]})")
     frame["label"] = frame.provider.fillna("?") + "/" + frame.model.fillna("?")
     table = frame.pivot_table(
         index="day", columns="label", values="cost", aggfunc="sum", fill_value=0.0
@@ -274,7 +322,7 @@ def plot_cache(store: Any = None, by: str = "model"):
     """Cache hit ratio (cached share of prompt tokens) per model, day or session."""
     frame = cache_hit_ratio(store, by).dropna(subset=["cache_hit_ratio"])
     fig = _figure()
-    ax = fig.add_subplot()
+    ax = _axes(fig)
     if frame.empty:
         return _empty(fig, ax, "no prompt tokens recorded yet")
     if by == "model":
@@ -303,7 +351,7 @@ def plot_tools(store: Any = None):
     """Failure rate per tool (errors, interruptions, code that raised), with call counts."""
     frame = tool_failure_rates(store)
     fig = _figure(height=max(2.0, 0.45 * len(frame) + 1.2))
-    ax = fig.add_subplot()
+    ax = _axes(fig)
     if frame.empty:
         return _empty(fig, ax, "no tool calls yet")
     finished = (frame.completed + frame.errors + frame.interrupted).clip(lower=1)

@@ -18,6 +18,10 @@ The limits are the compaction engine's own (``compaction.CompactionConfig``:
 threshold, protect/minimum capped by small windows, protected tools), so the
 gauge shows where this session's loop will act.
 
+One module: the report, its step points and the tally that keeps it up to date are one value
+and the one way it is computed (:func:`budget_report` is a fresh tally), so the gauge, ``%agent
+budget`` and the live view cannot disagree.
+
 A model's limits without a running server come from
 :func:`..providers.registry.model_info_for`; every stored session summarised for
 the browser from :mod:`..analytics.sessions`. Nothing here imports IPython or widgets.
@@ -25,8 +29,10 @@ the browser from :mod:`..analytics.sessions`. Nothing here imports IPython or wi
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from dataclasses import replace as _replace
 from typing import Any
 
 from ..core import budget as _budget
@@ -56,6 +62,13 @@ class StepPoint:
     estimated: bool = False
     summary: bool = False  # the step of a compaction summary
     after_compaction: bool = False  # the first step after a summary: the context dropped here
+
+    def to_data(self) -> dict[str, Any]:
+        """The point as JSON, fields as named here."""
+        return {f: getattr(self, f) for f in STEP_FIELDS}
+
+
+STEP_FIELDS = tuple(StepPoint.__dataclass_fields__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +129,7 @@ class BudgetReport:
             prune_trigger=self.prune_trigger,
             headroom=self.headroom,
             fraction=round(self.fraction, 4),
-            steps=[asdict(s) for s in steps],
+            steps=[s.to_data() for s in steps],
             steps_omitted=len(self.steps) - len(steps),
         )
         return data
@@ -139,42 +152,92 @@ def budget_report(
     compaction: Mapping[str, Any] | None = None,
 ) -> BudgetReport:
     """The budget of ``history`` (oldest first) for ``model`` and the compaction settings."""
-    from ..core.compaction_config import CompactionConfig
-    from ..core.errors import ConfigError
+    return BudgetTally().report(history, model, compaction)
 
-    try:
-        config = CompactionConfig.from_settings(
-            {k: v for k, v in (compaction or {}).items() if k in CompactionConfig.USER_KEYS}, model
-        )
-    except (
-        ConfigError
-    ):  # a view never fails on a setting the loop would reject with its own message
-        config = CompactionConfig()
-    auto, prune_on = config.auto, config.prune
-    protect, minimum = config.prune_limits(model)
-    limits = config.budget(model)
 
-    steps: list[StepPoint] = []
-    cost = 0.0
-    tin = tout = treason = tcache = 0
-    compactions = summaries = turns = 0
-    pruned_parts = pruned_tokens = 0
-    last = None
-    after_summary = False
-    for item in history:
+@dataclass(frozen=True, slots=True)
+class _Running:
+    """The report's sums over a history's first messages (one per message: the fold so far)."""
+
+    cost: float = 0.0
+    input: int = 0
+    output: int = 0
+    reasoning: int = 0
+    cache_read: int = 0
+    compactions: int = 0
+    summaries: int = 0
+    turns: int = 0
+    pruned_parts: int = 0
+    pruned_tokens: int = 0
+    last: Any = None  # the newest step-finish's tokens
+    after_summary: bool = False  # the next step is the first after a summary
+    steps: int = 0  # how many step points the fold has made
+
+
+class BudgetTally:
+    """:func:`budget_report`, kept up to date as a history grows: each message is folded once.
+
+    The fold of every message is remembered with the message value it was made from (values are
+    frozen: a message changes by being replaced, as a prune replaces the ones it clears); a
+    report folds only the messages from the first one that is not the remembered value on, so
+    a turn costs what its own messages cost, not what the session before it holds. The prune
+    walk stops at the newest summary or cleared output, as the loop's does."""
+
+    def __init__(self) -> None:
+        self._items: list[WithParts] = []  # the messages folded, in order
+        self._folds: list[_Running] = []  # the fold after each of them
+        self._steps: list[StepPoint] = []
+
+    def report(
+        self,
+        history: Sequence[WithParts],
+        model: _budget.ModelInfo,
+        compaction: Mapping[str, Any] | None = None,
+    ) -> BudgetReport:
+        """The budget of ``history`` (oldest first) for ``model`` and the compaction settings."""
+        keep = self._unchanged(history)
+        del self._items[keep:], self._folds[keep:]
+        run = self._folds[-1] if self._folds else _Running()
+        del self._steps[run.steps :]
+        for item in history[keep:]:
+            run = self._fold(run, item)
+            self._items.append(item)
+            self._folds.append(run)
+        return self._assemble(history, run, model, compaction)
+
+    def _unchanged(self, history: Sequence[WithParts]) -> int:
+        """How many of ``history``'s first messages are the values already folded."""
+        items = self._items
+        n = min(len(items), len(history))
+        if n and items[n - 1] is history[n - 1] and all(map(operator.is_, items[:n], history[:n])):
+            return n
+        for i in range(n):
+            if items[i] is not history[i]:
+                return i
+        return n
+
+    def _fold(self, run: _Running, item: WithParts) -> _Running:
         info = item.info
         if isinstance(info, UserMessage):
             if any(isinstance(p, CompactionPart) for p in item.parts):
-                compactions += 1
-            elif any(isinstance(p, TextPart) and not p.synthetic for p in item.parts):
-                turns += 1
-            continue
-        cost += info.cost
+                return _replace(run, compactions=run.compactions + 1)
+            if any(isinstance(p, TextPart) and not p.synthetic for p in item.parts):
+                return _replace(run, turns=run.turns + 1)
+            return run
         is_summary = bool(info.summary)
+        cost, tin, tout, treason, tcache = (
+            run.cost + info.cost,
+            run.input,
+            run.output,
+            run.reasoning,
+            run.cache_read,
+        )
+        pruned_parts, pruned_tokens = run.pruned_parts, run.pruned_tokens
+        last, after_summary = run.last, run.after_summary
         for part in item.parts:
             if isinstance(part, StepFinishPart):
                 t = part.tokens
-                steps.append(
+                self._steps.append(
                     StepPoint(
                         info.id,
                         part.id,
@@ -202,54 +265,80 @@ def budget_report(
             ):
                 pruned_parts += 1
                 pruned_tokens += _budget.estimate(part.state.output)
+        summaries = run.summaries
         if is_summary and info.finish and not info.error:
             summaries += 1
             after_summary = True
+        return _Running(
+            cost,
+            tin,
+            tout,
+            treason,
+            tcache,
+            run.compactions,
+            summaries,
+            run.turns,
+            pruned_parts,
+            pruned_tokens,
+            last,
+            after_summary,
+            len(self._steps),
+        )
 
-    # the loop's own prune walk and selection: "due" exactly when the loop's prune would clear
-    from .compaction.prune import prune_selection, walk_prune
+    def _assemble(
+        self,
+        history: Sequence[WithParts],
+        run: _Running,
+        model: _budget.ModelInfo,
+        compaction: Mapping[str, Any] | None,
+    ) -> BudgetReport:
+        from ..core.compaction_config import CompactionConfig
+        from ..core.errors import ConfigError
 
-    walk = walk_prune(history, protect=protect, protected_tools=config.protected_tools)
-    walked, prunable = walk.counted, walk.prunable
-    due, _ = prune_selection(history, config, model, limits=(protect, minimum), walk=walk)
-    used = last.count if last is not None else 0
-    return BudgetReport(
-        model=f"{model.provider_id}/{model.model_id}",
-        model_source=model.source,
-        context=model.context,
-        input_limit=model.input,
-        max_output=limits.max_output,
-        reserved=limits.reserved,
-        usable=limits.usable,
-        compaction_at=config.trigger(model),
-        used=used,
-        used_estimated=bool(last is not None and last.estimated),
-        overflow=last is not None and config.is_overflow(last, model),
-        auto_compact=auto,
-        prune=prune_on,
-        prune_protect=protect,
-        prune_minimum=minimum,
-        tool_output_tokens=walked,
-        prunable_tokens=prunable,
-        prune_due=bool(due),
-        pruned_parts=pruned_parts,
-        pruned_tokens=pruned_tokens,
-        compactions=compactions,
-        summaries=summaries,
-        turns=turns,
-        messages=len(history),
-        cost=cost,
-        input_tokens=tin,
-        output_tokens=tout,
-        reasoning_tokens=treason,
-        cache_read_tokens=tcache,
-        steps=tuple(steps),
-    )
+        try:
+            config = CompactionConfig.from_settings(
+                {k: v for k, v in (compaction or {}).items() if k in CompactionConfig.USER_KEYS},
+                model,
+            )
+        except ConfigError:  # a view never fails on a setting the loop would reject itself
+            config = CompactionConfig()
+        protect, minimum = config.prune_limits(model)
+        limits = config.budget(model)
+        # the loop's own prune walk and selection: "due" exactly when the loop's prune would clear
+        from .compaction.prune import prune_selection, walk_prune
 
-
-# --------------------------------------------------------------------------
-# model limits without a running server
-
-
-# --------------------------------------------------------------------------
-# every session, for the browser
+        walk = walk_prune(history, protect=protect, protected_tools=config.protected_tools)
+        due, _ = prune_selection(history, config, model, limits=(protect, minimum), walk=walk)
+        last = run.last
+        return BudgetReport(
+            model=f"{model.provider_id}/{model.model_id}",
+            model_source=model.source,
+            context=model.context,
+            input_limit=model.input,
+            max_output=limits.max_output,
+            reserved=limits.reserved,
+            usable=limits.usable,
+            compaction_at=config.trigger(model),
+            used=last.count if last is not None else 0,
+            used_estimated=bool(last is not None and last.estimated),
+            overflow=last is not None and config.is_overflow(last, model),
+            auto_compact=config.auto,
+            prune=config.prune,
+            prune_protect=protect,
+            prune_minimum=minimum,
+            tool_output_tokens=walk.counted,
+            prunable_tokens=walk.prunable,
+            prune_due=bool(due),
+            pruned_parts=run.pruned_parts,
+            pruned_tokens=run.pruned_tokens,
+            compactions=run.compactions,
+            summaries=run.summaries,
+            turns=run.turns,
+            messages=len(history),
+            cost=run.cost,
+            input_tokens=run.input,
+            output_tokens=run.output,
+            reasoning_tokens=run.reasoning,
+            cache_read_tokens=run.cache_read,
+            steps=tuple(self._steps),
+        )

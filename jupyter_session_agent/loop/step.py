@@ -16,6 +16,7 @@ step ends with an fsync, so ``kill -9`` loses at most the step in flight.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -49,6 +50,10 @@ from ..core.redact import clean_record
 from ..core.stream import Finish, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolInputStart
 
 ABORTED_TOOL_ERROR = "Tool execution aborted"
+# tools that change no file: no snapshot around their calls
+READ_ONLY_TOOLS = frozenset({"read", "list", "glob", "grep", "notebook"})
+# tools that change only the file their ``filePath`` names: a patch credits them with that one
+PATH_TOOLS = frozenset({"write", "edit"})
 
 
 class Observer:
@@ -110,6 +115,9 @@ class StepProcessor:
         outcome = "continue"
         self._save_message()
         self._before, self._patched = self._track(), False
+        self._changed: set[str] = set()  # files this step's tool calls changed (_attribute)
+        self._patch_base: str | None = None
+        self._running: tuple[str, dict, str | None] | None = None  # the tool call under way
         self._add(
             StepStartPart(
                 ids.ascending("part"), message.session_id, message.id, snapshot=self._before
@@ -279,9 +287,13 @@ class StepProcessor:
                 continue
             self.store.flush(sync=False)  # a crash while the tool runs shows it as interrupted
             decision = None  # the user's answer, when asked (recorded in the part)
+            pre: str | None = None
             try:
                 if self.permit is not None:
                     decision = self.permit(name, call.input, call)
+                if name not in READ_ONLY_TOOLS:  # what this call changes: the folder around it
+                    pre = self._track()
+                    self._running = (name, call.input, pre)
                 result = self.run_tool(self.tools[name], call.input, call)
                 metadata = dict(result.metadata)
                 if decision:
@@ -303,7 +315,28 @@ class StepProcessor:
                 self.blocked = self.blocked or isinstance(err, RejectedError)
             except Exception as err:  # a tool's bug is the model's tool error, never a crashed turn
                 state = ToolError(call.input, f"{type(err).__name__}: {err}", start, now_ms())
+            self._running = None
+            if pre is not None:
+                self._attribute(name, call.input, pre, self._track())
             self._add(replace(running, state=state), write=True)
+
+    def _attribute(self, name: str, args: dict, pre: str, post: str | None) -> None:
+        """Credit this step's patch with the files one tool call changed: what the folder's
+        snapshot saw change during the call, and for ``write``/``edit`` only the file the call
+        names — never what another process wrote while the model was thinking."""
+        if not post or post == pre:
+            return
+        try:
+            files = self.snapshot.changed(pre, post)
+        except Exception:
+            return
+        path = args.get("filePath") if name in PATH_TOOLS and isinstance(args, dict) else None
+        if isinstance(path, str):
+            wanted = os.path.realpath(os.path.join(self.snapshot.work_tree, path))
+            files = [f for f in files if os.path.realpath(f) == wanted]
+        if files and self._patch_base is None:
+            self._patch_base = pre  # the tree before the first change: what revert restores
+        self._changed.update(files)
 
     def _attachments(self, files: Any) -> tuple | None:
         """A tool's returned files as OpenCode's file parts (``state.attachments``)."""
@@ -382,31 +415,29 @@ class StepProcessor:
             return None  # no snapshot for this step: revert cannot restore what it changes
 
     def _patch(self, after: str | None) -> None:
-        """A `patch` part (the step-start tree, the files changed since) when files changed."""
+        """A `patch` part when the step's tool calls changed files: the tree before the first
+        of them, and the files they changed (:meth:`_attribute`)."""
         self._patched = True
-        if not self._before or not after or after == self._before:
-            return
-        try:
-            files = self.snapshot.changed(self._before, after)
-        except Exception:
-            return
-        if files:
+        if self._changed and self._patch_base:
             part = PatchPart(
                 ids.ascending("part"),
                 self.message.session_id,
                 self.message.id,
-                hash=self._before,
-                files=tuple(files),
+                hash=self._patch_base,
+                files=tuple(sorted(self._changed)),
             )
             self._add(part, write=True)
 
     def _finalise(self) -> None:
         """Always runs: keep partial text, mark unfinished tools, complete and fsync."""
         self._end_open()
-        if (
-            not self._patched and self._calls
-        ):  # the step did not finish (error, interrupt): its tools' changes
-            self._patch(self._track())
+        if not self._patched and self._calls:  # the step did not finish (error, interrupt)
+            if self._running is not None:  # a tool call was interrupted: what it changed so far
+                name, args, pre = self._running
+                self._running = None
+                if pre is not None:
+                    self._attribute(name, args, pre, self._track())
+            self._patch(None)
         for part in list(self.parts.values()):
             if isinstance(part, ToolPart) and isinstance(part.state, (ToolPending, ToolRunning)):
                 start = getattr(part.state, "time_start", now_ms())

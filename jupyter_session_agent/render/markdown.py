@@ -9,7 +9,7 @@ nothing to show (a step start, an empty text) gives ``""``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..core.messages import (
     AgentPart,
@@ -239,9 +239,12 @@ def messages(
     when: bool = False,
     omitted: int = 0,
     unsaved: frozenset = frozenset(),
+    render: Callable[..., str] | None = None,
 ) -> str:
-    """Messages one after another, separated by rules (``*(empty session)*`` for none)."""
+    """Messages one after another, separated by rules (``*(empty session)*`` for none);
+    ``render``: what draws one message (default :func:`message`; the live view's remembers)."""
+    draw = render or message
     out = [f"*… {omitted:,} earlier messages not shown*"] if omitted else []
     for item in history:
-        out.append(message(item, level=level, when=when, unsaved=W.is_unsaved(item, unsaved)))
+        out.append(draw(item, level=level, when=when, unsaved=W.is_unsaved(item, unsaved)))
     return "\n\n---\n\n".join(out) or "*(empty session)*"

@@ -9,7 +9,7 @@ form says how.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..core.messages import (
     AgentPart,
@@ -105,12 +105,15 @@ def lines(
     session: object = None,
     omitted: int = 0,
     unsaved: frozenset = frozenset(),
+    render: Callable[..., str] | None = None,
 ) -> list[str]:
-    """The session's title, how many messages were left out, one line per message."""
+    """The session's title, how many messages were left out, one line per message (drawn by
+    ``render``, default :func:`message`)."""
+    draw = render or message
     out = []
     if session is not None:
         out.append(f"Session: {getattr(session, 'title', '')}")
     if omitted:
         out.append(f"({omitted} earlier messages not shown)")
-    out += [message(item, unsaved=W.is_unsaved(item, unsaved)) for item in history]
+    out += [draw(item, unsaved=W.is_unsaved(item, unsaved)) for item in history]
     return out

@@ -103,6 +103,7 @@ class AgentSession:
         # what other kernels had written to this session when `history` was read (store.foreign);
         # None: not known, the next turn reads the history again
         self._foreign: Any = foreign
+        self._tally: Any = None  # loop.budget_report.BudgetTally, made by the first budget_report
 
     # -- construction ---------------------------------------------------------
 
@@ -592,11 +593,27 @@ class AgentSession:
             local_context=self.settings.local_context,
         )
 
-    def budget_report(self, model: str | None = None):
-        """The token budget now: a frozen ``report.BudgetReport`` (``%agent budget`` shows it)."""
-        from ..loop.budget_report import budget_report
+    def budget_report(
+        self,
+        model: str | None = None,
+        *,
+        history: Sequence[WithParts] | None = None,
+        info: Any = None,
+    ):
+        """The token budget now: a frozen ``report.BudgetReport`` (``%agent budget`` shows it).
 
-        return budget_report(self.history, self.model_info(model), self.settings.compaction)
+        ``history``: this session's history as a view shows it (the live view's, with the running
+        turn merged in); ``info``: the ``ModelInfo`` when the caller has it. The session keeps
+        one ``BudgetTally``, so a report folds only the messages new since the last one."""
+        from ..loop.budget_report import BudgetTally
+
+        if self._tally is None:
+            self._tally = BudgetTally()
+        return self._tally.report(
+            self.history if history is None else history,
+            info if info is not None else self.model_info(model),
+            self.settings.compaction,
+        )
 
     # -- wiring -----------------------------------------------------------------
 

@@ -12,6 +12,11 @@ Unlike OpenCode (#7175), the call's usage is recorded: the session gets
 SQL), which ``AgentSession.cost`` and the ``session_cost`` view include.
 A failed title call leaves the default title and records nothing; the error
 is kept on ``AgentSession.title_error`` for debugging.
+
+A title is never a made-up sentence: when the title model is the embedded one (``local/…``,
+a tiny model that tends to invent a statement rather than name the topic), or when a model's
+answer is not a plausible title (:func:`plausible`: a short phrase, not a sentence), the title
+is taken from the prompt itself (:func:`from_prompt`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,35 @@ def clean_title(text: str) -> str:
     text = _THINK.sub("", text or "")
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     return line[:97] + "..." if len(line) > 100 else line
+
+
+TITLE_CHARS = 50  # a title taken from the prompt: at most this many characters
+TITLE_WORDS = 10  # a generated title with more words than this reads as a sentence
+
+
+def from_prompt(text: str, limit: int = TITLE_CHARS) -> str:
+    """A short title taken from the prompt: its first line with words, whitespace collapsed,
+    cut at a word boundary within ``limit`` characters (``…`` when cut), no final full stop."""
+    line = next((ln for ln in (text or "").splitlines() if ln.strip()), "")
+    words = " ".join(line.split())
+    if len(words) > limit:
+        cut = words[: limit - 1]
+        if " " in cut and not words[limit - 1].isspace():
+            cut = cut.rsplit(" ", 1)[0]
+        words = cut.rstrip(" ,;:-") + "…"
+    return words.rstrip(". ") or "Untitled"
+
+
+def plausible(title: str) -> bool:
+    """Whether a model's answer reads as a title: one short phrase, not a sentence (at most
+    :data:`TITLE_WORDS` words and 60 characters, no full stop inside or at the end)."""
+    words = title.split()
+    return (
+        0 < len(words) <= TITLE_WORDS
+        and len(title) <= 60
+        and not title.rstrip().endswith((".", "!"))
+        and ". " not in title
+    )
 
 
 def first_prompt(history) -> str | None:
@@ -84,11 +118,12 @@ def generate(session, text: str, model: str) -> tuple[str, dict]:
     return clean_title(text), record.usage()
 
 
-def apply(session, title: str, usage: dict) -> None:
-    """Store the title (if the session still has its default one) and the call's usage."""
+def apply(session, title: str, usage: dict | None) -> None:
+    """Store the title (if the session still has its default one) and the call's usage
+    (``None``: no call was made)."""
 
     def changes(info: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {"title_usage": usage}
+        out: dict[str, Any] = {} if usage is None else {"title_usage": usage}
         if title and info.has_default_title:
             out["title"] = title
         return out
@@ -106,8 +141,11 @@ def start(session, model: str, on_error: Callable[[str], Any]) -> threading.Thre
 
     def work() -> None:
         try:
+            if model.startswith("local/"):  # the embedded model: the prompt names it better
+                apply(session, from_prompt(text), None)
+                return
             title, usage = generate(session, text, model)
-            apply(session, title, usage)
+            apply(session, title if plausible(title) else from_prompt(text), usage)
         except BaseException as err:  # never let a title break anything; keep why for debugging
             on_error(f"{type(err).__name__}: {err}")
 

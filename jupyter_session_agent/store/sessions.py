@@ -1,5 +1,8 @@
 """Sessions and their messages read back from the history as values, decoded once per revision.
 
+One module: sessions, their pages and their messages are read by the same two queries (the
+views, or the files before the views exist) and decoded by the same cache.
+
 Two sources answer the same questions (``Query.rows``). The views (``_store.*``: the merged
 files scanned in place plus the tail) are defined by the first ``sql()`` query; until then,
 reads go straight to the files, filtered to what they need (Parquet row groups of other
@@ -80,17 +83,27 @@ class SessionReader:
             )
         return session
 
-    def sessions(self, *, include_archived: bool = False) -> list[Session]:
-        """All sessions, newest first (descending ids sort newest first)."""
-        where = "true" if include_archived else "time_archived IS NULL"
-        files_where = (
-            "true" if include_archived else "TRY_CAST(data->'time'->>'archived' AS BIGINT) IS NULL"
-        )
+    def sessions(
+        self, *, include_archived: bool = False, limit: int | None = None, offset: int = 0
+    ) -> list[Session]:
+        """All sessions, newest first (descending ids sort newest first); ``limit``/``offset``:
+        one page of them (only that page is read and decoded)."""
+        page = f" LIMIT {int(limit)} OFFSET {max(0, int(offset))}" if limit else ""
+        where, files_where = _live(include_archived)
         rows = self._query.rows(
-            f"SELECT id, data::VARCHAR FROM session WHERE {where} ORDER BY id",
-            f"{_from_files('session', 'true')} AND {files_where} ORDER BY id",
+            f"SELECT id, data::VARCHAR FROM session WHERE {where} ORDER BY id{page}",
+            f"{_from_files('session', 'true')} AND {files_where} ORDER BY id{page}",
         )
         return [session for row in rows if (session := _session(*row)) is not None]
+
+    def session_count(self, *, include_archived: bool = False) -> int:
+        """How many sessions :meth:`sessions` lists."""
+        where, files_where = _live(include_archived)
+        rows = self._query.rows(
+            f"SELECT count(*) FROM session WHERE {where}",
+            f"SELECT count(*) FROM ({_from_files('session', 'true')} AND {files_where})",
+        )
+        return int(rows[0][0]) if rows else 0
 
     def messages(
         self, session_id: str, gone: Callable[[str | None], bool]
@@ -257,6 +270,13 @@ _LATEST_IN_FILES = (
     "(FROM __events__ WHERE kind = '{kind}' AND {where} QUALIFY row_number() OVER "
     "(PARTITION BY id ORDER BY rev DESC, writer DESC) = 1) WHERE deleted IS NOT TRUE"
 )
+
+
+def _live(include_archived: bool) -> tuple[str, str]:
+    """(views WHERE, files WHERE) of the sessions a listing shows."""
+    if include_archived:
+        return "true", "true"
+    return "time_archived IS NULL", "TRY_CAST(data->'time'->>'archived' AS BIGINT) IS NULL"
 
 
 def _from_files(kind: str, where: str, columns: str = "id, data::VARCHAR") -> str:

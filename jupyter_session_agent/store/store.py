@@ -118,9 +118,16 @@ class Store:
         """The session with this id, or with this unique id prefix."""
         return self._reader.session(session_id)
 
-    def sessions(self, *, include_archived: bool = False) -> list[Session]:
-        """All sessions, newest first (descending ids sort newest first)."""
-        return self._reader.sessions(include_archived=include_archived)
+    def sessions(
+        self, *, include_archived: bool = False, limit: int | None = None, offset: int = 0
+    ) -> list[Session]:
+        """All sessions, newest first (descending ids sort newest first); ``limit``/``offset``:
+        one page of them."""
+        return self._reader.sessions(include_archived=include_archived, limit=limit, offset=offset)
+
+    def session_count(self, *, include_archived: bool = False) -> int:
+        """How many sessions :meth:`sessions` lists."""
+        return self._reader.session_count(include_archived=include_archived)
 
     def messages(self, session_id: str) -> list[WithParts]:
         """The session's messages oldest first, each with its parts in id order.

@@ -38,14 +38,18 @@ from ..core.messages import (
     AssistantMessage,
     CompactionPart,
     Part,
+    PatchPart,
     ReasoningPart,
+    RetryPart,
+    StepFinishPart,
+    StepStartPart,
     TextPart,
     ToolPart,
     UserMessage,
     WithParts,
     replace,
 )
-from ..core.redact import clean, clean_value
+from ..core.redact import clean, clean_value, secret_env_values
 from ..loop.step import Observer
 from ..render import compact, markdown, plain
 from ..render import words as W
@@ -61,6 +65,10 @@ MIN_INTERVAL = 0.1  # seconds between live re-renders of a streaming part
 SLOW_INTERVAL = 0.5  # … once the bundle is large
 LARGE_BUNDLE = 256_000  # characters
 TITLE_WAIT = 120.0  # seconds a finished cell waits, in the background, for its session's title
+# step points a bundle's budget carries, the newest (the gauge's sparkline draws about this
+# many); the others are counted in ``steps_omitted``, so a saved cell stays small however long
+# the session
+BUDGET_STEPS = 30
 
 
 class Markdown:
@@ -114,10 +122,69 @@ def _bound(value: Any, limit: int, path: str, truncated: dict[str, int], depth: 
 
 
 def message_data(item: WithParts, unsaved: frozenset = frozenset()) -> dict[str, Any]:
-    data = {"info": item.info.to_data(), "parts": [part_data(p) for p in item.parts]}
-    if W.is_unsaved(item, unsaved) and not data["info"].get("error"):  # shown, never stored
-        data["info"]["error"] = {"name": W.NOT_SAVED, "data": {"message": W.NOT_SAVED_WHY}}
+    """A message and its bounded parts as JSON, cleaned (made once per message value)."""
+    flag = W.is_unsaved(item, unsaved)
+
+    def make() -> dict[str, Any]:
+        data = {"info": item.info.to_data(), "parts": [part_data(p) for p in item.parts]}
+        if flag and not data["info"].get("error"):  # shown, never stored
+            data["info"]["error"] = {"name": W.NOT_SAVED, "data": {"message": W.NOT_SAVED_WHY}}
+        return clean_value(data)
+
+    return _MEMO.get("json", flag, (item.info, *item.parts), make)
+
+
+def budget_data(report: Any, max_steps: int = BUDGET_STEPS) -> dict[str, Any]:
+    """A budget report as JSON, cleaned, with its newest ``max_steps`` step points (the
+    fields are numbers and flags but for the model's names and the steps' ids)."""
+    data = {
+        k: clean(v) if isinstance(v, str) else v for k, v in report.to_data(max_steps=0).items()
+    }
+    steps = report.steps[-max_steps:] if max_steps else ()
+    data["steps"] = [_MEMO.get("step", False, (s,), lambda s=s: _step_data(s)) for s in steps]
+    data["steps_omitted"] = len(report.steps) - len(steps)
     return data
+
+
+def _step_data(step: Any) -> dict[str, Any]:
+    return {k: clean(v) if isinstance(v, str) else v for k, v in step.to_data().items()}
+
+
+class _Memo:
+    """Cleaned forms of frozen values, each made once: a message's JSON, Markdown and line, a
+    step point's JSON. Keyed by the values themselves (a message by its info and its parts, so
+    the one that streams is the only one made again), kept while they are held here; forgotten
+    when a new secret becomes known (what was clean may hold it) and beyond ``size`` entries."""
+
+    def __init__(self, size: int = 4_096) -> None:
+        import threading
+        from collections import OrderedDict
+
+        self._size = size
+        self._entries: OrderedDict[tuple, tuple[tuple, Any]] = OrderedDict()
+        self._secrets: Any = None
+        self._lock = threading.Lock()  # the title-following thread renders too
+
+    def get(self, form: str, flag: bool, values: tuple, make: Any) -> Any:
+        key = (form, flag, *map(id, values))  # the values are held below: no id is reused
+        with self._lock:
+            secrets = secret_env_values()
+            if secrets is not self._secrets:
+                self._entries.clear()
+                self._secrets = secrets
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+                return hit[1]
+        made = make()
+        with self._lock:
+            self._entries[key] = (values, made)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return made
+
+
+_MEMO = _Memo()
 
 
 def transcript_data(
@@ -134,7 +201,7 @@ def transcript_data(
     progress: dict[str, Any] | None = None,
     asking: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The :data:`MIME_TYPE` payload (schema :data:`SCHEMA_VERSION`).
+    """The :data:`MIME_TYPE` payload (schema :data:`SCHEMA_VERSION`), cleaned.
 
     ``session`` is a ``messages.Session`` (or ``None``), ``report`` a
     ``report.BudgetReport`` (or ``None``); ``omitted`` counts messages before
@@ -155,24 +222,33 @@ def transcript_data(
         "version": SCHEMA_VERSION,
         "view": view,
         "live": live,
-        "session": session.to_data() if session is not None else None,
+        "session": (
+            _MEMO.get("session", False, (session,), lambda: clean_value(session.to_data()))
+            if session is not None
+            else None
+        ),
         "messages": [message_data(m, unsaved) for m in shown],
         "omitted": omitted,
-        "budget": report.to_data() if report is not None else None,
+        "budget": budget_data(report) if report is not None else None,
         "detail": detail,
     }
-    tools = {p.id: tool_data(p) for m in shown for p in m.parts if isinstance(p, ToolPart)}
+    tools = {
+        p.id: _MEMO.get("tool", False, (p,), lambda p=p: clean_value(tool_data(p)))
+        for m in shown
+        for p in m.parts
+        if isinstance(p, ToolPart)
+    }
     if tools:
         data["tools"] = tools
     if detail == "compact":
         data["footer"] = {
-            "text": compact.footer_line(shown, report),
+            "text": clean(compact.footer_line(shown, report)),
             "open": compact.gauge_opens(shown, report),
         }
     if progress is not None:
-        data["progress"] = progress
+        data["progress"] = clean_value(progress)
     if asking is not None:
-        data["asking"] = asking
+        data["asking"] = clean_value(asking)
     return data
 
 
@@ -199,11 +275,32 @@ def markdown_transcript(
     omitted: int = 0,
     unsaved: frozenset = frozenset(),
 ) -> str:
-    """A history as Markdown, message by message, with the budget at the end."""
-    text = markdown.messages(history, omitted=omitted, unsaved=unsaved)
+    """A history as Markdown, message by message, with the budget at the end; cleaned."""
+    text = markdown.messages(history, omitted=omitted, unsaved=unsaved, render=_markdown_message)
     if report is not None:
-        text += "\n\n---\n\n" + budget_markdown(report)
+        text += "\n\n---\n\n" + clean(budget_markdown(report))
     return text
+
+
+def _markdown_message(item: WithParts, **kw: Any) -> str:
+    if _ticking(item):
+        return clean(markdown.message(item, **kw))
+    return _MEMO.get(
+        f"md{kw}", False, (item.info, *item.parts), lambda: clean(markdown.message(item, **kw))
+    )
+
+
+def _plain_message(item: WithParts, **kw: Any) -> str:
+    if _ticking(item):
+        return clean(plain.message(item, **kw))
+    return _MEMO.get(
+        f"txt{kw}", False, (item.info, *item.parts), lambda: clean(plain.message(item, **kw))
+    )
+
+
+def _ticking(item: WithParts) -> bool:
+    """A message whose words change with the clock (a retry counting down): drawn each time."""
+    return any(isinstance(p, RetryPart) for p in item.parts)
 
 
 def transcript(history: Iterable[WithParts]) -> str:
@@ -276,10 +373,14 @@ def plain_transcript(
     limit: int = 4_000,
     unsaved: frozenset = frozenset(),
 ) -> str:
-    """A short plain-text form: one line per message, then the budget."""
-    lines = plain.lines(history, session=session, omitted=omitted, unsaved=unsaved)
+    """A short plain-text form: one line per message, then the budget; cleaned."""
+    lines = plain.lines(
+        history, session=session, omitted=omitted, unsaved=unsaved, render=_plain_message
+    )
+    if session is not None:
+        lines[0] = clean(lines[0])  # the title
     if report is not None:
-        lines.extend(budget_lines(report))
+        lines.extend(clean(line) for line in budget_lines(report))
     text = "\n".join(lines) or "(empty session)"
     return text if len(text) <= limit else text[:limit] + " …"
 
@@ -331,14 +432,16 @@ class TranscriptView:
 
     @property
     def markdown(self) -> str:
-        if self.detail == "compact":
-            return compact.turn(
-                self.history,
-                self.report,
-                unsaved=self.unsaved,
-                progress=self.progress,
-                asking=self.asking,
-                budget=budget_markdown(self.report) if self.report is not None else "",
+        if self.detail == "compact":  # one turn: cleaned whole, it is small
+            return clean(
+                compact.turn(
+                    self.history,
+                    self.report,
+                    unsaved=self.unsaved,
+                    progress=self.progress,
+                    asking=self.asking,
+                    budget=budget_markdown(self.report) if self.report is not None else "",
+                )
             )
         return markdown_transcript(self.history, self.report, self.omitted, self.unsaved)
 
@@ -350,12 +453,11 @@ class TranscriptView:
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
         # every form, live or not: redacted and encodable, whatever the history in memory holds
-        return clean_value(
-            {MIME_TYPE: self.data, "text/markdown": self.markdown, "text/plain": self.text}
-        )
+        # (each message cleaned once per value: a turn re-renders only what changed)
+        return {MIME_TYPE: self.data, "text/markdown": self.markdown, "text/plain": self.text}
 
     def __repr__(self) -> str:
-        return clean(self.text)
+        return self.text
 
 
 class BudgetView:
@@ -461,7 +563,9 @@ class LiveView(Observer):
         streaming = isinstance(part, (TextPart, ReasoningPart))
         if not streaming:
             self._report = None
-        self._render(force=not streaming)
+        # a step's bookkeeping parts come just after (step-start) or just before (step-finish,
+        # patch) its message is saved, which renders at once: they need no render of their own
+        self._render(force=not streaming and not isinstance(part, _BOOKKEEPING))
 
     def on_delta(self, part: Part, delta: str) -> None:
         self.parts.setdefault(part.id, part)
@@ -508,14 +612,13 @@ class LiveView(Observer):
         if self.session is None:
             return None
         if self._report is None:
-            from ..loop.budget_report import budget_report
-
             try:
                 if self._model is None:
                     self._model = self.session.model_info(self.session.last_model() or None)
-                before = list(self.session.history[: self._base or 0])
-                self._report = budget_report(
-                    before + list(turn), self._model, self.session.settings.compaction
+                # the session's tally folds the messages before the turn once, not per render
+                before = self.session.history[: self._base or 0]
+                self._report = self.session.budget_report(
+                    history=[*before, *turn], info=self._model
                 )
             except Exception:  # the budget is a view; never let it break a turn
                 return None
@@ -666,6 +769,9 @@ def turn_metadata(view: TranscriptView) -> dict[str, Any]:
     session = view.session.id if view.session is not None else None
     messages = [item.info.id for item in view.history]
     return {MIME_TYPE: {"turn": {"session": session, "messages": messages}}}
+
+
+_BOOKKEEPING = (StepStartPart, StepFinishPart, PatchPart)
 
 
 def _settled(text: str) -> str:

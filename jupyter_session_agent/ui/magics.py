@@ -1,5 +1,8 @@
 """``%%agent``, ``%agent …`` and ``%%agent_sql``: thin wrappers over the session API.
 
+One module: the magics and the traits they are configured by are one IPython ``Magics``
+class; its settings' checks and its cell magics' argument parsing must stay together.
+
 Settings are traitlets on :class:`AgentMagics`, so ``%config AgentMagics.model
 = "openai/gpt-4o-mini"`` works. Each magic parses its arguments, calls one
 function of the Python API, and displays the result; errors are one line.
@@ -121,6 +124,19 @@ class AgentMagics(Magics):
             self.session = AgentSession.create(settings, store=store, shell=self.shell)
         self.session.use_settings(settings)
         return self.session
+
+    def update_config(self, config) -> None:
+        """``%config AgentMagics.<name> = value``: a refused value is one line on stderr, as any
+        of our errors reads (IPython would log it through the root logger, as
+        ``ERROR:root:…``); the setting keeps its value. Assigning in Python still raises."""
+        from ..core.errors import AgentError
+
+        try:
+            super().update_config(config)
+        except AgentError as err:
+            import sys
+
+            print(err, file=sys.stderr)  # the line names the setting and the fix
 
     @validate(*(info.name for info in SETTINGS))
     def _validate_setting(self, proposal):

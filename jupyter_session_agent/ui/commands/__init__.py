@@ -185,24 +185,41 @@ def settings_markdown(settings: Iterable[SettingInfo]) -> str:
     return "\n".join(rows)
 
 
+HELP_WIDTH = 88  # characters per %agent help line: a notebook's output never wraps one mid-word
+
+
 def help_text(settings: Iterable[SettingInfo] = ()) -> str:
-    """``%agent help``: every subcommand, the cell magics, and one line per setting."""
-    commands = load_all()
-    width = max(len(c.usage) for c in commands.values()) + 2
-    lines = [
-        "%%agent [-s SESSION] [-n/--new] [--fork] [-m MODEL] [-o VAR] [-p RULE]   run the cell body as a prompt",
-        "        [-f PATH] [-a VAR] [-c] [--no-interpolate]   attach files/values ({var}, @path "
-        "work too); -c: code into the next cell",
-    ]
-    lines += [
-        f"%agent {c.usage:<{width}} {c.help}"
-        for c in sorted(commands.values(), key=lambda c: c.name)
-    ]
-    lines.append(
-        "%%agent_sql [VAR <<]   read-only SQL for a whole cell; VAR << stores the DataFrame"
-    )
+    """``%agent help``: every subcommand and the cell magics, one short line each (wrapped at
+    :data:`HELP_WIDTH`); with ``settings``, one line per setting instead (``%agent help
+    settings``)."""
     settings_help = setting_lines(settings)
     if settings_help:
-        lines.append("Settings: %config AgentMagics.<name> = value (shown: the default)")
-        lines += settings_help
+        return "\n".join(
+            ["Settings: %config AgentMagics.<name> = value (shown: the default)", *settings_help]
+        )
+    import textwrap
+
+    commands = load_all()
+    entries = [
+        ("%%agent [-n] [-s ID] [-m MODEL] [--fork]", "run the cell body as a prompt"),
+        ("        [-o VAR] [-p RULE] [-f PATH] [-a VAR]", "attach files and values ({var} too)"),
+        ("        [-c] [--no-interpolate]", "-c: the answer's code into the next cell"),
+        *((f"%agent {c.usage}", c.help) for c in sorted(commands.values(), key=lambda c: c.name)),
+        ("%%agent_sql [VAR <<]", "read-only SQL for a whole cell; VAR << keeps the DataFrame"),
+    ]
+    width = min(max(len(head) for head, _ in entries), 44) + 2
+    lines = []
+    for head, text in entries:
+        if len(head) >= width:  # a long usage on its own line, its help below
+            lines.append(head)
+            head = ""
+        lines += textwrap.wrap(
+            text,
+            HELP_WIDTH,
+            initial_indent=f"{head:<{width}}",
+            subsequent_indent=" " * width,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    lines.append("Settings: %agent help settings")
     return "\n".join(lines)

@@ -9,12 +9,12 @@ from ...render import escape as X
 from . import help_text, parse, subcommand
 
 
-@subcommand("help", "help", "this list, and every setting with its default")
+@subcommand("help", "help [settings]", "this list; with settings: every setting and its default")
 def help_(magics, args, raw):
     from ...core.settings import SETTINGS
 
-    parse("help", args)
-    print(help_text(SETTINGS))
+    ns = parse("help [settings]", args, (("what",), {"nargs": "?", "choices": ["settings"]}))
+    print(help_text(SETTINGS if ns.what else ()))
 
 
 @subcommand("new", "new", "start a new session (the next %%agent continues it)")
@@ -32,20 +32,51 @@ def use(magics, args, raw):
     print(f"using {session.info.id} — {session.info.title}")
 
 
-@subcommand("sessions", "sessions", "list sessions, newest first")
+SESSIONS_PAGE = 20  # sessions a page of %agent sessions lists
+
+
+@subcommand(
+    "sessions",
+    "sessions [PAGE] [--all]",
+    f"list sessions, newest first, {SESSIONS_PAGE} a page (--all: every one)",
+)
 def sessions(magics, args, raw):
     from ..display import Markdown
 
-    parse("sessions", args)
-    rows = magics.store().sessions()
-    if not rows:
+    ns = parse(
+        "sessions [PAGE] [--all]",
+        args,
+        (("page",), {"nargs": "?", "type": int, "default": 1}),
+        (("--all",), {"action": "store_true"}),
+    )
+    if ns.page < 1:
+        raise UsageError("the page is a number from 1 — e.g. %agent sessions 2")
+    store = magics.store()
+    total = store.session_count()
+    if not total:
         return Markdown("*(no sessions yet — run a `%%agent` cell)*")
+    pages = -(-total // SESSIONS_PAGE)
+    if ns.page > pages:
+        raise UsageError(f"there are {pages} pages of sessions — e.g. %agent sessions {pages}")
+    if ns.all:
+        rows = store.sessions()
+    else:
+        rows = store.sessions(limit=SESSIONS_PAGE, offset=(ns.page - 1) * SESSIONS_PAGE)
     current = magics.session.info.id if magics.session else None
     lines = ["| | id | title | updated |", "|---|---|---|---|"]
     for s in rows:
         mark = "▶" if s.id == current else ""
         updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.time_updated / 1000))
         lines.append(f"| {mark} | {X.code(s.id)} | {X.cell(s.title)} | {updated} |")
+    first = 1 if ns.all else (ns.page - 1) * SESSIONS_PAGE + 1
+    last = first + len(rows) - 1
+    if last < total:
+        lines.append(
+            f"\n*sessions {first:,}–{last:,} of {total:,} — next: `%agent sessions {ns.page + 1}`, "
+            "every one: `%agent sessions --all`*"
+        )
+    elif first > 1:
+        lines.append(f"\n*sessions {first:,}–{last:,} of {total:,}*")
     return Markdown("\n".join(lines))
 
 
