@@ -369,8 +369,8 @@ class StepProcessor:
     def _patch(self, after: str | None) -> None:
         """A `patch` part (the step-start tree, the files changed since) when files changed."""
         self._patched = True
-        if not self._before or not after or after == self._before:
-            return
+        if not self._before or not after:
+            return  # (equal trees: the snapshot's changed() is empty, a replay's may not be)
         try:
             files = self.snapshot.changed(self._before, after)
         except Exception:

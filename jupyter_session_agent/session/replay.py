@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from ..core.errors import ToolFailure, UsageError
 from ..core.messages import (
     AssistantMessage,
     CompactionPart,
+    PatchPart,
     Session,
     TextPart,
     ToolCompleted,
@@ -41,6 +43,7 @@ from ..core.messages import (
     UserMessage,
     WithParts,
 )
+from ..core.permission import PermissionFailure, RejectedError
 from ..providers.replay import RERECORD, ReplayProvider
 
 RECORD_FORMAT = "jupyter-session-agent/replay"
@@ -211,15 +214,55 @@ class Replayer:
             )
         user, steps = recorded.turns[number - 1]
         turn = RecordedTurn(self.path.name, index + 1, number, recorded.info, user, steps)
-        if turn.prompt.strip() != prompt.strip():
+        # the cell has its turn even when it fails: the cells after it keep theirs
+        self.matched[session_id] = index
+        self.done[session_id] = number
+        if not same_prompt(turn.prompt, prompt):
             raise ReplayError(
                 "this cell's prompt changed since it was recorded; re-record with %agent replay "
                 "off, run the notebook against a model and %agent record FILE (the record's "
-                f"{turn.where} asks {_short(turn.prompt)})"
+                f"{turn.where} {first_difference(turn.prompt.strip(), prompt.strip())})"
             )
-        self.matched[session_id] = index
-        self.done[session_id] = number
         return turn
+
+
+# what a prompt may legitimately differ by between the recorded run and a replay: the cell numbers
+# the runner gave (`%agent fix` names "cell In [10]", a traceback "Cell In[10]"; nbval numbers
+# its cells from 1) and object addresses in a repr or traceback; nothing else
+_RUNNER_NOISE = (
+    (re.compile(r"\bIn ?\[\d+\]"), "In[N]"),
+    (re.compile(r"\bat 0x[0-9a-fA-F]{6,16}\b"), "at 0xADDRESS"),
+)
+
+
+def same_prompt(recorded: str, now: str) -> bool:
+    """Whether a cell's prompt is its recorded turn's, up to the runner's cell numbers and
+    object addresses."""
+
+    def key(text: str) -> str:
+        text = text.strip()
+        for pattern, replacement in _RUNNER_NOISE:
+            text = pattern.sub(replacement, text)
+        return text
+
+    return key(recorded) == key(now)
+
+
+def first_difference(recorded: str, now: str, context: int = 24) -> str:
+    """Where ``now`` first departs from ``recorded``, as the clause of a one-line error."""
+    at = next(
+        (i for i, (a, b) in enumerate(zip(recorded, now)) if a != b), min(len(recorded), len(now))
+    )
+    start = max(0, at - context)
+
+    def piece(text: str) -> str:
+        cut = text[start : at + context]
+        return _short(("…" if start else "") + cut + ("…" if at + context < len(text) else ""), 80)
+
+    return (
+        f"asks {_short(recorded)}; it differs at character {at + 1}: recorded {piece(recorded)}, "
+        f"this cell {piece(now)}"
+    )
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -320,7 +363,7 @@ class TurnReplay:
                     ),
                 )
             if isinstance(recorded, ToolError):
-                raise ToolFailure(recorded.error)
+                raise recorded_failure(recorded)
             raise ToolFailure(f"the record holds no result of this {name} call ({self.turn.where})")
 
         # a recorded call of a tool this kernel does not offer (an MCP server not running here, a
@@ -331,15 +374,30 @@ class TurnReplay:
         tools = dict(setup.tools)
         for name in sorted(recorded_names - set(tools) - set(self.rerun)):
             tools[name] = RecordedTool(name)
+        snapshot = setup.snapshot
+        if snapshot is not None:
+            snapshot = RecordedChanges(snapshot, self)
         return dataclasses.replace(
             setup,
             tools=tools,
+            snapshot=snapshot,
             provider=self.provider,
             run_tool=run_tool,
             permit=permit,
             auto_compact=False,
             compactor=None,
         )
+
+    def recorded_changes(self) -> list[str]:
+        """The files the recorded step being replayed changed, when one of its tools came from
+        the record (a step whose tools all ran again has only its real changes)."""
+        if self.provider is None or not self.provider.used:
+            return []
+        step = self.turn.steps[self.provider.used - 1]
+        tools = [p.tool for p in step.parts if isinstance(p, ToolPart)]
+        if all(name in self.rerun for name in tools):
+            return []
+        return [f for p in step.parts if isinstance(p, PatchPart) for f in p.files]
 
     def _rerun(self, real_run, tool, args, call, name: str, recorded: Any) -> Any:
         try:
@@ -370,6 +428,27 @@ class TurnReplay:
 
 
 @dataclass(frozen=True)
+class RecordedChanges:
+    """The session's file snapshot in a replay: a step's patch lists what the live snapshot saw
+    change and what the recorded step changed with the tools taken from the record, so a
+    replayed turn shows (and stores) the files its recording changed; revert restores from
+    the live snapshots."""
+
+    real: Any  # session.snapshot.Snapshot
+    replay: TurnReplay
+
+    def track(self) -> str | None:
+        return self.real.track()
+
+    def changed(self, before: str, after: str) -> list[str]:
+        files = list(self.real.changed(before, after))
+        return files + [f for f in self.replay.recorded_changes() if f not in files]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+@dataclass(frozen=True)
 class RecordedTool:
     """A tool known only from the record: its calls are answered by :class:`TurnReplay`."""
 
@@ -379,6 +458,41 @@ class RecordedTool:
 
     def run(self, args: dict, ctx: Any) -> Any:
         raise ToolFailure(f"{self.name} is known only from a record; it cannot run here")
+
+
+class RecordedFailure(ToolFailure):
+    """A recorded tool error, raised again with its recorded metadata (a permission's outcome)."""
+
+    def __init__(self, state: ToolError):
+        super().__init__(state.error)
+        self.metadata = dict(state.metadata) if state.metadata else None
+
+
+class RecordedRejection(RejectedError):
+    """A recorded refusal that stopped its turn (the user said no, or could not be asked): it
+    stops the replayed turn at the same step."""
+
+    def __init__(self, state: ToolError):
+        PermissionFailure.__init__(self, state.error)
+        self._metadata = dict(state.metadata or {})
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self._metadata
+
+
+def _outcomes(cls: type) -> set[str]:
+    return {cls.outcome, *(o for sub in cls.__subclasses__() for o in _outcomes(sub))}
+
+
+def recorded_failure(state: ToolError) -> ToolFailure:
+    """The error a recorded failed call raises when replayed: a refusal that stopped the
+    recorded turn stops the replayed one too."""
+    permission = (state.metadata or {}).get("permission")
+    outcome = permission.get("outcome") if isinstance(permission, dict) else None
+    if outcome is not None and outcome in _outcomes(RejectedError):
+        return RecordedRejection(state)
+    return RecordedFailure(state)
 
 
 def _recorded_text(state: Any) -> str:
