@@ -331,3 +331,161 @@ def test_a_recorded_notebook_replays_under_nbval_and_nbconvert(tmp_path):
         if p["type"] == "text"
     ]
     assert texts == [CAPITAL, "The capital of France is Paris."]
+
+
+# --------------------------------------------------------------------------
+# what a review's own notebooks broke: refusals, file changes, cell numbers, a failed cell
+
+
+def _tool_parts(magics) -> list:
+    return [p for m in magics.session.history for p in m.parts if isinstance(p, ToolPart)]
+
+
+def test_a_refusal_while_recording_stops_the_replayed_turn_too(ip, magics, server, tmp_path):
+    """A call the user could not approve stopped the recorded turn after its step; the replay
+    stops at the same step with the same error, instead of asking the record for another."""
+    path = tmp_path / "refused.replay.json"
+    magics.permission = {"bash": "ask"}  # no one can answer here: the call is refused
+    server.enqueue({"tool_calls": [{"name": "bash", "arguments": {"command": "wc -l x.csv"}}]})
+    ip.run_line_magic("agent", f"record {path}")
+    ip.run_cell_magic("agent", "", "Count the lines of x.csv.")
+    (recorded,) = _tool_parts(magics)
+    assert recorded.state.metadata["permission"]["outcome"] in ("unavailable", "rejected")
+    before = len(server.requests)
+    ip.run_line_magic("agent", f"replay {path}")
+    ip.run_cell_magic("agent", "--new", "Count the lines of x.csv.")  # no error: it matched
+    (replayed,) = _tool_parts(magics)
+    assert (replayed.state.error, replayed.state.metadata) == (
+        recorded.state.error,
+        recorded.state.metadata,
+    )
+    steps = [m for m in magics.session.history if not isinstance(m.info, UserMessage)]
+    assert len(steps) == 1 and not steps[0].info.error
+    assert len(server.requests) == before
+
+
+def test_a_file_the_recorded_turn_changed_shows_in_the_replay(ip, magics, server, tmp_path):
+    from jupyter_session_agent.core.messages import PatchPart
+
+    path = tmp_path / "files.replay.json"
+    magics.permission = {"edit": "allow"}
+    notes = tmp_path / "notes.md"
+    server.enqueue(
+        {
+            "tool_calls": [
+                {"name": "write", "arguments": {"filePath": str(notes), "content": "x\n"}}
+            ]
+        },
+        {"text": "Wrote notes.md."},
+    )
+    ip.run_line_magic("agent", f"record {path}")
+    ip.run_cell_magic("agent", "", "Write notes.md.")
+
+    def patches() -> list:
+        return [
+            p.files for m in magics.session.history for p in m.parts if isinstance(p, PatchPart)
+        ]
+
+    assert patches() == [(str(notes),)]
+    notes.unlink()
+    ip.run_line_magic("agent", f"replay {path}")
+    ip.run_cell_magic("agent", "--new", "Write notes.md.")
+    assert not notes.exists()  # nothing was written again
+    assert patches() == [(str(notes),)]  # the transcript shows the recorded change
+
+
+def test_a_failed_cell_keeps_the_later_cells_on_their_turns(ip, magics, recorded):
+    path, answers = recorded
+    ip.run_line_magic("agent", f"replay {path}")
+    with pytest.raises(ReplayError) as err:
+        ip.run_cell_magic("agent", "--new", "What is the capital of Spain?")
+    line = one_line(err.value)
+    assert (
+        "it differs at character 24: recorded 'What is the capital of France?', this cell "
+        "'What is the capital of Spain?'" in line
+    )
+    ip.run_cell_magic("agent", "-o second", POWER)  # still turn 2, not turn 1 again
+    assert ip.user_ns["second"] == answers[1]
+
+
+def test_fix_replays_when_the_runner_numbers_cells_otherwise(ip, magics, server, tmp_path):
+    """``%agent fix`` names the cell's number, which another runner (nbval) gives otherwise:
+    the replay matches it and stores the recorded words."""
+    path = tmp_path / "fix.replay.json"
+    server.enqueue({"text": "You divided by zero."})
+    ip.run_line_magic("agent", f"record {path}")
+    ip.run_cell("1/0", store_history=True)
+    ip.run_line_magic("agent", "fix")
+    (recorded,) = load_record(path)
+    words = recorded.turns[0][0].parts[0].text
+    assert "In [" in words
+    ip.run_line_magic("agent", f"replay {path}")
+    for _ in range(3):  # the runner's cell numbers move on
+        ip.run_cell("pass", store_history=True)
+    ip.run_cell("1/0", store_history=True)
+    magics.session = None
+    ip.run_line_magic("agent", "fix")
+    prompt = next(m for m in magics.session.history if isinstance(m.info, UserMessage))
+    assert prompt.parts[0].text == words and magics.session.last_answer() == "You divided by zero."
+
+
+def test_the_same_call_id_in_two_steps_replays_each_steps_result(ip, magics, server, tmp_path):
+    """Some servers number tool calls per response (call_0 in every step): each replayed call
+    takes its own step's recorded result."""
+    path = tmp_path / "ids.replay.json"
+    server.enqueue(
+        {"tool_calls": [{"id": "call_0", "name": "python", "arguments": {"code": "a = 1\na"}}]},
+        {"tool_calls": [{"id": "call_0", "name": "python", "arguments": {"code": "b = 2\nb"}}]},
+        {"text": "a=1, b=2."},
+    )
+    ip.run_line_magic("agent", f"record {path}")
+    ip.run_cell_magic("agent", "", "Make a and b.")
+    ip.run_line_magic("agent", f"replay {path}")
+    ip.run_cell_magic("agent", "--new", "Make a and b.")  # no ReplayDiffers
+    assert [p.state.output for p in _tool_parts(magics)] == ["1", "2"]
+
+
+def _sanitized(value) -> str:
+    """``value`` as nbval compares it with the shipped sanitizer and the JSON plugin."""
+    from nbval.plugin import get_sanitize_patterns
+
+    text = json.dumps(value, sort_keys=True, indent=1, ensure_ascii=False)
+    for pattern, replacement in get_sanitize_patterns(NBVAL_SANITIZE.read_text()):
+        text = __import__("re").sub(pattern, replacement, text)
+    return text
+
+
+def test_the_sanitizer_hides_only_what_a_run_changes():
+    """Two transcripts that differ only in ids, times, tree hashes compare equal; any change
+    to what the agent said or did, its files, tokens or cost, does not."""
+    patch = {
+        "files": ["/work/nb/notes.md"],
+        "hash": "a1e03bdb9a8302482863d22e9e208d64bfb53e17",
+        "id": "prt_db4541963ffexb6JmAbCdEfGhI",
+        "messageID": "msg_db4541963ffexb6JmAbCdEfGhI",
+        "sessionID": "ses_db4541963ffexb6JmAbCdEfGhI",
+        "type": "patch",
+    }
+    tool = {
+        "state": {"input": {"code": "x = 1", "hash": "0" * 40}, "time": {"start": 1765000000000}},
+        "tool": "python",
+        "type": "tool",
+    }
+    base = {"parts": [patch, tool], "tokens": 120, "cost": 0.0015}
+    other_run = json.loads(json.dumps(base))
+    other_run["parts"][0].update(hash="2d645b3d5237e647879bd11f59118289e324b7cc")
+    other_run["parts"][0].update(id="prt_00000000000000000000000000")
+    other_run["parts"][1]["state"]["time"]["start"] = 1765999999999
+    assert _sanitized(base) == _sanitized(other_run)
+    changes = []
+    for edit in (
+        lambda v: v["parts"][0].update(files=["/work/nb/other.md"]),
+        lambda v: v["parts"][1]["state"]["input"].update(code="x = 2"),
+        lambda v: v["parts"][1]["state"]["input"].update(hash="1" * 40),  # not a patch's hash
+        lambda v: v.update(tokens=121),
+        lambda v: v.update(cost=0.0016),
+    ):
+        changed = json.loads(json.dumps(base))
+        edit(changed)
+        changes.append(_sanitized(changed) != _sanitized(base))
+    assert changes == [True] * 5

@@ -82,10 +82,12 @@ class RecordedTurn:
     def prompt(self) -> str:
         return prompt_text(self.user)
 
-    def tool_state(self, call_id: str) -> Any:
-        """The recorded final state of the call ``call_id`` (None: not in the record)."""
-        for step in self.steps:
-            for part in step.parts:
+    def tool_state(self, call_id: str, step: int) -> Any:
+        """The recorded final state of the call ``call_id`` of step ``step`` (0-based; None: not
+        in the record). Call ids are looked up per step: some servers number the calls of each
+        response anew (``call_0`` in every step)."""
+        for item in self.steps[step : step + 1]:
+            for part in item.parts:
                 if isinstance(part, ToolPart) and part.call_id == call_id:
                     return part.state
         return None
@@ -348,7 +350,7 @@ class TurnReplay:
 
             name = getattr(tool, "name", call.name)
             self.calls += 1
-            recorded = self.turn.tool_state(call.call_id)
+            recorded = self.turn.tool_state(call.call_id, self.step)
             if name in self.rerun:
                 return self._rerun(real_run, tool, args, call, name, recorded)
             if isinstance(recorded, ToolCompleted):
@@ -388,12 +390,17 @@ class TurnReplay:
             compactor=None,
         )
 
+    @property
+    def step(self) -> int:
+        """The recorded step being replayed (0-based)."""
+        return self.provider.used - 1 if self.provider is not None else 0
+
     def recorded_changes(self) -> list[str]:
         """The files the recorded step being replayed changed, when one of its tools came from
         the record (a step whose tools all ran again has only its real changes)."""
         if self.provider is None or not self.provider.used:
             return []
-        step = self.turn.steps[self.provider.used - 1]
+        step = self.turn.steps[self.step]
         tools = [p.tool for p in step.parts if isinstance(p, ToolPart)]
         if all(name in self.rerun for name in tools):
             return []
