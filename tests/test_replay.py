@@ -489,3 +489,166 @@ def test_the_sanitizer_hides_only_what_a_run_changes():
         edit(changed)
         changes.append(_sanitized(changed) != _sanitized(base))
     assert changes == [True] * 5
+
+
+def _reordered(good: dict) -> dict:
+    """The record with its session's two turns swapped."""
+    messages = good["sessions"][0]["messages"]
+    starts = [i for i, m in enumerate(messages) if m["info"]["role"] == "user"]
+    first, second = messages[: starts[1]], messages[starts[1] :]
+    session = {**good["sessions"][0], "messages": second + first}
+    return {**good, "sessions": [session]}
+
+
+def _edited(good: dict) -> dict:
+    data = json.loads(json.dumps(good))
+    for part in data["sessions"][0]["messages"][0]["parts"]:
+        if part["type"] == "text":
+            part["text"] = part["text"].replace("France", "Italy")
+    return data
+
+
+OTHER_NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "05_replay.replay.json"
+
+
+@pytest.mark.parametrize(
+    "variant, expected",
+    [
+        (_reordered, "prompt changed since it was recorded"),
+        (_edited, "differs at character 24: recorded 'What is the capital of Italy?'"),
+        (lambda good: {**good, "sessions": []}, "is not in the record"),
+        (lambda good: json.loads(OTHER_NOTEBOOK.read_text()), "prompt changed since it was"),
+        (lambda good: {**good, "sessions": good["sessions"] * 2}, None),  # an unused extra
+    ],
+    ids=["reordered-turns", "edited-prompt", "no-session", "another-notebook", "extra-session"],
+)
+def test_a_record_that_does_not_fit_the_notebook_is_one_line(
+    ip, magics, server, recorded, tmp_path, variant, expected
+):
+    path, answers = recorded
+    other = tmp_path / "other.replay.json"
+    other.write_text(json.dumps(variant(json.loads(path.read_text()))))
+    before = len(server.requests)
+    ip.run_line_magic("agent", f"replay {other}")
+    if expected is None:
+        ip.run_cell_magic("agent", "--new -o first", CAPITAL)
+        assert ip.user_ns["first"] == answers[0]
+    else:
+        with pytest.raises(ReplayError) as err:
+            ip.run_cell_magic("agent", "--new", CAPITAL)
+        assert expected in one_line(err.value)
+    assert len(server.requests) == before
+
+
+# a data scientist's notebook: a DataFrame made by the agent, a {var} prompt, -o, -c, parallel
+# calls, a refused call, %agent fix, a file written, a second session; the replies stand in for
+# a model's
+ANALYSIS_CELLS = [
+    "%load_ext jupyter_session_agent",
+    "%config AgentMagics.model = 'openai/scripted'\n"
+    "%config AgentMagics.model_overrides = {'openai/scripted': {'context': 100000, "
+    "'output': 4096, 'price_input': 1.0, 'price_output': 2.0}}\n"
+    "%config AgentMagics.titles = False\n"
+    "%config AgentMagics.permission = {'python': 'allow', 'edit': 'allow', 'bash': 'ask'}",
+    "%agent record analysis.replay.json",
+    "%%agent\nLoad a small sales table into `sales` with columns region and amount.",
+    "n = len(sales)\nn",
+    "%%agent -o summary\nThe table has {n} rows. Compute the totals per region into `totals` "
+    "and the shape, at once.",
+    "print(summary)\ntotals",
+    "%%agent -c\nGive me code to plot totals.",
+    "1/0",
+    "%agent fix",
+    "%%agent\nCount the lines of sales.csv with wc.",
+    "%%agent --new\nWrite a short notes.md about the sales data.",
+    "%%agent\nCompute the grand total into `grand` and then the mean into `avg`.",
+    "grand, avg",
+]
+ANALYSIS_REPLIES = [
+    {
+        "tool_calls": [
+            {
+                "name": "python",
+                "arguments": {
+                    "code": "import pandas as pd\nsales = pd.DataFrame({'region': ['north', "
+                    "'south', 'north', 'east'], 'amount': [120.5, 80.0, 99.5, 42.0]})\nsales"
+                },
+            }
+        ]
+    },
+    {"text": "I loaded `sales` (4 rows)."},
+    {
+        "tool_calls": [
+            {
+                "name": "python",
+                "arguments": {"code": "totals = sales.groupby('region').amount.sum()\ntotals"},
+            },
+            {"name": "python", "arguments": {"code": "sales.shape"}},
+        ]
+    },
+    {"text": "Totals: north 220.0, south 80.0, east 42.0; shape (4, 2)."},
+    {"text": "Here you go:\n\n```python\ntotals.plot.bar()\n```"},
+    {"text": "You divided by zero. Use a non-zero divisor."},
+    {"tool_calls": [{"name": "bash", "arguments": {"command": "wc -l sales.csv"}}]},
+    {
+        "tool_calls": [
+            {"name": "write", "arguments": {"filePath": "notes.md", "content": "# Notes\n"}}
+        ]
+    },
+    {"text": "Wrote notes.md."},
+    {"tool_calls": [{"name": "python", "arguments": {"code": "grand = sales.amount.sum()"}}]},
+    {"tool_calls": [{"name": "python", "arguments": {"code": "avg = sales.amount.mean()"}}]},
+    {"text": "grand is 342.0 and avg is 85.5."},
+]
+
+
+@pytest.mark.slow
+def test_an_analysis_notebook_replays_under_nbval_and_nothing_connects(tmp_path):
+    import socket
+    import threading
+
+    import nbformat
+
+    from jupyter_session_agent.testing.record import record_notebook
+
+    folder = tmp_path / "analysis"
+    folder.mkdir()
+    notebook = folder / "analysis.ipynb"
+    cells = [nbformat.v4.new_code_cell(c) for c in ANALYSIS_CELLS]
+    cells[8].metadata["tags"] = ["raises-exception"]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, notebook)
+    record_notebook(notebook, ANALYSIS_REPLIES)  # every reply used, no cell failed
+    (folder / "notes.md").unlink()
+
+    listener = socket.create_server(("127.0.0.1", 0))  # takes any connection, answers nothing
+    connections: list = []
+    threading.Thread(
+        target=lambda: connections.append(listener.accept()), daemon=True, name="nowhere"
+    ).start()
+    env = _replay_env(tmp_path, f"http://127.0.0.1:{listener.getsockname()[1]}/v1")
+    try:
+        nbval = subprocess.run(
+            [
+                *(sys.executable, "-m", "pytest", "--nbval", "-p", "no:cacheprovider"),
+                *("-p", "jupyter_session_agent.testing.nbval_json"),
+                *("--nbval-sanitize-with", str(NBVAL_SANITIZE), "-o", "addopts="),
+                *("--rootdir", str(folder), "-q", str(notebook)),
+            ],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        listener.close()
+    assert nbval.returncode == 0, nbval.stdout[-6000:] + nbval.stderr[-2000:]
+    assert f"{len(ANALYSIS_CELLS)} passed" in nbval.stdout
+    assert connections == []  # replay opened no connection to the model's address
+    assert not (folder / "notes.md").exists()  # the recorded write was not made again
