@@ -541,8 +541,8 @@ def test_a_record_that_does_not_fit_the_notebook_is_one_line(
 
 
 # a data scientist's notebook: a DataFrame made by the agent, a {var} prompt, -o, -c, parallel
-# calls, a refused call, %agent fix, a file written, a second session; the replies stand in for
-# a model's
+# calls, a refused call, %agent fix, a file written, a second session, a turn that compacts;
+# the replies stand in for a model's
 ANALYSIS_CELLS = [
     "%load_ext jupyter_session_agent",
     "%config AgentMagics.model = 'openai/scripted'\n"
@@ -597,7 +597,11 @@ ANALYSIS_REPLIES = [
     },
     {"text": "Wrote notes.md."},
     {"tool_calls": [{"name": "python", "arguments": {"code": "grand = sales.amount.sum()"}}]},
-    {"tool_calls": [{"name": "python", "arguments": {"code": "avg = sales.amount.mean()"}}]},
+    {  # this step fills the context: a compaction follows it, then the answer
+        "tool_calls": [{"name": "python", "arguments": {"code": "avg = sales.amount.mean()"}}],
+        "usage": {"prompt_tokens": 97000, "completion_tokens": 20, "total_tokens": 97020},
+    },
+    {"text": "## Goal\nSales totals.\n## Accomplished\ngrand and avg."},
     {"text": "grand is 342.0 and avg is 85.5."},
 ]
 
@@ -652,3 +656,52 @@ def test_an_analysis_notebook_replays_under_nbval_and_nothing_connects(tmp_path)
     assert f"{len(ANALYSIS_CELLS)} passed" in nbval.stdout
     assert connections == []  # replay opened no connection to the model's address
     assert not (folder / "notes.md").exists()  # the recorded write was not made again
+
+
+def test_a_compaction_while_recording_is_replayed_as_recorded(ip, magics, server, tmp_path):
+    """The recorded compaction's request, summary and continuation come back after the same
+    step (new ids, the tail reference mapped), so the transcript and budget are the recorded
+    ones; nothing is summarised or sent."""
+    from jupyter_session_agent.core.messages import CompactionPart
+
+    path = tmp_path / "compacted.replay.json"
+    magics.model_overrides = {"openai/scripted": {"context": 100000, "output": 4096}}
+    full = {"prompt_tokens": 97000, "completion_tokens": 20, "total_tokens": 97020}
+    server.enqueue(
+        {"text": "Hello."},
+        {"tool_calls": [{"name": "python", "arguments": {"code": "g = 1"}}], "usage": full},
+        {"text": "## Goal\nA summary."},
+        {"text": "Done."},
+    )
+    ip.run_line_magic("agent", f"record {path}")
+    ip.run_cell_magic("agent", "", "Hello.")
+    ip.run_cell_magic("agent", "", "Make g.")
+
+    def shape(history) -> list:
+        return [
+            (type(m.info).__name__, getattr(m.info, "summary", None), [p.type for p in m.parts])
+            for m in history
+        ]
+
+    recorded_history = list(magics.session.history)
+    assert any(isinstance(p, CompactionPart) for m in recorded_history for p in m.parts)
+    recorded_budget = magics.session.budget_report()
+    before = len(server.requests)
+    ip.run_line_magic("agent", f"replay {path}")
+    ip.run_cell_magic("agent", "--new", "Hello.")
+    ip.run_cell_magic("agent", "", "Make g.")
+    replayed = magics.session.history
+    assert len(server.requests) == before
+    assert shape(replayed) == shape(recorded_history)
+    assert [p.text for m in replayed for p in m.parts if p.type == "text"] == [
+        p.text for m in recorded_history for p in m.parts if p.type == "text"
+    ]
+    (request,) = [p for m in replayed for p in m.parts if isinstance(p, CompactionPart)]
+    assert request.tail_start_id in {m.info.id for m in replayed}  # this replay's message
+    assert request.tail_start_id not in {m.info.id for m in recorded_history}
+    budget = magics.session.budget_report()
+    assert (budget.compactions, budget.summaries, budget.used) == (
+        recorded_budget.compactions,
+        recorded_budget.summaries,
+        recorded_budget.used,
+    )

@@ -73,6 +73,8 @@ class RecordedTurn:
     session: Session
     user: WithParts
     steps: tuple[WithParts, ...]
+    # the compactions of the turn: after how many of its steps, the messages it added
+    compactions: tuple[tuple[int, tuple[WithParts, ...]], ...] = ()
 
     @property
     def where(self) -> str:
@@ -106,11 +108,20 @@ class RecordedTurn:
 class RecordedSession:
     info: Session
     turns: tuple[tuple[WithParts, tuple[WithParts, ...]], ...]  # (user, steps) per turn
+    compactions: tuple[tuple[tuple[int, tuple[WithParts, ...]], ...], ...] = ()  # per turn
 
 
 def prompt_text(item: WithParts) -> str:
     """The text a user typed in a message (its non-synthetic text parts)."""
     return "\n".join(p.text for p in item.parts if isinstance(p, TextPart) and not p.synthetic)
+
+
+def typed(item: WithParts) -> bool:
+    """Whether ``item`` is a prompt a user typed (not a compaction request or continuation)."""
+    return isinstance(item.info, UserMessage) and (
+        not any(isinstance(p, CompactionPart) for p in item.parts)
+        and any(isinstance(p, TextPart) and not p.synthetic for p in item.parts)
+    )
 
 
 def turns_of(history: Sequence[WithParts]) -> list[tuple[WithParts, tuple[WithParts, ...]]]:
@@ -120,14 +131,36 @@ def turns_of(history: Sequence[WithParts]) -> list[tuple[WithParts, tuple[WithPa
     for item in history:
         info = item.info
         if isinstance(info, UserMessage):
-            typed = not any(isinstance(p, CompactionPart) for p in item.parts) and any(
-                isinstance(p, TextPart) and not p.synthetic for p in item.parts
-            )
-            if typed:
+            if typed(item):
                 turns.append((item, []))
         elif isinstance(info, AssistantMessage) and turns and not info.summary:
             turns[-1][1].append(item)
     return [(user, tuple(steps)) for user, steps in turns]
+
+
+def compactions_of(
+    history: Sequence[WithParts],
+) -> list[tuple[tuple[int, tuple[WithParts, ...]], ...]]:
+    """Per turn of :func:`turns_of`: the messages each compaction added (its request, summary
+    and continuation), with the number of the turn's steps before it."""
+    turns: list[list[tuple[int, list[WithParts]]]] = []
+    steps = 0
+    for item in history:
+        info = item.info
+        if typed(item):
+            turns.append([])
+            steps = 0
+        elif not turns:
+            continue
+        elif isinstance(info, AssistantMessage) and not info.summary:
+            steps += 1
+        else:
+            blocks = turns[-1]
+            starts = any(isinstance(p, CompactionPart) for p in item.parts)
+            if starts or not blocks or blocks[-1][0] != steps:
+                blocks.append((steps, []))
+            blocks[-1][1].append(item)
+    return [tuple((at, tuple(items)) for at, items in blocks) for blocks in turns]
 
 
 def load_record(path: str | os.PathLike) -> list[RecordedSession]:
@@ -153,7 +186,9 @@ def load_record(path: str | os.PathLike) -> list[RecordedSession]:
         if not isinstance(item, dict):  # a bundle inline, never a path to read elsewhere
             raise ReplayError(f"{path} holds a session that is not a bundle — {hint}")
         info, history = transfer.decode(transfer.load_bundle(item))
-        sessions.append(RecordedSession(info, tuple(turns_of(history))))
+        sessions.append(
+            RecordedSession(info, tuple(turns_of(history)), tuple(compactions_of(history)))
+        )
     return sessions
 
 
@@ -215,7 +250,10 @@ class Replayer:
                 f"turn(s); this cell would be turn {number} — it was not recorded; {RERECORD}"
             )
         user, steps = recorded.turns[number - 1]
-        turn = RecordedTurn(self.path.name, index + 1, number, recorded.info, user, steps)
+        compactions = recorded.compactions[number - 1] if recorded.compactions else ()
+        turn = RecordedTurn(
+            self.path.name, index + 1, number, recorded.info, user, steps, compactions
+        )
         # the cell has its turn even when it fails: the cells after it keep theirs
         self.matched[session_id] = index
         self.done[session_id] = number
@@ -387,7 +425,7 @@ class TurnReplay:
             run_tool=run_tool,
             permit=permit,
             auto_compact=False,
-            compactor=None,
+            compactor=RecordedCompaction(self, setup.store) if self.turn.compactions else None,
         )
 
     @property
@@ -432,6 +470,96 @@ class TurnReplay:
                 f"replay differs from the record: {self.differences[0]}{also} — if the new "
                 f"result is right, {RERECORD}"
             )
+
+
+@dataclass
+class RecordedCompaction:
+    """The compactor of a replayed turn whose recording compacted: after the same step, the
+    recorded compaction's messages (request, summary, continuation) are added again, with new
+    ids, so the replayed transcript and budget are the recorded ones; nothing is summarised,
+    pruned or sent. (The recorded compaction event is not re-made.)"""
+
+    replay: TurnReplay
+    store: Any
+    done: set[int] = field(default_factory=set)
+    due: int | None = None
+
+    def _decision(self, steps: int) -> Any:
+        from ..loop.compaction.decision import NOTHING, Decision
+
+        blocks = dict(self.replay.turn.compactions)
+        if steps not in blocks or steps in self.done:
+            return NOTHING
+        self.due = steps
+        last = steps >= len(self.replay.turn.steps)  # the recorded turn ended with it
+        return Decision("summarise", reason="recorded", continue_after=not last)
+
+    def before_turn(self, history: Sequence[WithParts]) -> Any:
+        return self._decision(0)
+
+    def after_step(self, chat: list[dict], step: Any, *, last_step: bool) -> Any:
+        return self._decision(self.replay.step + 1)
+
+    def apply(self, decision: Any, history: list[WithParts], observer: Any = None) -> Any:
+        from ..core import ids
+
+        assert self.due is not None
+        self.done.add(self.due)
+        session = history[-1].info.session_id
+        parent = next(m.info.id for m in reversed(history) if isinstance(m.info, UserMessage))
+        new_ids = self._live_ids(history)  # recorded id → this replay's, for the references
+        added = []
+        for item in dict(self.replay.turn.compactions)[self.due]:
+            info = item.info
+            new_ids[info.id] = ids.ascending("message")
+            changes: dict[str, Any] = {"id": new_ids[info.id], "session_id": session}
+            if isinstance(info, AssistantMessage):
+                changes["parent_id"] = new_ids.get(info.parent_id, parent)
+            copy = dataclasses.replace(info, **changes)
+            parts = tuple(
+                dataclasses.replace(
+                    p,
+                    id=ids.ascending("part"),
+                    session_id=session,
+                    message_id=copy.id,
+                    **(
+                        {"tail_start_id": new_ids.get(p.tail_start_id, p.tail_start_id)}
+                        if isinstance(p, CompactionPart) and p.tail_start_id
+                        else {}
+                    ),
+                )
+                for p in item.parts
+            )
+            self.store.put(copy, *parts)
+            added.append(WithParts(copy, parts))
+            history.append(added[-1])
+            for part in parts if observer is not None else ():
+                observer.on_part(part)
+        self.store.flush(sync=True)
+        return _Compacted(added)
+
+    def prune(self, history: list[WithParts], **_: Any) -> None:
+        return None
+
+    def _live_ids(self, history: Sequence[WithParts]) -> dict[str, str]:
+        """The recorded turn's prompt and steps → the replayed turn's, in order."""
+        turn = self.replay.turn
+        start = max(i for i, m in enumerate(history) if typed(m))
+        live = [
+            m.info.id
+            for m in history[start + 1 :]
+            if isinstance(m.info, AssistantMessage) and not m.info.summary
+        ]
+        recorded = [s.info.id for s in turn.steps]
+        return {turn.user.info.id: history[start].info.id, **dict(zip(recorded, live))}
+
+
+@dataclass(frozen=True)
+class _Compacted:
+    """What the loop reads of a compaction's result: it succeeded, and the messages added."""
+
+    added: list[WithParts]
+    ok: bool = True
 
 
 @dataclass(frozen=True)
