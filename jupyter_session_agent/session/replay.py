@@ -8,12 +8,15 @@ record too. :func:`load_record` reads either into :class:`RecordedSession` value
 A :class:`Replayer` answers cells from a record, matched by session and order: the first
 session a replaying kernel uses is the record's first session, the next new one its second,
 and the n-th cell of a session is that session's n-th recorded turn, whose prompt must equal
-the cell's (else one line: the prompt changed). :class:`TurnReplay` runs a
+the cell's up to the runner's cell numbers (else one line: where the prompt changed).
+:class:`TurnReplay` runs a
 :class:`RecordedTurn` through the loop unchanged: the provider is a
 ``providers.replay.ReplayProvider``, the tools named by the ``replay_rerun`` setting run for
 real (their permission checked as always) and a result that differs from the record is
-reported, every other tool's result is the recorded one (nothing runs, so nothing is asked),
-and compaction is off (a recorded summary is not re-made).
+reported, every other tool's result is the recorded one (nothing runs, so nothing is asked;
+a recorded refusal stops the turn again; the files it changed are listed in the step's patch),
+and a recorded compaction's messages come back after the same step (:class:`RecordedCompaction`:
+nothing is summarised or pruned).
 
 One module: a record is written, read, matched to cells and replayed through one turn here,
 so its format and its use stay together.
