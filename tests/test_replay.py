@@ -705,3 +705,22 @@ def test_a_compaction_while_recording_is_replayed_as_recorded(ip, magics, server
         recorded_budget.summaries,
         recorded_budget.used,
     )
+
+
+def test_a_rerun_that_differs_only_in_object_addresses_shows_the_recorded_output(
+    ip, magics, server, tmp_path
+):
+    path = tmp_path / "address.replay.json"
+    code = "def area(r):\n    return 3.14 * r * r\narea"
+    server.enqueue(
+        {"tool_calls": [{"name": "python", "arguments": {"code": code}}]}, {"text": "Defined."}
+    )
+    ip.run_line_magic("agent", f"record {path}")
+    ip.run_cell_magic("agent", "", "Define area.")
+    (recorded,) = _tool_parts(magics)
+    assert " at 0x" in recorded.state.output
+    ip.run_line_magic("agent", f"replay {path}")
+    ip.run_cell_magic("agent", "--new", "Define area.")  # a new function, a new address
+    (replayed,) = _tool_parts(magics)
+    assert replayed.state.output == recorded.state.output
+    assert ip.user_ns["area"](1) == 3.14

@@ -260,7 +260,7 @@ class Replayer:
         # the cell has its turn even when it fails: the cells after it keep theirs
         self.matched[session_id] = index
         self.done[session_id] = number
-        if not same_prompt(turn.prompt, prompt):
+        if not same_text(turn.prompt, prompt):
             raise ReplayError(
                 "this cell's prompt changed since it was recorded; re-record with %agent replay "
                 "off, run the notebook against a model and %agent record FILE (the record's "
@@ -269,18 +269,18 @@ class Replayer:
         return turn
 
 
-# what a prompt may legitimately differ by between the recorded run and a replay: the cell numbers
-# the runner gave (`%agent fix` names "cell In [10]", a traceback "Cell In[10]"; nbval numbers
-# its cells from 1) and object addresses in a repr or traceback; nothing else
+# what a prompt or a re-run's output may legitimately differ by between the recorded run and a
+# replay: the cell numbers the runner gave (`%agent fix` names "cell In [10]", a traceback
+# "Cell In[10]"; nbval numbers its cells from 1) and object addresses in a repr or traceback
 _RUNNER_NOISE = (
     (re.compile(r"\bIn ?\[\d+\]"), "In[N]"),
     (re.compile(r"\bat 0x[0-9a-fA-F]{6,16}\b"), "at 0xADDRESS"),
 )
 
 
-def same_prompt(recorded: str, now: str) -> bool:
-    """Whether a cell's prompt is its recorded turn's, up to the runner's cell numbers and
-    object addresses."""
+def same_text(recorded: str, now: str) -> bool:
+    """Whether ``now`` (a cell's prompt, a re-run tool's output) is ``recorded`` up to the
+    runner's cell numbers and object addresses."""
 
     def key(text: str) -> str:
         text = text.strip()
@@ -448,14 +448,21 @@ class TurnReplay:
         return [f for p in step.parts if isinstance(p, PatchPart) for f in p.files]
 
     def _rerun(self, real_run, tool, args, call, name: str, recorded: Any) -> Any:
+        """Run the call for real; a result equal to the record up to object addresses shows
+        the recorded words (so the transcript is the recorded one), any other is a difference."""
         try:
             result = real_run(tool, args, call)
         except ToolFailure as err:
-            if not (isinstance(recorded, ToolError) and recorded.error == str(err)):
+            if isinstance(recorded, ToolError) and same_text(recorded.error, str(err)):
+                if recorded.error != str(err):
+                    raise recorded_failure(recorded) from None
+            else:
                 self._differs(name, _recorded_text(recorded), f"error {err}")
             raise
-        if not (isinstance(recorded, ToolCompleted) and recorded.output == result.output):
+        if not (isinstance(recorded, ToolCompleted) and same_text(recorded.output, result.output)):
             self._differs(name, _recorded_text(recorded), result.output)
+        elif recorded.output != result.output:
+            result = dataclasses.replace(result, output=recorded.output)
         return result
 
     def _differs(self, name: str, recorded: str, now: str) -> None:
