@@ -724,3 +724,32 @@ def test_a_rerun_that_differs_only_in_object_addresses_shows_the_recorded_output
     (replayed,) = _tool_parts(magics)
     assert replayed.state.output == recorded.state.output
     assert ip.user_ns["area"](1) == 3.14
+
+
+def test_the_end_of_loop_prune_clears_what_it_cleared_when_recording(ip, magics, server, tmp_path):
+    path = tmp_path / "pruned.replay.json"
+    magics.compaction = {"prune_protect": 200, "prune_minimum": 100}
+    code = "x = 'a' * 3000\nprint(x)"
+    for answer in ("one", "two", "three"):
+        server.enqueue(
+            {"tool_calls": [{"name": "python", "arguments": {"code": code}}]}, {"text": answer}
+        )
+    ip.run_line_magic("agent", f"record {path}")
+    for prompt in ("a", "b", "c"):
+        ip.run_cell_magic("agent", "", prompt)
+
+    def pruned() -> list:
+        return [bool(p.state.time_compacted) for p in _tool_parts(magics)]
+
+    recorded, recorded_budget = pruned(), magics.session.budget_report()
+    assert recorded == [True, False, False]
+    ip.run_line_magic("agent", f"replay {path}")
+    ip.run_cell_magic("agent", "--new", "a")
+    for prompt in ("b", "c"):
+        ip.run_cell_magic("agent", "", prompt)
+    budget = magics.session.budget_report()
+    assert pruned() == recorded
+    assert (budget.pruned_parts, budget.tool_output_tokens) == (
+        recorded_budget.pruned_parts,
+        recorded_budget.tool_output_tokens,
+    )

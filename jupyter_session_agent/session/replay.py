@@ -16,7 +16,7 @@ real (their permission checked as always) and a result that differs from the rec
 reported, every other tool's result is the recorded one (nothing runs, so nothing is asked;
 a recorded refusal stops the turn again; the files it changed are listed in the step's patch),
 and a recorded compaction's messages come back after the same step (:class:`RecordedCompaction`:
-nothing is summarised or pruned).
+nothing is summarised; the end-of-loop prune runs as when recording).
 
 One module: a record is written, read, matched to cells and replayed through one turn here,
 so its format and its use stay together.
@@ -428,7 +428,7 @@ class TurnReplay:
             run_tool=run_tool,
             permit=permit,
             auto_compact=False,
-            compactor=RecordedCompaction(self, setup.store) if self.turn.compactions else None,
+            compactor=RecordedCompaction(self, setup.store, setup.compactor),
         )
 
     @property
@@ -484,13 +484,14 @@ class TurnReplay:
 
 @dataclass
 class RecordedCompaction:
-    """The compactor of a replayed turn whose recording compacted: after the same step, the
-    recorded compaction's messages (request, summary, continuation) are added again, with new
-    ids, so the replayed transcript and budget are the recorded ones; nothing is summarised,
-    pruned or sent. (The recorded compaction event is not re-made.)"""
+    """The compactor of a replayed turn: after the same step as when recording, a recorded
+    compaction's messages (request, summary, continuation) are added again, with new ids, so
+    the replayed transcript and budget are the recorded ones; nothing is summarised or sent
+    (no summary event is stored). The end-of-loop prune runs for real."""
 
     replay: TurnReplay
     store: Any
+    real: Any = None  # the session's compactor: its end-of-loop prune runs as when recording
     done: set[int] = field(default_factory=set)
     due: int | None = None
 
@@ -548,8 +549,10 @@ class RecordedCompaction:
         self.store.flush(sync=True)
         return _Compacted(added)
 
-    def prune(self, history: list[WithParts], **_: Any) -> None:
-        return None
+    def prune(self, history: list[WithParts], **_: Any) -> Any:
+        """The end-of-loop prune, for real: it decides from the tool outputs in the history,
+        which are the recorded ones, so it clears what the recording's prune cleared."""
+        return self.real.prune(history) if self.real is not None else None
 
     def _live_ids(self, history: Sequence[WithParts]) -> dict[str, str]:
         """The recorded turn's prompt and steps → the replayed turn's, in order."""
