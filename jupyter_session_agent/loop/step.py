@@ -324,8 +324,8 @@ class StepProcessor:
         """Credit this step's patch with the files one tool call changed: what the folder's
         snapshot saw change during the call, and for ``write``/``edit`` only the file the call
         names — never what another process wrote while the model was thinking."""
-        if not post or post == pre:
-            return
+        if not post:
+            return  # (equal trees: the snapshot's changed() is empty, a replay's may not be)
         try:
             files = self.snapshot.changed(pre, post)
         except Exception:

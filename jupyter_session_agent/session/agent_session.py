@@ -288,6 +288,8 @@ class AgentSession:
         meta = clean_value(context.metadata()) if context is not None else None
         if replay is not None:  # where the answer came from, kept with the prompt
             meta = {**(meta or {}), "replay": replay.turn.provenance()}
+            # the recorded words: the cell's differ at most by the runner's cell numbers
+            text = replay.turn.prompt
         part = TextPart(
             ids.ascending("part"),
             self.info.id,

@@ -8,12 +8,15 @@ record too. :func:`load_record` reads either into :class:`RecordedSession` value
 A :class:`Replayer` answers cells from a record, matched by session and order: the first
 session a replaying kernel uses is the record's first session, the next new one its second,
 and the n-th cell of a session is that session's n-th recorded turn, whose prompt must equal
-the cell's (else one line: the prompt changed). :class:`TurnReplay` runs a
+the cell's up to the runner's cell numbers (else one line: where the prompt changed).
+:class:`TurnReplay` runs a
 :class:`RecordedTurn` through the loop unchanged: the provider is a
 ``providers.replay.ReplayProvider``, the tools named by the ``replay_rerun`` setting run for
 real (their permission checked as always) and a result that differs from the record is
-reported, every other tool's result is the recorded one (nothing runs, so nothing is asked),
-and compaction is off (a recorded summary is not re-made).
+reported, every other tool's result is the recorded one (nothing runs, so nothing is asked;
+a recorded refusal stops the turn again; the files it changed are listed in the step's patch),
+and a recorded compaction's messages come back after the same step (:class:`RecordedCompaction`:
+nothing is summarised; the end-of-loop prune runs as when recording).
 
 One module: a record is written, read, matched to cells and replayed through one turn here,
 so its format and its use stay together.
@@ -24,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +37,7 @@ from ..core.errors import ToolFailure, UsageError
 from ..core.messages import (
     AssistantMessage,
     CompactionPart,
+    PatchPart,
     Session,
     TextPart,
     ToolCompleted,
@@ -41,6 +46,7 @@ from ..core.messages import (
     UserMessage,
     WithParts,
 )
+from ..core.permission import PermissionFailure, RejectedError
 from ..providers.replay import RERECORD, ReplayProvider
 
 RECORD_FORMAT = "jupyter-session-agent/replay"
@@ -70,6 +76,8 @@ class RecordedTurn:
     session: Session
     user: WithParts
     steps: tuple[WithParts, ...]
+    # the compactions of the turn: after how many of its steps, the messages it added
+    compactions: tuple[tuple[int, tuple[WithParts, ...]], ...] = ()
 
     @property
     def where(self) -> str:
@@ -79,10 +87,12 @@ class RecordedTurn:
     def prompt(self) -> str:
         return prompt_text(self.user)
 
-    def tool_state(self, call_id: str) -> Any:
-        """The recorded final state of the call ``call_id`` (None: not in the record)."""
-        for step in self.steps:
-            for part in step.parts:
+    def tool_state(self, call_id: str, step: int) -> Any:
+        """The recorded final state of the call ``call_id`` of step ``step`` (0-based; None: not
+        in the record). Call ids are looked up per step: some servers number the calls of each
+        response anew (``call_0`` in every step)."""
+        for item in self.steps[step : step + 1]:
+            for part in item.parts:
                 if isinstance(part, ToolPart) and part.call_id == call_id:
                     return part.state
         return None
@@ -101,11 +111,20 @@ class RecordedTurn:
 class RecordedSession:
     info: Session
     turns: tuple[tuple[WithParts, tuple[WithParts, ...]], ...]  # (user, steps) per turn
+    compactions: tuple[tuple[tuple[int, tuple[WithParts, ...]], ...], ...] = ()  # per turn
 
 
 def prompt_text(item: WithParts) -> str:
     """The text a user typed in a message (its non-synthetic text parts)."""
     return "\n".join(p.text for p in item.parts if isinstance(p, TextPart) and not p.synthetic)
+
+
+def typed(item: WithParts) -> bool:
+    """Whether ``item`` is a prompt a user typed (not a compaction request or continuation)."""
+    return isinstance(item.info, UserMessage) and (
+        not any(isinstance(p, CompactionPart) for p in item.parts)
+        and any(isinstance(p, TextPart) and not p.synthetic for p in item.parts)
+    )
 
 
 def turns_of(history: Sequence[WithParts]) -> list[tuple[WithParts, tuple[WithParts, ...]]]:
@@ -115,14 +134,36 @@ def turns_of(history: Sequence[WithParts]) -> list[tuple[WithParts, tuple[WithPa
     for item in history:
         info = item.info
         if isinstance(info, UserMessage):
-            typed = not any(isinstance(p, CompactionPart) for p in item.parts) and any(
-                isinstance(p, TextPart) and not p.synthetic for p in item.parts
-            )
-            if typed:
+            if typed(item):
                 turns.append((item, []))
         elif isinstance(info, AssistantMessage) and turns and not info.summary:
             turns[-1][1].append(item)
     return [(user, tuple(steps)) for user, steps in turns]
+
+
+def compactions_of(
+    history: Sequence[WithParts],
+) -> list[tuple[tuple[int, tuple[WithParts, ...]], ...]]:
+    """Per turn of :func:`turns_of`: the messages each compaction added (its request, summary
+    and continuation), with the number of the turn's steps before it."""
+    turns: list[list[tuple[int, list[WithParts]]]] = []
+    steps = 0
+    for item in history:
+        info = item.info
+        if typed(item):
+            turns.append([])
+            steps = 0
+        elif not turns:
+            continue
+        elif isinstance(info, AssistantMessage) and not info.summary:
+            steps += 1
+        else:
+            blocks = turns[-1]
+            starts = any(isinstance(p, CompactionPart) for p in item.parts)
+            if starts or not blocks or blocks[-1][0] != steps:
+                blocks.append((steps, []))
+            blocks[-1][1].append(item)
+    return [tuple((at, tuple(items)) for at, items in blocks) for blocks in turns]
 
 
 def load_record(path: str | os.PathLike) -> list[RecordedSession]:
@@ -148,7 +189,9 @@ def load_record(path: str | os.PathLike) -> list[RecordedSession]:
         if not isinstance(item, dict):  # a bundle inline, never a path to read elsewhere
             raise ReplayError(f"{path} holds a session that is not a bundle — {hint}")
         info, history = transfer.decode(transfer.load_bundle(item))
-        sessions.append(RecordedSession(info, tuple(turns_of(history))))
+        sessions.append(
+            RecordedSession(info, tuple(turns_of(history)), tuple(compactions_of(history)))
+        )
     return sessions
 
 
@@ -210,16 +253,59 @@ class Replayer:
                 f"turn(s); this cell would be turn {number} — it was not recorded; {RERECORD}"
             )
         user, steps = recorded.turns[number - 1]
-        turn = RecordedTurn(self.path.name, index + 1, number, recorded.info, user, steps)
-        if turn.prompt.strip() != prompt.strip():
+        compactions = recorded.compactions[number - 1] if recorded.compactions else ()
+        turn = RecordedTurn(
+            self.path.name, index + 1, number, recorded.info, user, steps, compactions
+        )
+        # the cell has its turn even when it fails: the cells after it keep theirs
+        self.matched[session_id] = index
+        self.done[session_id] = number
+        if not same_text(turn.prompt, prompt):
             raise ReplayError(
                 "this cell's prompt changed since it was recorded; re-record with %agent replay "
                 "off, run the notebook against a model and %agent record FILE (the record's "
-                f"{turn.where} asks {_short(turn.prompt)})"
+                f"{turn.where} {first_difference(turn.prompt.strip(), prompt.strip())})"
             )
-        self.matched[session_id] = index
-        self.done[session_id] = number
         return turn
+
+
+# what a prompt or a re-run's output may legitimately differ by between the recorded run and a
+# replay: the cell numbers the runner gave (`%agent fix` names "cell In [10]", a traceback
+# "Cell In[10]"; nbval numbers its cells from 1) and object addresses in a repr or traceback
+_RUNNER_NOISE = (
+    (re.compile(r"\bIn ?\[\d+\]"), "In[N]"),
+    (re.compile(r"\bat 0x[0-9a-fA-F]{6,16}\b"), "at 0xADDRESS"),
+)
+
+
+def same_text(recorded: str, now: str) -> bool:
+    """Whether ``now`` (a cell's prompt, a re-run tool's output) is ``recorded`` up to the
+    runner's cell numbers and object addresses."""
+
+    def key(text: str) -> str:
+        text = text.strip()
+        for pattern, replacement in _RUNNER_NOISE:
+            text = pattern.sub(replacement, text)
+        return text
+
+    return key(recorded) == key(now)
+
+
+def first_difference(recorded: str, now: str, context: int = 24) -> str:
+    """Where ``now`` first departs from ``recorded``, as the clause of a one-line error."""
+    at = next(
+        (i for i, (a, b) in enumerate(zip(recorded, now)) if a != b), min(len(recorded), len(now))
+    )
+    start = max(0, at - context)
+
+    def piece(text: str) -> str:
+        cut = text[start : at + context]
+        return _short(("…" if start else "") + cut + ("…" if at + context < len(text) else ""), 80)
+
+    return (
+        f"asks {_short(recorded)}; it differs at character {at + 1}: recorded {piece(recorded)}, "
+        f"this cell {piece(now)}"
+    )
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -305,7 +391,7 @@ class TurnReplay:
 
             name = getattr(tool, "name", call.name)
             self.calls += 1
-            recorded = self.turn.tool_state(call.call_id)
+            recorded = self.turn.tool_state(call.call_id, self.step)
             if name in self.rerun:
                 return self._rerun(real_run, tool, args, call, name, recorded)
             if isinstance(recorded, ToolCompleted):
@@ -320,7 +406,7 @@ class TurnReplay:
                     ),
                 )
             if isinstance(recorded, ToolError):
-                raise ToolFailure(recorded.error)
+                raise recorded_failure(recorded)
             raise ToolFailure(f"the record holds no result of this {name} call ({self.turn.where})")
 
         # a recorded call of a tool this kernel does not offer (an MCP server not running here, a
@@ -331,25 +417,52 @@ class TurnReplay:
         tools = dict(setup.tools)
         for name in sorted(recorded_names - set(tools) - set(self.rerun)):
             tools[name] = RecordedTool(name)
+        snapshot = setup.snapshot
+        if snapshot is not None:
+            snapshot = RecordedChanges(snapshot, self)
         return dataclasses.replace(
             setup,
             tools=tools,
+            snapshot=snapshot,
             provider=self.provider,
             run_tool=run_tool,
             permit=permit,
             auto_compact=False,
-            compactor=None,
+            compactor=RecordedCompaction(self, setup.store, setup.compactor),
         )
 
+    @property
+    def step(self) -> int:
+        """The recorded step being replayed (0-based)."""
+        return self.provider.used - 1 if self.provider is not None else 0
+
+    def recorded_changes(self) -> list[str]:
+        """The files the recorded step being replayed changed, when one of its tools came from
+        the record (a step whose tools all ran again has only its real changes)."""
+        if self.provider is None or not self.provider.used:
+            return []
+        step = self.turn.steps[self.step]
+        tools = [p.tool for p in step.parts if isinstance(p, ToolPart)]
+        if all(name in self.rerun for name in tools):
+            return []
+        return [f for p in step.parts if isinstance(p, PatchPart) for f in p.files]
+
     def _rerun(self, real_run, tool, args, call, name: str, recorded: Any) -> Any:
+        """Run the call for real; a result equal to the record up to object addresses shows
+        the recorded words (so the transcript is the recorded one), any other is a difference."""
         try:
             result = real_run(tool, args, call)
         except ToolFailure as err:
-            if not (isinstance(recorded, ToolError) and recorded.error == str(err)):
+            if isinstance(recorded, ToolError) and same_text(recorded.error, str(err)):
+                if recorded.error != str(err):
+                    raise recorded_failure(recorded) from None
+            else:
                 self._differs(name, _recorded_text(recorded), f"error {err}")
             raise
-        if not (isinstance(recorded, ToolCompleted) and recorded.output == result.output):
+        if not (isinstance(recorded, ToolCompleted) and same_text(recorded.output, result.output)):
             self._differs(name, _recorded_text(recorded), result.output)
+        elif recorded.output != result.output:
+            result = dataclasses.replace(result, output=recorded.output)
         return result
 
     def _differs(self, name: str, recorded: str, now: str) -> None:
@@ -369,6 +482,120 @@ class TurnReplay:
             )
 
 
+@dataclass
+class RecordedCompaction:
+    """The compactor of a replayed turn: after the same step as when recording, a recorded
+    compaction's messages (request, summary, continuation) are added again, with new ids, so
+    the replayed transcript and budget are the recorded ones; nothing is summarised or sent
+    (no summary event is stored). The end-of-loop prune runs for real."""
+
+    replay: TurnReplay
+    store: Any
+    real: Any = None  # the session's compactor: its end-of-loop prune runs as when recording
+    done: set[int] = field(default_factory=set)
+    due: int | None = None
+
+    def _decision(self, steps: int) -> Any:
+        from ..loop.compaction.decision import NOTHING, Decision
+
+        blocks = dict(self.replay.turn.compactions)
+        if steps not in blocks or steps in self.done:
+            return NOTHING
+        self.due = steps
+        last = steps >= len(self.replay.turn.steps)  # the recorded turn ended with it
+        return Decision("summarise", reason="recorded", continue_after=not last)
+
+    def before_turn(self, history: Sequence[WithParts]) -> Any:
+        return self._decision(0)
+
+    def after_step(self, chat: list[dict], step: Any, *, last_step: bool) -> Any:
+        return self._decision(self.replay.step + 1)
+
+    def apply(self, decision: Any, history: list[WithParts], observer: Any = None) -> Any:
+        from ..core import ids
+
+        assert self.due is not None
+        self.done.add(self.due)
+        session = history[-1].info.session_id
+        parent = next(m.info.id for m in reversed(history) if isinstance(m.info, UserMessage))
+        new_ids = self._live_ids(history)  # recorded id → this replay's, for the references
+        added = []
+        for item in dict(self.replay.turn.compactions)[self.due]:
+            info = item.info
+            new_ids[info.id] = ids.ascending("message")
+            changes: dict[str, Any] = {"id": new_ids[info.id], "session_id": session}
+            if isinstance(info, AssistantMessage):
+                changes["parent_id"] = new_ids.get(info.parent_id, parent)
+            copy = dataclasses.replace(info, **changes)
+            parts = tuple(
+                dataclasses.replace(
+                    p,
+                    id=ids.ascending("part"),
+                    session_id=session,
+                    message_id=copy.id,
+                    **(
+                        {"tail_start_id": new_ids.get(p.tail_start_id, p.tail_start_id)}
+                        if isinstance(p, CompactionPart) and p.tail_start_id
+                        else {}
+                    ),
+                )
+                for p in item.parts
+            )
+            self.store.put(copy, *parts)
+            added.append(WithParts(copy, parts))
+            history.append(added[-1])
+            for part in parts if observer is not None else ():
+                observer.on_part(part)
+        self.store.flush(sync=True)
+        return _Compacted(added)
+
+    def prune(self, history: list[WithParts], **_: Any) -> Any:
+        """The end-of-loop prune, for real: it decides from the tool outputs in the history,
+        which are the recorded ones, so it clears what the recording's prune cleared."""
+        return self.real.prune(history) if self.real is not None else None
+
+    def _live_ids(self, history: Sequence[WithParts]) -> dict[str, str]:
+        """The recorded turn's prompt and steps → the replayed turn's, in order."""
+        turn = self.replay.turn
+        start = max(i for i, m in enumerate(history) if typed(m))
+        live = [
+            m.info.id
+            for m in history[start + 1 :]
+            if isinstance(m.info, AssistantMessage) and not m.info.summary
+        ]
+        recorded = [s.info.id for s in turn.steps]
+        return {turn.user.info.id: history[start].info.id, **dict(zip(recorded, live))}
+
+
+@dataclass(frozen=True)
+class _Compacted:
+    """What the loop reads of a compaction's result: it succeeded, and the messages added."""
+
+    added: list[WithParts]
+    ok: bool = True
+
+
+@dataclass(frozen=True)
+class RecordedChanges:
+    """The session's file snapshot in a replay: a step's patch lists what the live snapshot saw
+    change and what the recorded step changed with the tools taken from the record, so a
+    replayed turn shows (and stores) the files its recording changed; revert restores from
+    the live snapshots."""
+
+    real: Any  # session.snapshot.Snapshot
+    replay: TurnReplay
+
+    def track(self) -> str | None:
+        return self.real.track()
+
+    def changed(self, before: str, after: str) -> list[str]:
+        files = list(self.real.changed(before, after))
+        return files + [f for f in self.replay.recorded_changes() if f not in files]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
 @dataclass(frozen=True)
 class RecordedTool:
     """A tool known only from the record: its calls are answered by :class:`TurnReplay`."""
@@ -379,6 +606,41 @@ class RecordedTool:
 
     def run(self, args: dict, ctx: Any) -> Any:
         raise ToolFailure(f"{self.name} is known only from a record; it cannot run here")
+
+
+class RecordedFailure(ToolFailure):
+    """A recorded tool error, raised again with its recorded metadata (a permission's outcome)."""
+
+    def __init__(self, state: ToolError):
+        super().__init__(state.error)
+        self.metadata = dict(state.metadata) if state.metadata else None
+
+
+class RecordedRejection(RejectedError):
+    """A recorded refusal that stopped its turn (the user said no, or could not be asked): it
+    stops the replayed turn at the same step."""
+
+    def __init__(self, state: ToolError):
+        PermissionFailure.__init__(self, state.error)
+        self._metadata = dict(state.metadata or {})
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self._metadata
+
+
+def _outcomes(cls: type) -> set[str]:
+    return {cls.outcome, *(o for sub in cls.__subclasses__() for o in _outcomes(sub))}
+
+
+def recorded_failure(state: ToolError) -> ToolFailure:
+    """The error a recorded failed call raises when replayed: a refusal that stopped the
+    recorded turn stops the replayed one too."""
+    permission = (state.metadata or {}).get("permission")
+    outcome = permission.get("outcome") if isinstance(permission, dict) else None
+    if outcome is not None and outcome in _outcomes(RejectedError):
+        return RecordedRejection(state)
+    return RecordedFailure(state)
 
 
 def _recorded_text(state: Any) -> str:

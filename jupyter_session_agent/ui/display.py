@@ -529,9 +529,12 @@ class LiveView(Observer):
     flight (its text streaming, its tools changing state).
     """
 
-    def __init__(self, live: bool = True, session: Any = None, detail: str = "compact"):
+    def __init__(
+        self, live: bool = True, session: Any = None, detail: str = "compact", banner: str = ""
+    ):
         self.live = live
         self.session = session
+        self.banner = banner  # the cell's first printed line (recording), shown again after a clear
         self.detail = detail  # "compact" (the answer first) or "full" (every part inline)
         self._started = time.monotonic()
         # the turn starts after what the session holds now: an error before its prompt is
@@ -688,15 +691,20 @@ class LiveView(Observer):
             self._asking = pending(request)
             self._report = None
             self._render(force=True)
+            answered = False
             try:
-                return ask(request)
+                decision = ask(request)
+                answered = True  # a prompt was shown and answered: its echo is in the cell
+                return decision
             finally:
                 self._asking = None
-                if stdin and self._handle is not None:
+                if answered and stdin and self._handle is not None:
                     from IPython.display import clear_output
 
                     clear_output(wait=True)  # the echoed answer goes; the view is shown again
                     self._handle = None
+                    if self.banner:
+                        print(self.banner)  # the cell's first line (recording) comes back too
                 self._render(force=True)
 
         return approve

@@ -252,7 +252,7 @@ class AgentMagics(Magics):
         # a replay is rendered once, final (as a saved notebook holds it, which nbval compares)
         live = notebook.live and is_kernel(self.shell) and replay is None
         detail = "full" if args.full else notebook.view
-        view = LiveView(live, session, detail)
+        view = LiveView(live, session, detail, banner=first_line or "")
         try:
             with view.asking(session):  # the view shows a call waiting for approval
                 result = session.prompt(

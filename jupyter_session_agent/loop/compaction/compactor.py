@@ -284,7 +284,7 @@ class Compactor:
                     run.before, "the summary would not be smaller than the messages it replaces"
                 ),
             )
-        request = self._mark_tail(history, request, plan.tail)
+        request = self._mark_tail(history, request, plan.tail, observer)
         if auto:
             self._follow_up(history, run, request, plan, continue_after, cause == "overflow")
         self.store.flush(sync=True)
@@ -416,13 +416,19 @@ class Compactor:
         )
 
     def _mark_tail(
-        self, history: list[WithParts], request: WithParts, tail: Sequence[WithParts]
+        self,
+        history: list[WithParts],
+        request: WithParts,
+        tail: Sequence[WithParts],
+        observer: Observer,
     ) -> WithParts:
-        """The request names where the verbatim tail starts (``tail_start_id``)."""
+        """The request names where the verbatim tail starts (``tail_start_id``); the view shows
+        the part as stored."""
         if not tail:
             return request
         part = replace(request.parts[0], tail_start_id=tail[0].info.id)
         self.store.put(part)
+        observer.on_part(part)
         request = WithParts(request.info, (part, *request.parts[1:]))
         put_back(history, request)
         return request

@@ -48,6 +48,7 @@ def replay(magics, args, raw):
         raise UsageError("usage: %agent replay [FILE|on|off] — one file at most")
     if args:
         word = args[0]
+        opened = None  # a fresh match: the record's first session is next
         if word.lower() == "off":
             magics.replay = "off"
         elif word.lower() == "on":
@@ -56,9 +57,9 @@ def replay(magics, args, raw):
             from ...session.replay import Replayer
 
             path = Path(word).expanduser().absolute()
-            Replayer.open(path)  # a missing or broken record is one line now, not at the cell
+            opened = Replayer.open(path)  # a missing or broken record is one line now
             magics.replay = str(path)
-        records(magics).replayer = None  # a fresh match: the record's first session is next
+        records(magics).replayer = opened  # read once, matched from the record's start
     mode = magics.settings().replay
     source = records(magics).path if mode == "on" else Path(mode) if mode else None
     if not mode:
