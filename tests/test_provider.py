@@ -801,7 +801,7 @@ def test_error_event_before_the_end_is_the_error(raw):
     assert "Tool call validation failed" in err.message and not err.retryable
 
 
-def test_server_cost_openrouter_and_xai(raw):
+def test_server_cost_openrouter_xai_and_deepinfra(raw):
     byok = {
         "prompt_tokens": 10,
         "completion_tokens": 2,
@@ -814,6 +814,16 @@ def test_server_cost_openrouter_and_xai(raw):
     ticks = {"prompt_tokens": 10, "completion_tokens": 2, "cost_in_usd_ticks": 1_234_500}
     raw.payloads = [chunk({"content": "x"}, finish="stop", usage=ticks), "[DONE]"]
     assert run(raw_provider(raw))[-1].cost == pytest.approx(1.2345e-4)
+    # DeepInfra's usage carries the billed price as estimated_cost (48 in, 189 out of
+    # Llama-3.1-70B at $0.35 / $0.40 per million: 9.24e-05)
+    deepinfra = {"prompt_tokens": 48, "total_tokens": 237, "completion_tokens": 189}
+    raw.payloads = [
+        chunk({"content": "x"}, finish="stop", usage={**deepinfra, "estimated_cost": 9.24e-05}),
+        "[DONE]",
+    ]
+    assert run(raw_provider(raw))[-1].cost == pytest.approx(9.24e-05)
+    raw.payloads = [chunk({"content": "x"}, finish="stop", usage=deepinfra), "[DONE]"]
+    assert run(raw_provider(raw))[-1].cost is None
 
 
 def test_reasoning_inside_completion_is_not_counted_twice(raw):

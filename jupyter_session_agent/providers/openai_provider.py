@@ -261,7 +261,8 @@ def server_cost(usage: Mapping[str, Any] | None) -> float | None:
 
     OpenRouter: ``usage.cost`` (credits = USD), plus ``cost_details.upstream_inference_cost``
     when the key is the user's own (``is_byok``: the upstream bills that part); xAI:
-    ``usage.cost_in_usd_ticks`` (10^-10 USD each).
+    ``usage.cost_in_usd_ticks`` (10^-10 USD each); DeepInfra: ``usage.estimated_cost`` (USD,
+    what the call is billed: tokens × its published per-model prices).
     """
     if not isinstance(usage, Mapping):
         return None
@@ -270,6 +271,9 @@ def server_cost(usage: Mapping[str, Any] | None) -> float | None:
         return float(ticks) / 1e10
     cost = usage.get("cost")
     if not isinstance(cost, (int, float)) or isinstance(cost, bool) or cost < 0:
+        cost = usage.get("estimated_cost")
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost >= 0:
+            return float(cost)
         return None
     total = float(cost)
     details = usage.get("cost_details")

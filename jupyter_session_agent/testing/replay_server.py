@@ -7,7 +7,9 @@ A :class:`Recorded` response is a status, the recorded ``content-type`` and the 
 :func:`load_cassette` reads one interaction of a vcrpy cassette (YAML; PyYAML is imported
 only here): a body recorded as text (``body.string``, how vcrpy keeps streams) is served
 exactly; a body some recorders store decoded (``parsed_body``) is served as its compact
-JSON encoding, the closest the recording allows.
+JSON encoding, the closest the recording allows. :func:`load_slice` reads a response quoted
+in some other file (a vendor's documentation, a curl transcript): the bytes between two
+offsets, served unchanged.
 
 :class:`ReplayServer` answers the n-th ``POST`` (any path) with the n-th response given,
 and every later one with the last; every request body is kept in ``requests``.
@@ -22,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Recorded", "ReplayServer", "load_cassette"]
+__all__ = ["Recorded", "ReplayServer", "load_cassette", "load_slice"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,20 @@ def load_cassette(path: str | Path, interaction: int = 0) -> Recorded:
     else:
         payload = json.dumps(response.get("parsed_body"), separators=(",", ":")).encode("utf-8")
     return Recorded(int(response["status"]["code"]), content_type, payload)
+
+
+def load_slice(
+    path: str | Path,
+    start: int,
+    end: int,
+    status: int = 200,
+    content_type: str = "application/json",
+) -> Recorded:
+    """The bytes ``[start, end)`` of the file at ``path`` as a response body, as they are."""
+    data = Path(path).read_bytes()
+    if not 0 <= start < end <= len(data):
+        raise ValueError(f"{path}: no bytes {start}..{end} in a file of {len(data)}")
+    return Recorded(status, content_type, data[start:end])
 
 
 class ReplayServer:
