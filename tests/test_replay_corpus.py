@@ -195,6 +195,8 @@ def expected_tokens(usage: dict) -> dict[str, int]:
 
 
 def expected_cost(entry: dict, usage: dict | None) -> tuple[float, str]:
+    if usage and isinstance(usage.get("cost"), dict):  # Perplexity: a breakdown
+        return usage["cost"]["total_cost"], "server"
     if usage and isinstance(usage.get("cost"), (int, float)):
         extra = (usage.get("cost_details") or {}).get("upstream_inference_cost") or 0
         return usage["cost"] + (extra if usage.get("is_byok") else 0), "server"
