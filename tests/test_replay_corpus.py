@@ -20,6 +20,7 @@ curl transcript).
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -54,6 +55,7 @@ GENAI_PROVIDER = {
     "gemini": "google",
     "xai": "x-ai",
     "deepinfra": "deepinfra",
+    "together": "together",
 }
 LOCAL = {"ollama"}
 # the environment variables a vendor's preset reads (URL, key)
@@ -72,6 +74,7 @@ VENDOR_ENV = {
     "crusoe": ("CRUSOE_BASE_URL", "CRUSOE_API_KEY"),
     "heroku": ("INFERENCE_URL", "INFERENCE_KEY"),
     "gemini": ("GEMINI_BASE_URL", "GEMINI_API_KEY"),
+    "together": ("TOGETHER_BASE_URL", "TOGETHER_API_KEY"),
     "xai": ("XAI_BASE_URL", "XAI_API_KEY"),
     "deepinfra": ("DEEPINFRA_BASE_URL", "DEEPINFRA_API_KEY"),
 }
@@ -102,7 +105,11 @@ def _response(entry: dict) -> tuple[int, bytes]:
     data = yaml.safe_load(_path(entry).read_bytes())
     response = data["interactions"][entry["interaction"]]["response"]
     body = response.get("body")
-    if isinstance(body, dict) and "string" in body:
+    if isinstance(body, dict) and isinstance(body.get("string"), bytes):  # as sent: gzip
+        raw = (
+            gzip.decompress(body["string"]) if body["string"][:2] == b"\x1f\x8b" else body["string"]
+        )
+    elif isinstance(body, dict) and "string" in body:
         raw = body["string"].encode()
     else:
         raw = json.dumps(response.get("parsed_body")).encode()
