@@ -209,3 +209,50 @@ def test_perplexity_reported_cost_with_its_request_fee(ip, magics, store, monkey
         run(ip, "Hello!")
     row = store.sql(f"select * from step where session_id = '{magics.session.info.id}'").iloc[0]
     assert row["cost"] == pytest.approx(0.00511) and row["cost_source"] == "server"
+
+
+def test_a_gzip_recording_is_served_as_recorded(ip, magics, store, monkeypatch, tmp_path):
+    """A cassette keeping a compressed body as bytes (vcrpy's ``!!binary``): the replay
+    server sends it with its recorded content-encoding, and the turn reads the answer."""
+    import gzip
+
+    from jupyter_session_agent.testing.replay_server import load_cassette
+
+    body = {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "Zipped."}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+    }
+    packed = gzip.compress(json.dumps(body).encode())
+    cassette = tmp_path / "c.yaml"
+    yaml = pytest.importorskip("yaml")
+    cassette.write_text(
+        yaml.safe_dump(
+            {
+                "interactions": [
+                    {
+                        "request": {"uri": "https://api.together.xyz/v1/chat/completions"},
+                        "response": {
+                            "body": {"string": packed},
+                            "headers": {
+                                "Content-Encoding": ["gzip"],
+                                "Content-Type": ["application/json; charset=utf-8"],
+                            },
+                            "status": {"code": 200, "message": "OK"},
+                        },
+                    }
+                ]
+            }
+        )
+    )
+    recorded = load_cassette(cassette)
+    assert recorded.body == packed and recorded.content_encoding == "gzip"
+    with ReplayServer([recorded]) as replay:
+        monkeypatch.setenv("TOGETHER_BASE_URL", replay.url + "/v1")
+        monkeypatch.setenv("TOGETHER_API_KEY", "k")
+        magics.model = "together/meta-llama/Llama-3.3-70B-Instruct-Turbo"
+        run(ip, "Hello!")
+    parts = [p for m in store.messages(magics.session.info.id)[1:] for p in m.parts]
+    assert [p.text for p in parts if p.type == "text"] == ["Zipped."]
