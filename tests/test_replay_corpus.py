@@ -1,5 +1,5 @@
 """Provider fidelity on real recorded responses: each recording of the replay corpus
-(tests/fixtures/replay/manifest.json: 14 implementations, provenance per file) is served
+(tests/fixtures/replay/manifest.json, provenance per file) is served
 byte for byte by the replay server, and one ``%%agent`` turn through a real IPython shell
 must store what the recording says: the answer text, the reasoning, the tool calls, the
 usage, the cost and its source, or the server's error.
