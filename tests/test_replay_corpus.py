@@ -56,8 +56,9 @@ GENAI_PROVIDER = {
     "xai": "x-ai",
     "deepinfra": "deepinfra",
     "together": "together",
+    "lmstudio": None,
 }
-LOCAL = {"ollama"}
+LOCAL = {"ollama", "lmstudio"}
 # the environment variables a vendor's preset reads (URL, key)
 VENDOR_ENV = {
     "openai": ("OPENAI_BASE_URL", "OPENAI_API_KEY"),
@@ -75,6 +76,7 @@ VENDOR_ENV = {
     "heroku": ("INFERENCE_URL", "INFERENCE_KEY"),
     "gemini": ("GEMINI_BASE_URL", "GEMINI_API_KEY"),
     "together": ("TOGETHER_BASE_URL", "TOGETHER_API_KEY"),
+    "lmstudio": ("LMSTUDIO_BASE_URL", "LMSTUDIO_API_KEY"),
     "xai": ("XAI_BASE_URL", "XAI_API_KEY"),
     "deepinfra": ("DEEPINFRA_BASE_URL", "DEEPINFRA_API_KEY"),
 }
