@@ -156,6 +156,7 @@ def test_default_model():
         ("https://acct.snowflakecomputing.com/api/v2/cortex/v1", "snowflake"),
         ("https://generativelanguage.googleapis.com/v1beta/openai", "gemini"),
         ("https://api.anthropic.com/v1", "anthropic"),
+        ("https://api.deepinfra.com/v1/openai", "deepinfra"),
         ("http://127.0.0.1:8080/v1", "llamacpp"),
         ("https://evil-openai.azure.com.example.org/v1", None),  # a suffix, not a host
         ("http://127.0.0.1:41234/v1", None),

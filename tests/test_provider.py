@@ -740,6 +740,48 @@ def test_think_block_opening_the_content_is_reasoning_however_it_is_split(raw, p
     assert text_of(events) == "Answer <think>"  # a tag later in the answer is text
 
 
+def folded(events) -> tuple[str, str]:
+    """(text, reasoning) as a consumer keeps them: a reclaiming reasoning delta turns the
+    text so far into reasoning."""
+    text, reasoning = "", ""
+    for e in events:
+        if isinstance(e, ReasoningDelta):
+            if e.reclaim:
+                text, reasoning = "", reasoning + text
+            reasoning += e.text
+        elif isinstance(e, TextDelta):
+            text += e.text
+    return text, reasoning
+
+
+@pytest.mark.parametrize(
+    "pieces", list(_split_variants("Hi, so a < b.\n</think>\n\nAnswer </think> x"))
+)
+def test_bare_closing_think_tag_ends_reasoning_however_it_is_split(raw, pieces):
+    # Qwen3-Thinking's template opens the think block in the prompt: only </think> is sent
+    raw.payloads = [chunk({"content": p}) for p in pieces if p] + [chunk(finish="stop"), "[DONE]"]
+    text, reasoning = folded(run(raw_provider(raw)))
+    assert reasoning.strip() == "Hi, so a < b."
+    assert text == "Answer </think> x"  # a tag after the first is text
+
+
+def test_bare_closing_think_tag_is_text_after_a_reasoning_field_or_block(raw):
+    raw.payloads = [
+        chunk({"reasoning_content": "hm", "content": "a</think>b"}),
+        chunk(finish="stop"),
+        "[DONE]",
+    ]
+    assert folded(run(raw_provider(raw))) == ("a</think>b", "hm")
+    raw.payloads = [
+        chunk({"content": "<think>x</think>y</think>z"}),
+        chunk(finish="stop"),
+        "[DONE]",
+    ]
+    assert folded(run(raw_provider(raw))) == ("y</think>z", "x")
+    raw.payloads = [chunk({"content": "no tags < here"}), chunk(finish="stop"), "[DONE]"]
+    assert folded(run(raw_provider(raw))) == ("no tags < here", "")
+
+
 def test_unclosed_think_block_is_reasoning(raw):
     raw.payloads = [chunk({"content": "<think>still thinking"}), chunk(finish="length"), "[DONE]"]
     events = run(raw_provider(raw))
@@ -801,7 +843,7 @@ def test_error_event_before_the_end_is_the_error(raw):
     assert "Tool call validation failed" in err.message and not err.retryable
 
 
-def test_server_cost_openrouter_and_xai(raw):
+def test_server_cost_openrouter_xai_deepinfra_perplexity(raw):
     byok = {
         "prompt_tokens": 10,
         "completion_tokens": 2,
@@ -814,6 +856,31 @@ def test_server_cost_openrouter_and_xai(raw):
     ticks = {"prompt_tokens": 10, "completion_tokens": 2, "cost_in_usd_ticks": 1_234_500}
     raw.payloads = [chunk({"content": "x"}, finish="stop", usage=ticks), "[DONE]"]
     assert run(raw_provider(raw))[-1].cost == pytest.approx(1.2345e-4)
+    # DeepInfra's usage carries the billed price as estimated_cost (48 in, 189 out of
+    # Llama-3.1-70B at $0.35 / $0.40 per million: 9.24e-05)
+    deepinfra = {"prompt_tokens": 48, "total_tokens": 237, "completion_tokens": 189}
+    raw.payloads = [
+        chunk({"content": "x"}, finish="stop", usage={**deepinfra, "estimated_cost": 9.24e-05}),
+        "[DONE]",
+    ]
+    assert run(raw_provider(raw))[-1].cost == pytest.approx(9.24e-05)
+    raw.payloads = [chunk({"content": "x"}, finish="stop", usage=deepinfra), "[DONE]"]
+    assert run(raw_provider(raw))[-1].cost is None
+    # Perplexity's usage.cost is a breakdown: sonar, low search context, $5 per 1,000 requests
+    perplexity = {
+        "prompt_tokens": 12,
+        "completion_tokens": 98,
+        "total_tokens": 110,
+        "search_context_size": "low",
+        "cost": {
+            "input_tokens_cost": 0.000012,
+            "output_tokens_cost": 0.000098,
+            "request_cost": 0.005,
+            "total_cost": 0.00511,
+        },
+    }
+    raw.payloads = [chunk({"content": "x"}, finish="stop", usage=perplexity), "[DONE]"]
+    assert run(raw_provider(raw))[-1].cost == pytest.approx(0.00511)
 
 
 def test_reasoning_inside_completion_is_not_counted_twice(raw):

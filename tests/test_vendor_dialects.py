@@ -141,3 +141,118 @@ def test_reasoning_effort_setting_is_sent(ip, server, magics):
     server.enqueue(Reply(text="ok"))
     run(ip, "hi again")
     assert "reasoning_effort" not in server.requests[-1]
+
+
+def test_bare_closing_think_tag_through_agent(ip, magics, store, monkeypatch):
+    """vLLM serving Qwen3-Thinking-2507 without a reasoning parser: the reasoning streams as
+    content and only ``</think>`` ends it; stored as a reasoning part, the answer as text."""
+    pieces = [
+        "Okay",
+        ", the user",
+        " says hello.\n",
+        "</th",
+        "ink>\n\n",
+        "Hello!",
+        " How can I help?",
+    ]
+    body = _sse(
+        *({"choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces),
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 20}},
+    )
+    with ReplayServer([Recorded(200, "text/event-stream", body)]) as replay:
+        monkeypatch.setenv("VLLM_BASE_URL", replay.url + "/v1")
+        magics.model = "vllm/Qwen/Qwen3-4B-Thinking-2507"
+        run(ip, "Hello!")
+    parts = [p for m in store.messages(magics.session.info.id)[1:] for p in m.parts]
+    kinds = [(p.type, p.text) for p in parts if p.type in ("text", "reasoning")]
+    assert kinds == [
+        ("reasoning", "Okay, the user says hello."),
+        ("text", "Hello! How can I help?"),
+    ]
+
+
+def test_perplexity_reported_cost_with_its_request_fee(ip, magics, store, monkeypatch):
+    """Perplexity's usage.cost is a breakdown whose total includes a per-request search fee
+    that no token price covers: the step costs that total, from the server."""
+    usage = {
+        "prompt_tokens": 12,
+        "completion_tokens": 98,
+        "total_tokens": 110,
+        "search_context_size": "low",
+        "cost": {
+            "input_tokens_cost": 0.000012,
+            "output_tokens_cost": 0.000098,
+            "request_cost": 0.005,
+            "total_cost": 0.00511,
+        },
+    }
+    body = json.dumps(
+        {
+            "id": "x",
+            "model": "sonar",
+            "object": "chat.completion",
+            "usage": usage,
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "Hi."},
+                }
+            ],
+        }
+    ).encode()
+    with ReplayServer([Recorded(200, "application/json", body)]) as replay:
+        monkeypatch.setenv("PERPLEXITY_BASE_URL", replay.url)
+        monkeypatch.setenv("PERPLEXITY_API_KEY", "pplx-test")
+        magics.model = "perplexity/sonar"
+        run(ip, "Hello!")
+    row = store.sql(f"select * from step where session_id = '{magics.session.info.id}'").iloc[0]
+    assert row["cost"] == pytest.approx(0.00511) and row["cost_source"] == "server"
+
+
+def test_a_gzip_recording_is_served_as_recorded(ip, magics, store, monkeypatch, tmp_path):
+    """A cassette keeping a compressed body as bytes (vcrpy's ``!!binary``): the replay
+    server sends it with its recorded content-encoding, and the turn reads the answer."""
+    import gzip
+
+    from jupyter_session_agent.testing.replay_server import load_cassette
+
+    body = {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "Zipped."}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+    }
+    packed = gzip.compress(json.dumps(body).encode())
+    cassette = tmp_path / "c.yaml"
+    yaml = pytest.importorskip("yaml")
+    cassette.write_text(
+        yaml.safe_dump(
+            {
+                "interactions": [
+                    {
+                        "request": {"uri": "https://api.together.xyz/v1/chat/completions"},
+                        "response": {
+                            "body": {"string": packed},
+                            "headers": {
+                                "Content-Encoding": ["gzip"],
+                                "Content-Type": ["application/json; charset=utf-8"],
+                            },
+                            "status": {"code": 200, "message": "OK"},
+                        },
+                    }
+                ]
+            }
+        )
+    )
+    recorded = load_cassette(cassette)
+    assert recorded.body == packed and recorded.content_encoding == "gzip"
+    with ReplayServer([recorded]) as replay:
+        monkeypatch.setenv("TOGETHER_BASE_URL", replay.url + "/v1")
+        monkeypatch.setenv("TOGETHER_API_KEY", "k")
+        magics.model = "together/meta-llama/Llama-3.3-70B-Instruct-Turbo"
+        run(ip, "Hello!")
+    parts = [p for m in store.messages(magics.session.info.id)[1:] for p in m.parts]
+    assert [p.text for p in parts if p.type == "text"] == ["Zipped."]

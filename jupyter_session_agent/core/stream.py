@@ -28,6 +28,10 @@ class TextDelta:
 @dataclass(frozen=True, slots=True)
 class ReasoningDelta:
     text: str
+    # the answer text this step streamed so far was reasoning too (a model whose template
+    # opens the think block in the prompt sends only its closing ``</think>``): consumers
+    # move that text to the reasoning, then append ``text``
+    reclaim: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -228,6 +228,16 @@ class StepProcessor:
 
     def _delta(self, event: TextDelta | ReasoningDelta) -> None:
         kind = TextPart if isinstance(event, TextDelta) else ReasoningPart
+        if isinstance(event, ReasoningDelta) and event.reclaim and isinstance(self._open, TextPart):
+            # the text streamed so far was reasoning: the same part, as reasoning
+            self._open = ReasoningPart(
+                self._open.id,
+                self._open.session_id,
+                self._open.message_id,
+                text="".join(self._chunks),
+                time_start=self._open.time_start,
+            )
+            self._add(self._open, write=True)
         if not isinstance(self._open, kind):
             self._end_open()
             self._open = kind(

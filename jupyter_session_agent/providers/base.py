@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from ..core import budget, ids
 from ..core.messages import Tokens, now_ms
-from ..core.stream import Finish, StreamEvent, TextDelta
+from ..core.stream import Finish, ReasoningDelta, StreamEvent, TextDelta
 
 # Calls beside a turn (titles, memory extraction) are not worth a long wait: this many retries,
 # at most this many seconds apart (a server asking for longer is refused at once).
@@ -119,6 +119,8 @@ def call(
         for event in provider.stream(request):
             if isinstance(event, TextDelta):
                 chunks.append(event.text)
+            elif isinstance(event, ReasoningDelta) and event.reclaim:
+                chunks = []  # what came before a bare </think> was the model's reasoning
             elif isinstance(event, Finish):
                 tokens = event.tokens
         return "".join(chunks)

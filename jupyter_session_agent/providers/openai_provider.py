@@ -261,7 +261,10 @@ def server_cost(usage: Mapping[str, Any] | None) -> float | None:
 
     OpenRouter: ``usage.cost`` (credits = USD), plus ``cost_details.upstream_inference_cost``
     when the key is the user's own (``is_byok``: the upstream bills that part); xAI:
-    ``usage.cost_in_usd_ticks`` (10^-10 USD each).
+    ``usage.cost_in_usd_ticks`` (10^-10 USD each); DeepInfra: ``usage.estimated_cost`` (USD,
+    what the call is billed: tokens × its published per-model prices); Perplexity:
+    ``usage.cost.total_cost`` (tokens plus its per-request search fee, which no token price
+    covers).
     """
     if not isinstance(usage, Mapping):
         return None
@@ -269,7 +272,12 @@ def server_cost(usage: Mapping[str, Any] | None) -> float | None:
     if isinstance(ticks, (int, float)) and not isinstance(ticks, bool) and ticks >= 0:
         return float(ticks) / 1e10
     cost = usage.get("cost")
+    if isinstance(cost, Mapping):  # Perplexity: a breakdown with its total
+        cost = cost.get("total_cost")
     if not isinstance(cost, (int, float)) or isinstance(cost, bool) or cost < 0:
+        cost = usage.get("estimated_cost")
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost >= 0:
+            return float(cost)
         return None
     total = float(cost)
     details = usage.get("cost_details")
@@ -399,8 +407,24 @@ class _Accumulator:
         if isinstance(legacy, Mapping) and (legacy.get("name") or legacy.get("arguments")):
             yield from self._tool_fragment(-1, None, legacy.get("name"), legacy.get("arguments"))
 
+    def _may_close(self) -> bool:
+        """Could a bare ``</think>`` still end reasoning sent as answer text? Only before any
+        think block was read and when no reasoning came in a field of its own."""
+        return not self._thought and not self._in_think and not self.reasoning
+
+    def _reclaim(self, text: str) -> Iterator[StreamEvent]:
+        """A bare ``</think>`` (Qwen3-Thinking, whose template opens the block in the prompt):
+        the answer text so far and ``text`` were reasoning."""
+        earlier, self.text, self._spoke = "".join(self.text), [], False
+        text = self._over(text)
+        if (earlier + text).strip():
+            self._first_token()
+            self.reasoning.append(earlier + text)
+            yield ReasoningDelta(text, reclaim=bool(earlier))
+
     def _content(self, piece: str) -> Iterator[StreamEvent]:
-        """Answer text, with a ``<think>…</think>`` block opening it read as reasoning."""
+        """Answer text, with a ``<think>…</think>`` block opening it read as reasoning, and
+        text before a bare ``</think>`` too (no think block read, no reasoning field)."""
         buf, self._pending = self._pending + piece, ""
         while buf:
             if self._in_think:
@@ -413,19 +437,35 @@ class _Accumulator:
                 yield from self._reasoning(buf[:end])
                 buf, self._in_think, self._thought = buf[end + len(_THINK_CLOSE) :], False, True
                 continue
+            if self._may_close():
+                end = buf.find(_THINK_CLOSE)
+                if end >= 0 and _THINK_OPEN not in buf[:end]:
+                    yield from self._reclaim(buf[:end])
+                    buf, self._thought = buf[end + len(_THINK_CLOSE) :], True
+                    continue
             if self._spoke:
-                yield from self._text(buf)
+                # hold back what may begin a bare </think>
+                keep = _partial_tail(buf, _THINK_CLOSE) if self._may_close() else 0
+                yield from self._text(buf[: len(buf) - keep])
+                self._pending = buf[len(buf) - keep :]
                 return
             stripped = buf.lstrip()
             if stripped.startswith(_THINK_OPEN):
                 self._in_think = True
                 buf = stripped[len(_THINK_OPEN) :]
                 continue
-            if not stripped or _THINK_OPEN.startswith(stripped):
-                self._pending = buf  # blank, or maybe the start of the tag: wait
+            if (
+                not stripped
+                or _THINK_OPEN.startswith(stripped)
+                or (self._may_close() and _THINK_CLOSE.startswith(stripped))
+            ):
+                self._pending = buf  # blank, or maybe the start of a tag: wait
                 return
             # the blank lines between a think block and the answer only separate them
-            yield from self._text(stripped if self._thought else buf)
+            buf = stripped if self._thought else buf
+            keep = _partial_tail(buf, _THINK_CLOSE) if self._may_close() else 0
+            yield from self._text(buf[: len(buf) - keep])
+            self._pending = buf[len(buf) - keep :]
             return
 
     def flush(self) -> Iterator[StreamEvent]:

@@ -94,6 +94,8 @@ VENDORS: tuple[Vendor, ...] = (
        "CEREBRAS_BASE_URL", ("api.cerebras.ai",)),
     _v("fireworks", "Fireworks AI", "https://api.fireworks.ai/inference/v1",
        ("FIREWORKS_API_KEY",), "FIREWORKS_BASE_URL", ("api.fireworks.ai",)),
+    _v("deepinfra", "DeepInfra", "https://api.deepinfra.com/v1/openai",
+       ("DEEPINFRA_API_KEY", "DEEPINFRA_TOKEN"), "DEEPINFRA_BASE_URL", ("api.deepinfra.com",)),
     _v("moonshot", "Moonshot AI", "https://api.moonshot.ai/v1", ("MOONSHOT_API_KEY",),
        "MOONSHOT_BASE_URL", ("api.moonshot.ai", "api.moonshot.cn")),
     _v("snowflake", "Snowflake Cortex", None, ("SNOWFLAKE_PAT", "SNOWFLAKE_API_KEY"),

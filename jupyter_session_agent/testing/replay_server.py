@@ -6,8 +6,11 @@ HTTP on loopback make one tool for provider-fidelity tests.
 A :class:`Recorded` response is a status, the recorded ``content-type`` and the body bytes.
 :func:`load_cassette` reads one interaction of a vcrpy cassette (YAML; PyYAML is imported
 only here): a body recorded as text (``body.string``, how vcrpy keeps streams) is served
-exactly; a body some recorders store decoded (``parsed_body``) is served as its compact
-JSON encoding, the closest the recording allows.
+exactly (a binary one, e.g. gzip, with its recorded ``content-encoding``); a body some
+recorders store decoded (``parsed_body``) is served as its compact JSON encoding, the
+closest the recording allows. :func:`load_slice` reads a response quoted
+in some other file (a vendor's documentation, a curl transcript): the bytes between two
+offsets, served unchanged.
 
 :class:`ReplayServer` answers the n-th ``POST`` (any path) with the n-th response given,
 and every later one with the last; every request body is kept in ``requests``.
@@ -22,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Recorded", "ReplayServer", "load_cassette"]
+__all__ = ["Recorded", "ReplayServer", "load_cassette", "load_slice"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class Recorded:
     status: int
     content_type: str
     body: bytes
+    # the recorded ``content-encoding`` (``gzip``: the body is sent compressed, as recorded)
+    content_encoding: str | None = None
 
 
 def load_cassette(path: str | Path, interaction: int = 0) -> Recorded:
@@ -43,13 +48,32 @@ def load_cassette(path: str | Path, interaction: int = 0) -> Recorded:
     headers = {str(k).lower(): v for k, v in (response.get("headers") or {}).items()}
     kind = headers.get("content-type") or ["application/json"]
     content_type = kind[0] if isinstance(kind, list) else str(kind)
+    encoding = headers.get("content-encoding")
+    encoding = (encoding[0] if isinstance(encoding, list) else encoding) or None
     body = response.get("body")
     if isinstance(body, dict) and "string" in body:
         raw = body["string"]
         payload = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw or b"")
+        if isinstance(raw, str):
+            encoding = None  # a body vcrpy kept as text was stored decoded
     else:
         payload = json.dumps(response.get("parsed_body"), separators=(",", ":")).encode("utf-8")
-    return Recorded(int(response["status"]["code"]), content_type, payload)
+        encoding = None
+    return Recorded(int(response["status"]["code"]), content_type, payload, encoding)
+
+
+def load_slice(
+    path: str | Path,
+    start: int,
+    end: int,
+    status: int = 200,
+    content_type: str = "application/json",
+) -> Recorded:
+    """The bytes ``[start, end)`` of the file at ``path`` as a response body, as they are."""
+    data = Path(path).read_bytes()
+    if not 0 <= start < end <= len(data):
+        raise ValueError(f"{path}: no bytes {start}..{end} in a file of {len(data)}")
+    return Recorded(status, content_type, data[start:end])
 
 
 class ReplayServer:
@@ -82,6 +106,8 @@ class ReplayServer:
                     reply = server.responses[min(n, len(server.responses) - 1)]
                 self.send_response(reply.status)
                 self.send_header("content-type", reply.content_type)
+                if reply.content_encoding:
+                    self.send_header("content-encoding", reply.content_encoding)
                 self.send_header("content-length", str(len(reply.body)))
                 self.end_headers()
                 self.wfile.write(reply.body)
