@@ -1,7 +1,12 @@
-"""The pinned section on a summary (ours): a deterministic part that keeps the user's rules
-verbatim (the sentences of their messages that state one), the files the agent changed,
-and the session's archive of every output that left the view
-(``tool-output/<session>.outputs``); :func:`water_fill` fits the rules to the budget."""
+"""The pinned section on a summary (ours): a deterministic part that keeps what the user said
+verbatim, the files the agent changed, and the session's archive of every output that left the
+view (``tool-output/<session>.outputs``); :func:`water_fill` fits the user's words to the budget.
+
+No word list decides which of the user's sentences matter: every sentence of every earlier user
+message is kept, oldest first, except those that recur. A sentence that resembles one from
+another message (most of its words shared, :func:`recurring`) is a routine request: the
+newest of its kind is kept, and only when room remains. What the user said once (a rule, a
+preference, a changed name, however it is worded) stays."""
 
 from __future__ import annotations
 
@@ -20,12 +25,8 @@ from .items import is_real_user, put_back, user_text
 
 CHANGE_TOOLS = ("edit", "write")  # their filePath goes into the pinned "files changed" list
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
-# A sentence that states a rule, a preference or a changed fact: kept verbatim across compactions.
-_RULE = re.compile(
-    r"\b(never|always|must|mustn't|do not|don't|should|shouldn't|only|instead|prefer|avoid|make sure|"
-    r"remember|from now on|is now|are now|renamed|no longer|keep|use)\b",
-    re.IGNORECASE,
-)
+_WORD = re.compile(r"[^\W\d_]{2,}")  # words without digits: "[T07]", ids and sizes do not count
+RECUR = 0.5  # two sentences sharing at least this share of their words (Jaccard) are one kind
 PINNED_HEADER = "---\n*Pinned from the history (verbatim, not summarised):*"
 
 
@@ -45,12 +46,40 @@ def water_fill(texts: Sequence[str], budget_chars: int) -> list[str]:
     return [t if len(t) <= cap else t[:cap].rstrip() + " […]" for t in texts]
 
 
+def recurring(sentences: Sequence[tuple[int, str]]) -> tuple[list[str], list[str]]:
+    """Split ``(message index, sentence)`` pairs, oldest first, into the sentences said once
+    (oldest first) and one sentence per recurring kind (the newest of each, newest kind first).
+
+    A kind recurs when sentences of at least two different messages share most of their words
+    (Jaccard ≥ ``RECUR`` over words without digits); ids, numbers and markers do not count."""
+    kinds: list[tuple[set[str], list[tuple[int, str]]]] = []
+    for index, sentence in sentences:
+        words = {w.lower() for w in _WORD.findall(sentence)}
+        for seen, members in kinds:
+            union = words | seen
+            if union and len(words & seen) / len(union) >= RECUR:
+                members.append((index, sentence))
+                break
+        else:
+            kinds.append((words, [(index, sentence)]))
+    once: list[tuple[int, str]] = []
+    routine: list[tuple[int, str]] = []
+    for _, members in kinds:
+        if len({i for i, _ in members}) > 1:
+            routine.append(members[-1])
+        else:
+            once.extend(members)
+    once.sort(key=lambda x: x[0])
+    routine.sort(key=lambda x: -x[0])
+    return [s for _, s in once], [s for _, s in routine]
+
+
 @dataclass
 class Pinner:
     """Writes the session's output archive and the pinned section of a summary.
 
     ``usable`` (the usable window) sizes the section; ``pin_requests``: how many earlier
-    requests (their first sentence) are pinned beside the rules."""
+    requests (their first sentence) are pinned beside what the user said."""
 
     store: Any
     data_dir: Path
@@ -96,12 +125,13 @@ class Pinner:
         observer: Observer,
         archive: Path | None = None,
     ) -> WithParts:
-        """Append the deterministic pinned section: the rules the user stated (verbatim), the
-        newest earlier requests, and where the earlier tool outputs are saved."""
+        """Append the deterministic pinned section: what the user said (verbatim, recurring
+        requests last), the files changed, the newest earlier requests, and where the earlier
+        tool outputs are saved."""
         tail_ids = {m.info.id for m in tail}
         stop = replay.info.id if replay is not None else (tail[0].info.id if tail else None)
         summary_text = "".join(p.text for p in summary.parts if isinstance(p, TextPart))
-        rules: list[str] = []
+        said: list[tuple[int, str]] = []
         requests: list[str] = []
         files: list[str] = []
         for item in history:
@@ -114,9 +144,7 @@ class Pinner:
             if is_real_user(item):
                 text = user_text(item).strip()
                 sentences = [x.strip() for x in _SENTENCE.split(text) if x.strip()]
-                for sentence in sentences:
-                    if _RULE.search(sentence) and sentence not in rules:
-                        rules.append(sentence[:400])
+                said += [(len(requests), x[:400]) for x in sentences]
                 if sentences:
                     requests.append(sentences[0][:200])
             elif isinstance(item.info, AssistantMessage) and not item.info.summary:
@@ -132,13 +160,25 @@ class Pinner:
                                 files.remove(path)
                             files.append(path)
         budget_chars = 4 * max(300, min(3_000, (self.usable or 8_000) // 16))
-        rules = [r for r in rules if r not in summary_text]
+        once, routine = recurring([(i, x) for i, x in said if x not in summary_text])
         lines = [PINNED_HEADER]
-        if rules:
+        room = budget_chars * 2 // 3
+        if once:
             lines.append(
-                "The user's rules and changes, oldest first (in force unless a later one changes them):"
+                "What the user said, oldest first (in force unless a later message changes it):"
             )
-            lines += [f"- {r}" for r in water_fill(rules, budget_chars * 2 // 3)]
+            kept = water_fill(once, room)
+            lines += [f"- {r}" for r in kept]
+            room -= sum(len(r) + 3 for r in kept)
+        shown_routine: list[str] = []
+        for text in routine:  # the newest of each recurring request, while room remains
+            if len(text) + 3 > room:
+                break
+            shown_routine.append(f"- {text}")
+            room -= len(text) + 3
+        if shown_routine:
+            lines.append("Recurring requests, the newest of each kind, newest first:")
+            lines += shown_routine
         used = sum(len(x) for x in lines)
         if files:
             shown_files, size = [], 0
