@@ -31,7 +31,7 @@ PREVIOUS_INTRO = (
     "where the two disagree, it wins; state the corrected fact and drop the old one."
 )
 PINNED_NOTE = (
-    "The user's messages (what they said once, verbatim) and where the tool outputs are saved are "
+    "What the user and the assistant said once (verbatim) and where the tool outputs are saved are "
     "added to your summary by the system: do not copy those messages out, and keep the summary under "
     "about {tokens} tokens."
 )
