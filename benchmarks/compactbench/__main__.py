@@ -302,10 +302,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def local_summariser_url() -> tuple[str, str]:
-    """The embedded local model's server (started when none runs): (base URL, model name)."""
+    """The embedded local model's server, its own (a run folder in the cache, so a notebook's
+    server is never restarted with another window): (base URL, model name)."""
     from jupyter_session_agent.providers.local import LocalServer
 
-    return LocalServer(n_ctx=8_192).ensure(), "local"
+    from .opencode_cli import cache_dir
+
+    server = LocalServer(n_ctx=16_384, run_dir=cache_dir() / "compactbench-local", idle_timeout=300)
+    return server.ensure(), "local"
 
 
 def beats(ours: dict, other: dict, name: str) -> bool:

@@ -293,6 +293,13 @@ def forwarding_summariser(
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 data = json.loads(resp.read())
             text = (data["choices"][0]["message"].get("content") or "").strip()
+        except urllib.error.HTTPError as err:  # passed on as it came (a context overflow too)
+            raw = err.read()
+            try:
+                error_body = json.loads(raw)
+            except ValueError:
+                error_body = {"error": {"message": raw[:300].decode(errors="replace")}}
+            return Reply(status=err.code, error_body=error_body)
         except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError) as err:
             return Reply(
                 status=502,
