@@ -424,6 +424,8 @@ def _prompt(serve: Serve, sandbox: Sandbox, session: str, turn, driver: str) -> 
             reply = serve.prompt(session, turn.request, files)
         except RuntimeError as err:  # the server refused the prompt itself (one line)
             return str(err)[:200]
+        except OSError as err:  # no answer in time (a slow summary model): the run ends here
+            return f"opencode serve did not answer: {err}"[:200]
     error = (reply or {}).get("info", {}).get("error")
     if error:
         data = error.get("data") or {}
