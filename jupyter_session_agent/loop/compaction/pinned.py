@@ -31,6 +31,7 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[^\W\d_]{2,}")  # words without digits: "[T07]", ids and sizes do not count
 RECUR = 0.5  # two sentences sharing at least this share of their words (Jaccard) are one kind
 RECUR_MESSAGES = 3  # a kind recurs when sentences of this many different messages are of it
+OWN_WORDS = 4  # a recurring sentence with this many words no other of its kind has is kept
 MIN_VERBATIM = 40  # characters: below this room, no verbatim sentences are pinned
 CLEARED_CHARS = 120  # a cleared output in the view: the placeholder and where it is saved
 OVERHEAD_CHARS = 400  # the section's header, notes and archive line
@@ -75,24 +76,34 @@ def recurring(sentences: Sequence[tuple[int, str]]) -> tuple[list[str], list[str
 
     A kind recurs when sentences of at least ``RECUR_MESSAGES`` different messages share most
     of their words (Jaccard ≥ ``RECUR`` over words without digits; ids, numbers and markers do
-    not count): a frame used again and again, not two statements that happen to look alike."""
-    kinds: list[tuple[set[str], list[tuple[int, str]]]] = []
+    not count): a frame used again and again, not two statements that happen to look alike.
+    A sentence of a recurring kind that carries ``OWN_WORDS`` words no other sentence of its
+    kind has (a rule added to a routine request) counts as said once."""
+    kinds: list[tuple[set[str], list[tuple[int, str, set[str]]]]] = []
     for index, sentence in sentences:
         words = {w.lower() for w in _WORD.findall(sentence)}
         for seen, members in kinds:
             union = words | seen
             if union and len(words & seen) / len(union) >= RECUR:
-                members.append((index, sentence))
+                members.append((index, sentence, words))
                 break
         else:
-            kinds.append((words, [(index, sentence)]))
+            kinds.append((words, [(index, sentence, words)]))
     once: list[tuple[int, str]] = []
     routine: list[tuple[int, str]] = []
     for _, members in kinds:
-        if len({i for i, _ in members}) >= RECUR_MESSAGES:
-            routine.append(members[-1])
-        else:
-            once.extend(members)
+        if len({i for i, _, _ in members}) < RECUR_MESSAGES:
+            once.extend((i, x) for i, x, _ in members)
+            continue
+        counts: dict[str, int] = {}
+        for _, _, words in members:
+            for w in words:
+                counts[w] = counts.get(w, 0) + 1
+        for i, x, words in members:  # a routine frame that carries words of its own is not routine
+            if sum(1 for w in words if counts[w] == 1) >= OWN_WORDS:
+                once.append((i, x))
+        last = members[-1]
+        routine.append((last[0], last[1]))
     once.sort(key=lambda x: x[0])
     routine.sort(key=lambda x: -x[0])
     return [s for _, s in once], [s for _, s in routine]
