@@ -6,19 +6,20 @@
   tool call, a result, or a summary line); otherwise it calls the tool again
   (counted as a duplicate). So a policy that loses the latest request or the
   record of finished work changes what the agent does next.
-* :func:`extractive_summary` plays the summariser (an extractive stand-in):
-  it copies salient lines of what it was *sent* (user lines; lines with numbers,
-  ``key=value``, paths, DONE/PENDING, never/always/must/because) under headings,
-  newest first within a token cap, and carries a previous summary's lines
-  forward (oldest dropped first). The cap follows what it reads, as an LLM's
-  "detailed summary" does: an eighth of the input (300–4,000 tokens), or less
-  when the request asks for less ("under about N tokens", ``max_tokens``). Its output depends only on the request body, so policies that send
-  different things get different summaries.
+* :func:`extractive_summary` plays the summariser (an extractive stand-in), the same for
+  every system: it reads each one's own request the same way (ours' ``<transcript>``,
+  OpenCode's ``<conversation>``, v1.2.16's raw messages) and never its instructions. It
+  keeps, while its budget lasts, the user's lines, then an earlier summary's lines, then
+  what the assistant said, then tool-output lines with a number, ``key=value``, a path or a
+  status word; a group that does not fit is sampled evenly (neither newest nor oldest
+  preferred). The budget follows what it reads, as an LLM's "detailed summary" does: an
+  eighth of the input (300–4,000 tokens), and never more than ``max_tokens``.
+  :func:`forwarding_summariser` sends the same requests to a real model instead.
 * The real OpenCode's own traffic is answered too: its title requests get a short
   title (``scripted_server.is_title_request``), its summary requests (system prompt "You are a
   context summarization agent…", the head as ``<conversation>``, an earlier summary as
-  ``<prior-summary>``) get the same extractive summary written under its template's
-  headings (Objective / Important Details / Work State / Next Move / Relevant Files).
+  ``<prior-summary>``) go to the same summariser (the stand-in writes under its template's
+  headings: Objective / Important Details / Work State / Next Move / Relevant Files).
 * :class:`BenchServer` is the package's :class:`ScriptedServer` with a
   responder function instead of a queue, and a hard context limit: a request
   whose estimated prompt plus ``max_tokens`` exceeds the window gets OpenAI's

@@ -2,8 +2,9 @@
 
 Per scenario: an isolated OpenCode (``opencode_cli.Sandbox``) whose only model is served by
 the same scripted server the other policies use (a hard context limit, the same rule agent and
-extractive summariser; OpenCode's title requests get a title, its summary requests an
-extractive summary in its template). The scenario's files are written into the project
+summariser; OpenCode's title requests get a title, its summary requests the same summary ours
+get, in its template). Its model declares ``limit.input = context − output``, what the server
+enforces. The scenario's files are written into the project
 folder (``cat logs/…`` and ``read`` really run), every turn is one prompt, a manual
 compaction is ``POST /session/<id>/summarize``, and at the end one probe prompt shows what
 the model would be sent next. The requests OpenCode sends are then scored as ours are:
