@@ -2,9 +2,10 @@
 
 Runs every scenario under every policy (no management, OpenCode v1.2.16, ours)
 against the scripted server (offline, deterministic) and prints the table that
-``docs/compaction.md`` reproduces. ``--base-url URL --model NAME`` sends the
-summary calls to a real OpenAI-compatible server instead (``OPENAI_API_KEY``
-is used if set); the scenarios and the scripted agent stay the same.
+``docs/compaction.md`` reproduces. ``--base-url URL --model NAME`` sends every
+system's summary calls (the real OpenCode's too) to a real OpenAI-compatible server
+instead (``OPENAI_API_KEY`` is used if set), ``--local-model`` to the package's embedded
+llama.cpp model; the scenarios and the scripted agent stay the same.
 
 The real OpenCode (npm ``opencode-ai``, the version in ``opencode_cli.VERSION``) is a
 column of its own: each scenario is driven through the CLI against the same scripted
@@ -17,8 +18,10 @@ Options: ``--scenarios a,b``, ``--extra`` (also OpenCode with its reserved bug
 and ours with raw-messages summary input), ``--json FILE`` (every run, every
 event), ``--check`` (exit 1 unless ours keeps the latest request and the
 constraints everywhere, frees at least as much per event as OpenCode v1.2.16 on the
-same histories and as the real OpenCode end to end, and spends no more LLM calls per
-event than the real OpenCode).
+same histories and as the real OpenCode end to end, spends no more LLM calls per
+event than the real OpenCode, and against it retains as much after every k-th summary,
+keeps statuses, decisions and constraints as well, with no more summaries and summary
+input: :func:`check`).
 """
 
 from __future__ import annotations
