@@ -840,3 +840,48 @@ def test_manual_compact_command_and_errors(ip, server, magics, store):
     )  # manual: no continue
     with pytest.raises(UsageError, match="usage"):
         ip.run_line_magic("agent", "compact --bogus")
+
+
+def test_the_pinned_section_keeps_what_was_said_once_whatever_its_wording(server, tmp_path):
+    """No word list: rules stated once in the user's words (none with never / always / must /
+    keep / use …), and the assistant's statuses and decisions, are pinned verbatim; routine
+    requests that recur in every turn are not, but for the newest of them."""
+    from benchmarks.compactbench.scenarios import PHRASINGS, TOPICS
+
+    rules = [r for r in PHRASINGS if not any(w in r.lower() for w in ("never", "keep", "use "))]
+    history = []
+    for i in range(8):
+        topic = TOPICS[i % len(TOPICS)]
+        text = f"[T{i:02d}] Please look into {topic} and report what you find."
+        if i in (0, 3):
+            text += f" {rules[i]}."
+        if i == 5:  # a rule inside the routine sentence itself
+            text = f"[T05] Please look into {topic} and, from here on, quote every amount in euros."
+        history += [
+            user(text),
+            assistant(out(f"value_{i}=ok " + tokens_text(1_500))),
+            assistant(
+                said(
+                    f"[T{i:02d}] Finished looking into {topic}."
+                    + (
+                        " We settled on weekly buckets since daily ones are noisy."
+                        if i == 2
+                        else ""
+                    )
+                ),
+                finish="stop",
+            ),
+        ]
+    history.append(user("[T08] Please look into the CSV loader and report what you find."))
+    history.append(assistant(out("latest " + tokens_text(200))))
+    server.enqueue(Reply(text="## Goal\nlook into things"))
+    store = Store(tmp_path / "data")
+    compactor = _compactor(store, tmp_path, CompactionConfig(), context=60_000, server=server)
+    result = compactor.compact(history, cause="auto", auto=True)
+    assert result.ok, result.message
+    pinned = next(m for m in history if m.info.summary).parts[-1].text
+    for rule in (rules[0], rules[3], "from here on, quote every amount in euros"):
+        assert rule in pinned, rule
+    assert "We settled on weekly buckets since daily ones are noisy." in pinned
+    assert "[T01] Please look into" not in pinned and "Finished looking into" not in pinned
+    store.close()

@@ -2,9 +2,10 @@
 
 Runs every scenario under every policy (no management, OpenCode v1.2.16, ours)
 against the scripted server (offline, deterministic) and prints the table that
-``docs/compaction.md`` reproduces. ``--base-url URL --model NAME`` sends the
-summary calls to a real OpenAI-compatible server instead (``OPENAI_API_KEY``
-is used if set); the scenarios and the scripted agent stay the same.
+``docs/compaction.md`` reproduces. ``--base-url URL --model NAME`` sends every
+system's summary calls (the real OpenCode's too) to a real OpenAI-compatible server
+instead (``OPENAI_API_KEY`` is used if set), ``--local-model`` to the package's embedded
+llama.cpp model; the scenarios and the scripted agent stay the same.
 
 The real OpenCode (npm ``opencode-ai``, the version in ``opencode_cli.VERSION``) is a
 column of its own: each scenario is driven through the CLI against the same scripted
@@ -17,8 +18,10 @@ Options: ``--scenarios a,b``, ``--extra`` (also OpenCode with its reserved bug
 and ours with raw-messages summary input), ``--json FILE`` (every run, every
 event), ``--check`` (exit 1 unless ours keeps the latest request and the
 constraints everywhere, frees at least as much per event as OpenCode v1.2.16 on the
-same histories and as the real OpenCode end to end, and spends no more LLM calls per
-event than the real OpenCode).
+same histories and as the real OpenCode end to end, spends no more LLM calls per
+event than the real OpenCode, and against it retains as much after every k-th summary,
+keeps statuses, decisions and constraints as well, with no more summaries and summary
+input: :func:`check`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from .harness import (
     summarise_pairs,
     summarise_runs,
 )
+from .llm import extractive_summariser, forwarding_summariser
 from .opencode_cli import PACKAGE, VERSION, OpenCodeUnavailable, ensure_opencode
 from .real import POLICY as REAL
 from .real import run_opencode_scenario
@@ -82,8 +86,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="add OpenCode with the reserved bug and ours with raw messages",
     )
-    parser.add_argument("--base-url", help="a real OpenAI-compatible server for the summary calls")
+    parser.add_argument(
+        "--base-url",
+        help="a real OpenAI-compatible server for every policy's summary calls (the real "
+        "OpenCode's too); OPENAI_API_KEY is sent if set",
+    )
     parser.add_argument("--model", help="the model name on --base-url")
+    parser.add_argument(
+        "--local-model",
+        action="store_true",
+        help="summaries by the package's embedded local model (llama.cpp, started on demand)",
+    )
     parser.add_argument("--json", help="write every run (events, checkpoints) to this file")
     parser.add_argument("--check", action="store_true", help="exit 1 unless ours passes the gates")
     parser.add_argument("--no-real", action="store_true", help="leave out the real OpenCode CLI")
@@ -107,6 +120,17 @@ def main(argv: list[str] | None = None) -> int:
             k: v for k, v in {**POLICIES, **EXTRA_POLICIES}.items() if k in args.policies.split(",")
         }
 
+    summarise, where = extractive_summariser, "summaries by the extractive stand-in (offline)"
+    if args.local_model and not args.base_url:
+        try:
+            args.base_url, args.model = local_summariser_url()
+        except Exception as err:  # noqa: BLE001 - one line, then exit
+            print(f"the embedded local model cannot start: {err}", file=sys.stderr)
+            return 2
+    if args.base_url:
+        summarise = forwarding_summariser(args.base_url, args.model or "default")
+        where = f"summaries by {args.model or 'default'} at {args.base_url}"
+
     binary = None
     if not args.no_real and (not args.policies or REAL in args.policies.split(",")):
         try:
@@ -124,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     for scn in scenarios:
         for name in order:
             if name == REAL:
-                result = run_opencode_scenario(scn, binary=binary, driver=args.opencode_driver)
+                result = run_opencode_scenario(
+                    scn, binary=binary, driver=args.opencode_driver, summarise=summarise
+                )
             else:
                 shadows = {
                     p: policies[p] for p in PAIR if p != name and name in PAIR and p in policies
@@ -133,9 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                     scn,
                     name,
                     policies[name],
-                    base_url=args.base_url,
-                    model=args.model,
                     shadows=shadows,
+                    summarise=summarise,
                 )
             runs[name].append(result)
             ev = [e for e in result.events if e["kind"] == "summary"]
@@ -201,11 +226,6 @@ def main(argv: list[str] | None = None) -> int:
     fmt["LLM calls/event"] = lambda v: f"{v:.2f}"
     fmt["cost $"] = lambda v: f"{v:.3f}"
     names = [s.name for s in scenarios if s.name not in ROBUSTNESS]
-    where = (
-        f"summaries by {args.model} at {args.base_url}"
-        if args.base_url
-        else "offline (scripted server)"
-    )
     if rows:
         print(f"\nCompactBench — {len(names)} scenarios ({', '.join(names)}); {where}")
         if REAL in runs and runs[REAL]:
@@ -284,10 +304,52 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def local_summariser_url() -> tuple[str, str]:
+    """The embedded local model's server, its own (a run folder in the cache, so a notebook's
+    server is never restarted with another window): (base URL, model name)."""
+    from jupyter_session_agent.providers.local import LocalServer
+
+    from .opencode_cli import cache_dir
+
+    server = LocalServer(n_ctx=16_384, run_dir=cache_dir() / "compactbench-local", idle_timeout=300)
+    return server.ensure(), "local"
+
+
+def beats(ours: dict, other: dict, name: str) -> bool:
+    """Ours against the real OpenCode end to end: needles retained after the k-th summary at
+    every k both reached, final status and decision, constraints kept, at least as good; no
+    more summary calls and no more summary input in total."""
+    ok = True
+
+    def fail(what: str, a, b) -> None:
+        nonlocal ok
+        ok = False
+        print(f"FAIL {what}: ours {a} vs {name} {b}", file=sys.stderr)
+
+    for k, value in ours["retention@k"].items():
+        theirs = other["retention@k"].get(k)
+        if theirs is not None and value is not None and value < theirs:
+            fail(f"retained after summary {k}", f"{value:.0%}", f"{theirs:.0%}")
+    for key in ("final status", "final decision", "final constraint", "constraints kept"):
+        if (ours.get(key) or 0) < (other.get(key) or 0):
+            fail(key, f"{ours.get(key) or 0:.0%}", f"{other.get(key) or 0:.0%}")
+    if ours["summaries"] > other["summaries"]:
+        fail("summary calls", ours["summaries"], other["summaries"])
+    if ours["summary input total"] > other["summary input total"]:
+        fail(
+            "summary input total",
+            f"{ours['summary input total']:,.0f}",
+            f"{other['summary input total']:,.0f}",
+        )
+    return ok
+
+
 def check(runs: dict) -> bool:
     """Ours keeps the latest request and the constraints in every scenario, never dies, frees
     at least as many tokens per summary event as OpenCode v1.2.16 (paired, over all scenarios)
-    and as the real OpenCode (end to end), and spends no more LLM calls per event than it."""
+    and as the real OpenCode (end to end), spends no more LLM calls per event than it, and
+    against it (:func:`beats`) retains as much after every k-th summary, keeps status,
+    decisions and constraints as well, with fewer summary calls and less summary input."""
     ok = True
     if REAL in runs and runs[REAL]:
         main = {
@@ -308,6 +370,7 @@ def check(runs: dict) -> bool:
                 file=sys.stderr,
             )
             ok = False
+        ok = beats(main["ours"], main[REAL], REAL) and ok
     for r in runs["ours"]:
         if r.scenario in ROBUSTNESS:  # compaction cannot help: end with one clear error, never loop
             futile = [e for e in r.events if e["kind"] == "summary" and e["outcome"] != "ok"]

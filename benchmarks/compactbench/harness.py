@@ -14,12 +14,12 @@ results as sent, pruned ones as placeholders with their file).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,8 +42,14 @@ from jupyter_session_agent.store import Store
 from jupyter_session_agent.tools import ToolContext, ToolResult, run_tool
 
 from .baseline import OPENCODE, OpenCodeReservedBug, Policy, RawMessagesInput
-from .llm import BenchServer, RuleAgent, extractive_summary, is_summary_request
-from .scenarios import Scenario
+from .llm import (
+    BenchServer,
+    RuleAgent,
+    extractive_summariser,
+    forwarding_summariser,
+    is_summary_request,
+)
+from .scenarios import Scenario, write_files
 
 POLICIES: dict[str, Policy] = {
     "none": Policy(CompactionConfig(auto=False, prune=False)),
@@ -54,7 +60,8 @@ EXTRA_POLICIES: dict[str, Policy] = {
     "opencode (reserved bug)": Policy(OPENCODE.config, OpenCodeReservedBug()),
     "ours, raw-messages input": Policy(CompactionConfig(), RawMessagesInput()),
 }
-POINTER = re.compile(r"(/[^\s\"'\\]+/tool-output/[\w.-]+)")
+# a path the view shows: absolute, or relative with a folder and an extension
+VISIBLE_PATH = re.compile(r"(?<![\w/.-])(/[\w.+-]+(?:/[\w.+-]+)+|[\w.-]+(?:/[\w.-]+)+\.\w+)")
 
 
 class BenchTool:
@@ -146,22 +153,29 @@ def view_text(chat: list[dict]) -> str:
     return "\n".join(out)
 
 
-def recoverable(text: str, answer: str) -> bool:
-    """The answer is in a saved output whose path is visible: one read/grep away."""
-    for path in set(POINTER.findall(text)):
+def recoverable(text: str, answer: str, root: Path | None = None) -> bool:
+    """The answer is one read away: in a file whose path the view shows — any path, absolute
+    or relative to the project folder ``root`` (ours' saved outputs and archive, OpenCode's
+    project files alike) — that exists and contains it. The same rule for every policy."""
+    for path in set(VISIBLE_PATH.findall(text)):
+        target = Path(path) if path.startswith("/") else (root / path if root else None)
+        if target is None:
+            continue
         try:
-            if answer in Path(path).read_text(encoding="utf-8", errors="replace"):
+            if target.is_file() and answer in target.read_text(encoding="utf-8", errors="replace"):
                 return True
         except OSError:
             continue
     return False
 
 
-def _measure(event, chat: list[dict], planted: list, turn) -> dict:
+def _measure(event, chat: list[dict], planted: list, turn, root: Path | None = None) -> dict:
     text = view_text(chat)
     said = "\n".join(view_text([m]) for m in chat if m.get("role") in ("user", "assistant"))
     kept = [_retained(x, text) for x in planted]
-    reach = [k or (x.cls == "tool" and recoverable(text, x.answer)) for x, k in zip(planted, kept)]
+    reach = [
+        k or (x.cls == "tool" and recoverable(text, x.answer, root)) for x, k in zip(planted, kept)
+    ]
     constraints = [k for x, k in zip(planted, kept) if x.cls == "constraint"]
     return {
         "ok": event.outcome == "ok",
@@ -188,10 +202,19 @@ def run_scenario(
     api_key: str | None = None,
     max_steps: int = 25,
     shadows: dict[str, Policy] | None = None,
+    summarise: Callable[[dict], Any] | None = None,
 ) -> RunResult:
     """Run ``scn`` under ``run_policy``. ``shadows``: at every compaction point, also run these
     policies' compactors on a copy of the same history (scratch store) and record both
-    results side by side (``RunResult.paired``)."""
+    results side by side (``RunResult.paired``). ``summarise``: answers the summary requests
+    (default: the extractive stand-in; ``base_url``/``model``: forwarded to a real model), as
+    for the real OpenCode's."""
+    if summarise is None:
+        summarise = (
+            forwarding_summariser(base_url, model or "default", api_key)
+            if base_url
+            else extractive_summariser
+        )
     config, strategy = run_policy.config, run_policy.strategy
     workdir = Path(tempfile.mkdtemp(prefix="compactbench-"))
     paired: list[dict] = []
@@ -207,15 +230,11 @@ def run_scenario(
 
     def respond(body: dict):
         if shadowing["on"]:
-            from jupyter_session_agent.testing.scripted_server import Reply
-
-            return Reply(text=extractive_summary(body))
+            return summarise(body)
         if is_summary_request(body):
             counts["summary"] += 1
             latest["pending"] = True
-            from jupyter_session_agent.testing.scripted_server import Reply
-
-            return Reply(text=extractive_summary(body))
+            return summarise(body)
         counts["main"] += 1
         if latest["pending"]:  # the first agent request after a compaction
             latest["pending"] = False
@@ -228,6 +247,7 @@ def run_scenario(
             latest["ok"] += agent.turn is not None and agent.turn.marker in said
         return agent.reply(body)
 
+    write_files(scn, workdir)  # what the tool calls read, on disk as for the real OpenCode
     server = BenchServer(respond, scn.context).start()
     server.keep_requests = False
     store = Store(workdir / "data")
@@ -245,7 +265,7 @@ def run_scenario(
             images=True,
         )
         provider = OpenAIProvider(
-            provider_id="openai", base_url=server.base_url, api_key="sk-bench", timeout=120
+            provider_id="openai", base_url=server.base_url, api_key="sk-bench", timeout=900
         )
         tools = {name: BenchTool(name, outputs) for name in TOOL_NAMES}
         schemas = bench_schemas(tools)
@@ -255,18 +275,8 @@ def run_scenario(
         session_id = ids.descending("session")
         data_dir = workdir / "data"
 
+        # the summary calls go through the same server, which hands them to ``summarise``
         summary_provider, summary_info, summary_model_id = provider, info, "agent"
-        if base_url:
-            summary_provider = OpenAIProvider(
-                provider_id="openai",
-                base_url=base_url,
-                api_key=api_key or os.environ.get("OPENAI_API_KEY", "sk-none"),
-                timeout=600,
-            )
-            summary_info = ModelInfo(
-                "openai", model or "default", context=scn.context, output=scn.output
-            )
-            summary_model_id = model or "default"
 
         def request_factory(chat: list[dict], last_step: bool) -> ChatRequest:
             return ChatRequest(
@@ -332,12 +342,12 @@ def run_scenario(
                         shadowing["on"] = False
                         server.overflows = overflows
                     record["results"][name] = _measure(
-                        result.event, shadow.chat(copy), planted, turn
+                        result.event, shadow.chat(copy), planted, turn, workdir
                     )
                     sstore.close()
                 result = super().compact(history, **kw)
                 record["results"][policy] = _measure(
-                    result.event, self.chat(history), planted, turn
+                    result.event, self.chat(history), planted, turn, workdir
                 )
                 paired.append(record)
                 return result
@@ -419,7 +429,9 @@ def run_scenario(
                         "summaries": n,
                         "retained": {x.id: _retained(x, text) for x in planted},
                         "recoverable": {
-                            x.id: recoverable(text, x.answer) for x in planted if x.cls == "tool"
+                            x.id: recoverable(text, x.answer, workdir)
+                            for x in planted
+                            if x.cls == "tool"
                         },
                     }
                 )
@@ -436,7 +448,7 @@ def run_scenario(
         upto = completed if died is None else completed
         final = {x.id: _retained(x, text) for x in scn.needles if x.turn < upto}
         recov = {
-            x.id: recoverable(text, x.answer)
+            x.id: recoverable(text, x.answer, workdir)
             for x in scn.needles
             if x.turn < upto and x.cls == "tool"
         }

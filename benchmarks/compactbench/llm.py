@@ -6,19 +6,20 @@
   tool call, a result, or a summary line); otherwise it calls the tool again
   (counted as a duplicate). So a policy that loses the latest request or the
   record of finished work changes what the agent does next.
-* :func:`extractive_summary` plays the summariser (an extractive stand-in):
-  it copies salient lines of what it was *sent* (user lines; lines with numbers,
-  ``key=value``, paths, DONE/PENDING, never/always/must/because) under headings,
-  newest first within a token cap, and carries a previous summary's lines
-  forward (oldest dropped first). The cap follows what it reads, as an LLM's
-  "detailed summary" does: an eighth of the input (300–4,000 tokens), or less
-  when the request asks for less ("under about N tokens", ``max_tokens``). Its output depends only on the request body, so policies that send
-  different things get different summaries.
+* :func:`extractive_summary` plays the summariser (an extractive stand-in), the same for
+  every system: it reads each one's own request the same way (ours' ``<transcript>``,
+  OpenCode's ``<conversation>``, v1.2.16's raw messages) and never its instructions. It
+  keeps, while its budget lasts, the user's lines, then an earlier summary's lines, then
+  what the assistant said, then tool-output lines with a number, ``key=value``, a path or a
+  status word; a group that does not fit is sampled evenly (neither newest nor oldest
+  preferred). The budget follows what it reads, as an LLM's "detailed summary" does: an
+  eighth of the input (300–4,000 tokens), and never more than ``max_tokens``.
+  :func:`forwarding_summariser` sends the same requests to a real model instead.
 * The real OpenCode's own traffic is answered too: its title requests get a short
   title (``scripted_server.is_title_request``), its summary requests (system prompt "You are a
   context summarization agent…", the head as ``<conversation>``, an earlier summary as
-  ``<prior-summary>``) get the same extractive summary written under its template's
-  headings (Objective / Important Details / Work State / Next Move / Relevant Files).
+  ``<prior-summary>``) go to the same summariser (the stand-in writes under its template's
+  headings: Objective / Important Details / Work State / Next Move / Relevant Files).
 * :class:`BenchServer` is the package's :class:`ScriptedServer` with a
   responder function instead of a queue, and a hard context limit: a request
   whose estimated prompt plus ``max_tokens`` exceeds the window gets OpenAI's
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,12 +42,13 @@ from jupyter_session_agent.testing.scripted_server import (
 )
 
 CAP_SHARE, CAP_MIN, CAP_MAX = 8, 300, 4_000  # summary ≈ 1/8 of what it reads, 300–4,000 tokens
+# a tool-output line worth keeping: a number, key=value, a status word or a path (no word list)
 SALIENT = re.compile(
-    r"(\b\d{2,}\b|\b\w+=\S+|\b(?:DONE|PENDING|BLOCKED)\b|\bbecause\b|\bnever\b|\balways\b|\bmust\b|"
-    r"\binstead of\b|\brenamed\b|\b[\w.-]+/[\w./-]+\.\w+)",
+    r"(\b\d{2,}\b|\b\w+=\S+|\b(?:DONE|PENDING|BLOCKED)\b|\b[\w.-]+/[\w./-]+\.\w+)",
     re.IGNORECASE,
 )
-PATH = re.compile(r"\b(?:logs|src)/[\w./-]+\.\w+")
+STATUS = re.compile(r"\b(DONE|PENDING|BLOCKED)\b")
+PATH = re.compile(r"(?<![\w/.-])[\w.-]+(?:/[\w.-]+)+\.\w+")  # a relative path with a folder
 PREFIXES = {
     "[User]: ": "user",
     "[Assistant]: ": "assistant",
@@ -78,7 +81,9 @@ CONTINUES = (
 )  # not the goal
 # OpenCode's read tool frames a file (<path>, <type>, <content>, "(End of file - total N lines)")
 # and numbers its lines ("12: text"): the frame and the numbers are not facts of the file
-READ_FRAME = re.compile(r"^(?:<type>\w+</type>|</?content>|\(End of file - total \d+ lines\))$")
+READ_FRAME = re.compile(
+    r"^(?:<path>.*</path>|<type>\w+</type>|</?content>|\(End of file - total \d+ lines\))$"
+)
 LINE_NUMBER = re.compile(r"^\d+: ")
 
 
@@ -167,17 +172,44 @@ def _summary_lines(text: str) -> list[tuple[str, str]]:
     return out
 
 
+def _fit_evenly(items: list[tuple[str, str]], budget: int) -> list[tuple[str, str]]:
+    """The items that fit ``budget`` tokens, spread evenly over the list (neither the oldest
+    nor the newest preferred); order kept."""
+    costs = [tokens(line) + 1 for _, line in items]
+    if sum(costs) <= budget:
+        return list(items)
+    if not items or budget <= 0:
+        return []
+    m = max(1, len(items) * budget // sum(costs))
+    while m > 0:
+        picks = sorted({(i * len(items)) // m + (len(items) // m) // 2 for i in range(m)})
+        picks = [i for i in picks if i < len(items)]
+        if sum(costs[i] for i in picks) <= budget:
+            return [items[i] for i in picks]
+        m -= 1
+    return []
+
+
 def extractive_summary(body: dict) -> str:
+    """The stand-in summary of a summary request, read the same way whoever sent it.
+
+    What it keeps depends on roles and on the lines themselves, never on the request's
+    instructions: the user's lines first (both systems' prompts ask to carry the user's
+    instructions), then an earlier summary's lines (both ask to merge into it), then what the
+    assistant said, then tool-output lines with a number, ``key=value``, a path or a status
+    word; each group, when it does not fit, is sampled evenly over the conversation. The size
+    follows the input (an eighth, 300–4,000 tokens) and ``max_tokens``."""
     segments, prompt = _segments(body)
     sent = tokens(json.dumps(body.get("messages") or []))
     cap = min(CAP_MAX, max(CAP_MIN, sent // CAP_SHARE))
-    asked = re.search(r"under about (\d+) tokens", prompt)
-    if asked:
-        cap = min(cap, int(asked.group(1)))
     if body.get("max_tokens"):
         cap = min(cap, int(body["max_tokens"]))
-    skip_user = "do not copy those messages out" in prompt
-    picked: list[tuple[str, str]] = []  # (class, line), oldest first
+    groups: dict[str, list[tuple[str, str]]] = {
+        "user": [],
+        "summary": [],
+        "assistant": [],
+        "tool": [],
+    }
     goal = None
     for role, line in segments:
         if role.startswith("summary:"):
@@ -185,32 +217,36 @@ def extractive_summary(body: dict) -> str:
             if cls == "goal":
                 goal = goal or line
                 continue
-            picked.append((cls, line))
+            groups["summary"].append((cls, line))
         elif role == "user":
             if line == "What did we do so far?" or line.startswith(CONTINUES):
                 continue
             goal = line[:300]
-            if not skip_user:
-                picked.append(("user", line[:300]))
+            groups["user"].append(("user", line[:300]))
         elif role == "call":
             for path in PATH.findall(line):
-                picked.append(("file", path))
-        elif SALIENT.search(line) and len(line) <= 300:
-            cls = "status" if re.search(r"\b(DONE|PENDING|BLOCKED)\b", line) else "fact"
-            picked.append((cls, line))
-    seen: dict[tuple[str, str], int] = {}
-    for i, item in enumerate(picked):  # dedupe, keeping the newest position
-        seen[item] = i
-    ordered = sorted(seen, key=seen.get)
-    budget = cap - tokens(goal or "") - 40
-    kept: list[tuple[str, str]] = []
-    for item in reversed(ordered):  # newest first within the cap
-        cost = tokens(item[1]) + 1
-        if budget - cost < 0:
+                groups["tool"].append(("file", path))
+        elif len(line) > 300:
             continue
-        budget -= cost
-        kept.append(item)
-    kept.reverse()
+        elif role == "assistant" or SALIENT.search(line):
+            cls = "status" if STATUS.search(line) else "fact"
+            groups["assistant" if role == "assistant" else "tool"].append((cls, line))
+    budget = cap - tokens(goal or "") - 40
+    chosen: set[tuple[str, str]] = set()
+    for name in ("user", "summary", "assistant", "tool"):
+        seen: dict[tuple[str, str], int] = {}
+        for i, item in enumerate(groups[name]):  # one copy of each, at its newest position
+            if item not in chosen:
+                seen[item] = i
+        fresh = sorted(seen, key=seen.__getitem__)
+        kept = _fit_evenly(fresh, budget)
+        budget -= sum(tokens(line) + 1 for _, line in kept)
+        chosen.update(kept)
+    order = [item for name in ("summary", "user", "assistant", "tool") for item in groups[name]]
+    kept_items: list[tuple[str, str]] = []
+    for item in order:
+        if item in chosen and item not in kept_items:
+            kept_items.append(item)
     sections = []
     headings = (
         OPENCODE_HEADINGS if "## Objective" in prompt and "<template>" in prompt else HEADINGS
@@ -218,11 +254,11 @@ def extractive_summary(body: dict) -> str:
     for heading, cls in headings.items():
         classes = cls if isinstance(cls, tuple) else (cls,)
         lines = (
-            [goal] if cls == "goal" and goal else [f"- {line}" for c, line in kept if c in classes]
+            [goal]
+            if cls == "goal" and goal
+            else [f"- {line}" for c, line in kept_items if c in classes]
         )
-        if cls is None and heading.startswith(
-            "## "
-        ):  # a heading over sub-headings, or one we leave empty
+        if cls is None and heading.startswith("## "):
             sections.append(heading if heading == "## Work State" else heading + "\n- (none)")
             continue
         sections.append(
@@ -231,6 +267,55 @@ def extractive_summary(body: dict) -> str:
             + ("\n".join(lines) if lines else "- (none)" if headings is not HEADINGS else "(none)")
         )
     return "\n\n".join(sections)
+
+
+def forwarding_summariser(
+    base_url: str, model: str, api_key: str | None = None, timeout: float = 900
+):
+    """A summariser that sends each summary request, as it came, to a real OpenAI-compatible
+    server (``model`` there; ``max_tokens`` kept) and returns its answer as a reply (an error
+    reply when the server fails)."""
+    import urllib.error
+    import urllib.request
+
+    url = base_url.rstrip("/") + "/chat/completions"
+    key = api_key or os.environ.get("OPENAI_API_KEY") or "sk-none"
+
+    def summarise(body: dict) -> Reply:
+        payload = {"model": model, "messages": body.get("messages") or [], "stream": False}
+        if body.get("max_tokens"):
+            payload["max_tokens"] = int(body["max_tokens"])
+        req = urllib.request.Request(
+            url,
+            data=json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                data = json.loads(resp.read())
+            text = (data["choices"][0]["message"].get("content") or "").strip()
+        except urllib.error.HTTPError as err:  # passed on as it came (a context overflow too)
+            raw = err.read()
+            try:
+                error_body = json.loads(raw)
+            except ValueError:
+                error_body = {"error": {"message": raw[:300].decode(errors="replace")}}
+            return Reply(status=err.code, error_body=error_body)
+        except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError) as err:
+            return Reply(
+                status=502,
+                error_body={
+                    "error": {"message": f"summariser: {err}"[:300], "type": "server_error"}
+                },
+            )
+        return Reply(text=text or "(empty summary)")
+
+    return summarise
+
+
+def extractive_summariser(body: dict) -> Reply:
+    """The offline summariser as a responder (the default)."""
+    return Reply(text=extractive_summary(body))
 
 
 @dataclass

@@ -13,7 +13,9 @@ Used by CompactBench's "real OpenCode" column and by ``benchmarks/opencode_fixtu
   ``_LSP_DOWNLOAD`` (and ``_CLAUDE_CODE``, ``_EXTERNAL_SKILLS``) set, and an
   ``opencode.json`` whose only provider is ``@ai-sdk/openai-compatible`` (bundled in the
   binary: nothing is downloaded) with ``options.baseURL`` at a scripted server and one
-  model whose ``limit.context`` / ``limit.output`` are the scenario's.
+  model whose ``limit.context`` / ``limit.output`` are the scenario's and ``limit.input``
+  their difference (what the server enforces: without it OpenCode 1.18 triggers only at the
+  hard limit).
 * :meth:`Sandbox.run` is ``opencode run`` (the message goes on stdin: as an argument,
   ``opencode run`` wraps text with spaces in quotes). :meth:`Sandbox.serve` starts
   ``opencode serve``; :class:`Serve` posts prompts (``POST /session/<id>/message``, what
@@ -229,7 +231,9 @@ class Sandbox:
         def model(name: str, context: int, output: int) -> dict[str, Any]:
             return {
                 "name": name,
-                "limit": {"context": context, "output": output},
+                # input = context − output, as the server enforces: OpenCode 1.18 subtracts its
+                # reserve (its early trigger) only when ``limit.input`` is set
+                "limit": {"context": context, "input": context - output, "output": output},
                 "cost": {"input": self.prices[0], "output": self.prices[1]},
                 "tool_call": True,
                 "attachment": True,

@@ -2,8 +2,9 @@
 
 Per scenario: an isolated OpenCode (``opencode_cli.Sandbox``) whose only model is served by
 the same scripted server the other policies use (a hard context limit, the same rule agent and
-extractive summariser; OpenCode's title requests get a title, its summary requests an
-extractive summary in its template). The scenario's files are written into the project
+summariser; OpenCode's title requests get a title, its summary requests the same summary ours
+get, in its template). Its model declares ``limit.input = context − output``, what the server
+enforces. The scenario's files are written into the project
 folder (``cat logs/…`` and ``read`` really run), every turn is one prompt, a manual
 compaction is ``POST /session/<id>/summarize``, and at the end one probe prompt shows what
 the model would be sent next. The requests OpenCode sends are then scored as ours are:
@@ -38,6 +39,7 @@ import struct
 import tempfile
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,9 +48,15 @@ from jupyter_session_agent.core.budget import estimate_chat
 from jupyter_session_agent.testing.scripted_server import Reply
 
 from .harness import RunResult, _retained, bench_fixed_tokens, recoverable, view_text
-from .llm import BenchServer, RuleAgent, extractive_summary, is_summary_request, is_title_request
+from .llm import (
+    BenchServer,
+    RuleAgent,
+    extractive_summariser,
+    is_summary_request,
+    is_title_request,
+)
 from .opencode_cli import VERSION, Sandbox, Serve, cache_dir, find_opencode
-from .scenarios import Scenario
+from .scenarios import Scenario, write_files
 
 POLICY = f"opencode-{VERSION} (real)"
 MAX_STEPS = 25  # agent requests per turn, as the other policies' loop (``max_steps``)
@@ -165,19 +173,6 @@ def fixed_overhead(binary: Path) -> int:
     return _FIXED[key]
 
 
-def _write_files(scn: Scenario, project: Path) -> None:
-    """What the scenario's tool calls read, as files: ``cat`` and ``read`` return the outputs."""
-    for turn in scn.turns:
-        for step in turn.steps:
-            path = step.args.get("filePath") or step.args.get("command", "").split()[-1]
-            target = project / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if step.tool == "edit":
-                target.write_text(f"{step.args.get('oldString', '')}\n")
-            else:
-                target.write_text(step.output)
-
-
 @dataclass
 class _Db:
     """What the run left in OpenCode's database (read-only, after the server stopped)."""
@@ -237,10 +232,13 @@ def run_opencode_scenario(
     driver: str = "serve",
     normalise: bool = True,
     keep: Path | None = None,
+    summarise: Callable[[dict], Reply] | None = None,
 ) -> RunResult:
     """Run ``scn`` through the real OpenCode; ``driver``: ``serve`` (HTTP API of ``opencode
     serve``) or ``run`` (one ``opencode run --attach`` per turn). ``keep``: copy the sandbox
-    (database, requests) there."""
+    (database, requests) there. ``summarise``: answers its summary requests (default: the
+    extractive stand-in), as for ours."""
+    summarise = summarise or extractive_summariser
     binary = binary or find_opencode()
     if binary is None:
         raise RuntimeError("opencode is not installed (opencode_cli.ensure_opencode installs it)")
@@ -257,7 +255,7 @@ def run_opencode_scenario(
             state["summaries"] += 1
             if state["summaries"] > MAX_SUMMARIES:
                 return _refuse(f"{MAX_SUMMARIES} compactions in one turn")
-            return Reply(text=extractive_summary(body))
+            return summarise(body)
         if state["probe"]:
             return Reply(text="ok")
         state["main"] += 1
@@ -285,7 +283,7 @@ def _drive(scn, root, binary, server, agent, state, context, extra, driver, keep
         tools=TOOLS,
         instructions=scn.extra.get("system"),
     )
-    _write_files(scn, sandbox.project)
+    write_files(scn, sandbox.project)
     died, completed, manual_at = None, 0, set(scn.extra.get("manual", ()))
     prunes: list[dict] = []
     turn_starts: dict[int, float] = {}
@@ -337,6 +335,7 @@ def _drive(scn, root, binary, server, agent, state, context, extra, driver, keep
         completed,
         died,
         prunes,
+        sandbox.project,
     )
     result.cost, result.seconds = db.cost, time.perf_counter() - started
     result.extra["window_extra"] = extra
@@ -426,6 +425,8 @@ def _prompt(serve: Serve, sandbox: Sandbox, session: str, turn, driver: str) -> 
             reply = serve.prompt(session, turn.request, files)
         except RuntimeError as err:  # the server refused the prompt itself (one line)
             return str(err)[:200]
+        except OSError as err:  # no answer in time (a slow summary model): the run ends here
+            return f"opencode serve did not answer: {err}"[:200]
     error = (reply or {}).get("info", {}).get("error")
     if error:
         data = error.get("data") or {}
@@ -482,6 +483,7 @@ def _score(
     completed: int,
     died: str | None,
     prunes: list[dict],
+    root: Path | None = None,
 ) -> RunResult:
     usable = max(0, context - min(scn.output, 32_000))  # OpenCode: context − max output
     reqs = [r for r in log if r.kind != "title"]
@@ -592,7 +594,7 @@ def _score(
                 "summaries": n,
                 "retained": {x.id: _retained(x, text) for x in planted},
                 "recoverable": {
-                    x.id: recoverable(text, x.answer) for x in planted if x.cls == "tool"
+                    x.id: recoverable(text, x.answer, root) for x in planted if x.cls == "tool"
                 },
             }
         )
@@ -600,7 +602,7 @@ def _score(
     upto = completed
     final = {x.id: _retained(x, final_text) for x in scn.needles if x.turn < upto}
     recov = {
-        x.id: recoverable(final_text, x.answer)
+        x.id: recoverable(final_text, x.answer, root)
         for x in scn.needles
         if x.turn < upto and x.cls == "tool"
     }

@@ -37,6 +37,7 @@ PREFIXES = {
     "tool": "tool",
     "workspace": "wrk",
     "event": "evt",  # history events (compaction)
+    "replay": "rpl",  # a compaction replay run (analytics.replay)
 }
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _MASK48 = (1 << 48) - 1

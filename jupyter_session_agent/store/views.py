@@ -77,6 +77,21 @@ VIEWS["compaction_event"] = f"""SELECT id, session_id, time_created, data->>'kin
     data->>'source' source, data
     FROM {_latest("event")} AND data->>'type' = 'compaction'"""
 
+# Compaction replays (analytics.replay.ReplayRow, journal kind "event", type "compaction_replay"):
+# one row per recorded step per replay run, the recorded tokens beside the replayed ones.
+VIEWS["compaction_replay"] = f"""SELECT data->>'replayID' replay_id, session_id,
+    {_num("->>'step'")} step, {_num("->>'turn'")} turn, data->>'messageID' message_id,
+    data->'policy'->>'name' policy_name, data->'policy' policy,
+    {_num("->>'recordedTokens'")} recorded_tokens, {_num("->>'replayTokens'")} replay_tokens,
+    data->>'recordedAction' recorded_action, data->>'action' action, data->>'outcome' outcome,
+    {_num("->>'tokensBefore'")} tokens_before, {_num("->>'tokensAfter'")} tokens_after,
+    {_num("->>'partsPruned'")} parts_pruned, {_num("->>'tokensPruned'")} tokens_pruned,
+    {_num("->>'llmCalls'")} llm_calls, {_num("->>'summaryInputTokens'")} summary_input_tokens,
+    {_num("->>'summaryTokens'")} summary_tokens, data->>'summarySource' summary_source,
+    {_num("->>'usable'")} usable, {_num("->>'trigger'")} trigger,
+    {_num("->'time'->>'created'")} time_created, id
+    FROM {_latest("event")} AND data->>'type' = 'compaction_replay'"""
+
 # Todo lists imported from OpenCode (opencode_import.TodoList, journal kind "event", type "todos":
 # one list per session, the latest import wins): one row per item, in the list's order.
 VIEWS["todo"] = f"""SELECT session_id, TRY_CAST(item->>'position' AS INTEGER) AS position,

@@ -22,8 +22,9 @@ plus what its users asked for. One :class:`Compactor` per turn does three things
   is sent as a text transcript (tool outputs cut at 2,000 characters; 3× fewer
   tokens than the raw history in CompactBench); the summary is asked to stay
   near a tenth of what it summarises (at most 3% of the window); a pinned,
-  deterministic section on the summary keeps the user's rules verbatim (the
-  sentences of their messages that state one), the files the agent changed,
+  deterministic section on the summary keeps what the user and the assistant
+  said once verbatim (no word list: recurring phrasings are left out), the
+  files the agent changed,
   and the session's archive of every output that left the view
   (``tool-output/<session>.outputs``); at a compaction every output but the
   newest few is cleared recoverably; the continue message restates the latest

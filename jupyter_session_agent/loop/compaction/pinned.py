@@ -1,7 +1,15 @@
-"""The pinned section on a summary (ours): a deterministic part that keeps the user's rules
-verbatim (the sentences of their messages that state one), the files the agent changed,
-and the session's archive of every output that left the view
-(``tool-output/<session>.outputs``); :func:`water_fill` fits the rules to the budget."""
+"""The pinned section on a summary (ours): a deterministic part that keeps what the user said
+and what the assistant concluded verbatim, the files the agent changed, and the session's
+archive of every output that left the view (``tool-output/<session>.outputs``);
+:func:`water_fill` fits the words to the budget.
+
+No word list decides which of the user's sentences matter: every sentence of every earlier user
+message is kept, oldest first, except those that recur. A sentence that resembles those of
+two other messages (most of its words shared, :func:`recurring`) is a routine request: the
+newest of its kind is kept, and only when room remains. What the user said once (a rule, a
+preference, a changed name, however it is worded) stays. The assistant's own sentences (its
+text, not its tool calls) are read the same way: a status or a decision it stated once stays;
+its recurring phrases ("Here is what … shows") do not."""
 
 from __future__ import annotations
 
@@ -16,16 +24,33 @@ from ...core import ids
 from ...core.compaction_config import OUTPUT_DIR
 from ...core.messages import AssistantMessage, TextPart, ToolCompleted, ToolPart, WithParts
 from ..step import Observer
-from .items import is_real_user, put_back, user_text
+from .items import is_real_user, is_summary, put_back, user_text
 
 CHANGE_TOOLS = ("edit", "write")  # their filePath goes into the pinned "files changed" list
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
-# A sentence that states a rule, a preference or a changed fact: kept verbatim across compactions.
-_RULE = re.compile(
-    r"\b(never|always|must|mustn't|do not|don't|should|shouldn't|only|instead|prefer|avoid|make sure|"
-    r"remember|from now on|is now|are now|renamed|no longer|keep|use)\b",
-    re.IGNORECASE,
-)
+_WORD = re.compile(r"[^\W\d_]{2,}")  # words without digits: "[T07]", ids and sizes do not count
+RECUR = 0.5  # two sentences sharing at least this share of their words (Jaccard) are one kind
+RECUR_MESSAGES = 3  # a kind recurs when sentences of this many different messages are of it
+OWN_WORDS = 4  # a recurring sentence with this many words no other of its kind has is kept
+MIN_VERBATIM = 40  # characters: below this room, no verbatim sentences are pinned
+CLEARED_CHARS = 120  # a cleared output in the view: the placeholder and where it is saved
+OVERHEAD_CHARS = 400  # the section's header, notes and archive line
+
+
+def _chars(item: WithParts) -> int:
+    """The characters a message takes in the view: its text, its tool calls' arguments, its
+    tool outputs (a cleared one as its placeholder and pointer)."""
+    size = 0
+    for p in item.parts:
+        if isinstance(p, TextPart):
+            size += len(p.text)
+        elif isinstance(p, ToolPart) and isinstance(p.state, ToolCompleted):
+            size += len(json.dumps(p.state.input)) + (
+                CLEARED_CHARS if p.state.time_compacted else len(p.state.output)
+            )
+    return size
+
+
 PINNED_HEADER = "---\n*Pinned from the history (verbatim, not summarised):*"
 
 
@@ -45,12 +70,51 @@ def water_fill(texts: Sequence[str], budget_chars: int) -> list[str]:
     return [t if len(t) <= cap else t[:cap].rstrip() + " […]" for t in texts]
 
 
+def recurring(sentences: Sequence[tuple[int, str]]) -> tuple[list[str], list[str]]:
+    """Split ``(message index, sentence)`` pairs, oldest first, into the sentences said once
+    (oldest first) and one sentence per recurring kind (the newest of each, newest kind first).
+
+    A kind recurs when sentences of at least ``RECUR_MESSAGES`` different messages share most
+    of their words (Jaccard ≥ ``RECUR`` over words without digits; ids, numbers and markers do
+    not count): a frame used again and again, not two statements that happen to look alike.
+    A sentence of a recurring kind that carries ``OWN_WORDS`` words no other sentence of its
+    kind has (a rule added to a routine request) counts as said once."""
+    kinds: list[tuple[set[str], list[tuple[int, str, set[str]]]]] = []
+    for index, sentence in sentences:
+        words = {w.lower() for w in _WORD.findall(sentence)}
+        for seen, members in kinds:
+            union = words | seen
+            if union and len(words & seen) / len(union) >= RECUR:
+                members.append((index, sentence, words))
+                break
+        else:
+            kinds.append((words, [(index, sentence, words)]))
+    once: list[tuple[int, str]] = []
+    routine: list[tuple[int, str]] = []
+    for _, members in kinds:
+        if len({i for i, _, _ in members}) < RECUR_MESSAGES:
+            once.extend((i, x) for i, x, _ in members)
+            continue
+        counts: dict[str, int] = {}
+        for _, _, words in members:
+            for w in words:
+                counts[w] = counts.get(w, 0) + 1
+        for i, x, words in members:  # a routine frame that carries words of its own is not routine
+            if sum(1 for w in words if counts[w] == 1) >= OWN_WORDS:
+                once.append((i, x))
+        last = members[-1]
+        routine.append((last[0], last[1]))
+    once.sort(key=lambda x: x[0])
+    routine.sort(key=lambda x: -x[0])
+    return [s for _, s in once], [s for _, s in routine]
+
+
 @dataclass
 class Pinner:
     """Writes the session's output archive and the pinned section of a summary.
 
     ``usable`` (the usable window) sizes the section; ``pin_requests``: how many earlier
-    requests (their first sentence) are pinned beside the rules."""
+    requests (their first sentence) are pinned beside what the user said."""
 
     store: Any
     data_dir: Path
@@ -96,12 +160,14 @@ class Pinner:
         observer: Observer,
         archive: Path | None = None,
     ) -> WithParts:
-        """Append the deterministic pinned section: the rules the user stated (verbatim), the
-        newest earlier requests, and where the earlier tool outputs are saved."""
+        """Append the deterministic pinned section: what the user said (verbatim, recurring
+        requests last), what the assistant concluded (its sentences said once), the files
+        changed, the newest earlier requests, and where the earlier tool outputs are saved."""
         tail_ids = {m.info.id for m in tail}
         stop = replay.info.id if replay is not None else (tail[0].info.id if tail else None)
         summary_text = "".join(p.text for p in summary.parts if isinstance(p, TextPart))
-        rules: list[str] = []
+        said: list[tuple[int, str]] = []
+        concluded: list[tuple[int, str]] = []  # the assistant's own words (text, not tools)
         requests: list[str] = []
         files: list[str] = []
         for item in history:
@@ -114,12 +180,17 @@ class Pinner:
             if is_real_user(item):
                 text = user_text(item).strip()
                 sentences = [x.strip() for x in _SENTENCE.split(text) if x.strip()]
-                for sentence in sentences:
-                    if _RULE.search(sentence) and sentence not in rules:
-                        rules.append(sentence[:400])
+                said += [(len(requests), x[:400]) for x in sentences]
                 if sentences:
                     requests.append(sentences[0][:200])
             elif isinstance(item.info, AssistantMessage) and not item.info.summary:
+                text = " ".join(
+                    p.text
+                    for p in item.parts
+                    if isinstance(p, TextPart) and not p.synthetic and not p.ignored
+                )
+                index = len(concluded)
+                concluded += [(index, x.strip()[:400]) for x in _SENTENCE.split(text) if x.strip()]
                 for p in item.parts:  # files the agent changed: edit/write calls that succeeded
                     if (
                         isinstance(p, ToolPart)
@@ -132,13 +203,40 @@ class Pinner:
                                 files.remove(path)
                             files.append(path)
         budget_chars = 4 * max(300, min(3_000, (self.usable or 8_000) // 16))
-        rules = [r for r in rules if r not in summary_text]
+        # the summary with its section must stay smaller than what it replaces (the head as the
+        # view shows it and the previous summary): the verbatim words get at most what is left
+        previous = next(
+            (m for m in reversed(history) if m.info.id < summary.info.id and is_summary(m)),
+            None,
+        )
+        replaced = sum(_chars(m) for m in head) + (_chars(previous) if previous else 0)
+        verbatim = min(budget_chars, replaced - len(summary_text) - OVERHEAD_CHARS)
+        if verbatim < MIN_VERBATIM:
+            said, concluded = [], []
+        once, routine = recurring([(i, x) for i, x in said if x not in summary_text])
+        answers, _ = recurring([(i, x) for i, x in concluded if x not in summary_text])
         lines = [PINNED_HEADER]
-        if rules:
+        room = verbatim // 2
+        if once:
             lines.append(
-                "The user's rules and changes, oldest first (in force unless a later one changes them):"
+                "What the user said, oldest first (in force unless a later message changes it):"
             )
-            lines += [f"- {r}" for r in water_fill(rules, budget_chars * 2 // 3)]
+            kept = water_fill(once, room)
+            lines += [f"- {r}" for r in kept]
+            room -= sum(len(r) + 3 for r in kept)
+        if answers:  # what the assistant concluded once (statuses, decisions), in its words
+            lines.append("What the assistant concluded, oldest first:")
+            kept = water_fill(answers, verbatim // 3)
+            lines += [f"- {r}" for r in kept]
+        shown_routine: list[str] = []
+        for text in routine:  # the newest of each recurring request, while room remains
+            if len(text) + 3 > room:
+                break
+            shown_routine.append(f"- {text}")
+            room -= len(text) + 3
+        if shown_routine:
+            lines.append("Recurring requests, the newest of each kind, newest first:")
+            lines += shown_routine
         used = sum(len(x) for x in lines)
         if files:
             shown_files, size = [], 0

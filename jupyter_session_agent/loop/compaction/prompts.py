@@ -31,8 +31,8 @@ PREVIOUS_INTRO = (
     "where the two disagree, it wins; state the corrected fact and drop the old one."
 )
 PINNED_NOTE = (
-    "The user's rules and recent requests, and where the tool outputs are saved, are added to your "
-    "summary verbatim by the system: do not copy those messages out, and keep the summary under "
+    "What the user and the assistant said once (verbatim) and where the tool outputs are saved are "
+    "added to your summary by the system: do not copy those messages out, and keep the summary under "
     "about {tokens} tokens."
 )
 CONTINUE_TEXT = (

@@ -222,7 +222,7 @@ class ProductStrategy:
         previous_tokens: int,
     ) -> int:
         """About a tenth of what it summarises, at most the window's share: the tail and the
-        pinned rules are kept verbatim beside it, so the summary need not restate them."""
+        pinned words are kept verbatim beside it, so the summary need not restate them."""
         content = B.estimate(transcript(head)) + previous_tokens
         return min(config.summary_target(model), max(SUMMARY_MIN, content // 10))
 

@@ -59,3 +59,60 @@ def describe(event) -> str:
         parts.append(f"{event.llm_calls} LLM call(s), ${event.cost:.4f}")
     parts.append(f"{event.duration_ms / 1000:.1f} s")
     return " · ".join(parts)
+
+
+REPLAY_USAGE = "compaction replay [SESSION|--all] [--policy KEY=VALUE,…] [--plot]"
+
+
+@subcommand(
+    "compaction",
+    REPLAY_USAGE,
+    "rerun recorded sessions' context management offline under other settings; rows in the "
+    "compaction_replay view",
+)
+def compaction(magics, args, raw):
+    from ...analytics import replay as R
+
+    if not args or args[0] != "replay":
+        raise UsageError(
+            f"usage: %agent {REPLAY_USAGE} — e.g. %agent compaction replay --policy "
+            "prune_protect=20000,tail_turns=1"
+        )
+    target, policy, plot = _replay_args(args[1:])
+    store = magics.store()
+    settings = magics.settings()
+    parsed = R.ReplayPolicy.parse(policy)
+    if target == "--all":
+        results = R.replay_all(store, parsed, settings=settings)
+    else:
+        session_id = target or (magics.session.info.id if magics.session is not None else None)
+        if session_id is None:
+            raise UsageError("no current session — name one: %agent compaction replay SESSION")
+        results = [R.replay(store, session_id, parsed, settings=settings)]
+    if plot and len(results) == 1:
+        return R.plot_replay(store, results[0].replay_id)
+    import pandas as pd
+
+    return pd.DataFrame([{"replay_id": r.replay_id, **r.totals()} for r in results])
+
+
+def _replay_args(args: list[str]) -> tuple[str | None, str, bool]:
+    target, policy, plot = None, "", False
+    rest = list(args)
+    while rest:
+        word = rest.pop(0)
+        if word == "--policy":
+            if not rest:
+                raise UsageError(f"usage: %agent {REPLAY_USAGE} — --policy needs KEY=VALUE pairs")
+            policy = f"{policy},{rest.pop(0)}" if policy else rest.pop(0)
+        elif word.startswith("--policy="):
+            policy = word.split("=", 1)[1]
+        elif word == "--plot":
+            plot = True
+        elif word == "--all" or not word.startswith("-"):
+            if target is not None:
+                raise UsageError(f"usage: %agent {REPLAY_USAGE} — one session, or --all")
+            target = word
+        else:
+            raise UsageError(f"usage: %agent {REPLAY_USAGE} — unknown option {word}")
+    return target, policy, plot
