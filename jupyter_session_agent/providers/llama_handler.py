@@ -493,6 +493,8 @@ def _code_chat(
         (codeaction.plain(m.get("content")) for m in reversed(messages) if m.get("role") == "user"),
         "",
     )
+    # A request about what the kernel holds starts with code, never an answer from memory.
+    code_first = offered and not after_result and codeaction.needs_code(request, known)
     request = " ".join(request.split())[:200]
     comment = ""
     if CODE_COMMENT and offered and not after_result:
@@ -594,7 +596,9 @@ def _code_chat(
                 elif kind == "end":
                     finish = text
 
-        for kind, text in events:
+        if code_first:  # no prose first: the reply is a block from its first token
+            candidate()
+        for kind, text in () if code_first else events:
             if kind == "text":
                 before += text
                 yield "text", text
