@@ -41,7 +41,7 @@ import tasksuite  # noqa: E402
 
 SUITES = {"notebook": notebooktasks, "basic": tasksuite}
 
-TURN_LIMIT = 120  # seconds for one task's turn; then it is interrupted (or its process killed)
+TURN_LIMIT = 300  # seconds for one task's turn; then it is interrupted (or its process killed)
 
 
 @dataclass(frozen=True)

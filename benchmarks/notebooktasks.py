@@ -193,9 +193,7 @@ TASKS: tuple[NotebookTask, ...] = (
             _frame(
                 20,
                 "total",
-                lambda c: all(
-                    abs(t - a * q) < 1e-6 for t, a, q in zip(c, AMOUNTS, QUANTITIES)
-                ),
+                lambda c: all(abs(t - a * q) < 1e-6 for t, a, q in zip(c, AMOUNTS, QUANTITIES)),
             ),
         ),
     ),
@@ -257,7 +255,10 @@ TASKS: tuple[NotebookTask, ...] = (
     # functions defined in earlier cells
     NotebookTask("f3", "function", "what does f(3) return?", shows_number(15)),
     NotebookTask(
-        "discount", "function", "use my discount function on a price of 80 with 25%", shows_number(60)
+        "discount",
+        "function",
+        "use my discount function on a price of 80 with 25%",
+        shows_number(60),
     ),
     NotebookTask(
         "clean",
@@ -272,7 +273,9 @@ TASKS: tuple[NotebookTask, ...] = (
         "how many non-empty lines are in notes.txt?",
         shows_number(sum(1 for n in NOTES if n)),
     ),
-    NotebookTask("words", "text", "how many words are in review?", shows_number(len(REVIEW.split()))),
+    NotebookTask(
+        "words", "text", "how many words are in review?", shows_number(len(REVIEW.split()))
+    ),
     NotebookTask("stdev", "text", "standard deviation of scores?", _stdev),
     NotebookTask(
         "top3",

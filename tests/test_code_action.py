@@ -102,7 +102,8 @@ def test_only_the_first_block_runs_and_other_languages_stay_text(cip, server, ma
     a reply of a hundred blocks is one call, not a hundred."""
     reply = (
         "First:\n```bash\necho never > never.txt\n```\nthen\n```python\ny = 1\n```\n"
-        "and\n```py\nz = y + 1\nz\n```\n" + "".join(f"```python\nn{i} = {i}\n```\n" for i in range(100))
+        "and\n```py\nz = y + 1\nz\n```\n"
+        + "".join(f"```python\nn{i} = {i}\n```\n" for i in range(100))
     )
     server.enqueue(Reply(text=reply), Reply(text="y is 1."))
     cip.run_cell_magic("agent", "", "two blocks")
@@ -475,9 +476,13 @@ def test_every_example_is_self_contained_and_shows_what_its_code_prints(example,
         os.chdir(cwd)
     assert printed.getvalue().strip() == output, (question, printed.getvalue())
     words = set(re.findall(r"[A-Za-z_]\w*", question))
-    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    bound = {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
     bound |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
-    bound |= {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    bound |= {
+        a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
     for name in bound:
         if re.search(rf"\b{re.escape(name)}\b", answer):
             assert name in words, (question, name)
@@ -495,4 +500,3 @@ def test_a_request_about_the_kernel_asks_for_code_first():
     assert out[-1]["content"].endswith(codeaction.NEEDS_CODE)
     out = code_messages([system, {"role": "user", "content": "capital of Peru?"}])
     assert codeaction.NEEDS_CODE not in out[-1]["content"]
-

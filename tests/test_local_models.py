@@ -14,7 +14,6 @@ import importlib
 import shutil
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -57,7 +56,9 @@ def test_an_unknown_local_model_is_one_line_naming_the_catalogue():
     with pytest.raises(ConfigError) as err:
         local.choose("llama-70b")
     message = str(err.value)
-    assert "\n" not in message and "local/qwen2.5-coder-0.5b" in message and "local_model" in message
+    assert (
+        "\n" not in message and "local/qwen2.5-coder-0.5b" in message and "local_model" in message
+    )
 
 
 @needs_qwen
@@ -132,16 +133,14 @@ def test_the_default_is_the_coder_model_and_says_why(cache):
 def test_the_local_model_setting_runs_any_gguf(tmp_path, cache):
     gguf = tmp_path / "my-model.Q4_K_M.gguf"
     gguf.write_bytes(b"GGUF" + bytes(60))
-    settings = Settings()
-    settings.local_model = str(gguf)
+    settings = Settings(local_model=str(gguf))
     server, choice = registry.local_server("smollm2", settings)
     assert server.gguf == gguf.resolve() and choice.name == "my-model.Q4_K_M"
     assert choice.line == "local model: my-model.Q4_K_M.gguf (the local_model setting)"
     with pytest.raises(ConfigError):
-        settings.local_model = str(tmp_path / "weights.bin")  # not a .gguf: refused when set
-    settings.local_model = str(tmp_path / "missing.gguf")
+        Settings(local_model=str(tmp_path / "weights.bin"))  # not a .gguf: refused when set
     with pytest.raises(NoModelError):
-        registry.local_server("", settings)
+        registry.local_server("", Settings(local_model=str(tmp_path / "missing.gguf")))
 
 
 def _env(**urls: str) -> dict:
@@ -165,9 +164,8 @@ def test_a_running_ollama_or_lm_studio_is_offered_before_the_embedded_model():
         registry._detected.clear()
         env = _env(OLLAMA_BASE_URL=_dead_url(), LMSTUDIO_BASE_URL=server.base_url)
         assert registry.default_spec(settings, env) == "lmstudio/scripted"
-        settings.local_detect = False  # the setting turns detection off
-        assert registry.default_spec(settings, env) == "local/qwen2.5-coder-0.5b"
-        settings.local_detect = True
+        off = Settings(local_detect=False)  # the setting turns detection off
+        assert registry.default_spec(off, env) == "local/qwen2.5-coder-0.5b"
         # a key set: OpenAI, whatever runs locally
         assert registry.default_spec(settings, {**env, "OPENAI_API_KEY": "sk-x"}).startswith(
             "openai/"

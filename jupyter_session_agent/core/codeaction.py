@@ -91,17 +91,17 @@ EXAMPLES: tuple[tuple[str, str, str, str], ...] = (
         "'abc' in upper case is 'ABC'.",
     ),
     (
-        "Use python to count the spaces in 'a b c d e f'.",
-        "'a b c d e f'.count(' ')",
-        "5",
-        "'a b c d e f' has 5 spaces.",
+        "Use python to count the spaces in 'a b c d e f g h i j'.",
+        "'a b c d e f g h i j'.count(' ')",
+        "9",
+        "'a b c d e f g h i j' has 9 spaces.",
     ),
     ("Set name to 'Ada' in python.", "name = 'Ada'\nname", "'Ada'", "name is now 'Ada'."),
     (
-        "Make a DataFrame t with a column x holding 3, 5 and 10, and give the mean of x.",
-        "import pandas as pd\nt = pd.DataFrame({'x': [3, 5, 10]})\nprint(t['x'].mean())",
-        "6.0",
-        "The mean of x in t is 6.0.",
+        "Make a DataFrame t with a column x holding 3, 6 and 18, and give the mean of x.",
+        "import pandas as pd\nt = pd.DataFrame({'x': [3, 6, 18]})\nprint(t['x'].mean())",
+        "9.0",
+        "The mean of x in t is 9.0.",
     ),
     (
         "Build a DataFrame t from {'k': ['p', 'q', 'p']}; which value of k is most common?",
@@ -111,12 +111,12 @@ EXAMPLES: tuple[tuple[str, str, str, str], ...] = (
         "The most common value of k is 'p'.",
     ),
     (
-        "Explain the cause of this error and propose a fix.\n\nint('4.5') raised\n"
-        "ValueError: invalid literal for int() with base 10: '4.5'",
-        "print(int(float('4.5')))",
-        "4",
-        "int() cannot read a decimal string like '4.5'; convert it with float() first: "
-        "int(float('4.5')) gives 4.",
+        "Explain the cause of this error and propose a fix.\n\nint('13.75') raised\n"
+        "ValueError: invalid literal for int() with base 10: '13.75'",
+        "print(int(float('13.75')))",
+        "13",
+        "int() cannot read a decimal string like '13.75'; convert it with float() first: "
+        "int(float('13.75')) gives 13.",
     ),
     (
         "Use python to compute two times pi.",
@@ -142,10 +142,10 @@ MORE_EXAMPLES: tuple[tuple[str, str, str, str], ...] = (
         "Yes, 'racecar' starts with 'race'.",
     ),
     (
-        "How many items are in the list [4, 8, 15, 16, 23]? Use python.",
-        "len([4, 8, 15, 16, 23])",
-        "5",
-        "The list has 5 items.",
+        "How many items are in the list [4, 8, 15, 16, 23, 42, 50, 61, 77]? Use python.",
+        "len([4, 8, 15, 16, 23, 42, 50, 61, 77])",
+        "9",
+        "The list has 9 items.",
     ),
     (
         "Print the cubes of 5 to 8 with python.",
@@ -160,19 +160,20 @@ MORE_EXAMPLES: tuple[tuple[str, str, str, str], ...] = (
         "The numbers from 5 to 15 add up to 110.",
     ),
     (
-        "Make a DataFrame t with a column v of 1, 7 and 9; keep the rows where v is over 5 "
+        "Make a DataFrame t with a column v of 1, 11 and 13; keep the rows where v is over 5 "
         "in a variable big.",
-        "import pandas as pd\nt = pd.DataFrame({'v': [1, 7, 9]})\nbig = t[t['v'] > 5]\n"
-        "print(len(big))",
-        "2",
-        "big now holds the 2 rows of t where v is over 5.",
+        "import pandas as pd\nt = pd.DataFrame({'v': [1, 11, 13]})\nbig = t[t['v'] > 5]\n"
+        "print(big['v'].tolist())",
+        "[11, 13]",
+        "big now holds the rows of t where v is over 5 (v is 11 and 13).",
     ),
     (
-        "Write the lines 'u' and 'w' to the file demo.txt, then count its lines with python.",
-        "with open('demo.txt', 'w') as f:\n    f.write('u\\nw\\n')\n"
+        "Write the numbers 1 to 9 to the file demo.txt, one per line, then count its lines "
+        "with python.",
+        "with open('demo.txt', 'w') as f:\n    for i in range(1, 10):\n        print(i, file=f)\n"
         "with open('demo.txt') as f:\n    print(len(f.readlines()))",
-        "2",
-        "demo.txt now has 2 lines.",
+        "9",
+        "demo.txt now has 9 lines.",
     ),
     (
         "Define a python function greet(name) that returns 'Hi ' plus the name.",
@@ -223,7 +224,9 @@ _STOP_WORDS = frozenset(
 )
 
 
-_PATH = re.compile(r"[\w./~-]+\.(?:csv|tsv|json|jsonl|txt|parquet|xlsx?|py|ipynb|md|log|yaml|yml|toml)\b")
+_PATH = re.compile(
+    r"[\w./~-]+\.(?:csv|tsv|json|jsonl|txt|parquet|xlsx?|py|ipynb|md|log|yaml|yml|toml)\b"
+)
 _ERROR = re.compile(r"\b(?:error|exception|traceback|fails?|failing|raised?|bug|fix)\b", re.I)
 
 
@@ -491,18 +494,31 @@ def _bound(tree: Any) -> set[str]:
 # history → the text protocol
 
 
-def code_messages(messages: list[dict]) -> list[dict]:
+def code_messages(messages: list[dict], select: bool = True) -> list[dict]:
     """Chat messages (system, user, assistant with ``tool_calls``, ``tool`` results) in the
     text protocol: the worked examples follow the system message, python calls become fenced
     blocks, results become user turns (``Output:`` / ``Error:``), and the max-steps
-    instruction becomes a user turn."""
+    instruction becomes a user turn.
+
+    ``select``: the examples nearest the request (:func:`examples_for`; what the tiniest model
+    needs); else always :data:`EXAMPLES`. The kernel's variables line moves from the system
+    message to the head of the request, so that with fixed examples every request of a notebook
+    starts with the same prompt and a local server reuses its evaluation (llama.cpp keeps the
+    longest common prefix): on a busy 2-core machine that prefix costs a minute or more."""
     out: list[dict] = []
     msgs = list(messages)
+    variables: list[str] = []
     if msgs and msgs[0].get("role") == "system":
-        out.append({"role": "system", "content": _text(msgs[0].get("content"))})
+        lines = _text(msgs[0].get("content")).split("\n")
+        variables = [ln for ln in lines if ln.startswith(VARIABLES_HEAD)]
+        kept = "\n".join(ln for ln in lines if not ln.startswith(VARIABLES_HEAD))
+        out.append({"role": "system", "content": kept})
         msgs = msgs[1:]
-    request = next((_text(m.get("content")) for m in reversed(msgs) if m.get("role") == "user"), "")
-    for question, code, output, answer in examples_for(request):
+    at = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].get("role") == "user"), -1)
+    request = _text(msgs[at].get("content")) if at >= 0 else ""
+    if variables and at >= 0 and isinstance(msgs[at].get("content"), str):
+        msgs[at] = {**msgs[at], "content": "\n".join(variables) + "\n\n" + request}
+    for question, code, output, answer in examples_for(request) if select else EXAMPLES:
         out += [
             {"role": "user", "content": question},
             {"role": "assistant", "content": fence(code)},
@@ -516,7 +532,10 @@ def code_messages(messages: list[dict]) -> list[dict]:
         and isinstance(msgs[-1].get("content"), str)
         and needs_code(request, known_names(messages))
     ):
-        msgs[-1] = {**msgs[-1], "content": request.rstrip() + "\n\n" + NEEDS_CODE}
+        msgs[-1] = {
+            **msgs[-1],
+            "content": _text(msgs[-1]["content"]).rstrip() + "\n\n" + NEEDS_CODE,
+        }
     for msg in msgs:
         role = msg.get("role")
         content = _text(msg.get("content"))

@@ -161,9 +161,7 @@ def is_model_id(value: Any) -> bool:
 
 
 def _is_gguf(value: Any) -> bool:
-    return isinstance(value, str) and (
-        not value.strip() or value.strip().lower().endswith(".gguf")
-    )
+    return isinstance(value, str) and (not value.strip() or value.strip().lower().endswith(".gguf"))
 
 
 def _is_folder(value: Any) -> bool:

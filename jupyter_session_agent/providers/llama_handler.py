@@ -468,7 +468,9 @@ def _code_chat(
 
     after_result = bool(messages) and messages[-1].get("role") in ("tool", "function")
     answer = offered and after_result
-    prompt = render_prompt(codeaction.code_messages(messages))
+    # The tiniest model copies the nearest example; a larger one does better with the same
+    # examples every time, which also lets the server reuse the prompt's evaluation.
+    prompt = render_prompt(codeaction.code_messages(messages, select=model == MODEL_ALIAS))
     limit = CODE_ANSWER_TOKENS if answer else CODE_STEP_TOKENS
     limit = min(limit, max_tokens) if max_tokens else limit
     n_ctx = llama.n_ctx()

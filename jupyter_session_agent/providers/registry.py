@@ -193,7 +193,6 @@ class ProviderCache:
         self.fresh: list[str] = []  # notes of entries built since the session last read them
 
     def get(self, spec: str, settings: Any) -> Entry:
-        from . import presets
 
         spec = spec or default_spec(settings)
         cached = self._entries.get(spec)

@@ -70,7 +70,6 @@ def quickstart(out_dir: Path, timeout: int) -> Path:
 
 
 def _model_line() -> str:
-    import os
 
     from ..core.settings import Settings
     from ..providers.local import CATALOGUE
@@ -81,8 +80,7 @@ def _model_line() -> str:
         known = CATALOGUE.get(model.partition("/")[2])
         title = known.title.rsplit(" ", 1)[0] if known else model
         return (
-            f"the embedded local model ({title}, no API key; its server starts on the first "
-            "turn)"
+            f"the embedded local model ({title}, no API key; its server starts on the first turn)"
         )
     if model.startswith(("ollama/", "lmstudio/")):
         return f"{model} (no API key; a local server answers on its usual port)"
