@@ -230,9 +230,22 @@ _PATH = re.compile(
 _ERROR = re.compile(r"\b(?:error|exception|traceback|fails?|failing|raised?|bug|fix)\b", re.I)
 
 
+def kernel_words(messages: list[dict]) -> set[str]:
+    """The names the kernel holds (:func:`known_names`) and the columns of its DataFrames as
+    the system prompt's variables line describes them (``columns name, age, city``)."""
+    words = known_names(messages)
+    if messages and messages[0].get("role") == "system":
+        for line in _text(messages[0].get("content")).splitlines():
+            if line.startswith(VARIABLES_HEAD):
+                for match in re.finditer(r"columns ([^()]*)\)", line):
+                    words |= {c.strip() for c in match.group(1).split(",") if c.strip()}
+    return words
+
+
 def needs_code(request: str, known: Iterable[str] = ()) -> bool:
     """Whether answering ``request`` depends on the kernel's state, so the first step must be
-    code: it names a variable or function the kernel holds (``known``), a file, or an error."""
+    code: it names a variable, function or DataFrame column the kernel holds (``known``, e.g.
+    :func:`kernel_words`), a file, or an error."""
     text = request or ""
     words = set(re.findall(r"[A-Za-z_]\w*", text))
     return bool(words & set(known)) or bool(_PATH.search(text)) or bool(_ERROR.search(text))
@@ -530,7 +543,7 @@ def code_messages(messages: list[dict], select: bool = True) -> list[dict]:
         msgs
         and msgs[-1].get("role") == "user"
         and isinstance(msgs[-1].get("content"), str)
-        and needs_code(request, known_names(messages))
+        and needs_code(request, kernel_words(messages))
     ):
         msgs[-1] = {
             **msgs[-1],
