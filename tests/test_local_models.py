@@ -148,21 +148,26 @@ def _env(**urls: str) -> dict:
 
 
 def _dead_url() -> str:
-    return f"http://127.0.0.1:{local._free_port()}/v1"  # nothing listens there
+    return f"http://127.0.0.1:{local._free_port()}/v1"  # nothing listens there (for now)
+
+
+#: Never probed (a documentation address, RFC 5737, not loopback): nothing is found there, even
+#: when another test's server takes a free loopback port meanwhile.
+NOWHERE = "http://192.0.2.1:9/v1"
 
 
 def test_a_running_ollama_or_lm_studio_is_offered_before_the_embedded_model():
     settings = Settings()
     registry._detected.clear()
     with ScriptedServer() as server:
-        env = _env(OLLAMA_BASE_URL=server.base_url, LMSTUDIO_BASE_URL=_dead_url())
+        env = _env(OLLAMA_BASE_URL=server.base_url, LMSTUDIO_BASE_URL=NOWHERE)
         spec, line = registry.detect_local_server(env)
         assert spec == "ollama/scripted"
         assert line.startswith("no API key: using Ollama's scripted at ")
         assert "local_detect = False" in line and "\n" not in line
         assert registry.default_spec(settings, env) == "ollama/scripted"
         registry._detected.clear()
-        env = _env(OLLAMA_BASE_URL=_dead_url(), LMSTUDIO_BASE_URL=server.base_url)
+        env = _env(OLLAMA_BASE_URL=NOWHERE, LMSTUDIO_BASE_URL=server.base_url)
         assert registry.default_spec(settings, env) == "lmstudio/scripted"
         off = Settings(local_detect=False)  # the setting turns detection off
         assert registry.default_spec(off, env) == "local/qwen2.5-coder-0.5b"
@@ -180,7 +185,7 @@ def test_a_running_ollama_or_lm_studio_is_offered_before_the_embedded_model():
 
 def test_a_server_elsewhere_than_loopback_is_never_probed():
     registry._detected.clear()
-    env = _env(OLLAMA_BASE_URL="http://10.255.255.1:11434/v1", LMSTUDIO_BASE_URL=_dead_url())
+    env = _env(OLLAMA_BASE_URL="http://10.255.255.1:11434/v1", LMSTUDIO_BASE_URL=NOWHERE)
     t0 = time.perf_counter()
     assert registry.detect_local_server(env) is None
     assert time.perf_counter() - t0 < 0.4
@@ -194,7 +199,7 @@ def test_a_turn_with_no_key_runs_on_the_detected_server_and_says_so(
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OLLAMA_BASE_URL", server.base_url)  # a real HTTP server on loopback
-    monkeypatch.setenv("LMSTUDIO_BASE_URL", _dead_url())
+    monkeypatch.setenv("LMSTUDIO_BASE_URL", NOWHERE)
     server.enqueue(Reply(text="Hello from the local server."), Reply(text="Again."))
     magics.model = ""
     ip.run_cell_magic("agent", "--new -o answer", "say hello")

@@ -73,12 +73,9 @@ def test_the_quickstart_says_what_it_does_and_shows_the_result(tmp_path):
     ]
 
 
-def _dead_url() -> str:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"  # nothing listens there
+#: Where no local server is looked for: a documentation address (RFC 5737), never loopback, so
+#: detection skips it (a free loopback port could be taken by another test's server meanwhile).
+NOWHERE = "http://192.0.2.1:9/v1"
 
 
 needs_local = [
@@ -108,8 +105,8 @@ def test_the_quickstart_on_the_embedded_model_shows_a_correct_python_result(tmp_
     env.update(
         JUPYTER_SESSION_AGENT_DIR=str(tmp_path / "history"),
         JUPYTER_SESSION_AGENT_RUN_DIR=str(run_dir),
-        OLLAMA_BASE_URL=_dead_url(),  # the embedded model even where an Ollama runs
-        LMSTUDIO_BASE_URL=_dead_url(),
+        OLLAMA_BASE_URL=NOWHERE,  # the embedded model even where an Ollama runs
+        LMSTUDIO_BASE_URL=NOWHERE,
     )
     try:
         done = subprocess.run(
@@ -166,8 +163,8 @@ def test_a_turn_after_a_hash_mismatch_falls_back_with_one_line(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("JUPYTER_SESSION_AGENT_RUN_DIR", str(run_dir))
     monkeypatch.setenv(local.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setenv("OLLAMA_BASE_URL", _dead_url())
-    monkeypatch.setenv("LMSTUDIO_BASE_URL", _dead_url())
+    monkeypatch.setenv("OLLAMA_BASE_URL", NOWHERE)
+    monkeypatch.setenv("LMSTUDIO_BASE_URL", NOWHERE)
     registry._detected.clear()
     magics.model, magics.max_steps, magics.titles = "", 2, False
     try:
