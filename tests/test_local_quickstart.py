@@ -167,6 +167,7 @@ def test_a_turn_after_a_hash_mismatch_falls_back_with_one_line(
     monkeypatch.setenv("LMSTUDIO_BASE_URL", NOWHERE)
     registry._detected.clear()
     magics.model, magics.max_steps, magics.titles = "", 2, False
+    magics.request_timeout, magics.first_byte_timeout = 600.0, 600.0  # a loaded machine
     try:
         ip.run_cell_magic("agent", "--new -o answer", "What is the capital of France?")
         ip.run_cell_magic("agent", "-o answer2", "And of Italy?")
