@@ -1,16 +1,21 @@
-"""The task suite (``tasksuite.py``) through ``%%agent`` on the embedded model, as a newcomer.
+"""A task suite through ``%%agent`` on each catalogue model of the embedded server.
 
-No API key, the default model (SmolLM2-135M on the embedded llama.cpp server), a fresh
-server run directory (so the first turn starts the server), and for each task a fresh IPython
-shell in its own process (the task's ``df`` and nothing else defined; code the model writes
-may loop in C where no interrupt reaches it, so a task that outlives ``TURN_LIMIT`` is killed
-and fails), one ``%%agent`` turn in a new session, and a user who answers "always" when the
-python tool asks. Each turn is checked automatically (the kernel's variables, the python
-outputs, the answer). Prints the success rate by kind, the first turn (server start
-included), the median warm turn and the steps per turn. The server is stopped at the end.
+No API key, ``local/<model>`` for each model asked (default: every installed catalogue model),
+a fresh server run directory per model (so the first task's turn starts the server), and for
+each task a fresh IPython shell in its own process and its own empty working directory (the
+suite's SETUP defined and its files written, nothing else; code the model writes may loop in C
+where no interrupt reaches it, so a task that outlives ``TURN_LIMIT`` is killed and fails), one
+``%%agent`` turn in a new session (``%agent fix`` after the failing cell for fix tasks), and a
+user who answers "always" when the python tool asks. Each turn is judged automatically (the
+kernel's variables, the successful python outputs, the answer's last number). Prints, per
+model: the success rate by kind, the first turn (server start included), the median and p90
+warm turn, the server's peak RSS, and the machine's load; the server is stopped at the end.
 
-Run: ``python benchmarks/bench_local_tasks.py [--protocol code|native] [--tasks a,b] [-v]``
-(needs the [local] extra; about 2 minutes on 2 idle cores).
+Suites: ``notebook`` (default, ``notebooktasks.py``: realistic tasks on an analysis already in
+the kernel and files on disk) and ``basic`` (``tasksuite.py``: one-line tasks).
+
+Run: ``python benchmarks/bench_local_tasks.py [--models a,b] [--suite notebook|basic]
+[--tasks a,b] [-v]`` (needs the [local] extra; the 1.5B model needs [local-large]).
 """
 
 from __future__ import annotations
@@ -26,18 +31,22 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import notebooktasks  # noqa: E402
 import tasksuite  # noqa: E402
 
-TURN_LIMIT = 120  # seconds for one task's turn; then it is interrupted (or its process killed)
+SUITES = {"notebook": notebooktasks, "basic": tasksuite}
+
+TURN_LIMIT = 300  # seconds for one task's turn; then it is interrupted (or its process killed)
 
 
 @dataclass(frozen=True)
 class Result:
-    task: tasksuite.Task
+    task: Any
     passed: bool
     seconds: float
     steps: int
@@ -73,6 +82,8 @@ def outcome_of(namespace, added, prompt: str = "") -> tasksuite.Outcome:
 def run(
     tasks,
     *,
+    model: str = "",
+    suite: str = "basic",
     protocol: str = "code",
     max_steps: int = 3,
     local_context: int = 4096,
@@ -81,7 +92,8 @@ def run(
     stop: bool = True,
 ) -> list[Result]:
     """Each task in its own process, all on one server in ``run_dir`` (default: a fresh one,
-    so that the first task's turn starts the server). Returns one Result per task."""
+    so that the first task's turn starts the server) with ``local/<model>`` (``""``: the
+    default). Returns one Result per task; ``run.rss`` holds the server's peak RSS in bytes."""
     from jupyter_session_agent.providers.local import stop_server
 
     run_dir = run_dir or tempfile.mkdtemp(prefix="jsa-run-")
@@ -104,6 +116,10 @@ def run(
                 str(local_context),
                 "--data",
                 data_dir,
+                "--suite",
+                suite,
+                "--model",
+                model,
             ]
             try:
                 done = subprocess.run(
@@ -145,22 +161,49 @@ def run(
                     flush=True,
                 )
     finally:
+        run.rss = server_rss(run_dir)  # type: ignore[attr-defined]
         if stop:
             stop_server(run_dir)
     return results
+
+
+def server_rss(run_dir: str) -> int:
+    """The peak resident memory (VmHWM) of the local server running under ``run_dir``."""
+    from jupyter_session_agent.providers.local import running_servers
+
+    peak = 0
+    for _, state in running_servers(run_dir):
+        try:
+            for line in Path(f"/proc/{state.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]) * 1024)
+        except OSError:
+            pass
+    return peak
 
 
 def _press_stop(*_: object) -> None:
     raise KeyboardInterrupt
 
 
-def one(name: str, *, protocol: str, max_steps: int, local_context: int, data_dir: str) -> dict:
+def one(
+    name: str,
+    *,
+    protocol: str,
+    max_steps: int,
+    local_context: int,
+    data_dir: str,
+    suite: str = "basic",
+    model: str = "",
+) -> dict:
     """One task's turn in this process's IPython shell (the child side of :func:`run`)."""
     from IPython.core.interactiveshell import InteractiveShell
 
     from jupyter_session_agent.session.approval import ScriptedApprover
 
-    (task,) = tasksuite.by_name([name])
+    module = SUITES[suite]
+    (task,) = module.by_name([name])
+    os.chdir(tempfile.mkdtemp(prefix="jsa-task-"))  # the task's files, and the model's
     ip = InteractiveShell.instance()
     ip.run_line_magic("load_ext", "jupyter_session_agent")
     magics = ip.magics_manager.registry["AgentMagics"]
@@ -171,13 +214,19 @@ def one(name: str, *, protocol: str, max_steps: int, local_context: int, data_di
         False,
     )
     magics.local_context, magics.request_timeout = local_context, float(TURN_LIMIT)
+    magics.local_detect = False  # the embedded model, even if an Ollama runs here
+    if model:
+        magics.model = f"local/{model}"
     magics.code_actions = "auto" if protocol == "code" else "off"
     if protocol == "native":
         magics.permission = {
             "*": "deny",
             "python": "ask",
         }  # only python offered, as with code actions
-    ip.run_cell(tasksuite.SETUP, silent=True)
+    ip.run_cell(module.SETUP, silent=True)
+    cell = getattr(task, "cell", "")
+    if cell:  # the error %agent fix is about, raised in a numbered cell
+        ip.run_cell(cell, store_history=True)
     session = magics.current(new=True)
     approver = session.approver = ScriptedApprover(["always"] * 10)
     error = ""
@@ -185,14 +234,23 @@ def one(name: str, *, protocol: str, max_steps: int, local_context: int, data_di
     signal.alarm(TURN_LIMIT)  # code that loops in Python: the user presses ■
     t0 = time.perf_counter()
     try:
-        added = list(session.prompt(task.prompt).messages)
+        if cell:
+            before = len(session.history)
+            ip.run_line_magic("agent", "fix")
+            added = list(session.history[before:])
+            prompt = next((p.text for p in added[0].parts if p.type == "text"), "") if added else ""
+        else:
+            added, prompt = list(session.prompt(task.prompt).messages), task.prompt
     except (Exception, KeyboardInterrupt) as err:  # noqa: BLE001 - a failed turn fails the task
         error = f"{type(err).__name__}: {err}"
         added = [m for m in session.history if m.info.role == "assistant"]
+        prompt = task.prompt
     finally:
         signal.alarm(0)
     seconds = time.perf_counter() - t0
-    outcome = outcome_of(ip.user_ns, added, task.prompt)
+    if cell and not any(m.info.role == "assistant" for m in added):
+        error = error or "no turn: %agent fix did not run"
+    outcome = outcome_of(ip.user_ns, added, prompt)
     return {
         "passed": not error and task.passed(outcome),
         "seconds": seconds,
@@ -227,15 +285,44 @@ def report(results: list[Result], label: str) -> str:
     return "\n".join(lines)
 
 
+def installed_models() -> list[str]:
+    """The catalogue models whose packages are installed (found without importing them)."""
+    from jupyter_session_agent.providers import local
+
+    return [name for name, m in local.CATALOGUE.items() if local._sources(m) is not None]
+
+
+def table(rows: list[tuple[str, list[Result], int]], load: str) -> str:
+    """The markdown table of one run: per model, success, first turn, warm median and p90,
+    steps, server peak RSS."""
+    lines = [
+        f"| model | tasks passed | first turn (server start) | warm turn median | warm p90 | "
+        f"server peak RSS |  ({load})",
+        "|---|---|---|---|---|---|",
+    ]
+    for model, results, rss in rows:
+        passed = sum(r.passed for r in results)
+        warm = sorted(r.seconds for r in results[1:]) or [results[0].seconds]
+        lines.append(
+            f"| {model} | {passed}/{len(results)} ({passed / len(results):.0%}) | "
+            f"{results[0].seconds:.1f} s | {statistics.median(warm):.1f} s | "
+            f"{warm[int(0.9 * (len(warm) - 1))]:.1f} s | {rss / 1e9:.2f} GB |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--protocol", choices=("code", "native"), default="code")
+    parser.add_argument("--suite", choices=tuple(SUITES), default="notebook")
+    parser.add_argument("--models", default="", help="comma-separated (default: all installed)")
     parser.add_argument("--tasks", default="", help="comma-separated task names (default: all)")
     parser.add_argument("--max-steps", type=int, default=3)
     parser.add_argument("--context", type=int, default=4096)
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child: one task, a JSON line
     parser.add_argument("--data", help=argparse.SUPPRESS)
+    parser.add_argument("--model", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(
@@ -246,21 +333,39 @@ def main() -> None:
                     max_steps=args.max_steps,
                     local_context=args.context,
                     data_dir=args.data,
+                    suite=args.suite,
+                    model=args.model,
                 )
             )
         )
         return
-    tasks = tasksuite.by_name(args.tasks.split(",") if args.tasks else None)
+    module = SUITES[args.suite]
+    tasks = module.by_name(args.tasks.split(",") if args.tasks else None)
+    models = args.models.split(",") if args.models else installed_models()
+    rows = []
     t0 = time.perf_counter()
-    results = run(
-        tasks,
-        protocol=args.protocol,
-        max_steps=args.max_steps,
-        local_context=args.context,
-        verbose=args.verbose,
-    )
-    print(report(results, f"{args.protocol} protocol"))
-    print(f"(wall time {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.1f})")
+    for model in models:
+        load0 = os.getloadavg()[0]
+        results = run(
+            tasks,
+            model=model,
+            suite=args.suite,
+            protocol=args.protocol,
+            max_steps=args.max_steps,
+            local_context=args.context,
+            verbose=args.verbose,
+        )
+        rss = run.rss  # type: ignore[attr-defined]
+        print(report(results, f"local/{model}, {args.suite} suite, {args.protocol} protocol"))
+        print(
+            f"(server peak RSS {rss / 1e9:.2f} GB; load average {load0:.1f} before, "
+            f"{os.getloadavg()[0]:.1f} after)\n",
+            flush=True,
+        )
+        rows.append((model, results, rss))
+    load = "load average " + " / ".join(f"{x:.1f}" for x in os.getloadavg()) + " at the end"
+    print(table(rows, load))
+    print(f"(wall time {time.perf_counter() - t0:.0f} s; {os.cpu_count()} cores)")
 
 
 if __name__ == "__main__":

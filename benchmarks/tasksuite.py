@@ -79,7 +79,9 @@ def shows_number(expected: float, tol: float = 1e-6) -> Callable[[Outcome], bool
         def has(text: str) -> bool:
             return any(math.isclose(n, expected, rel_tol=tol, abs_tol=tol) for n in numbers(text))
 
-        return has(o.results) or (has(o.answer) and not has(o.prompt))
+        last = numbers(o.answer)[-1:]  # the answer's conclusion, not a number on the way
+        told = bool(last) and math.isclose(last[0], expected, rel_tol=tol, abs_tol=tol)
+        return has(o.results) or (told and not has(o.prompt))
 
     return check
 

@@ -96,22 +96,27 @@ def test_the_call_starts_while_the_block_streams(server, magics, cip):
     assert called - started > 0.5  # ~60 chunks of code came between the two
 
 
-def test_several_blocks_run_in_order_and_other_languages_stay_text(cip, server, magics, store):
+def test_only_the_first_block_runs_and_other_languages_stay_text(cip, server, magics, store):
+    """A reply's first python block is the step's one call (as on the embedded server): the
+    model reads its output before it writes more. What the reply says after it is dropped, so
+    a reply of a hundred blocks is one call, not a hundred."""
     reply = (
-        "First:\n```python\ny = 1\n```\nthen a shell line (not run):\n```bash\necho never > never.txt\n```\n"
-        "and\n```py\nz = y + 1\nz\n```"
+        "First:\n```bash\necho never > never.txt\n```\nthen\n```python\ny = 1\n```\n"
+        "and\n```py\nz = y + 1\nz\n```\n"
+        + "".join(f"```python\nn{i} = {i}\n```\n" for i in range(100))
     )
-    server.enqueue(Reply(text=reply), Reply(text="z is 2."))
+    server.enqueue(Reply(text=reply), Reply(text="y is 1."))
     cip.run_cell_magic("agent", "", "two blocks")
-    assert cip.user_ns["z"] == 2
+    assert cip.user_ns["y"] == 1 and "z" not in cip.user_ns and "n5" not in cip.user_ns
     session = magics.session.info.id
     tools = tools_of(store, session)
-    assert [t.state.input["code"] for t in tools] == ["y = 1", "z = y + 1\nz"]
-    assert [t.state.status for t in tools] == ["completed", "completed"]
+    assert [t.state.input["code"] for t in tools] == ["y = 1"]
+    assert [t.state.status for t in tools] == ["completed"]
     texts = [p.text for p in parts_of(store, session) if p.type == "text"]
-    assert "```bash\necho never > never.txt\n```" in texts[1]
+    assert "```bash\necho never > never.txt\n```" in texts[0]
+    assert not any("z = y + 1" in t for t in texts)
     kinds = [p.type for p in store.messages(session)[1].parts if p.type in ("text", "tool")]
-    assert kinds == ["text", "tool", "text", "tool"]  # in the order they were written
+    assert kinds == ["text", "tool"]
     assert not os.path.exists(os.path.join(magics.session.info.directory, "never.txt"))
 
 
@@ -424,15 +429,74 @@ def test_the_examples_nearest_the_request_come_last_and_none_answers_a_task():
     assert codeaction.examples_for("") == (codeaction.EXAMPLES + codeaction.MORE_EXAMPLES)[:8]
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "lower case 'X'"}]
     assert code_messages(messages)[-5]["content"] == shown[-1][0]
-    # a model that copies an example (its code, output or answer) passes no task of the suite
+    # a model that copies an example (its code, output or answer) passes no task of either suite
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import notebooktasks
     import tasksuite
 
-    for task in tasksuite.TASKS:
+    for task in tasksuite.TASKS + notebooktasks.TASKS:
         for question, code, output, answer in codeaction.EXAMPLES + codeaction.MORE_EXAMPLES:
-            namespace: dict = {"sales": None}
-            copied = tasksuite.Outcome(answer, (code,), (output,), namespace, task.prompt)
+            copied = tasksuite.Outcome(answer, (code,), (output,), {}, task.prompt)
             assert not task.passed(copied), (task.name, question)
+
+
+@pytest.mark.parametrize("example", codeaction.EXAMPLES + codeaction.MORE_EXAMPLES)
+def test_every_example_is_self_contained_and_shows_what_its_code_prints(example, tmp_path):
+    """No worked example carries a value about data it does not build itself, or names a
+    variable its question did not name: its code reads only builtins, its own imports and what
+    it builds from the question's literals; run in an empty namespace it shows exactly the
+    example's output; and every name its code binds that its answer mentions is one its
+    question named (so a copied answer never mentions ``sales`` when the user said ``df``)."""
+    import ast
+    import contextlib
+    import io
+    import re
+
+    question, code, output, answer = example
+    assert codeaction.problem(code) == "", code  # nothing read that the code does not define
+    tree = ast.parse(code)
+    namespace: dict = {}
+    printed = io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        with contextlib.redirect_stdout(printed):
+            last = tree.body[-1]
+            if isinstance(last, ast.Expr):
+                exec(compile(ast.Module(tree.body[:-1], []), "<example>", "exec"), namespace)
+                value = eval(compile(ast.Expression(last.value), "<example>", "eval"), namespace)
+                if value is not None:
+                    print(repr(value))
+            else:
+                exec(compile(tree, "<example>", "exec"), namespace)
+    finally:
+        os.chdir(cwd)
+    assert printed.getvalue().strip() == output, (question, printed.getvalue())
+    words = set(re.findall(r"[A-Za-z_]\w*", question))
+    bound = {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
+    bound |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    bound |= {
+        a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
+    for name in bound:
+        if re.search(rf"\b{re.escape(name)}\b", answer):
+            assert name in words, (question, name)
+
+
+def test_a_request_about_the_kernel_asks_for_code_first():
+    known = {"orders", "f"}
+    assert codeaction.needs_code("what does f(3) return?", known)
+    assert codeaction.needs_code("average amount in orders?", known)
+    assert codeaction.needs_code("how many rows are in measurements.csv?")
+    assert codeaction.needs_code("Explain the cause of this error and propose a fix.")
+    assert not codeaction.needs_code("What is the capital of France?", known)
+    system = {"role": "system", "content": codeaction.system_prompt("orders (DataFrame, 20 × 7)")}
+    out = code_messages([system, {"role": "user", "content": "mean amount in orders?"}])
+    assert out[-1]["content"].endswith(codeaction.NEEDS_CODE)
+    out = code_messages([system, {"role": "user", "content": "capital of Peru?"}])
+    assert codeaction.NEEDS_CODE not in out[-1]["content"]

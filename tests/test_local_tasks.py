@@ -1,4 +1,4 @@
-"""The embedded model does the job (``-m local``): a fast subset of the task suite
+"""The tiniest embedded model (SmolLM2-135M) does the job (``-m local``): a fast subset of the task suite
 (``benchmarks/tasksuite.py``) through ``%%agent`` — each task in a fresh IPython shell of its
 own process, as a newcomer with no key who answers "always" — must pass a floor. The whole
 suite and its timings: ``benchmarks/bench_local_tasks.py``, ``docs/benchmarks.md``."""
@@ -35,7 +35,9 @@ def test_the_fast_subset_passes_a_floor(tmp_path):
     from jupyter_session_agent.providers.local import running_servers
 
     run_dir = tmp_path / "run"
-    results = bench_local_tasks.run(tasksuite.by_name(tasksuite.FAST), run_dir=str(run_dir))
+    results = bench_local_tasks.run(
+        tasksuite.by_name(tasksuite.FAST), model="smollm2", run_dir=str(run_dir)
+    )
     assert running_servers(run_dir) == []  # stopped at the end
     report = bench_local_tasks.report(results, "fast subset")
     print(report)  # shown with -s: the runs the floor is set from

@@ -228,6 +228,8 @@ IN_KIND = {
     "idle_timeout": math.inf,
     "max_retry_wait": math.nan,
     "local_context": 100,
+    "local_model": "weights.bin",
+    "local_detect": "yes",
     "local_idle_timeout": -5.0,
     "code_actions": "sometimes",
     "permission": {"bash": "maybe"},

@@ -161,6 +161,10 @@ def is_model_id(value: Any) -> bool:
     return isinstance(value, str) and _MODEL_ID.fullmatch(value) is not None
 
 
+def _is_gguf(value: Any) -> bool:
+    return isinstance(value, str) and (not value.strip() or value.strip().lower().endswith(".gguf"))
+
+
 def _is_folder(value: Any) -> bool:
     if not isinstance(value, (str, os.PathLike)) or "\x00" in os.fspath(value):
         return False
@@ -522,6 +526,19 @@ class Settings:
     )
     local_context: int = setting(
         8192, whole(512, " of tokens"), "context size of the embedded local model"
+    )
+    local_model: str = setting(
+        "",
+        Spec("a .gguf file path ('' for the catalogue model)", _is_gguf),
+        "a GGUF file (a ChatML-template model) the embedded server runs instead of the "
+        "catalogue model of local/<name>; '': the catalogue's",
+        example="~/models/qwen2.5-coder-3b-instruct-q4_k_m.gguf",
+    )
+    local_detect: bool = setting(
+        True,
+        BOOL,
+        "with no API key, use a running Ollama (port 11434) or LM Studio (port 1234) on "
+        "loopback before the embedded model",
     )
     local_idle_timeout: float = setting(
         600.0,

@@ -440,6 +440,13 @@ _ONE_LINE = r"root ::= [^\n`]+"  # the answer after a run: one line, no code
 _NO_CODE = r"root ::= [^`]+"  # without the python tool: text, no fences
 
 
+def _last_user(messages: list[dict]) -> int:
+    """The index of the last user message (-1 when there is none)."""
+    return next(
+        (i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), -1
+    )
+
+
 def _code_chat(
     llama: Any,
     messages: list[dict],
@@ -467,8 +474,25 @@ def _code_chat(
     from llama_cpp import llama_grammar
 
     after_result = bool(messages) and messages[-1].get("role") in ("tool", "function")
-    answer = offered and after_result
-    prompt = render_prompt(codeaction.code_messages(messages))
+    # After a failed run a coder model writes the code again, once (for SmolLM2 a retry was
+    # measured to gain nothing: it answers in one line after any run).
+    turn = messages[_last_user(messages) + 1 :]
+    failures = sum(
+        1
+        for m in turn
+        if m.get("role") in ("tool", "function") and codeaction.is_error(_text(m.get("content")))
+    )
+    retry = (
+        offered
+        and after_result
+        and model != MODEL_ALIAS
+        and codeaction.is_error(_text(messages[-1].get("content")))
+        and failures < 2
+    )
+    answer = offered and after_result and not retry
+    # The tiniest model copies the nearest example; a larger one does better with the same
+    # examples every time, which also lets the server reuse the prompt's evaluation.
+    prompt = render_prompt(codeaction.code_messages(messages, select=model == MODEL_ALIAS))
     limit = CODE_ANSWER_TOKENS if answer else CODE_STEP_TOKENS
     limit = min(limit, max_tokens) if max_tokens else limit
     n_ctx = llama.n_ctx()
@@ -493,9 +517,15 @@ def _code_chat(
         (codeaction.plain(m.get("content")) for m in reversed(messages) if m.get("role") == "user"),
         "",
     )
+    # A request about what the kernel holds starts with code, never an answer from memory.
+    code_first = retry or (
+        offered
+        and not after_result
+        and codeaction.needs_code(request, codeaction.kernel_words(messages))
+    )
     request = " ".join(request.split())[:200]
     comment = ""
-    if CODE_COMMENT and offered and not after_result:
+    if CODE_COMMENT and offered and (not after_result or retry):
         comment = f"# {request}\n" if request else ""
 
     def generate(
@@ -594,7 +624,9 @@ def _code_chat(
                 elif kind == "end":
                     finish = text
 
-        for kind, text in events:
+        if code_first:  # no prose first: the reply is a block from its first token
+            candidate()
+        for kind, text in () if code_first else events:
             if kind == "text":
                 before += text
                 yield "text", text

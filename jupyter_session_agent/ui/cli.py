@@ -70,13 +70,20 @@ def quickstart(out_dir: Path, timeout: int) -> Path:
 
 
 def _model_line() -> str:
-    import os
 
-    from ..providers.presets import default_model
+    from ..core.settings import Settings
+    from ..providers.local import CATALOGUE
+    from ..providers.registry import default_spec
 
-    model = default_model(os.environ)
+    model = default_spec(Settings())
     if model.startswith("local/"):
-        return "the embedded local model (SmolLM2-135M, no API key; its server starts on the first turn)"
+        known = CATALOGUE.get(model.partition("/")[2])
+        title = known.title.rsplit(" ", 1)[0] if known else model
+        return (
+            f"the embedded local model ({title}, no API key; its server starts on the first turn)"
+        )
+    if model.startswith(("ollama/", "lmstudio/")):
+        return f"{model} (no API key; a local server answers on its usual port)"
     return f"{model} (OPENAI_API_KEY / OPENAI_BASE_URL are set)"
 
 
