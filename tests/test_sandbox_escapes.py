@@ -120,3 +120,43 @@ def test_secret_formats_in_output_are_redacted(ip, server, store, magics, sandbo
     wire = sent(server) + json.dumps(output)
     for mark in (*MARKS, "SQLPASSSECRET1", "DISCORDHOOKSECRET"):
         assert mark not in wire
+
+
+def test_code_that_runs_later_outside_stays_read_only(ip, server, store, magics, area, monkeypatch):
+    """The notebook in the home folder: a command may write its ordinary subfolders, but not
+    what the user's next shell, kernel, Python or git command runs unconfined (dot-files,
+    IPython startup files, ``site-packages``, a repository's ``.git``)."""
+    from jupyter_session_agent.tools.sandbox import status
+
+    found = status()
+    if not found.available:
+        import pytest
+
+        pytest.skip(found.reason)
+    home = area / "home"
+    (home / ".ipython/profile_default/startup").mkdir(parents=True)
+    (home / ".bashrc").write_text("ORIGINAL\n")
+    (home / "data").mkdir()
+    (home / "repo/.git/hooks").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(home)
+    magics.sandbox = "auto"
+    magics.permission = {}
+    bash(
+        server,
+        "echo made > data/out.txt; cat data/out.txt",
+        "echo PWNED >> ~/.bashrc; echo 'import os' > ~/.ipython/profile_default/startup/0.py;"
+        " mkdir -p ~/.local/lib && touch ~/.local/lib/x.pth; echo x > ~/.profile;"
+        " echo PWNED > repo/.git/hooks/pre-commit; echo PWNED > repo/.git/config; echo end",
+    )
+    run(ip, "write")
+    outputs = _outputs(store, magics)
+    assert [s for s, _ in outputs] == ["completed", "completed"]
+    assert (home / "data/out.txt").read_text() == "made\n"
+    assert "end" in outputs[1][1] and "Read-only file system" in outputs[1][1]
+    assert (home / ".bashrc").read_text() == "ORIGINAL\n"
+    assert not (home / ".profile").exists()
+    assert not list((home / ".ipython/profile_default/startup").iterdir())
+    assert not (home / ".local").exists()
+    assert not list((home / "repo/.git/hooks").iterdir())
+    assert not (home / "repo/.git/config").exists()

@@ -234,6 +234,7 @@ def wrap(
     for folder in dict.fromkeys(writable):
         if os.path.isdir(folder) and folder != "/":
             options += ["--bind", folder, folder]
+    options += _protect(writable)
     for path in hidden_paths(directory, writable):
         if os.path.isdir(path):
             options += ["--tmpfs", path, "--remount-ro", path]
@@ -243,6 +244,74 @@ def wrap(
         options.append("--unshare-net")
     options += ["--chdir", directory, "--setenv", "TMPDIR", "/tmp", "--"]
     return options + list(argv)
+
+
+def _protect(writable: Sequence[str]) -> list[str]:
+    """Read-only again inside the writable folders: what runs code later, outside the
+    sandbox. Each folder's ``.git`` (hooks, ``core.hooksPath``, ``core.fsmonitor`` run on the
+    user's next git command), and, when a writable folder is the home folder or holds it, the
+    home folder itself with its dot-files and dot-folders (``.bashrc``, ``.profile``,
+    ``.ipython/profile_default/startup``, ``.local/lib/…/site-packages``, kernel specs: all run
+    code at the next shell, kernel or Python start) — only its ordinary subfolders stay
+    writable, since a new dot-file cannot be refused any other way."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    options: list[str] = []
+    folders = [f for f in dict.fromkeys(writable) if os.path.isdir(f) and f != "/"]
+    if home != "/" and any(home == f or home.startswith(f.rstrip("/") + "/") for f in folders):
+        options += ["--ro-bind", home, home]
+        try:
+            entries = sorted(os.scandir(home), key=lambda e: e.name)
+        except OSError:
+            entries = []
+        subfolders = [
+            e.path
+            for e in entries
+            if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
+        ]
+        for folder in subfolders:
+            options += ["--bind", folder, folder]
+        inside = [f for f in folders if f.startswith(home + "/")]
+        for folder in inside:  # a folder the user allowed by name stays writable
+            options += ["--bind", folder, folder]
+        folders = subfolders + [f for f in inside if not _dotted(f, home)]
+    gits = [e.path for e in _walk(folders) if e.name == ".git" and not e.is_symlink()]
+    for git in dict.fromkeys(gits):
+        options += ["--ro-bind", git, git]
+    return options
+
+
+def _dotted(path: str, home: str) -> bool:
+    """Is ``path`` (inside ``home``) under one of its dot-folders?"""
+    return os.path.relpath(path, home).split(os.sep, 1)[0].startswith(".")
+
+
+def _walk(roots: Iterable[str]) -> Iterable[os.DirEntry[str]]:
+    """The entries of ``roots`` and their folders (no links followed, not inside
+    ``IGNORED_DIRS``): at most :data:`WALK_ENTRIES` entries, :data:`WALK_DEPTH` levels."""
+    budget = WALK_ENTRIES
+    for root in dict.fromkeys(roots):
+        stack = [(root, 0)]
+        while stack and budget > 0:
+            folder, depth = stack.pop()
+            try:
+                entries = os.scandir(folder)
+            except OSError:
+                continue
+            with entries:
+                for entry in entries:
+                    budget -= 1
+                    if budget <= 0:
+                        return
+                    yield entry
+                    try:
+                        if (
+                            entry.is_dir(follow_symlinks=False)
+                            and depth < WALK_DEPTH
+                            and entry.name not in IGNORED_DIRS
+                        ):
+                            stack.append((entry.path, depth + 1))
+                    except OSError:
+                        continue
 
 
 def hidden_paths(directory: str, writable: Iterable[str] = ()) -> list[str]:
@@ -260,30 +329,15 @@ def hidden_paths(directory: str, writable: Iterable[str] = ()) -> list[str]:
     for extra in _runtime_dirs(home):
         if os.path.isdir(extra):
             found.append(os.path.realpath(extra))
-    budget = WALK_ENTRIES
-    for root in dict.fromkeys([directory, *writable]):
-        stack = [(root, 0)]
-        while stack and budget > 0:
-            folder, depth = stack.pop()
-            try:
-                entries = os.scandir(folder)
-            except OSError:
-                continue
-            with entries:
-                for entry in entries:
-                    budget -= 1
-                    if budget <= 0:
-                        break
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            if depth < WALK_DEPTH and entry.name not in IGNORED_DIRS:
-                                stack.append((entry.path, depth + 1))
-                            if entry.name in (".ssh", ".aws", ".gnupg"):
-                                found.append(entry.path)
-                        elif sensitive_name(entry.name) and entry.is_file():
-                            found.append(os.path.realpath(entry.path))
-                    except OSError:
-                        continue
+    for entry in _walk([directory, *writable]):
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name in (".ssh", ".aws", ".gnupg"):
+                    found.append(entry.path)
+            elif sensitive_name(entry.name) and entry.is_file():
+                found.append(os.path.realpath(entry.path))
+        except OSError:
+            continue
     return list(dict.fromkeys(found))
 
 
