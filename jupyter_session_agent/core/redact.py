@@ -12,9 +12,13 @@ replaces it everywhere must agree, or a secret found in one place would leak thr
 - Hugging Face ``hf_…``, Stripe ``sk_live_…``/``rk_live_…``, GitLab ``glpat-…``, npm and
   PyPI tokens, JWTs, PEM private-key blocks, the password of a URL
   (``postgres://user:PASSWORD@host``), and the value of a secret-named query parameter
-  (``?api_key=…``) or command-line option (``--api-key …``);
+  (``?api_key=…``) or command-line option (``--api-key …``), Stripe webhook secrets
+  ``whsec_…``, the path of a Slack, Discord or Teams webhook URL, the key of a connection
+  string (``AccountKey=…;``, ``Password=…;``) and the password of a URL-encoded URL
+  (``https%3A%2F%2Fuser%3APASSWORD%40host``);
 - the exact values of environment variables whose names look secret (:func:`secret_name`:
-  ``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASS*``, ``*CREDENTIAL*``, ``*AUTH*``, ``*PWD``,
+  ``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASS*``, ``*CREDENTIAL*``, ``*CREDS*``,
+  ``*WEBHOOK*``, ``*CONNECTION_STRING*``, ``*PRIVATE*``, ``*SIGNING*``, ``*AUTH*``, ``*PWD``,
   ``*DSN``, …; values of 8+ characters with a letter in them; paths are left alone) and the
   password of any variable holding a URL with credentials (``DATABASE_URL``), as
   ``[REDACTED:<NAME>]``, and of keys handed to :func:`remember` (the provider registers
