@@ -1,5 +1,9 @@
 """The OS sandbox every ``bash`` call runs in: bubblewrap (``bwrap``) on Linux.
 
+One module: the mounts, the environment, the seccomp filter and the walk that finds what to
+hide are one boundary, built in one place; a rule split across modules is a rule one of them
+forgets.
+
 What a confined command sees:
 
 * the whole file system **read-only** (``--ro-bind / /``), except the session folder, a
