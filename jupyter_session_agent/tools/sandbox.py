@@ -238,8 +238,9 @@ def wrap(
     for folder in dict.fromkeys(writable):
         if os.path.isdir(folder) and folder != "/":
             options += ["--bind", folder, folder]
-    options += _protect(writable)
-    for path in hidden_paths(directory, writable):
+    hidden, gits = _survey(directory, writable)
+    options += _protect(writable, gits)
+    for path in hidden:
         if os.path.isdir(path):
             options += ["--tmpfs", path, "--remount-ro", path]
         else:
@@ -250,7 +251,7 @@ def wrap(
     return options + list(argv)
 
 
-def _protect(writable: Sequence[str]) -> list[str]:
+def _protect(writable: Sequence[str], gits: Sequence[str]) -> list[str]:
     """Read-only again inside the writable folders: what runs code later, outside the
     sandbox. Each folder's ``.git`` (hooks, ``core.hooksPath``, ``core.fsmonitor`` run on the
     user's next git command), and, when a writable folder is the home folder or holds it, the
@@ -278,9 +279,9 @@ def _protect(writable: Sequence[str]) -> list[str]:
         for folder in inside:  # a folder the user allowed by name stays writable
             options += ["--bind", folder, folder]
         folders = subfolders + [f for f in inside if not _dotted(f, home)]
-    gits = [e.path for e in _walk(folders) if e.name == ".git" and not e.is_symlink()]
     for git in dict.fromkeys(gits):
-        options += ["--ro-bind", git, git]
+        if any(git.startswith(f.rstrip("/") + "/") for f in folders):
+            options += ["--ro-bind", git, git]
     return options
 
 
@@ -322,7 +323,13 @@ def hidden_paths(directory: str, writable: Iterable[str] = ()) -> list[str]:
     """What a confined command must not read: the home folder's credential stores that
     exist, and the sensitive files (``.env*``, keys) in the session folder and the allowed
     folders (a bounded walk: :data:`WALK_ENTRIES` entries, :data:`WALK_DEPTH` levels)."""
+    return _survey(directory, writable)[0]
+
+
+def _survey(directory: str, writable: Iterable[str] = ()) -> tuple[list[str], list[str]]:
+    """:func:`hidden_paths`, and the ``.git`` entries the same walk finds."""
     home = os.path.expanduser("~")
+    gits: list[str] = []
     found: list[str] = []
     for name in HOME_CREDENTIALS:
         path = os.path.join(home, name)
@@ -335,14 +342,16 @@ def hidden_paths(directory: str, writable: Iterable[str] = ()) -> list[str]:
             found.append(os.path.realpath(extra))
     for entry in _walk([directory, *writable]):
         try:
-            if entry.is_dir(follow_symlinks=False):
+            if entry.name == ".git" and not entry.is_symlink():
+                gits.append(entry.path)
+            elif entry.is_dir(follow_symlinks=False):
                 if entry.name in (".ssh", ".aws", ".gnupg"):
                     found.append(entry.path)
             elif sensitive_name(entry.name) and entry.is_file():
                 found.append(os.path.realpath(entry.path))
         except OSError:
             continue
-    return list(dict.fromkeys(found))
+    return list(dict.fromkeys(found)), gits
 
 
 def _runtime_dirs(home: str) -> list[str]:
