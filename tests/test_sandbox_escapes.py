@@ -110,6 +110,13 @@ def test_secret_formats_in_output_are_redacted(ip, server, store, magics, sandbo
         *SECRETS.values(),
         "Server=tcp:db.example.net;Database=d;User ID=u;Password=SQLPASSSECRET1;",
         "https://discord.com/api/webhooks/123456789012345678/DISCORDHOOKSECRETabcdefgh",
+        "Authorization: Basic QkFTSUNBVVRIU0VDUkVUOnBhc3N3b3Jk",
+        "aws_secret_access_key = AWSFILESECRETabcdefghijklmnopqrstuvwxyz0",
+        "x-api-key: HEADERKEYSECRET0123",
+        "tls.key: LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0t",
+        "Ck1JSUV2UUlCQURBTkJna3Foa2lHOXcwQkFRRUZBQVNDQktjd2dnU2pBZ0VBQW9JQkFRQ0JBU0U2NFNFQ1JFVA==",
+        "gsk_GROQSECRETabcdefghijklmnopqrstuvwxyz0123456789",
+        "r8_REPLICATESECRETabcdefghijklmnopqrstu",
     ]
     (sandboxed.parent / "proj" / "notes.txt").write_text("\n".join(lines) + "\n")
     bash(server, "cat notes.txt; pwd")
@@ -118,7 +125,9 @@ def test_secret_formats_in_output_are_redacted(ip, server, store, magics, sandbo
     assert status == "completed"
     assert "Database=d;User ID=u;" in output and "/proj" in output  # the rest is kept
     wire = sent(server) + json.dumps(output)
-    for mark in (*MARKS, "SQLPASSSECRET1", "DISCORDHOOKSECRET"):
+    marks = ("SQLPASSSECRET1", "DISCORDHOOKSECRET", "QkFTSUNBVVRIU0VDUkVU", "AWSFILESECRET")
+    marks += ("HEADERKEYSECRET", "Ck1JSUV2UUlCQURBTkJna3Fo", "GROQSECRET", "REPLICATESECRET")
+    for mark in (*MARKS, *marks):
         assert mark not in wire
 
 

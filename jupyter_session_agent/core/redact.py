@@ -15,7 +15,9 @@ replaces it everywhere must agree, or a secret found in one place would leak thr
   (``?api_key=…``) or command-line option (``--api-key …``), Stripe webhook secrets
   ``whsec_…``, the path of a Slack, Discord or Teams webhook URL, the key of a connection
   string (``AccountKey=…;``, ``Password=…;``) and the password of a URL-encoded URL
-  (``https%3A%2F%2Fuser%3APASSWORD%40host``);
+  (``https%3A%2F%2Fuser%3APASSWORD%40host``), Groq ``gsk_…`` and Replicate ``r8_…`` keys,
+  a base64-encoded PEM block (split across lines too), ``Authorization: Basic …``,
+  ``x-api-key:`` headers and an AWS ``secret_access_key = …``;
 - the exact values of environment variables whose names look secret (:func:`secret_name`:
   ``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASS*``, ``*CREDENTIAL*``, ``*CREDS*``,
   ``*WEBHOOK*``, ``*CONNECTION_STRING*``, ``*PRIVATE*``, ``*SIGNING*``, ``*AUTH*``, ``*PWD``,
@@ -103,6 +105,30 @@ _FORMATS: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("PRIVATE KEY",),
         r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]*?-----END[A-Z0-9 ]*PRIVATE KEY-----"
         r"|[\s\S]*)",
+    ),
+    ("groq", ("gsk_",), r"(?<![\w-])gsk_[A-Za-z0-9]{40,}"),
+    ("replicate", ("r8_",), r"(?<![\w-])r8_[A-Za-z0-9]{30,}"),
+    # a PEM block base64-encoded (a Kubernetes secret, an env var): "-----BEGIN" encoded
+    (
+        "private-key",
+        ("LS0tLS1CRUdJTi",),
+        r"LS0tLS1CRUdJTi[A-Za-z0-9+/=]*(?:\r?\n[A-Za-z0-9+/=]+(?=\r?\n|$))*",
+    ),
+    (
+        "basic-auth",
+        ("Basic ", "basic "),
+        r"(?i)(?<=authorization: basic )(?P<secret>[A-Za-z0-9+/]{8,}=*)",
+    ),
+    (
+        "header-secret",
+        ("api-key", "API-KEY", "Api-Key", "auth-token", "Auth-Token"),
+        r"(?i)\bx-(?:api-key|auth-token)\s*:\s*(?P<secret>[^\s\"']{8,})",
+    ),
+    (
+        "aws",
+        ("secret_access_key", "SECRET_ACCESS_KEY", "SecretAccessKey"),
+        r"(?i)(?:secret_access_key|SecretAccessKey)[\"']?\s*[:=]\s*[\"']?"
+        r"(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])",
     ),
     ("stripe-webhook", ("whsec_",), r"(?<![\w-])whsec_[A-Za-z0-9+/=]{20,}"),
     # a webhook URL is its own credential: the path after the host
