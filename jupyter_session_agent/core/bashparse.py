@@ -201,7 +201,50 @@ _WRAPPER_OPERANDS = {"timeout": 1}  # positional words before the command (the d
 _FIND = frozenset({"find"})
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 
+_FIND_WRITES = frozenset({"-delete", "-fprint", "-fprint0", "-fprintf", "-fls"})
+_AWKS = frozenset({"awk", "gawk", "mawk", "nawk", "busybox awk"})
+_AWK_RISKY = re.compile(
+    r"system|getline|fflush|close|@load|ENVIRON|PROCINFO|\|&|\bprintf?\b[^;{}]*(?:>|\|)"
+)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _sed_risky(script: str) -> bool:
+    """Does a sed script use ``e``, ``w``/``W``, ``r``/``R`` (as a command or an ``s`` flag)?
+    The bodies of ``s`` and ``y`` commands are skipped; anything else holding one of those
+    letters counts (a false alarm only asks)."""
+    rest = []
+    i = 0
+    while i < len(script):
+        c = script[i]
+        if c in "sy" and i + 1 < len(script) and script[i + 1] not in "\\\n;}":
+            delim = script[i + 1]
+            j, seen = i + 2, 0
+            while j < len(script) and seen < 2:
+                if script[j] == "\\":
+                    j += 2
+                    continue
+                if script[j] == delim:
+                    seen += 1
+                j += 1
+            flags = re.match(r"[0-9gpIiMme w]*", script[j:])
+            taken = flags.group(0) if flags else ""
+            if c == "s" and re.search(r"[ew]", taken.split(" ")[0] if taken else ""):
+                return True
+            i = j + len(taken.split(" ")[0]) if taken else j
+            continue
+        if c == "/" or c == "\\":  # an address /re/ or \cREc: skip to its end
+            delim = "/" if c == "/" else (script[i + 1] if i + 1 < len(script) else "")
+            j = i + (1 if c == "/" else 2)
+            while j < len(script) and script[j] != delim:
+                j += 2 if script[j] == "\\" else 1
+            i = j + 1
+            continue
+        rest.append(c)
+        i += 1
+    return re.search(r"[ewWrRF]", "".join(rest)) is not None
+
+
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=")
 # A literal that bash may evaluate as an arithmetic subscript: a[$(cmd)], a[`cmd`], a[${x}].
 _SUBSCRIPT_CODE = re.compile(r"\[[^\]]*[$`]")
@@ -837,6 +880,12 @@ class _Walker:
         if base in _FIND:
             self._find(args, texts[i + 1 :])
             return
+        if base == "sed":
+            self._sed(args)
+            return
+        if base in _AWKS:
+            self._awk(base, args)
+            return
         if base in _WRAPPERS:
             self._wrapper(base, args, texts[i + 1 :])
             return
@@ -900,14 +949,75 @@ class _Walker:
     def _find(self, args: list[str | None], texts: list[str]) -> None:
         i = 0
         while i < len(args):
+            if args[i] in _FIND_WRITES:
+                self.reasons.append(f"`find {args[i]}` (writes or deletes what it finds)")
+                return
             if args[i] in _FIND_EXEC:
                 start = i + 1
                 end = start
                 while end < len(args) and args[end] not in (";", "+"):
                     end += 1
+                if any(w is None or "{}" in w for w in args[start:end]):
+                    # each file find finds becomes an argument: names no one sees beforehand
+                    self.unresolved.append(f"find {args[i]} {{}} (each file find finds)")
                 self._inner(args[start:end], texts[start:end], f"find {args[i]}")
                 i = end
             i += 1
+
+    def _sed(self, args: list[str | None]) -> None:
+        """A sed script is code: ``e`` runs a command, ``w``/``W`` (and the ``w`` flag of
+        ``s``) write a file, ``r``/``R`` read one, ``-f`` takes the script from a file. Any of
+        them, or a script the checker cannot read, is a reason to ask."""
+        scripts: list[str | None] = []
+        explicit = False
+        i = 0
+        while i < len(args):
+            word = args[i]
+            if word is None:
+                scripts.append(None)
+            elif word in ("-e", "--expression"):
+                explicit = True
+                scripts.append(args[i + 1] if i + 1 < len(args) else None)
+                i += 1
+            elif word.startswith("--expression="):
+                explicit = True
+                scripts.append(word.split("=", 1)[1])
+            elif word.startswith("-e") and not word.startswith("--"):
+                explicit = True
+                scripts.append(word[2:])
+            elif word in ("-f", "--file") or word.startswith(("--file=", "-f")):
+                self.reasons.append("`sed -f` (a script read from a file)")
+                return
+            elif word.startswith("-") and word != "-":
+                if word[1:2] != "-" and "f" in word[1:] and "i" not in word[1:2]:
+                    self.reasons.append(f"`sed {word}` (a script read from a file)")
+                    return
+            elif not explicit and not scripts:
+                scripts.append(word)
+            i += 1
+        for script in scripts:
+            if script is None or _sed_risky(script):
+                shown = "a computed script" if script is None else repr(script[:40])
+                self.reasons.append(f"`sed` {shown} (runs commands or reads/writes files)")
+                return
+
+    def _awk(self, name: str, args: list[str | None]) -> None:
+        """An awk program is code: ``system``, pipes, redirections and ``getline`` reach
+        beyond its operands; ``-f`` takes the program from a file."""
+        for word in args:
+            if word is None:
+                self.reasons.append(f"`{name}` with a computed argument")
+                return
+            if word.startswith("-f") or word.startswith("--file") or word.startswith("-E"):
+                self.reasons.append(f"`{name} {word}` (a program read from a file)")
+                return
+            if word.startswith("-"):
+                continue
+            if _AWK_RISKY.search(word):
+                self.reasons.append(
+                    f"`{name}` program {word[:40]!r} (runs commands or reads/writes files)"
+                )
+            return
 
     def _shell(self, name: str, args: list[str | None]) -> None:
         script = False

@@ -12,9 +12,15 @@ replaces it everywhere must agree, or a secret found in one place would leak thr
 - Hugging Face ``hf_…``, Stripe ``sk_live_…``/``rk_live_…``, GitLab ``glpat-…``, npm and
   PyPI tokens, JWTs, PEM private-key blocks, the password of a URL
   (``postgres://user:PASSWORD@host``), and the value of a secret-named query parameter
-  (``?api_key=…``) or command-line option (``--api-key …``);
+  (``?api_key=…``) or command-line option (``--api-key …``), Stripe webhook secrets
+  ``whsec_…``, the path of a Slack, Discord or Teams webhook URL, the key of a connection
+  string (``AccountKey=…;``, ``Password=…;``) and the password of a URL-encoded URL
+  (``https%3A%2F%2Fuser%3APASSWORD%40host``), Groq ``gsk_…`` and Replicate ``r8_…`` keys,
+  a base64-encoded PEM block (split across lines too), ``Authorization: Basic …``,
+  ``x-api-key:`` headers and an AWS ``secret_access_key = …``;
 - the exact values of environment variables whose names look secret (:func:`secret_name`:
-  ``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASS*``, ``*CREDENTIAL*``, ``*AUTH*``, ``*PWD``,
+  ``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASS*``, ``*CREDENTIAL*``, ``*CREDS*``,
+  ``*WEBHOOK*``, ``*CONNECTION_STRING*``, ``*PRIVATE*``, ``*SIGNING*``, ``*AUTH*``, ``*PWD``,
   ``*DSN``, …; values of 8+ characters with a letter in them; paths are left alone) and the
   password of any variable holding a URL with credentials (``DATABASE_URL``), as
   ``[REDACTED:<NAME>]``, and of keys handed to :func:`remember` (the provider registers
@@ -51,7 +57,20 @@ from urllib.parse import quote
 
 from .text import safe_text
 
-SECRET_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASS", "CREDENTIAL", "COOKIE")
+SECRET_NAME_WORDS = (
+    "KEY",
+    "TOKEN",
+    "SECRET",
+    "PASS",
+    "CREDENTIAL",
+    "CREDS",
+    "COOKIE",
+    "WEBHOOK",
+    "CONNECTION_STRING",
+    "CONN_STR",
+    "PRIVATE",
+    "SIGNING",
+)
 SECRET_NAME_ENDINGS = ("PWD", "DSN", "_PW", "_AUTH")  # MYSQL_PWD, SENTRY_DSN, NPM_AUTH
 NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD", "KEYMAP", "PASSENGER_APP_ENV"})
 MIN_SECRET_LENGTH = 8
@@ -86,6 +105,51 @@ _FORMATS: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("PRIVATE KEY",),
         r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:[\s\S]*?-----END[A-Z0-9 ]*PRIVATE KEY-----"
         r"|[\s\S]*)",
+    ),
+    ("groq", ("gsk_",), r"(?<![\w-])gsk_[A-Za-z0-9]{40,}"),
+    ("replicate", ("r8_",), r"(?<![\w-])r8_[A-Za-z0-9]{30,}"),
+    # a PEM block base64-encoded (a Kubernetes secret, an env var): "-----BEGIN" encoded
+    (
+        "private-key",
+        ("LS0tLS1CRUdJTi",),
+        r"LS0tLS1CRUdJTi[A-Za-z0-9+/=]*(?:\r?\n[A-Za-z0-9+/=]+(?=\r?\n|$))*",
+    ),
+    (
+        "basic-auth",
+        ("Basic ", "basic "),
+        r"(?i)(?<=authorization: basic )(?P<secret>[A-Za-z0-9+/]{8,}=*)",
+    ),
+    (
+        "header-secret",
+        ("api-key", "API-KEY", "Api-Key", "auth-token", "Auth-Token"),
+        r"(?i)\bx-(?:api-key|auth-token)\s*:\s*(?P<secret>[^\s\"']{8,})",
+    ),
+    (
+        "aws",
+        ("secret_access_key", "SECRET_ACCESS_KEY", "SecretAccessKey"),
+        r"(?i)(?:secret_access_key|SecretAccessKey)[\"']?\s*[:=]\s*[\"']?"
+        r"(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])",
+    ),
+    ("stripe-webhook", ("whsec_",), r"(?<![\w-])whsec_[A-Za-z0-9+/=]{20,}"),
+    # a webhook URL is its own credential: the path after the host
+    (
+        "webhook",
+        ("hooks.slack.com", "discord", "webhook.office.com"),
+        r"(?i)(?:hooks\.slack\.com/(?:services|workflows|triggers)|discord(?:app)?\.com/api/"
+        r"webhooks|webhook\.office\.com/webhookb2)/(?P<secret>[A-Za-z0-9/_@.+=-]{16,})",
+    ),
+    # a key in a connection string (Azure: AccountKey=…;, SharedAccessKey=…; Pwd=…;)
+    (
+        "connection-string",
+        ("Key=", "KEY=", "key=", "Pwd=", "PWD=", "pwd=", "Password=", "PASSWORD=", "password="),
+        r"(?i)(?:^|(?<=[;\s\"'{]))(?:AccountKey|SharedAccessKey|SharedAccessSignature|Password|"
+        r"Pwd)=(?P<secret>[^;\s\"'/][^;\s\"']{5,})",
+    ),
+    # a URL with credentials, URL-encoded (https%3A%2F%2Fuser%3APASSWORD%40host)
+    (
+        "url-password",
+        ("%3A%2F%2F", "%3a%2f%2f"),
+        r"(?i)(?<=%3A%2F%2F)[^/\s:@%]+%3A(?P<secret>[^/\s@'\"]+?)(?=%40)",
     ),
     # a password in a URL (postgres://user:PASSWORD@host): the password only
     ("url-password", ("://",), r"(?<=://)[^/\s:@'\"]+:(?P<secret>[^/\s@'\"]+)(?=@)"),

@@ -36,7 +36,25 @@ HOME_CREDENTIALS: tuple[str, ...] = (
     ".huggingface/token",
     ".cache/huggingface/token",
     ".config/openai",
+    ".config/git/credentials",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".gem/credentials",
+    ".m2/settings.xml",
+    ".config/pip/pip.conf",
+    ".pip/pip.conf",
+    ".config/containers/auth.json",
+    ".local/share/jupyter/runtime",
+    ".ipython/profile_default/history.sqlite",
+    ".bash_history",
+    ".zsh_history",
+    ".python_history",
+    ".psql_history",
+    ".mysql_history",
 )
+# First folders of HOME_CREDENTIALS that hold ordinary files too (only the named file or
+# folder under them is sensitive, not the whole folder).
+SHARED_FOLDERS = (".config", ".local", ".cache", ".cargo", ".gem", ".m2", ".pip", ".ipython")
 
 # Permission globs (anchored, ``*`` crosses ``/``) of sensitive paths anywhere.
 SENSITIVE_PATTERNS: tuple[str, ...] = (
@@ -120,4 +138,11 @@ def sensitive_path(path: str) -> bool:
     parts = str(path).replace("\\", "/").split("/")
     if sensitive_name(parts[-1]):
         return True
-    return any(part in _STORES and part not in (".config", ".local", ".cache") for part in parts)
+    if any(part in _STORES and part not in SHARED_FOLDERS for part in parts):
+        return True
+    joined = "/".join(parts)
+    return any(
+        joined.endswith("/" + name) or ("/" + name + "/") in joined
+        for name in HOME_CREDENTIALS
+        if "/" in name
+    )

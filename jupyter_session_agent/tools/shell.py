@@ -83,21 +83,30 @@ class BashTool:
         argv = ["bash", "-c", command]
         confinement = ctx.sandbox
         first_note = ""
+        env = {**os.environ, **_ENV_OVERRIDES}
+        seccomp: int | None = None
         if confinement is not None and confinement.enabled:
-            from .sandbox import wrap
+            from .sandbox import environment, seccomp_fd, wrap
 
-            argv = wrap(argv, str(ctx.directory), confinement)
+            seccomp = seccomp_fd()
+            argv = wrap(argv, str(ctx.directory), confinement, seccomp)
+            env = {**environment(os.environ), **_ENV_OVERRIDES}
         elif confinement is not None:
             first_note = _first_unconfined(confinement)
-        proc = subprocess.Popen(
-            argv,
-            cwd=ctx.directory,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, **_ENV_OVERRIDES},
-        )
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=ctx.directory,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+                pass_fds=() if seccomp is None else (seccomp,),
+            )
+        finally:
+            if seccomp is not None:
+                os.close(seccomp)
         spool = OutputSpool(ctx.data_dir)
         try:
             timed_out = _pump(proc, timeout_ms / 1000, spool)
