@@ -318,6 +318,10 @@ BAD_SETTINGS = {
     "system_prompt": [5, "a\x00b", ["be brief"]],
     "tools": ["python", [""], [5], {"python": True}],
     "replay": [5, "a\x00b", ["on"]],
+    "view": ["sideways", 3],
+    "local_detect": ["yes", 2],
+    "reasoning_effort": ["extreme", 5],
+    "local_model": ["weights.bin", 5],
     "replay_rerun": ["python", [""], [5]],
 }
 GOOD_SETTINGS = {
