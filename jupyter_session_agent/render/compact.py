@@ -32,6 +32,7 @@ from ..core.messages import (
     WithParts,
     tool_label,
 )
+from ..core.redact import before_cut
 from ..core.text import visible
 from . import markdown
 from . import words as W
@@ -351,4 +352,5 @@ def _first_line(text: str) -> str:
 
 
 def _cut(text: str, limit: int) -> str:
+    text = before_cut(text, limit)
     return text if len(text) <= limit else text[: limit - 1] + "…"

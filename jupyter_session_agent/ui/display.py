@@ -49,7 +49,7 @@ from ..core.messages import (
     WithParts,
     replace,
 )
-from ..core.redact import clean, clean_value, secret_env_values
+from ..core.redact import before_cut, clean, clean_value, secret_env_values
 from ..loop.step import Observer
 from ..render import compact, markdown, plain
 from ..render import words as W
@@ -102,6 +102,7 @@ def part_data(part: Part) -> dict[str, Any]:
 
 def _bound(value: Any, limit: int, path: str, truncated: dict[str, int], depth: int = 0) -> Any:
     if isinstance(value, str):
+        value = before_cut(value, limit)
         if len(value) > limit:
             truncated[path] = len(value)
             return value[:limit]
