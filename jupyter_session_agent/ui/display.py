@@ -291,6 +291,17 @@ def _markdown_message(item: WithParts, **kw: Any) -> str:
     )
 
 
+def _compact_message(item: WithParts, unsaved: frozenset) -> tuple[str, tuple[str, ...]]:
+    def make() -> tuple[str, tuple[str, ...]]:
+        text, telemetry = compact.message_markdown(item, unsaved)
+        return clean(text), tuple(clean(line) for line in telemetry)
+
+    if _ticking(item):
+        return make()
+    flag = W.is_unsaved(item, unsaved)
+    return _MEMO.get("compact", flag, (item.info, *item.parts), make)
+
+
 def _plain_message(item: WithParts, **kw: Any) -> str:
     if _ticking(item):
         return clean(plain.message(item, **kw))
@@ -433,16 +444,16 @@ class TranscriptView:
 
     @property
     def markdown(self) -> str:
-        if self.detail == "compact":  # one turn: cleaned whole, it is small
-            return clean(
-                compact.turn(
-                    self.history,
-                    self.report,
-                    unsaved=self.unsaved,
-                    progress=self.progress,
-                    asking=self.asking,
-                    budget=budget_markdown(self.report) if self.report is not None else "",
-                )
+        if self.detail == "compact":  # each message cleaned once per value, the rest each time
+            return compact.turn(
+                self.history,
+                self.report,
+                unsaved=self.unsaved,
+                progress=self.progress,
+                asking=self.asking,
+                budget=budget_markdown(self.report) if self.report is not None else "",
+                render=_compact_message,
+                clean=clean,
             )
         return markdown_transcript(self.history, self.report, self.omitted, self.unsaved)
 
