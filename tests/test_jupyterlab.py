@@ -884,6 +884,9 @@ def test_approve_once_with_the_button_runs_the_tool(notebook, scripted):
     assert labels == ["Allow once", "Always", "Reject", "Reject with feedback"]
     badge = view.locator(".jsa-badge-live")
     assert badge.inner_text().strip() == "waiting for approval"
+    # the call's own line waits too: no "running" spinner while nothing runs
+    line = view.locator(".jsa-part-tool .jsa-tool-head .jsa-badge").first
+    assert line.inner_text().strip() == "waiting for approval"
     assert re.fullmatch(
         r"\d+ s · waiting for your approval", view.locator(".jsa-progress").inner_text()
     )

@@ -69,10 +69,14 @@ def from_prompt(text: str, limit: int = TITLE_CHARS) -> str:
 
 def plausible(title: str) -> bool:
     """Whether a model's answer reads as a title: one short phrase, not a sentence (at most
-    :data:`TITLE_WORDS` words and 60 characters, no full stop inside or at the end)."""
+    :data:`TITLE_WORDS` words and 60 characters, no full stop inside or at the end, not the
+    request echoed back)."""
     words = title.split()
+    lowered = " ".join(words).lower()
     return (
         0 < len(words) <= TITLE_WORDS
+        and "this conversation" not in lowered  # the request echoed back, not a topic
+        and not title.rstrip().endswith(":")
         and len(title) <= 60
         and not title.rstrip().endswith((".", "!"))
         and ". " not in title
