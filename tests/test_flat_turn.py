@@ -19,6 +19,7 @@ from jupyter_session_agent.core.messages import ToolCompleted, ToolPart, WithPar
 from jupyter_session_agent.loop.budget_report import BudgetTally, budget_report
 from jupyter_session_agent.testing.scripted_server import Reply
 from jupyter_session_agent.ui.display import BUDGET_STEPS, MIME_TYPE, TranscriptView
+from jupyter_session_agent.ui.display import budget_markdown as display_budget
 
 MODEL = ModelInfo("openai", "scripted", context=100_000, output=4_096, prices=Prices(1.0, 2.0))
 
@@ -113,6 +114,57 @@ def test_a_secret_learned_after_a_render_is_redacted_in_the_next_one():
     redact.remember(secret, "LATE_TOKEN")
     again = json.dumps(view._repr_mimebundle_(), ensure_ascii=False)
     assert secret not in again and "[REDACTED:LATE_TOKEN]" in again
+
+
+def test_a_long_compact_turn_makes_again_only_the_message_that_changed(monkeypatch):
+    """The compact Markdown (the default view) is made per message value, as the JSON is: a
+    render of a long turn after one message changed (a text streaming in) makes that message
+    only, and gives exactly what a render from scratch gives (no stale form)."""
+    from jupyter_session_agent.core.redact import clean
+    from jupyter_session_agent.render import compact
+
+    history = _long_history(12)
+    report = budget_report(history, MODEL)
+    assert TranscriptView(history, report=report, detail="compact").markdown
+    made: list[str] = []
+    real = compact.message_markdown
+
+    def counted(item, unsaved=frozenset()):
+        made.append(item.info.id)
+        return real(item, unsaved)
+
+    monkeypatch.setattr(compact, "message_markdown", counted)
+    last = history[-1]
+    text = next(p for p in last.parts if p.type == "text")
+    history[-1] = WithParts(
+        last.info,
+        tuple(replace(p, text=p.text + " and more") if p is text else p for p in last.parts),
+    )
+    shown = TranscriptView(history, report=report, detail="compact").markdown
+    # a message counting a retry down is drawn each time (its words change with the clock)
+    ticking = [m.info.id for m in history[:-1] if any(p.type == "retry" for p in m.parts)]
+    assert made == [*ticking, last.info.id]
+    fresh = compact.turn(
+        history, report, budget=clean(display_budget(report)), render=real, clean=clean
+    )
+    assert shown == clean(fresh) and "and more" in shown
+
+
+def test_a_secret_learned_after_a_compact_render_is_redacted_in_the_next_one():
+    from jupyter_session_agent.core import redact
+
+    secret = "Wp4Lk8nonstandardCompactTokenQ7r2"
+    session, history = synthetic_session()
+    first = history[0]
+    text = next(p for p in first.parts if p.type == "text")
+    history[0] = WithParts(
+        first.info,
+        tuple(replace(p, text=f"use {secret} here") if p is text else p for p in first.parts),
+    )
+    view = TranscriptView(history, session=session, detail="compact")
+    assert secret in view.markdown  # not known as a secret yet
+    redact.remember(secret, "LATE_COMPACT_TOKEN")
+    assert secret not in view.markdown and "[REDACTED:LATE_COMPACT_TOKEN]" in view.markdown
 
 
 # --------------------------------------------------------------------------

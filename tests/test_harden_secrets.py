@@ -411,3 +411,98 @@ def test_a_real_kernel_sends_no_key_to_the_front_end(tmp_path):
     last = [m for m in failed if m["msg_type"] == "error"]
     assert len(last) == 1 and last[0]["content"]["traceback"][0].startswith("AuthError: HTTP 401")
     assert _leaks(_disk(tmp_path / "data"), secrets) == []
+
+
+# --------------------------------------------------------------------------
+# a cut never shows the start of a secret
+
+
+def _windows(secret: str, width: int = 8) -> set[str]:
+    """Every ``width``-character piece of ``secret``: a cut that keeps one has shown part of it."""
+    return {secret[i : i + width] for i in range(len(secret) - width + 1)}
+
+
+def _pieces_shown(texts: dict[str, str], secrets=(KEY, TOKEN)) -> list[tuple[str, str]]:
+    return [
+        (where, piece)
+        for where, text in texts.items()
+        for secret in secrets
+        for piece in _windows(secret)
+        if piece in text
+    ]
+
+
+# Where the secret starts in a line that the compact view (80 characters), the pending-approval
+# panel (100), a title (50 / 100) or a bounded field cuts: every offset across each cut.
+CUT_OFFSETS = sorted({limit - shift for limit in (50, 80, 100) for shift in range(2, 30, 3)})
+
+
+def test_a_cut_never_keeps_the_start_of_a_secret_in_any_form(tmp_path):
+    """In a real kernel with the live view on, the model's calls put a key, then a value known
+    only from the environment, at every offset across the lengths the compact view, the
+    approval panel and the titles cut at: what reaches the front end (the bundles' JSON tool
+    summaries, Markdown, text, the pending-approval code and question, the footer; live
+    updates and final) and the stored history hold no 8-character piece of either."""
+    calls = []
+    for offset in CUT_OFFSETS:
+        secret = KEY if offset % 2 else TOKEN
+        lead = "x" * max(0, offset - len("print('") - 1)
+        calls.append({"name": "python", "arguments": {"code": f"print('{lead} {secret}')"}})
+        lead = "y" * max(0, offset - len("curl -sH 'X: ") - 1)
+        calls.append(
+            {"name": "bash", "arguments": {"command": f"curl -sH 'X: {lead} {secret}' ./none"}}
+        )
+    with (
+        ScriptedServer() as server,
+        real_kernel(
+            server.base_url, tmp_path / "data", tmp_path, api_key=KEY, MY_SERVICE_TOKEN=TOKEN
+        ) as kc,
+    ):
+        _, setup = execute(
+            kc,
+            (
+                "%load_ext jupyter_session_agent\n"
+                "%config AgentMagics.model = 'openai/scripted'\n"
+                "%config AgentMagics.titles = False\n"
+                "%config AgentMagics.permission = {}\n"  # the defaults: python and bash ask
+                "%config AgentMagics.max_steps = 100\n"
+                "from jupyter_session_agent.session.approval import ScriptedApprover\n"
+                "magics = get_ipython().magics_manager.registry['AgentMagics']\n"
+                f"magics.current(new=True).approver = ScriptedApprover(['once'] * {len(calls)})\n"
+            ),
+        )
+        assert not [m for m in setup if m["msg_type"] == "error"], setup
+        server.enqueue(*(Reply(tool_calls=(call,)) for call in calls), Reply(text="Done."))
+        _, turn = execute(kc, "%%agent\nrun them", timeout=240.0)
+        _, show = execute(kc, "%agent show")
+        _, asked = execute(kc, "print(len(magics.session.approver.asked))")
+    everything = {
+        f"{m['msg_type']} {i}": json.dumps(m["content"], ensure_ascii=False)
+        for i, m in enumerate(turn + show)
+    }
+    (count,) = [m["content"]["text"] for m in asked if m["msg_type"] == "stream"]
+    assert int(count) >= len(CUT_OFFSETS)  # a panel at every offset
+    assert any('"asking"' in text for text in everything.values())  # the panel was drawn
+    assert any('"summary"' in text for text in everything.values())  # the compact lines
+    found = _pieces_shown(everything)
+    if found:
+        where, piece = found[0]
+        text = everything[where]
+        at = text.index(piece)
+        raise AssertionError(f"{len(found)} pieces; {where}: …{text[max(0, at - 300) : at + 80]}…")
+    assert _pieces_shown(_disk(tmp_path / "data")) == []
+
+
+@pytest.mark.parametrize("offset", CUT_OFFSETS)
+def test_a_title_cut_from_a_prompt_keeps_no_piece_of_a_secret(offset, monkeypatch):
+    """A title is shown cleaned; the cut that made it must leave the secret whole to clean."""
+    from jupyter_session_agent.core.redact import clean
+    from jupyter_session_agent.session import title
+
+    monkeypatch.setenv("MY_SERVICE_TOKEN", TOKEN)
+    for secret in (KEY, TOKEN):
+        prompt = "a" * offset + " " + secret + " and more words after it"
+        for made in (title.from_prompt(prompt), title.clean_title(prompt)):
+            assert _pieces_shown({"title": clean(made, refresh=True)}) == [], made
+        prompt = secret + " " + " ".join(["word"] * (offset // 5))  # the first word: cut inside
+        assert _pieces_shown({"title": clean(title.from_prompt(prompt))}) == []

@@ -150,6 +150,17 @@ class Scripted:
     def requests(self) -> list[dict]:
         return self._call("/_requests")
 
+    def turn_requests(self) -> list[dict]:
+        """The agent's own requests: without the call that titles a new session, which a test
+        run on its own (its notebook's first session) also makes."""
+        return [
+            r
+            for r in self.requests()
+            if not str(r["messages"][-1].get("content", "")).startswith(
+                "Generate a title for this conversation"
+            )
+        ]
+
 
 @pytest.fixture(scope="module")
 def scripted():
@@ -873,6 +884,9 @@ def test_approve_once_with_the_button_runs_the_tool(notebook, scripted):
     assert labels == ["Allow once", "Always", "Reject", "Reject with feedback"]
     badge = view.locator(".jsa-badge-live")
     assert badge.inner_text().strip() == "waiting for approval"
+    # the call's own line waits too: no "running" spinner while nothing runs
+    line = view.locator(".jsa-part-tool .jsa-tool-head .jsa-badge").first
+    assert line.inner_text().strip() == "waiting for approval"
     assert re.fullmatch(
         r"\d+ s · waiting for your approval", view.locator(".jsa-progress").inner_text()
     )
@@ -899,7 +913,7 @@ def test_approve_once_with_the_button_runs_the_tool(notebook, scripted):
     assert "the total is 42" in tool.locator(".jsa-tool-output").text_content()
     assert tool.locator(".jsa-tool-decision").inner_text() == "allowed once by you"
     _no_keystroke_left(cell)
-    requests = scripted.requests()
+    requests = scripted.turn_requests()
     assert len(requests) == 2 and "the total is 42" in _tool_message(requests[1])
     _shot(cell, "06-approval-once-done")
     # the tool ran in this kernel: its variable is there
@@ -925,7 +939,7 @@ def test_always_allows_the_next_calls_without_asking(notebook, scripted):
     assert tools.nth(0).locator(".jsa-tool-decision").inner_text() == "allowed always by you"
     assert tools.nth(1).locator(".jsa-tool-decision").count() == 0  # allowed by the rule
     _no_keystroke_left(cell)
-    assert len(scripted.requests()) == 3
+    assert len(scripted.turn_requests()) == 3
     _shot(cell, "06b-approval-always")
 
 
@@ -953,7 +967,7 @@ def test_reject_with_feedback_reaches_the_model_and_plain_reject_stops(notebook,
     assert decision == f"rejected with feedback: {feedback} by you"
     assert "Understood" in view.locator(".jsa-assistant .jsa-part-text").last.inner_text()
     _no_keystroke_left(cell)
-    requests = scripted.requests()
+    requests = scripted.turn_requests()
     assert len(requests) == 2 and feedback in _tool_message(requests[1])  # the model received it
     _shot(cell, "07-reject-with-feedback")
 
@@ -964,7 +978,7 @@ def test_reject_with_feedback_reaches_the_model_and_plain_reject_stops(notebook,
     tool = _transcript(cell).locator(".jsa-part-tool")
     assert tool.get_attribute("data-status") == "error" and "rejected" in tool.text_content()
     assert tool.locator(".jsa-tool-decision").inner_text() == "rejected by you"
-    assert len(scripted.requests()) == 3  # no further call in that turn
+    assert len(scripted.turn_requests()) == 3  # no further call in that turn
     assert (lab.root / "clean.py").exists()
     _shot(cell, "08-plain-reject")
 
@@ -1080,7 +1094,7 @@ def test_the_stop_button_interrupts_a_turn_and_the_next_cell_works(notebook, scr
     after = notebook.run("%%agent\nAre you still there?")
     assert "Back after the interruption." in _transcript(after).inner_text()
     assert "jsa-live" not in _transcript(after).get_attribute("class")
-    sent = scripted.requests()[-1]["messages"]
+    sent = scripted.turn_requests()[-1]["messages"]
     assert any("word word" in json.dumps(m) for m in sent if m.get("role") == "assistant")
 
 

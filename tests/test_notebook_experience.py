@@ -102,6 +102,11 @@ def test_a_title_from_the_prompt_is_its_first_line_cut_at_a_word(prompt, title):
         ),
         ("Paris is the capital. It is large", False),
         ("", False),
+        # the request echoed back (a small model, a proxy that echoes): not a title
+        ("Generate a title for this conversation:", False),
+        ("(scripted) Generate a title for this conversation:", False),
+        ("Title for this conversation", False),
+        ("Cleaning: outliers in sales.csv", True),
     ],
 )
 def test_a_generated_title_must_read_as_a_title(answer, plausible):

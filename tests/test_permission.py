@@ -498,7 +498,12 @@ def test_gate_once_always_reject_feedback():
         g("python", {"code": "import shutil"}, Call())
     assert type(info.value) is RejectedError and str(info.value) == "rejected by the user"
     assert info.value.metadata == {
-        "permission": {"outcome": "rejected", "permission": "python", "patterns": ["import shutil"]}
+        "permission": {
+            "outcome": "rejected",
+            "permission": "python",
+            "patterns": ["import shutil"],
+        },
+        "approval": {"permission": "python", "reply": "reject"},  # what the user decided
     }
     # after a plain reject, later questions of the turn are rejected without asking
     with pytest.raises(RejectedError):

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .redact import before_cut
+
 # Tools whose calls ask another tool's permission (OpenCode: the edit family).
 EDIT_TOOLS = ("edit", "write", "patch", "multiedit", "apply_patch")
 READ_TOOLS = ("read", "list", "glob", "grep")
@@ -421,7 +423,7 @@ def _glob_matches(pattern: str) -> tuple[list[str], bool]:
 
 def short_text(text: str, limit: int = 120) -> str:
     """``text`` on one line, cut to ``limit`` characters with an ellipsis."""
-    text = " ".join(str(text).split())
+    text = before_cut(" ".join(str(text).split()), limit)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -279,6 +279,12 @@ def redact(text: str, *, refresh: bool = False) -> str:
     return text
 
 
+def before_cut(text: str, limit: int) -> str:
+    """``text`` ready to be cut at ``limit`` characters: redacted first when it is longer, so
+    a cut never leaves the start of a secret, too short to be recognised, in what is shown."""
+    return text if len(text) <= limit else redact(text)
+
+
 def _replacer(kind: str) -> Any:
     label = f"[REDACTED:{kind}]"
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.messages import (
@@ -32,6 +32,7 @@ from ..core.messages import (
     WithParts,
     tool_label,
 )
+from ..core.redact import before_cut
 from ..core.text import visible
 from . import markdown
 from . import words as W
@@ -287,6 +288,42 @@ def _approval_markdown(asking: dict[str, Any]) -> str:
     return text + "\n\nAnswer in the box below (once, always, reject, or type feedback)."
 
 
+def message_markdown(
+    item: WithParts, unsaved: frozenset = frozenset()
+) -> tuple[str, tuple[str, ...]]:
+    """One message of a compact turn: its Markdown (``""`` when it shows nothing) and its
+    telemetry lines (step boundaries, finishes, snapshots), which the footer folds. A message's
+    value gives the same pair each time: the live view makes it once per value."""
+    blocks: list[str] = []
+    telemetry: list[str] = []
+    for p in item.parts:
+        if isinstance(p, TELEMETRY):
+            text = markdown.part(p)
+            if text:
+                telemetry.append(text)
+        elif isinstance(p, ToolPart):
+            blocks.append(tool_markdown(p))
+        else:
+            text = markdown.part(p)
+            if text:
+                blocks.append(text)
+    error = W.message_error(item.info)
+    if error:
+        blocks.append(f"**{error[0]}**: {error[1]}")
+    if W.is_unsaved(item, unsaved):
+        blocks.append(f"**{W.NOT_SAVED}**: {W.NOT_SAVED_WHY}")
+    if not blocks:
+        return "", tuple(telemetry)
+    role = W.message_role(item)
+    if role == "You":
+        text = "> **You:** " + "\n> ".join("\n\n".join(blocks).splitlines())
+    elif role == "Agent":
+        text = "\n\n".join(blocks)
+    else:  # a compaction request, a summary: marked as in the full form
+        text = markdown.message_header(item) + "\n\n" + "\n\n".join(blocks)
+    return text, tuple(telemetry)
+
+
 def turn(
     history: Sequence[WithParts],
     report: Any = None,
@@ -295,42 +332,24 @@ def turn(
     progress: dict[str, Any] | None = None,
     asking: dict[str, Any] | None = None,
     budget: str = "",
+    render: Callable[[WithParts, frozenset], tuple[str, tuple[str, ...]]] = message_markdown,
+    clean: Callable[[str], str] = lambda text: text,
 ) -> str:
     """The compact Markdown of a turn (``history``: its messages, from the prompt on);
-    ``budget``: the budget gauge's Markdown, folded into the footer with the step lines."""
+    ``budget``: the budget gauge's Markdown, folded into the footer with the step lines.
+    ``render`` gives each message's pair (:func:`message_markdown`, or a memo of it) and
+    ``clean`` is applied to what is not a message's (the approval panel, progress, footer)."""
     out: list[str] = []  # a turn stands alone: the earlier messages are not counted here
     telemetry: list[str] = []
     for item in history:
-        blocks: list[str] = []
-        for p in item.parts:
-            if isinstance(p, TELEMETRY):
-                text = markdown.part(p)
-                if text:
-                    telemetry.append(text)
-            elif isinstance(p, ToolPart):
-                blocks.append(tool_markdown(p))
-            else:
-                text = markdown.part(p)
-                if text:
-                    blocks.append(text)
-        error = W.message_error(item.info)
-        if error:
-            blocks.append(f"**{error[0]}**: {error[1]}")
-        if W.is_unsaved(item, unsaved):
-            blocks.append(f"**{W.NOT_SAVED}**: {W.NOT_SAVED_WHY}")
-        if not blocks:
-            continue
-        role = W.message_role(item)
-        if role == "You":
-            out.append("> **You:** " + "\n> ".join("\n\n".join(blocks).splitlines()))
-        elif role == "Agent":
-            out.append("\n\n".join(blocks))
-        else:  # a compaction request, a summary: marked as in the full form
-            out.append(markdown.message_header(item) + "\n\n" + "\n\n".join(blocks))
+        text, lines = render(item, unsaved)
+        telemetry.extend(lines)
+        if text:
+            out.append(text)
     if asking:
-        out.append(_approval_markdown(asking))
+        out.append(clean(_approval_markdown(asking)))
     if progress:
-        out.append(f"*{progress_line(progress)}*")
+        out.append(clean(f"*{progress_line(progress)}*"))
     if not history:
         out.append("*Waiting for the model…*" if progress else "*(empty turn)*")
     if history and (report is not None or telemetry):
@@ -339,7 +358,11 @@ def turn(
         if reason:
             head += f" · <b>{html.escape(reason)}</b>"
         body = "  \n".join(f"<sub>{t}</sub>" if not t.startswith("<sub>") else t for t in telemetry)
-        out.append(_details(head, "\n\n".join(b for b in (body, budget) if b), open_=bool(reason)))
+        out.append(
+            _details(
+                clean(head), "\n\n".join(b for b in (body, clean(budget)) if b), open_=bool(reason)
+            )
+        )
     return "\n\n".join(out)
 
 
@@ -351,4 +374,5 @@ def _first_line(text: str) -> str:
 
 
 def _cut(text: str, limit: int) -> str:
+    text = before_cut(text, limit)
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -25,6 +25,7 @@ from ..core.messages import (
     UserMessage,
     WithParts,
 )
+from ..core.redact import before_cut
 
 FILES_NOT_SHOWN = ("text/plain", "application/x-directory")  # their text is in a text part
 
@@ -142,6 +143,8 @@ def _result(part: ToolPart, style: TranscriptStyle) -> str:
 
 
 def _cut(text: str, limit: int | None, style: TranscriptStyle) -> str:
+    if limit is not None:
+        text = before_cut(text, limit)
     if style.one_line:
         text = " ".join(text.split())
         if limit is not None and len(text) > limit:

@@ -28,6 +28,7 @@ from ..core.messages import (
     WithParts,
     now_ms,
 )
+from ..core.redact import before_cut
 
 MAX_FIELD_CHARS = 20_000  # per string shown from a part (tool input/output/error, urls)
 MAX_TEXT_CHARS = 100_000  # per text / reasoning part
@@ -44,7 +45,8 @@ PRUNED_NOTE = 'the model sees "[Old tool result content cleared]"'
 
 
 def clip(text: str, limit: int) -> str:
-    """``text`` cut at ``limit`` characters, saying how many were left out."""
+    """``text`` cut at ``limit`` characters, saying how many were left out (redacted first)."""
+    text = before_cut(text, limit)
     if len(text) <= limit:
         return text
     return text[:limit] + f"… [{len(text) - limit:,} more characters]"

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from ..core.permission import ApprovalUnavailable, Request, how_to_allow
+from ..core.redact import before_cut
 from ..core.text import visible
 
 CHOICES = "[o]nce, [a]lways, [r]eject, or type feedback to reject with it"
@@ -143,7 +144,7 @@ def pending(request: Request) -> dict[str, Any]:
 
 
 def _one_line(text: str, limit: int = 100) -> str:
-    text = " ".join(text.split())
+    text = before_cut(" ".join(text.split()), limit)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.messages import TextPart, UserMessage
+from ..core.redact import before_cut
 
 TITLE_PROMPT = """You name conversations. Reply with the title only, nothing before or after it.
 
@@ -45,7 +46,7 @@ _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 def clean_title(text: str) -> str:
     """OpenCode's post-processing: drop ``<think>…</think>``, first non-empty line, at most 100 characters."""
     text = _THINK.sub("", text or "")
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    line = before_cut(next((ln.strip() for ln in text.splitlines() if ln.strip()), ""), 100)
     return line[:97] + "..." if len(line) > 100 else line
 
 
@@ -57,7 +58,7 @@ def from_prompt(text: str, limit: int = TITLE_CHARS) -> str:
     """A short title taken from the prompt: its first line with words, whitespace collapsed,
     cut at a word boundary within ``limit`` characters (``…`` when cut), no final full stop."""
     line = next((ln for ln in (text or "").splitlines() if ln.strip()), "")
-    words = " ".join(line.split())
+    words = before_cut(" ".join(line.split()), limit)
     if len(words) > limit:
         cut = words[: limit - 1]
         if " " in cut and not words[limit - 1].isspace():
@@ -68,10 +69,14 @@ def from_prompt(text: str, limit: int = TITLE_CHARS) -> str:
 
 def plausible(title: str) -> bool:
     """Whether a model's answer reads as a title: one short phrase, not a sentence (at most
-    :data:`TITLE_WORDS` words and 60 characters, no full stop inside or at the end)."""
+    :data:`TITLE_WORDS` words and 60 characters, no full stop inside or at the end, not the
+    request echoed back)."""
     words = title.split()
+    lowered = " ".join(words).lower()
     return (
         0 < len(words) <= TITLE_WORDS
+        and "this conversation" not in lowered  # the request echoed back, not a topic
+        and not title.rstrip().endswith(":")
         and len(title) <= 60
         and not title.rstrip().endswith((".", "!"))
         and ". " not in title

@@ -35,6 +35,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.redact import before_cut
+
 MAX_ERRORS = 500  # cells whose error is kept (the oldest are forgotten first)
 MAX_TRACEBACK_CHARS = 20_000  # per error
 MAX_REPR_CHARS = 80  # the short repr of a variables listing
@@ -388,7 +390,7 @@ def short_repr(value: Any, limit: int = MAX_REPR_CHARS) -> str:
         text = _safe(lambda: _SHORT.repr(value), None)
     if text is None:
         text = "<repr unavailable>"
-    text = " ".join(str(text).split())
+    text = before_cut(" ".join(str(text).split()), limit)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, redirect_stderr, redirect_stdout, suppress
 from typing import Any
 
-from ..core.redact import clean, clean_value
+from ..core.redact import before_cut, clean, clean_value
 from ..core.text import decode
 from .base import ToolContext, ToolResult
 
@@ -423,4 +423,5 @@ def _join(sections: list[tuple[str, str]]) -> str:
 
 def _title(code: str) -> str:
     first = next((line.strip() for line in code.splitlines() if line.strip()), "")
+    first = before_cut(first, TITLE_LENGTH)
     return first if len(first) <= TITLE_LENGTH else first[: TITLE_LENGTH - 1] + "…"

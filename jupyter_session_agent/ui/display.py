@@ -49,7 +49,7 @@ from ..core.messages import (
     WithParts,
     replace,
 )
-from ..core.redact import clean, clean_value, secret_env_values
+from ..core.redact import before_cut, clean, clean_value, secret_env_values
 from ..loop.step import Observer
 from ..render import compact, markdown, plain
 from ..render import words as W
@@ -102,6 +102,7 @@ def part_data(part: Part) -> dict[str, Any]:
 
 def _bound(value: Any, limit: int, path: str, truncated: dict[str, int], depth: int = 0) -> Any:
     if isinstance(value, str):
+        value = before_cut(value, limit)
         if len(value) > limit:
             truncated[path] = len(value)
             return value[:limit]
@@ -290,6 +291,17 @@ def _markdown_message(item: WithParts, **kw: Any) -> str:
     )
 
 
+def _compact_message(item: WithParts, unsaved: frozenset) -> tuple[str, tuple[str, ...]]:
+    def make() -> tuple[str, tuple[str, ...]]:
+        text, telemetry = compact.message_markdown(item, unsaved)
+        return clean(text), tuple(clean(line) for line in telemetry)
+
+    if _ticking(item):
+        return make()
+    flag = W.is_unsaved(item, unsaved)
+    return _MEMO.get("compact", flag, (item.info, *item.parts), make)
+
+
 def _plain_message(item: WithParts, **kw: Any) -> str:
     if _ticking(item):
         return clean(plain.message(item, **kw))
@@ -432,16 +444,16 @@ class TranscriptView:
 
     @property
     def markdown(self) -> str:
-        if self.detail == "compact":  # one turn: cleaned whole, it is small
-            return clean(
-                compact.turn(
-                    self.history,
-                    self.report,
-                    unsaved=self.unsaved,
-                    progress=self.progress,
-                    asking=self.asking,
-                    budget=budget_markdown(self.report) if self.report is not None else "",
-                )
+        if self.detail == "compact":  # each message cleaned once per value, the rest each time
+            return compact.turn(
+                self.history,
+                self.report,
+                unsaved=self.unsaved,
+                progress=self.progress,
+                asking=self.asking,
+                budget=budget_markdown(self.report) if self.report is not None else "",
+                render=_compact_message,
+                clean=clean,
             )
         return markdown_transcript(self.history, self.report, self.omitted, self.unsaved)
 

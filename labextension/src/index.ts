@@ -210,6 +210,9 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
     }
     this._tools = (data.tools && typeof data.tools === 'object' ? data.tools : {}) as Json;
     this._compact = data.detail === 'compact' && data.view !== 'budget';
+    // the call a live turn waits on: its line says so, not "running"
+    this._askingCall =
+      data.live && data.asking && typeof data.asking === 'object' ? String(data.asking.call_id || '') : '';
     this._telemetry = [];
     this.node.classList.toggle('jsa-live', !!data.live);
     this.node.classList.toggle('jsa-compact', this._compact);
@@ -682,8 +685,14 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
     details.classList.add(`jsa-status-${status}`);
     const summary = el('summary', 'jsa-tool-head');
     // a failed call's badge names the exception its code raised: [x] SyntaxError
-    const label = failed ? toolErrorClass(part) : status;
-    summary.appendChild(badge(label, `status-${status}`, ICONS[status] ? status : undefined));
+    const waiting =
+      this._askingCall !== '' && part.callID === this._askingCall && (status === 'running' || status === 'pending');
+    if (waiting) {
+      summary.appendChild(badge('waiting for approval', 'asking'));
+    } else {
+      const label = failed ? toolErrorClass(part) : status;
+      summary.appendChild(badge(label, `status-${status}`, ICONS[status] ? status : undefined));
+    }
     summary.appendChild(el('span', 'jsa-tool-name', part.tool || '?'));
     if (this._compact && extra.summary) {
       summary.appendChild(el('code', 'jsa-tool-summary', String(extra.summary)));
@@ -773,6 +782,7 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
   private _mimeType: string;
   private _compact = false;
   private _tools: Json = {};
+  private _askingCall = '';
   private _telemetry: HTMLElement[] = [];
   private _clock: number | null = null;
   private _sanitizer: IRenderMime.ISanitizer;
