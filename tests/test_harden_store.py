@@ -440,7 +440,7 @@ def test_disk_filling_during_a_turn_never_shows_unsaved_work_as_done(
     with capture_output() as out, pytest.raises(HistoryWriteError):
         run(ip, "fill the disk")
     final = [o.data for o in out.outputs if "text/markdown" in o.data][-1]
-    assert "⚠️ **not saved yet**" in final["text/markdown"]
+    assert "**not saved yet**" in final["text/markdown"]
     payload = final["application/vnd.jupyter.session-agent+json"]
     step = [m for m in payload["messages"] if m["info"]["role"] == "assistant"][-1]
     assert step["info"]["error"]["name"] == "not saved yet"
