@@ -67,7 +67,10 @@ def test_plain_turn_on_the_default_local_model(lip, magics):
     lip.run_cell_magic("agent", "--new -o answer", "Say hello in five words.")
     session = magics.session
     history = magics.store().messages(session.info.id)
-    assert history[1].info.provider_id == "local" and history[1].info.model_id == "smollm2"
+    from jupyter_session_agent.providers.presets import default_model
+
+    default = default_model({}).split("/", 1)[1]  # the catalogue's default, with no key
+    assert history[1].info.provider_id == "local" and history[1].info.model_id == default
     assert_consistent(history)
     finish = next(p for p in history[-1].parts if p.type == "step-finish")
     assert finish.tokens.input > 0 and finish.tokens.output > 0
@@ -129,19 +132,17 @@ def test_non_streamed_completion_and_stock_server_usage_is_estimated(
 
 
 def test_killed_server_is_restarted_on_the_next_turn(lip, magics, local_dir):
-    from jupyter_session_agent.providers.local import LocalServer
+    from jupyter_session_agent.providers.local import running_servers
 
     lip.run_cell_magic("agent", "--new", "Hello")
-    state = LocalServer(n_ctx=4096, run_dir=local_dir / "run").status()
-    assert state is not None
+    servers = running_servers(local_dir / "run")  # the default model's server
+    assert len(servers) == 1
+    folder, state = servers[0]
     os.kill(state.pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while (
-        LocalServer(n_ctx=4096, run_dir=local_dir / "run").status() is not None
-        and time.monotonic() < deadline
-    ):
+    while running_servers(local_dir / "run") and time.monotonic() < deadline:
         time.sleep(0.1)
     lip.run_cell_magic("agent", "", "Hello again")
-    new_state = LocalServer(n_ctx=4096, run_dir=local_dir / "run").status()
-    assert new_state is not None and new_state.pid != state.pid
+    again = dict(running_servers(local_dir / "run"))
+    assert folder in again and again[folder].pid != state.pid
     assert_consistent(magics.store().messages(magics.session.info.id))
