@@ -70,6 +70,48 @@ def water_fill(texts: Sequence[str], budget_chars: int) -> list[str]:
     return [t if len(t) <= cap else t[:cap].rstrip() + " […]" for t in texts]
 
 
+KEEP_CHARS = 160  # when not all fit, each kept sentence keeps at least this head (a negation
+# late in a sentence must not be cut off), so fewer of them are kept
+LINE_EXTRA = len(" […]") + len("- \n")  # what a listed line adds to its (cut) text
+
+
+def fit(texts: Sequence[str], budget_chars: int) -> tuple[list[str], int]:
+    """Fit ``texts`` (oldest first) into ``budget_chars`` as listed lines: :func:`water_fill`
+    when every text can keep ``KEEP_CHARS`` of its head; otherwise only as many as fit so, the
+    oldest half and the newest half (a long session's first rules and latest changes), and how
+    many in the middle were left out. The lines never take more than the budget."""
+    if sum(len(t) + 3 for t in texts) <= budget_chars:
+        return list(texts), 0
+    room = max(0, budget_chars - len("[… 99999 more …]"))
+
+    def chosen(k: int) -> list[str]:
+        return list(texts[: k - k // 2]) + (list(texts[-(k // 2) :]) if k // 2 else [])
+
+    def cost(k: int) -> int:
+        return sum(min(len(t), KEEP_CHARS) + LINE_EXTRA for t in chosen(k))
+
+    low, high = 0, len(texts)  # the most texts whose heads fit: cost grows with k
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if cost(mid) <= room else (low, mid - 1)
+    kept = chosen(low)
+    return water_fill(kept, room - 3 * len(kept)), len(texts) - len(kept)
+
+
+def listed(texts: Sequence[str], budget_chars: int) -> list[str]:
+    """``texts`` as ``- `` lines within ``budget_chars`` (:func:`fit`), with a line saying how
+    many were left out between the oldest and the newest."""
+    kept, left_out = fit(texts, budget_chars)
+    if not left_out:
+        return [f"- {t}" for t in kept]
+    head = len(kept) - len(kept) // 2
+    return (
+        [f"- {t}" for t in kept[:head]]
+        + [f"[… {left_out} more …]"]
+        + [f"- {t}" for t in kept[head:]]
+    )
+
+
 def recurring(sentences: Sequence[tuple[int, str]]) -> tuple[list[str], list[str]]:
     """Split ``(message index, sentence)`` pairs, oldest first, into the sentences said once
     (oldest first) and one sentence per recurring kind (the newest of each, newest kind first).
@@ -217,26 +259,22 @@ class Pinner:
         answers, _ = recurring([(i, x) for i, x in concluded if x not in summary_text])
         lines = [PINNED_HEADER]
         room = verbatim // 2
+        # the newest of each recurring kind first, within a quarter of the room: a rule the
+        # user repeated in three messages is one of them, and a long run of sentences said
+        # once must not crowd it out
+        shown_routine, _ = fit(routine, room // 4) if routine else ([], 0)
+        room -= sum(len(r) + 3 for r in shown_routine)
         if once:
             lines.append(
                 "What the user said, oldest first (in force unless a later message changes it):"
             )
-            kept = water_fill(once, room)
-            lines += [f"- {r}" for r in kept]
-            room -= sum(len(r) + 3 for r in kept)
+            lines += listed(once, room)
         if answers:  # what the assistant concluded once (statuses, decisions), in its words
             lines.append("What the assistant concluded, oldest first:")
-            kept = water_fill(answers, verbatim // 3)
-            lines += [f"- {r}" for r in kept]
-        shown_routine: list[str] = []
-        for text in routine:  # the newest of each recurring request, while room remains
-            if len(text) + 3 > room:
-                break
-            shown_routine.append(f"- {text}")
-            room -= len(text) + 3
+            lines += listed(answers, verbatim // 3)
         if shown_routine:
             lines.append("Recurring requests, the newest of each kind, newest first:")
-            lines += shown_routine
+            lines += [f"- {r}" for r in shown_routine]
         used = sum(len(x) for x in lines)
         if files:
             shown_files, size = [], 0
