@@ -32,6 +32,7 @@ _WORD = re.compile(r"[^\W\d_]{2,}")  # words without digits: "[T07]", ids and si
 RECUR = 0.5  # two sentences sharing at least this share of their words (Jaccard) are one kind
 RECUR_MESSAGES = 3  # a kind recurs when sentences of this many different messages are of it
 OWN_WORDS = 4  # a recurring sentence with this many words no other of its kind has is kept
+REPLY_WORDS = 3  # a user message of at most this many words is pinned with what it answers
 MIN_VERBATIM = 40  # characters: below this room, no verbatim sentences are pinned
 CLEARED_CHARS = 120  # a cleared output in the view: the placeholder and where it is saved
 OVERHEAD_CHARS = 400  # the section's header, notes and archive line
@@ -211,6 +212,7 @@ class Pinner:
         said: list[tuple[int, str]] = []
         concluded: list[tuple[int, str]] = []  # the assistant's own words (text, not tools)
         requests: list[str] = []
+        asked = ""  # the assistant's newest sentence, which a short user reply answers
         files: list[str] = []
         for item in history:
             if (
@@ -222,6 +224,9 @@ class Pinner:
             if is_real_user(item):
                 text = user_text(item).strip()
                 sentences = [x.strip() for x in _SENTENCE.split(text) if x.strip()]
+                if asked and len(_WORD.findall(text)) <= REPLY_WORDS:
+                    # a bare reply ("yes", "ok, do that") means nothing alone: pin what it answers
+                    sentences = [f'{text} (in reply to: "{asked[:200]}")']
                 said += [(len(requests), x[:400]) for x in sentences]
                 if sentences:
                     requests.append(sentences[0][:200])
@@ -232,7 +237,9 @@ class Pinner:
                     if isinstance(p, TextPart) and not p.synthetic and not p.ignored
                 )
                 index = len(concluded)
-                concluded += [(index, x.strip()[:400]) for x in _SENTENCE.split(text) if x.strip()]
+                own = [x.strip() for x in _SENTENCE.split(text) if x.strip()]
+                concluded += [(index, x[:400]) for x in own]
+                asked = own[-1] if own else asked
                 for p in item.parts:  # files the agent changed: edit/write calls that succeeded
                     if (
                         isinstance(p, ToolPart)
