@@ -266,16 +266,19 @@ class Pinner:
         answers, _ = recurring([(i, x) for i, x in concluded if x not in summary_text])
         lines = [PINNED_HEADER]
         room = verbatim // 2
-        # the newest of each recurring kind first, within a quarter of the room: a rule the
-        # user repeated in three messages is one of them, and a long run of sentences said
-        # once must not crowd it out
-        shown_routine, _ = fit(routine, room // 4) if routine else ([], 0)
-        room -= sum(len(r) + 3 for r in shown_routine)
+        # the newest of each recurring kind has a quarter of the room set aside (a rule the user
+        # repeated in three messages is one of them: sentences said once must not crowd it
+        # out), and whatever the sentences said once leave
+        reserved, _ = fit(routine, room // 4)
+        room -= sum(len(r) + 3 for r in reserved)
         if once:
             lines.append(
                 "What the user said, oldest first (in force unless a later message changes it):"
             )
-            lines += listed(once, room)
+            said_lines = listed(once, room)
+            lines += said_lines
+            room -= sum(len(x) + 1 for x in said_lines)
+        shown_routine, _ = fit(routine, room + sum(len(r) + 3 for r in reserved))
         if answers:  # what the assistant concluded once (statuses, decisions), in its words
             lines.append("What the assistant concluded, oldest first:")
             lines += listed(answers, verbatim // 3)
