@@ -5,6 +5,7 @@ calls go over real HTTP to the scripted server."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -885,3 +886,77 @@ def test_the_pinned_section_keeps_what_was_said_once_whatever_its_wording(server
     assert "We settled on weekly buckets since daily ones are noisy." in pinned
     assert "[T01] Please look into" not in pinned and "Finished looking into" not in pinned
     store.close()
+
+
+def _pinned_after(history, server, tmp_path, context=60_000):
+    server.enqueue(Reply(text="## Goal\nclean the sales export"))
+    store = Store(tmp_path / "data")
+    compactor = _compactor(store, tmp_path, CompactionConfig(), context=context, server=server)
+    result = compactor.compact(history, cause="auto", auto=True)
+    store.close()
+    assert result.ok, result.message
+    return next(m for m in history if m.info.summary).parts[-1].text
+
+
+def test_a_data_cleaning_session_keeps_rules_in_any_form_and_their_revocation(server, tmp_path):
+    """A scenario outside the benchmark's phrasings: a question, a negation, a conditional, a
+    list, German, a rule the assistant proposed and the user confirmed with "yes", and a rule
+    later revoked. Each stays verbatim; the revocation is pinned after the rule it revokes, and
+    the confirmation beside the assistant's question."""
+    rules = [
+        "Could you make sure customer_id stays a string, since leading zeros matter?",
+        "Don't touch rows where status is 'pending'.",
+        "If a date can't be parsed, set it to NaT rather than dropping the row.",
+        "Columns to exclude from the export: ssn, dob, phone.",
+        "Bitte die Beträge in Euro mit zwei Nachkommastellen ausgeben.",
+    ]
+    history = []
+    for i in range(12):
+        text = f"[T{i:02d}] Check column {i} of sales.csv and tell me what's odd."
+        if i < len(rules):
+            text += " " + rules[i]
+        history += [
+            user(text),
+            assistant(out(f"col{i}: 3.14,2.71,{i}00,42 " + tokens_text(800))),
+            assistant(said(f"[T{i:02d}] Column {i} has 17 nulls and 3 outliers."), finish="stop"),
+        ]
+        if i == 6:
+            history += [
+                assistant(said("Shall I treat -999 as missing everywhere?"), finish="stop"),
+                user("yes"),
+            ]
+        if i == 8:
+            history.append(user("Forget what I said about pending rows; you may drop them now."))
+    history += [user("[T12] Now export the cleaned file."), assistant(out("ok " + tokens_text(50)))]
+    pinned = _pinned_after(history, server, tmp_path)
+    for rule in rules:
+        assert rule in pinned, rule
+    assert '- yes (in reply to: "Shall I treat -999 as missing everywhere?")' in pinned
+    assert pinned.index(rules[1]) < pinned.index("Forget what I said about pending rows")
+
+
+def test_the_pinned_section_stays_in_its_budget_on_a_long_session(server, tmp_path):
+    """Hundreds of user messages, each saying something once (generated words), and a rule
+    repeated in three of them: the section stays within its budget (at most 3,000 tokens'
+    worth), keeps the first rule and the repeated one, and says how many it left out."""
+    import random
+
+    rng = random.Random(29)
+    vocabulary = ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=6)) for _ in range(5_000)]
+    first = "The ledger file is semicolon separated, not comma separated."
+    repeated = "Do not drop rows with a missing invoice number."
+    history = []
+    for i in range(300):
+        text = "Please " + " ".join(rng.sample(vocabulary, 10)) + "."
+        text = f"{first} {text}" if i == 0 else text
+        text = f"{text} {repeated}" if i in (40, 150, 220) else text
+        history += [
+            user(text),
+            assistant(out(tokens_text(200))),
+            assistant(said("Result " + " ".join(rng.sample(vocabulary, 8)) + "."), finish="stop"),
+        ]
+    history += [user("Now summarise the ledger."), assistant(out("ok " + tokens_text(50)))]
+    pinned = _pinned_after(history, server, tmp_path)
+    assert len(pinned) <= 4 * 3_000, len(pinned)
+    assert first in pinned and repeated in pinned
+    assert re.search(r"\[… \d+ more …\]", pinned)

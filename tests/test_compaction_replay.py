@@ -131,6 +131,34 @@ def test_the_magic_wraps_the_api_and_bad_policies_are_one_line(ip, server, store
         ip.run_line_magic("agent", "compaction rerun")
 
 
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        ("context=true", "context must be a whole number of tokens above 0"),
+        ("context=2000,output=4000", r"output \(4,000\) must be below context \(2,000\)"),
+        ("context=3000 output=3000", r"output \(3,000\) must be below context \(3,000\)"),
+        ("model=", "key=value pairs, got 'model='"),
+        ("name=", "key=value pairs, got 'name='"),
+        ("tail_turns=1,tail_turns=2", "tail_turns is given twice"),
+    ],
+)
+def test_bad_policies_are_refused_in_one_line_each(policy, message):
+    with pytest.raises(UsageError, match=message) as caught:
+        R.ReplayPolicy.parse(policy)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_window_smaller_than_the_recorded_output_is_refused_before_replaying(
+    ip, server, store, magics, tmp_path
+):
+    """Only ``context`` given, below the recorded model's output limit: one line naming the
+    fix, no rows written (it used to replay into a window with no room for input)."""
+    _record(ip, server, tmp_path, turns=2)
+    with pytest.raises(UsageError, match=r"must be below context \(100\) — e.g. --policy"):
+        ip.run_line_magic("agent", "compaction replay --policy context=100")
+    assert R.replays(store).empty
+
+
 def test_an_imported_opencode_history_replays(tmp_path):
     """The real OpenCode 1.18's "auto" session (two automatic summaries): under its own window
     the replay summarises too; under a window too large to fill, never, and its context grows

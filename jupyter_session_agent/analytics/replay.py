@@ -86,11 +86,13 @@ class ReplayPolicy:
         compaction: dict[str, Any] = {}
         for item in text.replace(",", " ").split():
             key, sep, raw = item.partition("=")
-            if not sep or not key:
+            if not sep or not key or not raw:
                 raise UsageError(
                     f"--policy takes key=value pairs, got {item!r} — e.g. --policy "
                     "prune_protect=20000,tail_turns=1"
                 )
+            if key in values or key in compaction:
+                raise UsageError(f"--policy: {key} is given twice — give each key once")
             value = _value(raw)
             if key == "template":  # a file holding the template
                 try:
@@ -107,8 +109,12 @@ class ReplayPolicy:
                 known = ", ".join([*POLICY_KEYS, *CompactionConfig.USER_KEYS])
                 raise UsageError(f"--policy: unknown key {key!r} — use one of {known}")
         for key in ("context", "output"):
-            if key in values and (not isinstance(values[key], int) or values[key] <= 0):
+            value = values.get(key)
+            if key in values and (
+                not isinstance(value, int) or isinstance(value, bool) or value <= 0
+            ):
                 raise UsageError(f"--policy: {key} must be a whole number of tokens above 0")
+        _check_window(values.get("context"), values.get("output"))
         CompactionConfig.from_settings(compaction)  # validates, one line
         return cls(
             compaction=compaction,
@@ -124,6 +130,15 @@ class ReplayPolicy:
             "model": self.model,
             "template": self.template,
         }
+
+
+def _check_window(context: int | None, output: int | None) -> None:
+    """The window must leave room for the input: ``output`` below ``context``."""
+    if context and output and output >= context:
+        raise UsageError(
+            f"--policy: output ({output:,}) must be below context ({context:,}) — "
+            "e.g. --policy context=32000,output=4000"
+        )
 
 
 def _value(raw: str) -> Any:
@@ -320,6 +335,7 @@ def _model_info(store: Any, session_id: str, policy: ReplayPolicy, settings: Any
             f"the window of {spec or 'the recorded model'} is unknown — give it: "
             "--policy context=128000,output=8192"
         )
+    _check_window(context, output)
     return B.ModelInfo(
         info.provider_id, info.model_id, context=context, output=output, prices=info.prices
     )

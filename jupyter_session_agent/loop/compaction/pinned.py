@@ -32,6 +32,7 @@ _WORD = re.compile(r"[^\W\d_]{2,}")  # words without digits: "[T07]", ids and si
 RECUR = 0.5  # two sentences sharing at least this share of their words (Jaccard) are one kind
 RECUR_MESSAGES = 3  # a kind recurs when sentences of this many different messages are of it
 OWN_WORDS = 4  # a recurring sentence with this many words no other of its kind has is kept
+REPLY_WORDS = 3  # a user message of at most this many words is pinned with what it answers
 MIN_VERBATIM = 40  # characters: below this room, no verbatim sentences are pinned
 CLEARED_CHARS = 120  # a cleared output in the view: the placeholder and where it is saved
 OVERHEAD_CHARS = 400  # the section's header, notes and archive line
@@ -68,6 +69,48 @@ def water_fill(texts: Sequence[str], budget_chars: int) -> list[str]:
         cap = max(40, share)
         break
     return [t if len(t) <= cap else t[:cap].rstrip() + " […]" for t in texts]
+
+
+KEEP_CHARS = 160  # when not all fit, each kept sentence keeps at least this head (a negation
+# late in a sentence must not be cut off), so fewer of them are kept
+LINE_EXTRA = len(" […]") + len("- \n")  # what a listed line adds to its (cut) text
+
+
+def fit(texts: Sequence[str], budget_chars: int) -> tuple[list[str], int]:
+    """Fit ``texts`` (oldest first) into ``budget_chars`` as listed lines: :func:`water_fill`
+    when every text can keep ``KEEP_CHARS`` of its head; otherwise only as many as fit so, the
+    oldest half and the newest half (a long session's first rules and latest changes), and how
+    many in the middle were left out. The lines never take more than the budget."""
+    if sum(len(t) + 3 for t in texts) <= budget_chars:
+        return list(texts), 0
+    room = max(0, budget_chars - len("[… 99999 more …]"))
+
+    def chosen(k: int) -> list[str]:
+        return list(texts[: k - k // 2]) + (list(texts[-(k // 2) :]) if k // 2 else [])
+
+    def cost(k: int) -> int:
+        return sum(min(len(t), KEEP_CHARS) + LINE_EXTRA for t in chosen(k))
+
+    low, high = 0, len(texts)  # the most texts whose heads fit: cost grows with k
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if cost(mid) <= room else (low, mid - 1)
+    kept = chosen(low)
+    return water_fill(kept, room - 3 * len(kept)), len(texts) - len(kept)
+
+
+def listed(texts: Sequence[str], budget_chars: int) -> list[str]:
+    """``texts`` as ``- `` lines within ``budget_chars`` (:func:`fit`), with a line saying how
+    many were left out between the oldest and the newest."""
+    kept, left_out = fit(texts, budget_chars)
+    if not left_out:
+        return [f"- {t}" for t in kept]
+    head = len(kept) - len(kept) // 2
+    return (
+        [f"- {t}" for t in kept[:head]]
+        + [f"[… {left_out} more …]"]
+        + [f"- {t}" for t in kept[head:]]
+    )
 
 
 def recurring(sentences: Sequence[tuple[int, str]]) -> tuple[list[str], list[str]]:
@@ -169,6 +212,7 @@ class Pinner:
         said: list[tuple[int, str]] = []
         concluded: list[tuple[int, str]] = []  # the assistant's own words (text, not tools)
         requests: list[str] = []
+        asked = ""  # the assistant's newest sentence, which a short user reply answers
         files: list[str] = []
         for item in history:
             if (
@@ -180,6 +224,9 @@ class Pinner:
             if is_real_user(item):
                 text = user_text(item).strip()
                 sentences = [x.strip() for x in _SENTENCE.split(text) if x.strip()]
+                if asked and len(_WORD.findall(text)) <= REPLY_WORDS:
+                    # a bare reply ("yes", "ok, do that") means nothing alone: pin what it answers
+                    sentences = [f'{text} (in reply to: "{asked[:200]}")']
                 said += [(len(requests), x[:400]) for x in sentences]
                 if sentences:
                     requests.append(sentences[0][:200])
@@ -190,7 +237,9 @@ class Pinner:
                     if isinstance(p, TextPart) and not p.synthetic and not p.ignored
                 )
                 index = len(concluded)
-                concluded += [(index, x.strip()[:400]) for x in _SENTENCE.split(text) if x.strip()]
+                own = [x.strip() for x in _SENTENCE.split(text) if x.strip()]
+                concluded += [(index, x[:400]) for x in own]
+                asked = own[-1] if own else asked
                 for p in item.parts:  # files the agent changed: edit/write calls that succeeded
                     if (
                         isinstance(p, ToolPart)
@@ -217,26 +266,25 @@ class Pinner:
         answers, _ = recurring([(i, x) for i, x in concluded if x not in summary_text])
         lines = [PINNED_HEADER]
         room = verbatim // 2
+        # the newest of each recurring kind has a quarter of the room set aside (a rule the user
+        # repeated in three messages is one of them: sentences said once must not crowd it
+        # out), and whatever the sentences said once leave
+        reserved, _ = fit(routine, room // 4)
+        room -= sum(len(r) + 3 for r in reserved)
         if once:
             lines.append(
                 "What the user said, oldest first (in force unless a later message changes it):"
             )
-            kept = water_fill(once, room)
-            lines += [f"- {r}" for r in kept]
-            room -= sum(len(r) + 3 for r in kept)
+            said_lines = listed(once, room)
+            lines += said_lines
+            room -= sum(len(x) + 1 for x in said_lines)
+        shown_routine, _ = fit(routine, room + sum(len(r) + 3 for r in reserved))
         if answers:  # what the assistant concluded once (statuses, decisions), in its words
             lines.append("What the assistant concluded, oldest first:")
-            kept = water_fill(answers, verbatim // 3)
-            lines += [f"- {r}" for r in kept]
-        shown_routine: list[str] = []
-        for text in routine:  # the newest of each recurring request, while room remains
-            if len(text) + 3 > room:
-                break
-            shown_routine.append(f"- {text}")
-            room -= len(text) + 3
+            lines += listed(answers, verbatim // 3)
         if shown_routine:
             lines.append("Recurring requests, the newest of each kind, newest first:")
-            lines += shown_routine
+            lines += [f"- {r}" for r in shown_routine]
         used = sum(len(x) for x in lines)
         if files:
             shown_files, size = [], 0
