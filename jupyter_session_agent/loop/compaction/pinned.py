@@ -9,7 +9,10 @@ two other messages (most of its words shared, :func:`recurring`) is a routine re
 newest of its kind is kept, and only when room remains. What the user said once (a rule, a
 preference, a changed name, however it is worded) stays. The assistant's own sentences (its
 text, not its tool calls) are read the same way: a status or a decision it stated once stays;
-its recurring phrases ("Here is what … shows") do not."""
+its recurring phrases ("Here is what … shows") do not.
+
+One module: choosing the sentences and fitting them to the budget are one decision (what is
+kept depends on how much room each group gets), so they stay together."""
 
 from __future__ import annotations
 
