@@ -19,6 +19,7 @@ import subprocess
 import sys
 
 import pytest
+from _bundles import fresh_ids
 from _xss import active_content, payloads, split_pairs
 from IPython.utils.capture import capture_output
 
@@ -225,14 +226,7 @@ def test_one_part_of_an_unknown_type_does_not_blank_the_transcript(ip, server, m
     out = tmp_path / "b.json"
     ip.run_line_magic("agent", f"export --format json --out {out}")
     data = json.loads(out.read_text())
-    data["info"]["id"] = new = ids.descending("session")
-    for m in data["messages"]:
-        m["info"]["id"] = ids.ascending("message")
-        m["info"].pop("sessionID", None)
-        for p in m["parts"]:
-            p["id"] = ids.ascending("part")
-            p.pop("sessionID", None)
-            p.pop("messageID", None)
+    new = fresh_ids(data)["info"]["id"]
     data["messages"][-1]["parts"].append(
         {"id": ids.ascending("part"), "type": "x y", "text": "<img src=x onerror=alert(1)>"}
     )

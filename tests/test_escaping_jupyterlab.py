@@ -25,6 +25,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from _bundles import fresh_ids
 from _xss import DOM_CHECK, RUN, payloads, split_pairs
 
 from jupyter_session_agent.core import ids
@@ -105,14 +106,7 @@ def _hostile_notebook(ip, server, magics, tmp_path, root: Path) -> list[int]:
     ip.run_cell_magic("agent", "--new", "hello")
     ip.run_line_magic("agent", f"export --format json --out {out}")
     data = json.loads(out.read_text())
-    data["info"]["id"] = new = ids.descending("session")
-    for m in data["messages"]:
-        m["info"]["id"] = ids.ascending("message")
-        m["info"].pop("sessionID", None)
-        for p in m["parts"]:
-            p["id"] = ids.ascending("part")
-            p.pop("sessionID", None)
-            p.pop("messageID", None)
+    new = fresh_ids(data)["info"]["id"]
     data["messages"][-1]["parts"].insert(0, {"id": ids.ascending("part"), "type": "x y"})
     out.write_text(json.dumps(data))
     ip.run_line_magic("agent", f"import {out}")

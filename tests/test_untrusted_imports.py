@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _bundles import fresh_ids
 from IPython.utils.capture import capture_output
 
 from jupyter_session_agent.core import ids
@@ -315,19 +316,6 @@ def _mutations(data, mine_state, rng):
     mine, _, _, _, history = mine_state
     mids = [m for m, _, _ in history]
     pids = [p for _, _, ps in history for p in ps]
-
-    def fresh_ids(d, keep_messages=(), keep_parts=()):
-        d["info"]["id"] = ids.descending("session")
-        for i, m in enumerate(d["messages"]):
-            if i not in keep_messages:
-                m["info"]["id"] = ids.ascending("message")
-            for p in m["parts"]:
-                if p["id"] not in keep_parts:
-                    p["id"] = ids.ascending("part")
-                p.pop("sessionID", None)
-                p.pop("messageID", None)
-            m["info"].pop("sessionID", None)
-        return d
 
     out = []
     for n in range(24):
