@@ -32,9 +32,7 @@ is the passage's own plus its neighbours' at their weight. The
 ``bm25`` share is BM25 with each term's saturation capped at 1, divided by the
 sum of the query terms' idf: the share of the query's information a document
 holds, in [0, 1]. A query whose rare terms occur nowhere scores low, which is
-what lets a question with no answer return nothing. ``Ranking.feedback`` (off: it
-did not help on the benchmark) expands the query with the rarest terms of its best
-documents and searches again (pseudo-relevance feedback).
+what lets a question with no answer return nothing.
 
 **Cosine** (with an embedder): every passage's unit vector (cached on disk by
 text hash, see :mod:`.vectors`), centred on the passages' mean (e5's vectors
@@ -45,19 +43,16 @@ share a large common direction) and compared with the query's, in numpy; minus
 there") is close to every question too, and would otherwise crowd out the
 specific answer.
 
-**Fusion** (``Ranking.fusion``): ``"minmax"`` (the default) maps each ranking's
-scores onto [0, 1] for the query (the BM25 share over the best share, the
-cosine between the pool's lowest and highest) and mixes them,
-``(1 - w)·bm25 + w·cosine`` with ``w = Ranking.linear_weight``; ``"linear"``
-mixes the raw share and cosine; ``"rrf"`` is reciprocal rank fusion,
-``1/(k + rank_bm25) + w/(k + rank_cosine)``. The variant was chosen on
-benchmarks/dialoguebench.py's development seed (docs/memory.md). Without an
+**Fusion**: each ranking's scores are mapped onto [0, 1] for the query (the BM25 share
+over the best share, the cosine between the pool's lowest and highest) and mixed,
+``(1 - w)·bm25 + w·cosine`` with ``w = Ranking.linear_weight``. This min-max mix was chosen
+on benchmarks/dialoguebench.py's development seed over a linear mix of the raw share and
+cosine and over reciprocal rank fusion (docs/memory.md). Without an
 embedder the score is the weighted BM25 share, fused the same way (min-max, weight
 ``Ranking.latent_weight``) with the cosine in the history's own latent space
 (:class:`.latent.LatentSpace`: a truncated SVD of the passages' tf-idf, built on the first
 search after each rebuild, once the index holds ``Ranking.latent_min`` passages), which
-connects words the history uses together; ``Ranking.associate`` (off: it did not help) instead
-adds each query term's PMI-associated terms. A result must reach
+connects words the history uses together. A result must reach
 ``threshold`` in (weighted) BM25 share or ``cosine_threshold`` in the model's
 own cosine.
 
@@ -89,7 +84,7 @@ from typing import Any
 from .embed import Embedder
 from .extract import classify, is_request, subject
 from .files import all_items, project_folders, project_key, signature
-from .latent import Associations, LatentSpace
+from .latent import LatentSpace
 from .text import date_terms, iso_date, long_date, one_line, sentences, time_terms, tokens
 from .vectors import text_key, vector_file, worker
 
@@ -156,34 +151,17 @@ class Ranking:
     after: float = 0.15  # … of the text just after it
     dates: float = 0.5  # weight of the terms of a passage's date
     question_weight: float = 0.6  # questions and requests that state nothing
-    fusion: str = "minmax"  # "minmax", "linear" (of BM25 share and cosine) or "rrf"
-    rrf_k: float = 60.0
-    cosine_weight: float = 1.0  # the cosine ranking's weight against BM25's (1)
-    bm25_floor: float = 0.0  # "rrf": the BM25 share a document needs to enter the BM25 ranking
-    linear_weight: float = 0.8  # "minmax" and "linear": the cosine's share
-    cosine_floor: float = 0.0  # "linear": the cosine mapped to 0 (centred, unrelated text is ~0)
-    vector_context: float = 0.0  # weight of the neighbours' vectors added to a passage's
-    embed_dates: bool = True  # embed "8 May 2023: text" rather than the text
-    embed_window: bool = False  # embed a passage with the text before and after it (one vector)
-    center: bool = True  # subtract the passages' mean vector (from them and the query) first
+    linear_weight: float = 0.8  # the cosine's share in the min-max mix with BM25
     pool: int = 100  # candidates from each ranking
     hub: float = 0.7  # weight of each passage's hubness subtracted from its cosine
     hub_k: int = 10  # hubness: the mean cosine to this many nearest passages of a sample
     hub_sample: int = 1000  # … of about this many passages, evenly spaced
-    feedback: int = 0  # pseudo-relevance feedback: expand the query from this many best documents
-    feedback_terms: int = 8  # … with their this many rarest terms
-    feedback_weight: float = 0.3  # … each at this weight
     latent: int = 60  # without embeddings: dimensions of the history's LSI space (0: off)
     latent_weight: float = 0.5  # … the latent cosine's share in the min-max mix with BM25
     latent_min_df: int = 2  # … terms in fewer passages than this are left out of it
     # … used once the index holds this many passages: a space of ``latent`` dimensions is a
     # reduction (co-occurrence, not each passage's own words again) at about ten times as many
     latent_min: int = 600
-    latent_window: bool = False  # … a passage's own words (True: with those it carries)
-    latent_fusion: str = "minmax"  # … or "noisy-or": bm25 + w·cosine·(1 - bm25), both scaled
-    associate: int = 0  # without embeddings: terms added per query term by PMI (0: off)
-    associate_weight: float = 0.3  # … each at this weight times its PMI's share of the best
-    associate_min: int = 3  # … passages a pair must share to count
     supersede: bool = True
     context: bool = True  # False: each passage alone (neighbours and dates off: plain BM25)
 
@@ -282,7 +260,6 @@ class Status:
     embedded: int = 0
     pending: int = 0
     error: str = ""
-    fusion: str = ""
 
 
 _QUESTION = re.compile(r"\?\s*$")
@@ -322,12 +299,11 @@ class MemoryIndex:
         self._matrix: tuple | None = None  # (key, matrix, has-vector mask)
         self._prepared: tuple | None = None  # (build, vector file, its version) last looked at
         self._missing: dict[bytes, int] = {}  # vector key → a document that needs it
-        self._window: tuple = ()  # (docs, term ids, tf) of the passages' words with context
+        self._words: tuple = ()  # (docs, term ids, tf) of the passages' own words, dates apart
         self._latent: LatentSpace | None = None  # built on first use after each build
-        self._associations: Associations | None = None
         self.builds = 0
         self.build_seconds = 0.0
-        self.latent_seconds = 0.0  # the last latent space's (or associations') build time
+        self.latent_seconds = 0.0  # the last latent space's build time
         self.status = Status()
 
     # -- building ---------------------------------------------------------------
@@ -520,12 +496,12 @@ class MemoryIndex:
                 for a, b in zip(starts, ends)
             }
             dated = np.array([names[i].startswith("@") for i in range(len(names))])
-            words = ~dated[terms]  # the window's words, for the latent space and associations
-            self._window = (docs[words], terms[words], tf[words], own[words])
+            words = ~dated[terms] & own  # each passage's own words, for the latent space
+            self._words = (docs[words], terms[words], tf[words])
         else:
             self._postings = {}
-            self._window = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
-        self._latent = self._associations = None
+            self._words = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+        self._latent = None
         codes: dict[str, dict] = {"project": {}, "session": {}, "source": {}}
 
         def code(kind: str, value: Any) -> int:
@@ -582,13 +558,6 @@ class MemoryIndex:
             self.refresh()
             params = {"project": project, "exclude": exclude_session, "sources": list(sources)}
             lex, raw, matched, idf = self._bm25(terms, params) if terms else ({}, {}, {}, {})
-            if self.ranking.feedback and lex:
-                extra = self._feedback(terms, lex, params)
-                lex, raw, matched, idf = self._bm25(terms, params, extra)
-            if self.ranking.associate and embedder is None and terms:
-                extra = self._associated(terms, params)
-                if extra:
-                    lex, raw, matched, idf = self._bm25(terms, params, extra)
             cosine: dict[int, float] = {}
             plain: dict[int, float] = {}
             mix: float | None = None  # the latent cosine's share, when it is the one fused
@@ -627,28 +596,6 @@ class MemoryIndex:
             mask &= arrays["session"] != codes["session"].get(params["exclude"], -1)
         return mask
 
-    def _feedback(self, terms: list[str], lex: dict[int, float], params: dict) -> dict[str, float]:
-        """Pseudo-relevance feedback: the rarest terms of the best ``Ranking.feedback`` documents
-        (not in the query), each at ``Ranking.feedback_weight``."""
-        rank = self.ranking
-        top = sorted(lex, key=lambda d: (-lex[d] * self._weight(d), -d))[: rank.feedback]
-        mask = self._scope(params)
-        n = float(mask.sum()) or 1.0
-        query = set(terms)
-        score: Counter[str] = Counter()
-        seen: Counter[str] = Counter()
-        df: dict[str, int] = {}
-        for d in top:
-            for term in set(self._terms(self._rows[d]["text"])[0]) - query:
-                if term not in df:
-                    found = self._postings.get(term)
-                    df[term] = int(found[3][mask[found[0]]].sum()) if found else 0
-                seen[term] += 1
-                score[term] += _idf(n, df[term])
-        # a term only the feedback documents hold reaches nothing new
-        useful = Counter({t: s for t, s in score.items() if df[t] > seen[t]})
-        return {t: rank.feedback_weight for t, _ in useful.most_common(rank.feedback_terms)}
-
     def _latent_cosine(self, terms: list[str], params: dict) -> dict[int, float]:
         """The best ``pool`` passages in scope by cosine in the history's LSI space (:mod:`.latent`;
         built on first use after each rebuild of the index)."""
@@ -656,9 +603,7 @@ class MemoryIndex:
 
         if self._latent is None:
             started = time.perf_counter()
-            docs, ids, tf, own = self._window
-            if not self.ranking.latent_window:  # each passage's own words only
-                docs, ids, tf = docs[own], ids[own], tf[own]
+            docs, ids, tf = self._words
             self._latent = LatentSpace(
                 docs, ids, tf, len(self._rows), self.ranking.latent, self.ranking.latent_min_df
             )
@@ -677,28 +622,8 @@ class MemoryIndex:
         # from 0) has no latent evidence
         return {int(d): float(scores[d]) for d in top if scores[d] > 1e-6}
 
-    def _associated(self, terms: list[str], params: dict) -> dict[str, float]:
-        """Terms associated with the query's by PMI over the passages in scope (:mod:`.latent`),
-        each at ``Ranking.associate_weight`` times its PMI's share of its query term's best."""
-        if self._associations is None:
-            started = time.perf_counter()
-            docs, ids, _, _ = self._window
-            self._associations = Associations(docs, ids, len(self._rows))
-            self.latent_seconds = time.perf_counter() - started
-        vocabulary = self._vocabulary
-        names = {v: k for k, v in vocabulary.items()}
-        rank = self.ranking
-        found = self._associations.expand(
-            [vocabulary[t] for t in terms if t in vocabulary and not t.startswith("@")],
-            self._scope(params),
-            rank.associate,
-            rank.associate_min,
-        )
-        return {names[t]: rank.associate_weight * share for t, share in found.items()}
-
-    def _bm25(self, terms: list[str], params: dict, extra: dict[str, float] | None = None):
-        """(share score, BM25, own matched terms, idf) of the best ``pool`` documents in scope;
-        ``extra`` terms count at their weight."""
+    def _bm25(self, terms: list[str], params: dict):
+        """(share score, BM25, own matched terms, idf) of the best ``pool`` documents in scope."""
         import numpy as np
 
         mask = self._scope(params)
@@ -711,13 +636,12 @@ class MemoryIndex:
         bm25 = np.zeros(len(mask))
         idf: dict[str, float] = {}
         owned: list[tuple[str, Any]] = []
-        extra = extra or {}
-        for term in dict.fromkeys([*terms, *extra]):
+        for term in dict.fromkeys(terms):
             docs, tf, own, counted = self._postings.get(term) or _no_postings()
             keep = mask[docs]
             docs, tf, own = docs[keep], tf[keep], own[keep]
             df = int(counted[keep].sum())
-            idf[term] = weight = _idf(n, df) * extra.get(term, 1.0)
+            idf[term] = weight = _idf(n, df)
             if not len(docs):
                 continue
             tfn = tf * (K1 + 1) / (tf + K1 * (1 - B + B * length[docs] / avgdl))
@@ -759,10 +683,7 @@ class MemoryIndex:
         weighted = {d: s * self._weight(d) for d, s in lex.items()}
         ranks: dict[int, list] = {}
         if hybrid:
-            by_bm25 = sorted(
-                (d for d in weighted if lex[d] >= rank.bm25_floor),
-                key=lambda d: (-weighted[d], -raw[d], -d),
-            )
+            by_bm25 = sorted(weighted, key=lambda d: (-weighted[d], -raw[d], -d))
             by_cos = sorted(cosine, key=lambda d: (-cosine[d] * self._weight(d), -d))[: rank.pool]
             for r, d in enumerate(by_bm25, 1):
                 ranks.setdefault(d, [None, None])[0] = r
@@ -773,9 +694,7 @@ class MemoryIndex:
                 min(cosine.values(), default=0.0),
                 max(cosine.values(), default=0.0),
             )
-            score = {
-                d: self._fuse(d, rb, rc, lex, cosine, norm, mix) for d, (rb, rc) in ranks.items()
-            }
+            score = {d: self._fuse(d, lex, cosine, norm, mix) for d in ranks}
         else:
             score = weighted
         order = sorted(
@@ -831,31 +750,18 @@ class MemoryIndex:
     def _fuse(
         self,
         doc: int,
-        rb: int | None,
-        rc: int | None,
         lex: dict[int, float],
         cosine: dict[int, float],
         norm: tuple[float, float, float] = (1.0, 0.0, 1.0),
         mix: float | None = None,
     ) -> float:
-        rank = self.ranking
-        if rank.fusion == "minmax":  # each ranking's scores mapped onto [0, 1] for this query
-            top, low, high = norm
-            w = rank.linear_weight if mix is None else mix
-            c = cosine.get(doc)
-            c = 0.0 if c is None else (c - low) / ((high - low) or 1.0)
-            b = lex.get(doc, 0.0) / top
-            if mix is not None and rank.latent_fusion == "noisy-or":
-                return (b + w * c * (1 - b)) * self._weight(doc)
-            return ((1 - w) * b + w * c) * self._weight(doc)
-        if rank.fusion == "linear":
-            c = cosine.get(doc)
-            c = 0.0 if c is None else max(0.0, (c - rank.cosine_floor) / (1 - rank.cosine_floor))
-            value = (1 - rank.linear_weight) * min(1.0, lex.get(doc, 0.0)) + rank.linear_weight * c
-            return value * self._weight(doc)
-        return (1.0 / (rank.rrf_k + rb) if rb else 0.0) + (
-            rank.cosine_weight / (rank.rrf_k + rc) if rc else 0.0
-        )
+        """Each ranking's scores mapped onto [0, 1] for this query, mixed linearly."""
+        top, low, high = norm
+        w = self.ranking.linear_weight if mix is None else mix
+        c = cosine.get(doc)
+        c = 0.0 if c is None else (c - low) / ((high - low) or 1.0)
+        b = lex.get(doc, 0.0) / top
+        return ((1 - w) * b + w * c) * self._weight(doc)
 
     def _supersession(
         self,
@@ -961,19 +867,11 @@ class MemoryIndex:
     # -- embeddings -------------------------------------------------------------------
 
     def embed_text(self, doc: int) -> str:
-        """What is embedded for a document: its text (dated with ``Ranking.embed_dates``; with
-        the passages before and after it with ``Ranking.embed_window``)."""
+        """What is embedded for a document: its text after its date (``8 May 2023: text``)."""
         row = self._rows[doc]
-        text = row["text"]
-        if self.ranking.embed_window:
-            text = "\n".join(
-                self._rows[j]["text"][:600] if j != doc else text
-                for j in (row["prev"], doc, row["next"])
-                if j is not None
-            )
-        if self.ranking.embed_dates and row["time"]:
-            return f"{long_date(row['time'])}: {text}"
-        return text
+        if row["time"]:
+            return f"{long_date(row['time'])}: {row['text']}"
+        return row["text"]
 
     def prepare(self, embedder: Embedder, *, wait: float = 0.0) -> Status:
         """Queue the passages without a vector for the background worker; wait up to ``wait`` s."""
@@ -1013,7 +911,6 @@ class MemoryIndex:
             len(self._rows) - missing,
             missing,
             jobs.error,
-            self.ranking.fusion,
         )
         return self.status
 
@@ -1048,7 +945,7 @@ class MemoryIndex:
         )
 
     def _vector_matrix(self, embedder: Embedder, dim: int):
-        """The passages' vectors (neighbours mixed in at ``Ranking.vector_context``), cached."""
+        """The passages' vectors, centred, with each one's hubness; cached."""
         import numpy as np
 
         vectors = vector_file(self.data_dir, embedder.name, dim)
@@ -1063,17 +960,9 @@ class MemoryIndex:
             if v is not None:
                 own[d], has[d] = v, True
         matrix = own
-        alpha = self.ranking.vector_context
-        if alpha and n:
-            matrix = own.copy()
-            for d, row in self._rows.items():
-                for j in (row["prev"], row["next"]):
-                    if j is not None and has[j]:
-                        matrix[d] += alpha * own[j]
-            matrix = _unit_rows(matrix)
         mean = None
         background = [v for v in (vectors.get(key) for key in _BACKGROUND_KEYS) if v is not None]
-        if self.ranking.center and (len(background) == len(BACKGROUND) or has.sum() >= CENTER_MIN):
+        if len(background) == len(BACKGROUND) or has.sum() >= CENTER_MIN:
             # e5's vectors share a large common component (any two texts score 0.7-0.9), which
             # lets short generic turns ("Haha, I can imagine") come close to every question
             extra = np.array(background, dtype=np.float32).reshape(-1, dim)

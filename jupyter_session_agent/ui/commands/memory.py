@@ -152,11 +152,8 @@ def _ranked_by(status, hits) -> str:
         return "ranked by BM25 (no embedding model: docs/memory.md)"
     pending = f", {status.pending} still being embedded" if status.pending else ""
     error = f"; embedding failed: {status.error}" if status.error else ""
-    fusion = {"rrf": "by reciprocal rank", "minmax": "linearly, each scaled to [0, 1]"}.get(
-        status.fusion, "linearly"
-    )
     return (
-        f"ranked by BM25 and {status.model} cosine, fused {fusion}; "
+        f"ranked by BM25 and {status.model} cosine, fused linearly, each scaled to [0, 1]; "
         f"{status.embedded}/{status.passages} passages embedded{pending}{error}"
     )
 
