@@ -6,7 +6,6 @@ looked up; message and part ids are checked by the lifecycle functions."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from pathlib import Path
@@ -14,19 +13,7 @@ from pathlib import Path
 from ...core.errors import UsageError
 from ...core.ids import check_ref
 from ...render import escape as X
-from . import subcommand
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line naming the fix, not argparse's usage dump + SystemExit
-        raise UsageError(f"{message} — usage: %agent {self.prog}")
-
-
-def _parse(usage: str, args: list[str], *specs) -> argparse.Namespace:
-    parser = _Parser(prog=usage, add_help=False)
-    for flags, kwargs in specs:
-        parser.add_argument(*flags, **kwargs)
-    return parser.parse_args(args)
+from . import parse, subcommand
 
 
 def _session(magics, session_id: str | None = None):
@@ -44,7 +31,7 @@ def _session(magics, session_id: str | None = None):
     "copy the session (up to before MSG: an id or turn number) into a new current session",
 )
 def fork(magics, args, raw):
-    ns = _parse("fork [--at MSG] [-s ID]", args, (("--at",), {}), (("-s", "--session"), {}))
+    ns = parse("fork [--at MSG] [-s ID]", args, (("--at",), {}), (("-s", "--session"), {}))
     source = _session(magics, ns.session)
     new = source.fork(ns.at)
     magics.session = new
@@ -60,13 +47,13 @@ def fork(magics, args, raw):
     "hide turn MSG and later ones, restore the files they changed (not kernel variables)",
 )
 def revert(magics, args, raw):
-    ns = _parse("revert MSG [--part PART_ID]", args, (("message",), {}), (("--part",), {}))
+    ns = parse("revert MSG [--part PART_ID]", args, (("message",), {}), (("--part",), {}))
     print(_session(magics).revert(ns.message, ns.part))
 
 
 @subcommand("unrevert", "unrevert", "undo the last revert: messages and files come back")
 def unrevert(magics, args, raw):
-    _parse("unrevert", args)
+    parse("unrevert", args)
     print(_session(magics).unrevert())
 
 
@@ -78,7 +65,7 @@ def turns(magics, args, raw):
     from ...session.lifecycle import turns as rows_of
     from ..display import Markdown
 
-    ns = _parse("turns [ID]", args, (("session",), {"nargs": "?"}))
+    ns = parse("turns [ID]", args, (("session",), {"nargs": "?"}))
     store = magics.store()
     if ns.session:
         info = store.session(check_ref(ns.session, "session"))
@@ -122,7 +109,7 @@ def _resolve(magics, session_id: str):
 def archive(magics, args, raw):
     from ...session.lifecycle import archive as do_archive
 
-    ns = _parse("archive ID", args, (("session",), {}))
+    ns = parse("archive ID", args, (("session",), {}))
     info, current = _resolve(magics, ns.session)
     do_archive(current or info.id, store=magics.store())
     print(f"archived {info.id} “{info.title}”")
@@ -132,7 +119,7 @@ def archive(magics, args, raw):
 def unarchive(magics, args, raw):
     from ...session.lifecycle import archive as do_archive
 
-    ns = _parse("unarchive ID", args, (("session",), {}))
+    ns = parse("unarchive ID", args, (("session",), {}))
     info, current = _resolve(magics, ns.session)
     do_archive(current or info.id, store=magics.store(), undo=True)
     print(f"unarchived {info.id} “{info.title}”")
@@ -144,7 +131,7 @@ def unarchive(magics, args, raw):
 def delete(magics, args, raw):
     from ...session.lifecycle import delete as do_delete
 
-    ns = _parse("delete ID", args, (("session",), {}))
+    ns = parse("delete ID", args, (("session",), {}))
     info, current = _resolve(magics, ns.session)
     if current is not None:
         current.wait_title()
@@ -166,7 +153,7 @@ def export(magics, args, raw):
     from ...exchange.transfer import default_name
     from ...exchange.transfer import export as do_export
 
-    ns = _parse(
+    ns = parse(
         "export [ID] --format md|html|json [--out PATH]",
         args,
         (("session",), {"nargs": "?"}),
@@ -194,7 +181,7 @@ def export(magics, args, raw):
 def import_(magics, args, raw):
     from ...exchange.transfer import import_bundle
 
-    ns = _parse("import PATH", args, (("path",), {}))
+    ns = parse("import PATH", args, (("path",), {}))
     print(import_bundle(magics.store(), ns.path))
 
 
@@ -206,7 +193,7 @@ def import_(magics, args, raw):
 def import_opencode(magics, args, raw):
     from ...exchange.opencode import import_opencode as do_import
 
-    ns = _parse(
+    ns = parse(
         "import-opencode [DIR] [--session ID …]",
         args,
         (("path",), {"nargs": "?"}),
