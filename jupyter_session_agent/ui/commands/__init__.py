@@ -159,6 +159,16 @@ def parse(usage: str, words: list[str], *specs: tuple[tuple[str, ...], dict]) ->
     return parser.parse_args(words)
 
 
+def existing_session(magics: Any, session_id: str | None = None) -> Any:
+    """The current session (or ``session_id``, which becomes current); without either, one
+    line naming the fix rather than a new empty session."""
+    if session_id is not None:
+        return magics.current(session_id=session_id)
+    if magics.session is None:
+        raise UsageError("no current session — run a %%agent cell first, or %agent use ID")
+    return magics.current()
+
+
 def load_all() -> dict[str, Subcommand]:
     for module in MODULES:
         importlib.import_module(f"{__name__}.{module}")

@@ -10,19 +10,9 @@ import os
 import time
 from pathlib import Path
 
-from ...core.errors import UsageError
 from ...core.ids import check_ref
 from ...render import escape as X
-from . import parse, subcommand
-
-
-def _session(magics, session_id: str | None = None):
-    """The current session (or ``session_id``, which becomes current)."""
-    if session_id is not None:
-        return magics.current(session_id=session_id)
-    if magics.session is None:
-        raise UsageError("no current session — run a %%agent cell first, or %agent use ID")
-    return magics.current()
+from . import existing_session, parse, subcommand
 
 
 @subcommand(
@@ -32,7 +22,7 @@ def _session(magics, session_id: str | None = None):
 )
 def fork(magics, args, raw):
     ns = parse("fork [--at MSG] [-s ID]", args, (("--at",), {}), (("-s", "--session"), {}))
-    source = _session(magics, ns.session)
+    source = existing_session(magics, ns.session)
     new = source.fork(ns.at)
     magics.session = new
     print(
@@ -48,13 +38,13 @@ def fork(magics, args, raw):
 )
 def revert(magics, args, raw):
     ns = parse("revert MSG [--part PART_ID]", args, (("message",), {}), (("--part",), {}))
-    print(_session(magics).revert(ns.message, ns.part))
+    print(existing_session(magics).revert(ns.message, ns.part))
 
 
 @subcommand("unrevert", "unrevert", "undo the last revert: messages and files come back")
 def unrevert(magics, args, raw):
     parse("unrevert", args)
-    print(_session(magics).unrevert())
+    print(existing_session(magics).unrevert())
 
 
 @subcommand(
@@ -71,7 +61,7 @@ def turns(magics, args, raw):
         info = store.session(check_ref(ns.session, "session"))
         history = store.messages(info.id)
     else:
-        session = _session(magics)
+        session = existing_session(magics)
         info, history = session.info, store.messages(session.info.id)
     hidden_from = (info.revert or {}).get("messageID")
     shown = {m.info.id for m in visible(history, info.revert)}
@@ -163,7 +153,7 @@ def export(magics, args, raw):
     if ns.session:
         info = magics.store().session(check_ref(ns.session, "session"))
     else:
-        info = _session(magics).info
+        info = existing_session(magics).info
     if magics.session is not None and magics.session.info.id == info.id:
         magics.session.wait_title()
         info = magics.session.info
