@@ -693,7 +693,15 @@ class OpenAIProvider:
             return "max_completion_tokens"
         return "max_tokens"
 
-    def _kwargs(self, request: ChatRequest) -> dict[str, Any]:
+    @property
+    def client(self) -> Any:
+        """The ``openai.OpenAI`` client: made once per provider, with the SDK's retries off
+        (retries are the loop's policy) and this provider's timeout."""
+        return self._client
+
+    def request_kwargs(self, request: ChatRequest) -> dict[str, Any]:
+        """The keyword arguments sent to ``chat.completions.create`` for ``request``: messages
+        cleaned, the output limit under the name this server takes, refused parameters dropped."""
         # Redacted and encodable (``redact.clean``): a lone surrogate would fail the request's
         # JSON encoding, and then every later turn of the session with it
         messages = clean_value(list(request.messages))
@@ -750,7 +758,7 @@ class OpenAIProvider:
         session: ``renamed``/``dropped``)."""
         import openai
 
-        kwargs = self._kwargs(request)
+        kwargs = self.request_kwargs(request)
         for attempt in range(2):
             manager = self._client.chat.completions.with_streaming_response.create(
                 **kwargs,
@@ -762,7 +770,7 @@ class OpenAIProvider:
                 response = manager.__enter__()
             except openai.APIStatusError as err:
                 if attempt == 0 and self._adapt(err, kwargs):
-                    kwargs = self._kwargs(request)
+                    kwargs = self.request_kwargs(request)
                     continue
                 raise
             return manager, response.http_response
@@ -864,14 +872,14 @@ class OpenAIProvider:
         import openai
 
         try:  # the whole answer is the first byte here: request_timeout bounds the wait
-            kwargs = self._kwargs(request)
+            kwargs = self.request_kwargs(request)
             try:
                 response = self._client.chat.completions.create(**kwargs, timeout=self._whole())
             except openai.APIStatusError as err:
                 if not self._adapt(err, kwargs):  # a parameter refused by name: once without
                     raise
                 response = self._client.chat.completions.create(
-                    **self._kwargs(request), timeout=self._whole()
+                    **self.request_kwargs(request), timeout=self._whole()
                 )
         except openai.OpenAIError as err:
             if isinstance(err, openai.APITimeoutError):
