@@ -19,7 +19,8 @@ USAGE = "compact [--instructions TEXT]"
     "prune old tool outputs and summarise the conversation now (recent turns kept)",
 )
 def compact(magics, args, raw):
-    from ..display import LiveView, Markdown
+    from ..display import Markdown
+    from ..live import LiveView
     from ..magics import is_kernel
 
     instructions = _instructions(args)
