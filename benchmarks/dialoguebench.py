@@ -420,12 +420,14 @@ def variants() -> dict:
 
 
 def tuning() -> dict:
-    """The variants tried on the development seed (docs/memory.md), each one change from ours."""
+    """The variants tried on the development seed (docs/memory.md), each one change from ours.
+    (Variants of switches removed after they were measured not to help — pseudo-relevance
+    feedback, PMI association, the LSI of the window, other fusions, neighbours' vectors — are
+    in docs/memory.md's table with their numbers; the switches are gone from ``Ranking``.)"""
     from jupyter_session_agent.memory.search import DEFAULT_RANKING as D
     from jupyter_session_agent.memory.search import PLAIN_BM25
 
-    L = replace(D, fusion="linear", linear_weight=0.6, hub=0.0, vector_context=0.3)
-    out = {
+    return {
         "bm25 + supersession": (replace(PLAIN_BM25, supersede=True), False),
         "bm25 + question weight": (replace(PLAIN_BM25, question_weight=D.question_weight), False),
         "bm25 + dates": (replace(PLAIN_BM25, context=True, dates=D.dates), False),
@@ -440,118 +442,19 @@ def tuning() -> dict:
         "dates 0.25": (replace(D, dates=0.25), False),
         "dates 1.0": (replace(D, dates=1.0), False),
         "question weight 1 (off)": (replace(D, question_weight=1.0), False),
-        "feedback: 8 terms of the best 3 at 0.3": (replace(D, feedback=3), False),
-        "feedback: 8 terms of the best 5 at 0.3": (replace(D, feedback=5), False),
-        "feedback: 8 terms of the best 3 at 0.5": (
-            replace(D, feedback=3, feedback_weight=0.5),
-            False,
-        ),
-        "feedback: 5 terms of the best 1 at 0.3": (
-            replace(D, feedback=1, feedback_terms=5),
-            False,
-        ),
-        "feedback: 10 terms of the best 10 at 0.2": (
-            replace(D, feedback=10, feedback_terms=10, feedback_weight=0.2),
-            False,
-        ),
-        # without embeddings: the history's latent space (LSI) and term association (PMI)
         "no LSI (lexical only)": (replace(D, latent=0), False),
-        # first round: each passage with the words its passage carries (the BM25F window)
-        **{
-            f"LSI of the window, {dims} dims at {w}": (
-                replace(D, latent=dims, latent_weight=w, latent_window=True),
-                False,
-            )
-            for dims, w in ((10, 0.3), (20, 0.3), (30, 0.2), (30, 0.3), (30, 0.4), (50, 0.2))
-            + ((50, 0.3), (50, 0.4), (50, 0.5), (75, 0.3), (100, 0.2), (100, 0.3), (100, 0.5))
-            + ((200, 0.3),)
-        },
-        "LSI of the window, 50 dims at 0.3, terms in 3 passages": (
-            replace(D, latent=50, latent_weight=0.3, latent_window=True, latent_min_df=3),
-            False,
-        ),
-        **{
-            f"LSI of the window, 50 dims, noisy-or at {w}": (
-                replace(
-                    D, latent=50, latent_window=True, latent_fusion="noisy-or", latent_weight=w
-                ),
-                False,
-            )
-            for w in (0.3, 0.5, 0.7)
-        },
-        # second round: each passage's own words
         **{
             f"LSI {dims} dims at {w}": (replace(D, latent=dims, latent_weight=w), False)
             for dims, w in ((30, 0.3), (30, 0.5), (50, 0.3), (50, 0.4), (50, 0.5), (50, 0.6))
             + ((50, 0.7), (60, 0.5), (75, 0.4), (75, 0.5), (75, 0.6), (90, 0.5), (100, 0.5))
         },
-        "LSI 50 dims, noisy-or at 0.7": (
-            replace(D, latent=50, latent_fusion="noisy-or", latent_weight=0.7),
-            False,
-        ),
-        **{
-            f"no LSI, PMI {n} terms at {w}, {m} passages": (
-                replace(D, latent=0, associate=n, associate_weight=w, associate_min=m),
-                False,
-            )
-            for n, w, m in ((1, 0.3, 3), (3, 0.3, 3), (3, 0.5, 3), (5, 0.2, 3), (5, 0.2, 5))
-        },
-        # the first round, around the earlier default L: a linear mix of the bm25 share and the
-        # centred cosine, neighbours' vectors at 0.3, no hubness correction
-        "cosine alone": (replace(L, fusion="rrf", cosine_weight=1000.0, vector_context=0.0), True),
-        "cosine alone, not centred": (
-            replace(L, fusion="rrf", cosine_weight=1000.0, vector_context=0.0, center=False),
-            True,
-        ),
-        "rrf k=60": (replace(L, fusion="rrf", vector_context=0.0), True),
-        "rrf k=60, cosine weight 3": (
-            replace(L, fusion="rrf", cosine_weight=3.0, vector_context=0.0),
-            True,
-        ),
-        "rrf k=10": (replace(L, fusion="rrf", rrf_k=10, vector_context=0.0), True),
-        "rrf, BM25 ranking only above share 0.3": (
-            replace(L, fusion="rrf", bm25_floor=0.3, vector_context=0.0),
-            True,
-        ),
-        "linear 0.3": (replace(L, linear_weight=0.3), True),
-        "linear 0.5": (replace(L, linear_weight=0.5), True),
-        "linear 0.6 (the earlier default)": (L, True),
-        "linear 0.7": (replace(L, linear_weight=0.7), True),
-        "linear 0.6, no vector context": (replace(L, vector_context=0.0), True),
-        "vector context 0.5": (replace(L, vector_context=0.5), True),
-        "not centred (floor 0.7)": (replace(L, center=False, cosine_floor=0.7), True),
-        "embed turn with its neighbours (window)": (
-            replace(L, embed_window=True, vector_context=0.0),
-            True,
-        ),
-        "embed the text without its date": (replace(L, embed_dates=False), True),
-        # the second round, around ours: scores min-max scaled per query, hubness subtracted
-        "min-max 0.6, no hubness, vector context 0.3": (
-            replace(D, linear_weight=0.6, hub=0.0, vector_context=0.3),
-            True,
-        ),
-        "linear 0.6 with hubness 0.7, vector context 0.3": (
-            replace(L, hub=0.7),
-            True,
-        ),
-        "min-max 0.6, hubness 1, vector context 0.3": (
-            replace(D, linear_weight=0.6, hub=1.0, vector_context=0.3),
-            True,
-        ),
-        "min-max 0.8, hubness 0.7, vector context 0.3": (replace(D, vector_context=0.3), True),
-        "… vector context 0.15": (replace(D, vector_context=0.15), True),
         "… min-max 0.7": (replace(D, linear_weight=0.7), True),
         "… min-max 0.9": (replace(D, linear_weight=0.9), True),
         "… hubness 0.5": (replace(D, hub=0.5), True),
         "… hubness 1.0": (replace(D, hub=1.0), True),
         "… hubness over 20 nearest": (replace(D, hub_k=20), True),
         "… no hubness": (replace(D, hub=0.0), True),
-        "… linear mix instead of min-max": (replace(D, fusion="linear", linear_weight=0.6), True),
-        "… rrf k=10 instead": (replace(D, fusion="rrf", rrf_k=10), True),
-        "… not centred": (replace(D, center=False), True),
-        "… embed the text without its date": (replace(D, embed_dates=False), True),
     }
-    return out
 
 
 def run(

@@ -6,7 +6,8 @@ happen until a session runs or a query is made.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .core import __version__
+
 __all__ = ["load_ipython_extension", "unload_ipython_extension", "sql", "__version__"]
 
 

@@ -121,8 +121,10 @@ def test_unknown_is_zeros(provider, model, source):
 
 def test_lookups_are_cached():
     first = prices.model_info("openai", "gpt-4o")
-    assert ("openai", "gpt-4o") in prices._cache
     assert prices.model_info("openai", "gpt-4o") is first
+    prices.clear_cache()
+    again = prices.model_info("openai", "gpt-4o")
+    assert again is not first and again == first
 
 
 @pytest.mark.parametrize(
@@ -187,10 +189,14 @@ def test_override_makes_unknown_models_usable():
 
 def test_override_context_drops_catalogue_input_limit_and_prices_drop_tier():
     base = prices.model_info("anthropic", "claude-sonnet-4-5")
-    with_input = prices._apply(base, {"input": 150_000})
+
+    def override(info, patch):
+        return prices.apply_overrides(info, {info.model_id: patch})
+
+    with_input = override(base, {"input": 150_000})
     assert with_input.input == 150_000
-    assert prices._apply(with_input, {"context": 100_000}).input == 0
-    assert prices._apply(with_input, {"context": 100_000, "input": 90_000}).input == 90_000
+    assert override(with_input, {"context": 100_000}).input == 0
+    assert override(with_input, {"context": 100_000, "input": 90_000}).input == 90_000
     repriced = prices.model_info(
         "anthropic", "claude-sonnet-4-5", {"claude-sonnet-4-5": {"price_output": 10}}
     )

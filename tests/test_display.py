@@ -38,10 +38,10 @@ from jupyter_session_agent.ui import display as D
 from jupyter_session_agent.ui.display import (
     MIME_TYPE,
     BudgetView,
-    LiveView,
     TranscriptView,
     part_data,
 )
+from jupyter_session_agent.ui.live import LiveView
 
 MODEL = ModelInfo("openai", "scripted", context=100_000, output=4_096, prices=Prices(1.0, 2.0))
 BIG = ModelInfo(

@@ -31,7 +31,7 @@ from IPython.utils.capture import capture_output
 
 from jupyter_session_agent.core.errors import ProviderError
 from jupyter_session_agent.testing.scripted_server import Reply
-from jupyter_session_agent.ui.display import LiveView
+from jupyter_session_agent.ui.live import LiveView
 
 
 def run(ip, prompt):

@@ -14,7 +14,8 @@ import pytest
 from IPython.utils.capture import capture_output
 
 from jupyter_session_agent.testing.scripted_server import Reply
-from jupyter_session_agent.ui.display import MIME_TYPE, LiveView, TranscriptView
+from jupyter_session_agent.ui.display import MIME_TYPE, TranscriptView
+from jupyter_session_agent.ui.live import LiveView
 
 CALLS = (
     {"name": "python", "arguments": {"code": "print('before the error')\ndef broken(:\n    pass"}},

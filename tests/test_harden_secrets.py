@@ -327,7 +327,7 @@ def test_a_streaming_key_is_never_shown_as_a_prefix():
     """The live view holds back the unfinished last word, so no update shows a key's first
     characters before the whole key is there to be recognised."""
     from jupyter_session_agent.core.messages import AssistantMessage, TextPart
-    from jupyter_session_agent.ui.display import LiveView
+    from jupyter_session_agent.ui.live import LiveView
 
     view = LiveView(live=False)
     message = AssistantMessage(

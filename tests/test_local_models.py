@@ -158,7 +158,7 @@ NOWHERE = "http://192.0.2.1:9/v1"
 
 def test_a_running_ollama_or_lm_studio_is_offered_before_the_embedded_model():
     settings = Settings()
-    registry._detected.clear()
+    registry.forget_local_servers()
     with ScriptedServer() as server:
         env = _env(OLLAMA_BASE_URL=server.base_url, LMSTUDIO_BASE_URL=NOWHERE)
         spec, line = registry.detect_local_server(env)
@@ -166,7 +166,7 @@ def test_a_running_ollama_or_lm_studio_is_offered_before_the_embedded_model():
         assert line.startswith("no API key: using Ollama's scripted at ")
         assert "local_detect = False" in line and "\n" not in line
         assert registry.default_spec(settings, env) == "ollama/scripted"
-        registry._detected.clear()
+        registry.forget_local_servers()
         env = _env(OLLAMA_BASE_URL=NOWHERE, LMSTUDIO_BASE_URL=server.base_url)
         assert registry.default_spec(settings, env) == "lmstudio/scripted"
         off = Settings(local_detect=False)  # the setting turns detection off
@@ -175,27 +175,27 @@ def test_a_running_ollama_or_lm_studio_is_offered_before_the_embedded_model():
         assert registry.default_spec(settings, {**env, "OPENAI_API_KEY": "sk-x"}).startswith(
             "openai/"
         )
-    registry._detected.clear()
+    registry.forget_local_servers()
     env = _env(OLLAMA_BASE_URL=_dead_url(), LMSTUDIO_BASE_URL=_dead_url())
     t0 = time.perf_counter()
     assert registry.default_spec(settings, env) == "local/qwen2.5-coder-0.5b"
     assert time.perf_counter() - t0 < 0.5  # two refused loopback ports cost next to nothing
-    registry._detected.clear()
+    registry.forget_local_servers()
 
 
 def test_a_server_elsewhere_than_loopback_is_never_probed():
-    registry._detected.clear()
+    registry.forget_local_servers()
     env = _env(OLLAMA_BASE_URL="http://10.255.255.1:11434/v1", LMSTUDIO_BASE_URL=NOWHERE)
     t0 = time.perf_counter()
     assert registry.detect_local_server(env) is None
     assert time.perf_counter() - t0 < 0.4
-    registry._detected.clear()
+    registry.forget_local_servers()
 
 
 def test_a_turn_with_no_key_runs_on_the_detected_server_and_says_so(
     ip, magics, server, monkeypatch, capsys
 ):
-    registry._detected.clear()
+    registry.forget_local_servers()
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OLLAMA_BASE_URL", server.base_url)  # a real HTTP server on loopback
@@ -209,4 +209,4 @@ def test_a_turn_with_no_key_runs_on_the_detected_server_and_says_so(
     lines = [ln for ln in out.splitlines() if "no API key: using Ollama's scripted" in ln]
     assert len(lines) == 1, out  # one line, at the first turn only
     assert [r["model"] for r in server.requests if r.get("messages")] == ["scripted"] * 2
-    registry._detected.clear()
+    registry.forget_local_servers()

@@ -165,7 +165,7 @@ def test_a_turn_after_a_hash_mismatch_falls_back_with_one_line(
     monkeypatch.setenv(local.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setenv("OLLAMA_BASE_URL", NOWHERE)
     monkeypatch.setenv("LMSTUDIO_BASE_URL", NOWHERE)
-    registry._detected.clear()
+    registry.forget_local_servers()
     magics.model, magics.max_steps, magics.titles = "", 2, False
     magics.request_timeout, magics.first_byte_timeout = 600.0, 600.0  # a loaded machine
     try:

@@ -108,29 +108,3 @@ def test_dialoguebench_labels_every_turn_that_answers_and_keeps_the_strict_readi
     # multi-hop needs turns from at least two sessions
     multi = [q for q in conv.questions if q.kind == "multi-hop"]
     assert multi and all(len({e[:-4] for e in q.evidence}) >= 2 for q in multi)
-
-
-def test_pseudo_relevance_feedback_finds_a_passage_through_the_best_ones_words(tmp_path):
-    store = Store(tmp_path / "data")
-    try:
-        lines = [
-            "The lighthouse keeper logs every ferry in a leather logbook.",
-            "Weather was grey all week.",
-            "We had pasta for dinner.",
-            "The train was late again.",
-            "The logbook from last winter is missing pages.",  # only the expansion reaches it
-            "My sister called on Sunday.",
-        ]
-        turns = dialogue(store, tmp_path, lines, T0)
-
-        def found(ranking) -> list[str | None]:
-            index = MemoryIndex(store, tmp_path / "data", ranking=ranking)
-            hits = index.search("lighthouse keeper", k=5, threshold=0.0, sources=("history",))
-            return [h.message_id for h in hits]
-
-        lexical = replace(DEFAULT_RANKING, latent=0)  # the lexical ranking, LSI apart
-        assert turns[4] not in found(lexical)  # off by default: no word of the query
-        with_feedback = found(replace(lexical, feedback=1, feedback_terms=3))
-        assert with_feedback[0] == turns[0] and turns[4] in with_feedback
-    finally:
-        store.close()

@@ -61,6 +61,20 @@ def test_help_is_short_and_never_breaks_a_line(ip):
     assert "model_overrides" in settings.stdout and "%agent sessions" not in settings.stdout
 
 
+def test_help_shows_every_option_of_the_cell_magic(ip):
+    """The ``%%agent`` usage is generated from the magic's own arguments: an option added
+    there is in the help without typing it twice."""
+    from jupyter_session_agent.ui.magics import AgentMagics
+
+    with capture_output() as out:
+        ip.run_line_magic("agent", "help")
+    usage = out.stdout.split("\n%agent ", 1)[0]
+    options = AgentMagics.agent_cell.parser.format_usage().split()
+    shown = [o.strip("[]") for o in options if o.startswith("[-") and o != "[-h]"]
+    assert len(shown) >= 11 and all(o in usage for o in shown), (shown, usage)
+    assert "--full" in usage and "[-p RULE]" in usage
+
+
 def test_a_config_refusal_is_one_line_without_a_logging_prefix(ip):
     with capture_output() as out:
         ip.run_line_magic("config", "AgentMagics.max_steps = -3")

@@ -688,12 +688,12 @@ def test_in_stream_quota_event_is_not_retryable(raw):
 
 
 def test_client_is_created_once_without_sdk_retries(server, provider):
-    client = provider._client
+    client = provider.client
     assert client.max_retries == 0 and client.timeout == 5.0
     server.enqueue(Reply(text="a"), Reply(text="b"))
     run(provider)
     run(provider)
-    assert provider._client is client
+    assert provider.client is client
 
 
 def test_local_server_needs_no_key(server, monkeypatch):
@@ -712,7 +712,7 @@ def test_official_api_without_key_is_an_auth_error(monkeypatch):
 
 def test_official_api_uses_max_completion_tokens():
     p = OpenAIProvider(provider_id="openai", base_url="https://api.openai.com/v1", api_key="k")
-    kwargs = p._kwargs(ChatRequest(model="gpt-5", messages=MESSAGES, max_tokens=10))
+    kwargs = p.request_kwargs(ChatRequest(model="gpt-5", messages=MESSAGES, max_tokens=10))
     assert kwargs["max_completion_tokens"] == 10 and "max_tokens" not in kwargs
 
 

@@ -2,6 +2,8 @@
 
 One module: one walker over tree-sitter's syntax tree; every construct it reads feeds the
 same commands, paths and unsupported reasons, and failing closed is reviewed in one place.
+What a command does once read (wrappers, shells, ``sed``/``awk``/``find`` scripts, arity) is
+:mod:`.bashrules`'s.
 
 :func:`analyse` parses a command line with tree-sitter-bash and returns
 
@@ -31,221 +33,32 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-# How many words name a command, for "always" patterns (OpenCode's BashArity, trimmed).
-BASH_ARITY: Mapping[str, int] = {
-    "git": 2,
-    "git config": 3,
-    "git remote": 3,
-    "git stash": 3,
-    "git submodule": 3,
-    "git worktree": 3,
-    "npm": 2,
-    "npm run": 3,
-    "npm exec": 3,
-    "pnpm": 2,
-    "pnpm run": 3,
-    "yarn": 2,
-    "yarn run": 3,
-    "bun": 2,
-    "bun run": 3,
-    "npx": 2,
-    "pip": 2,
-    "pip3": 2,
-    "uv": 2,
-    "uv pip": 3,
-    "uv run": 2,
-    "conda": 2,
-    "mamba": 2,
-    "poetry": 2,
-    "poetry run": 3,
-    "python -m": 3,
-    "python3 -m": 3,
-    "python -m pip": 4,
-    "python3 -m pip": 4,
-    "cargo": 2,
-    "go": 2,
-    "docker": 2,
-    "docker compose": 3,
-    "kubectl": 2,
-    "helm": 2,
-    "make": 2,
-    "jupyter": 2,
-    "apt": 2,
-    "apt-get": 2,
-    "brew": 2,
-    "systemctl": 2,
-    "gh": 3,
-}
+from .bashrules import (
+    ASSIGNMENT,
+    AWKS,
+    BASH_ARITY,
+    FIND,
+    SHELLS,
+    WRAPPERS,
+    awk_reason,
+    builtin_reason,
+    declare_reason,
+    find_actions,
+    prefix,
+    sed_reason,
+    shell_reason,
+    wrapped,
+)
 
 _OPENERS = frozenset({"${", "$(", "$((", "`", "$["})
-_ARITY_WORDS = max(len(key.split()) for key in BASH_ARITY)
 
-# Builtins that run a string or a file as shell code, or change how later words are read.
-CODE_BUILTINS = frozenset(
-    {
-        "eval",
-        "source",
-        ".",
-        "exec",
-        "alias",
-        "trap",
-        "fc",
-        "coproc",
-        "enable",
-        "bind",
-        "complete",
-        "compgen",
-        "let",
-        "history",
-    }
-)
-SHELLS = frozenset(
-    {
-        "bash",
-        "sh",
-        "dash",
-        "zsh",
-        "ksh",
-        "mksh",
-        "ash",
-        "fish",
-        "csh",
-        "tcsh",
-        "rbash",
-    }
-)
 
-# Wrappers: the command they run follows their options. Options taking a value are listed;
-# any other option ends the analysis as unsupported (a wrapper we cannot read fails closed).
-_WRAPPERS: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
-    # name: (flags without a value, options with a value)
-    "env": (
-        frozenset({"-i", "-0", "--ignore-environment", "--null", "-v", "--debug", "-"}),
-        frozenset({"-u", "--unset", "-C", "--chdir"}),
-    ),
-    "command": (frozenset({"-p"}), frozenset()),
-    "builtin": (frozenset(), frozenset()),
-    "nohup": (frozenset(), frozenset()),
-    "time": (frozenset({"-p"}), frozenset()),
-    "nice": (frozenset(), frozenset({"-n", "--adjustment"})),
-    "setsid": (frozenset({"-f", "-w", "--fork", "--wait"}), frozenset()),
-    "stdbuf": (frozenset(), frozenset({"-i", "-o", "-e", "--input", "--output", "--error"})),
-    "timeout": (
-        frozenset({"--foreground", "--preserve-status", "-v", "--verbose"}),
-        frozenset({"-s", "--signal", "-k", "--kill-after"}),
-    ),
-    "sudo": (
-        frozenset(
-            {
-                "-E",
-                "-H",
-                "-n",
-                "-P",
-                "-S",
-                "-b",
-                "-k",
-                "--preserve-env",
-                "--non-interactive",
-                "--set-home",
-            }
-        ),
-        frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "--user", "--group"}),
-    ),
-    "doas": (frozenset({"-n"}), frozenset({"-u"})),
-    "xargs": (
-        frozenset(
-            {
-                "-0",
-                "-r",
-                "-t",
-                "-p",
-                "-x",
-                "--null",
-                "--no-run-if-empty",
-                "--verbose",
-                "--interactive",
-                "--exit",
-                "--open-tty",
-                "-o",
-            }
-        ),
-        frozenset(
-            {
-                "-a",
-                "-E",
-                "-I",
-                "-L",
-                "-n",
-                "-P",
-                "-s",
-                "-d",
-                "--arg-file",
-                "--delimiter",
-                "--max-args",
-                "--max-lines",
-                "--max-procs",
-                "--max-chars",
-                "--eof",
-                "--replace",
-            }
-        ),
-    ),
-    "busybox": (frozenset(), frozenset()),
-}
-_WRAPPER_OPERANDS = {"timeout": 1}  # positional words before the command (the duration)
-_FIND = frozenset({"find"})
-_FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
-
-_FIND_WRITES = frozenset({"-delete", "-fprint", "-fprint0", "-fprintf", "-fls"})
-_AWKS = frozenset({"awk", "gawk", "mawk", "nawk", "busybox awk"})
-_AWK_RISKY = re.compile(
-    r"system|getline|fflush|close|@load|ENVIRON|PROCINFO|\|&|\bprintf?\b[^;{}]*(?:>|\|)"
-)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _sed_risky(script: str) -> bool:
-    """Does a sed script use ``e``, ``w``/``W``, ``r``/``R`` (as a command or an ``s`` flag)?
-    The bodies of ``s`` and ``y`` commands are skipped; anything else holding one of those
-    letters counts (a false alarm only asks)."""
-    rest = []
-    i = 0
-    while i < len(script):
-        c = script[i]
-        if c in "sy" and i + 1 < len(script) and script[i + 1] not in "\\\n;}":
-            delim = script[i + 1]
-            j, seen = i + 2, 0
-            while j < len(script) and seen < 2:
-                if script[j] == "\\":
-                    j += 2
-                    continue
-                if script[j] == delim:
-                    seen += 1
-                j += 1
-            flags = re.match(r"[0-9gpIiMme w]*", script[j:])
-            taken = flags.group(0) if flags else ""
-            if c == "s" and re.search(r"[ew]", taken.split(" ")[0] if taken else ""):
-                return True
-            i = j + len(taken.split(" ")[0]) if taken else j
-            continue
-        if c == "/" or c == "\\":  # an address /re/ or \cREc: skip to its end
-            delim = "/" if c == "/" else (script[i + 1] if i + 1 < len(script) else "")
-            j = i + (1 if c == "/" else 2)
-            while j < len(script) and script[j] != delim:
-                j += 2 if script[j] == "\\" else 1
-            i = j + 1
-            continue
-        rest.append(c)
-        i += 1
-    return re.search(r"[ewWrRF]", "".join(rest)) is not None
-
-
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=")
 # A literal that bash may evaluate as an arithmetic subscript: a[$(cmd)], a[`cmd`], a[${x}].
 _SUBSCRIPT_CODE = re.compile(r"\[[^\]]*[$`]")
 _PLAIN_WORD = re.compile(r"^[^\s'\"\\]+$")
@@ -430,21 +243,6 @@ def _analyse(command: str, home: str, pwd: str) -> Analysis:
         unsupported=tuple(dict.fromkeys(walker.reasons + walker.soft)),
         opaque=tuple(dict.fromkeys(walker.reasons)),
     )
-
-
-def prefix(words: Sequence[str]) -> str:
-    """The arity prefix of a command's words (assignments skipped):
-    ``git checkout main`` → ``git checkout``."""
-    tokens = list(words)
-    while tokens and _ASSIGNMENT.match(tokens[0]):
-        tokens = tokens[1:]
-    if not tokens:
-        return " ".join(words)
-    for length in range(min(len(tokens), _ARITY_WORDS), 0, -1):
-        arity = BASH_ARITY.get(" ".join(tokens[:length]))
-        if arity is not None:
-            return " ".join(tokens[:arity])
-    return tokens[0]
 
 
 def quote(word: str) -> str:
@@ -846,9 +644,10 @@ class _Walker:
         (self.nested if self.depth else self.commands).append(Command((), text, text))
 
     def _semantics(self, words: list[str | None], texts: list[str]) -> None:
-        """What the command itself runs: code builtins, shells, and the command a wrapper runs."""
+        """What the command itself runs: code builtins, shells, and the command a wrapper runs
+        (each rule is :mod:`.bashrules`'s)."""
         i = 0
-        while i < len(words) and _ASSIGNMENT.match(words[i] if words[i] is not None else texts[i]):
+        while i < len(words) and ASSIGNMENT.match(words[i] if words[i] is not None else texts[i]):
             i += 1
         if i >= len(words):
             return
@@ -862,33 +661,25 @@ class _Walker:
         base = name.rsplit("/", 1)[-1]
         if _SUBSCRIPT_CODE.search(" ".join(w for w in words if w)):
             self.reasons.append("a subscript holding an expansion (bash may evaluate it)")
-        if base in CODE_BUILTINS or name in CODE_BUILTINS:
-            self.reasons.append(f"`{base}` runs code the checker cannot see")
-            return
-        if base in ("mapfile", "readarray") and any(w and w[:1] == "-" and "C" in w for w in args):
-            self.reasons.append(f"`{base} -C` runs a callback")
-            return
-        if base in ("declare", "typeset", "local", "readonly", "export"):
-            self._declare_options([w for w in args if w is not None])
-            return
-        if base in ("cd", "pushd", "popd"):
+        reason = builtin_reason(name, args)
+        if reason:
+            pass
+        elif base in ("declare", "typeset", "local", "readonly", "export"):
+            reason = declare_reason([w for w in args if w is not None])
+        elif base in ("cd", "pushd", "popd"):
             self._cd(base, args)
-            return
-        if base in SHELLS:
-            self._shell(base, args)
-            return
-        if base in _FIND:
-            self._find(args, texts[i + 1 :])
-            return
-        if base == "sed":
-            self._sed(args)
-            return
-        if base in _AWKS:
-            self._awk(base, args)
-            return
-        if base in _WRAPPERS:
-            self._wrapper(base, args, texts[i + 1 :])
-            return
+        elif base in SHELLS:
+            reason = shell_reason(base, args)
+        elif base in FIND:
+            reason = self._find(args, texts[i + 1 :])
+        elif base == "sed":
+            reason = sed_reason(args)
+        elif base in AWKS:
+            reason = awk_reason(base, args)
+        elif base in WRAPPERS:
+            reason = self._wrapper(base, args, texts[i + 1 :])
+        if reason:
+            self.reasons.append(reason)
 
     def _inner(self, words: list[str | None], texts: list[str], via: str) -> None:
         if not words:
@@ -902,148 +693,27 @@ class _Walker:
         finally:
             self.depth -= 1
 
-    def _wrapper(self, name: str, args: list[str | None], texts: list[str]) -> None:
-        flags, valued = _WRAPPERS[name]
-        i = 0
-        operands = _WRAPPER_OPERANDS.get(name, 0)
-        while i < len(args):
-            word = args[i]
-            if word is None:
-                self.reasons.append(f"`{name}` with a computed option")
-                return
-            if word == "--":
-                i += 1
-                break
-            if word.startswith("-") and word != "-" or (name == "env" and word == "-"):
-                option = word.split("=", 1)[0]
-                if name == "command" and option in ("-v", "-V"):
-                    return  # a lookup, runs nothing
-                if option in flags:
-                    i += 1
-                    continue
-                if option in valued:
-                    i += 1 if "=" in word else 2
-                    continue
-                attached = option[:2]
-                if len(option) > 2 and not option.startswith("--") and attached in valued:
-                    i += 1
-                    continue
-                if name == "xargs" and option.startswith(("-i", "-l", "-e")):
-                    i += 1  # -i[R], -l[N], -e[EOF]: optional attached values
-                    continue
-                self.reasons.append(f"`{name} {word}` (an option the checker does not know)")
-                return
-            break
-        if name == "env":
-            while i < len(args) and args[i] is not None and _ASSIGNMENT.match(args[i] or ""):
-                i += 1
-        i += operands
-        inner, shown = args[i:], texts[i:]
+    def _wrapper(self, name: str, args: list[str | None], texts: list[str]) -> str | None:
+        start = wrapped(name, args)
+        if not isinstance(start, int):
+            return start
+        inner, shown = args[start:], texts[start:]
         if name == "xargs" and not inner:
             inner, shown = ["echo"], ["echo"]
         if name == "xargs":
             # its input becomes arguments of the command: words no one can see beforehand
             self.unresolved.append(f"xargs {' '.join(shown)} (arguments read from its input)")
         self._inner(inner, shown, name)
+        return None
 
-    def _find(self, args: list[str | None], texts: list[str]) -> None:
-        i = 0
-        while i < len(args):
-            if args[i] in _FIND_WRITES:
-                self.reasons.append(f"`find {args[i]}` (writes or deletes what it finds)")
-                return
-            if args[i] in _FIND_EXEC:
-                start = i + 1
-                end = start
-                while end < len(args) and args[end] not in (";", "+"):
-                    end += 1
-                if any(w is None or "{}" in w for w in args[start:end]):
-                    # each file find finds becomes an argument: names no one sees beforehand
-                    self.unresolved.append(f"find {args[i]} {{}} (each file find finds)")
-                self._inner(args[start:end], texts[start:end], f"find {args[i]}")
-                i = end
-            i += 1
-
-    def _sed(self, args: list[str | None]) -> None:
-        """A sed script is code: ``e`` runs a command, ``w``/``W`` (and the ``w`` flag of
-        ``s``) write a file, ``r``/``R`` read one, ``-f`` takes the script from a file. Any of
-        them, or a script the checker cannot read, is a reason to ask."""
-        scripts: list[str | None] = []
-        explicit = False
-        i = 0
-        while i < len(args):
-            word = args[i]
-            if word is None:
-                scripts.append(None)
-            elif word in ("-e", "--expression"):
-                explicit = True
-                scripts.append(args[i + 1] if i + 1 < len(args) else None)
-                i += 1
-            elif word.startswith("--expression="):
-                explicit = True
-                scripts.append(word.split("=", 1)[1])
-            elif word.startswith("-e") and not word.startswith("--"):
-                explicit = True
-                scripts.append(word[2:])
-            elif word in ("-f", "--file") or word.startswith(("--file=", "-f")):
-                self.reasons.append("`sed -f` (a script read from a file)")
-                return
-            elif word.startswith("-") and word != "-":
-                if word[1:2] != "-" and "f" in word[1:] and "i" not in word[1:2]:
-                    self.reasons.append(f"`sed {word}` (a script read from a file)")
-                    return
-            elif not explicit and not scripts:
-                scripts.append(word)
-            i += 1
-        for script in scripts:
-            if script is None or _sed_risky(script):
-                shown = "a computed script" if script is None else repr(script[:40])
-                self.reasons.append(f"`sed` {shown} (runs commands or reads/writes files)")
-                return
-
-    def _awk(self, name: str, args: list[str | None]) -> None:
-        """An awk program is code: ``system``, pipes, redirections and ``getline`` reach
-        beyond its operands; ``-f`` takes the program from a file."""
-        for word in args:
-            if word is None:
-                self.reasons.append(f"`{name}` with a computed argument")
-                return
-            if word.startswith("-f") or word.startswith("--file") or word.startswith("-E"):
-                self.reasons.append(f"`{name} {word}` (a program read from a file)")
-                return
-            if word.startswith("-"):
-                continue
-            if _AWK_RISKY.search(word):
-                self.reasons.append(
-                    f"`{name}` program {word[:40]!r} (runs commands or reads/writes files)"
-                )
-            return
-
-    def _shell(self, name: str, args: list[str | None]) -> None:
-        script = False
-        for word in args:
-            if word is None:
-                self.reasons.append(f"`{name}` with a computed argument")
-                return
-            if word[:1] == "-" and word[:2] != "--" and set(word) & set("csi"):
-                self.reasons.append(f"`{name} {word}` runs a string as shell code")
-                return
-            if word in ("--command", "--init-file", "--rcfile"):
-                self.reasons.append(f"`{name} {word}`")
-                return
-            if not word.startswith(("-", "+")):
-                script = True
-                break
-        if not script:
-            self.reasons.append(f"`{name}` reading commands from its input")
-
-    def _declare_options(self, args: list[str]) -> None:
-        for word in args:
-            if word.startswith(("-", "+")) and set(word[1:]) & set("inaAf"):
-                self.reasons.append(
-                    f"`{word}` (arrays, integers and name references evaluate their values)"
-                )
-                return
+    def _find(self, args: list[str | None], texts: list[str]) -> str | None:
+        spans, reason = find_actions(args)
+        for option, start, end in spans:
+            if any(w is None or "{}" in w for w in args[start:end]):
+                # each file find finds becomes an argument: names no one sees beforehand
+                self.unresolved.append(f"find {option} {{}} (each file find finds)")
+            self._inner(args[start:end], texts[start:end], f"find {option}")
+        return reason
 
     def _cd(self, name: str, args: list[str | None]) -> None:
         operands = [w for w in args if w is None or not w.startswith("-") or w == "-"]

@@ -55,7 +55,7 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from .text import safe_text
+from .text import map_strings, safe_text
 
 SECRET_NAME_WORDS = (
     "KEY",
@@ -328,26 +328,7 @@ def clean_value(value: Any, *, refresh: bool = False) -> Any:
     are UTF-8 text too. Returns ``value`` itself (the same object) when nothing changed."""
     if refresh:
         secret_env_values(refresh=True)
-    if isinstance(value, str):
-        return clean(value)
-    if isinstance(value, dict):
-        items = [(clean_value(k), clean_value(v)) for k, v in value.items()]
-        if all(a is k and b is v for (a, b), (k, v) in zip(items, value.items())):
-            return value
-        return dict(items)
-    if isinstance(value, (list, tuple)):
-        out = [clean_value(v) for v in value]
-        if all(a is b for a, b in zip(out, value)):
-            return value
-        return out if isinstance(value, list) else tuple(out)
-    if isinstance(value, (bytes, bytearray)) and value:
-        try:
-            text = bytes(value).decode("utf-8")
-        except UnicodeDecodeError:
-            return value  # binary (an image): nothing a text pattern could find
-        cleaned = clean(text)
-        return value if cleaned == text else cleaned.encode("utf-8")
-    return value
+    return map_strings(value, clean, utf8_bytes=True)
 
 
 def clean_record(value: Any) -> Any:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -55,22 +56,39 @@ def safe_text(text: str, *, json: bool = False) -> str:
     return _RUN.sub(fix, text)
 
 
-def safe_value(value: Any) -> Any:
-    """:func:`safe_text` on every string inside dicts (keys too), lists and tuples.
-    Returns ``value`` itself (the same object) when nothing needed a change."""
+def map_strings(value: Any, fn: Callable[[str], str], *, utf8_bytes: bool = False) -> Any:
+    """``fn`` on every string inside dicts (keys too), lists and tuples (with ``utf8_bytes``,
+    on bytes that are UTF-8 text too, encoded back). Returns ``value`` itself (the same object)
+    when nothing changed, so a caller can tell by identity."""
     if isinstance(value, str):
-        return safe_text(value)
+        return fn(value)
     if isinstance(value, dict):
-        items = [(safe_value(k), safe_value(v)) for k, v in value.items()]
+        items = [
+            (map_strings(k, fn, utf8_bytes=utf8_bytes), map_strings(v, fn, utf8_bytes=utf8_bytes))
+            for k, v in value.items()
+        ]
         if all(a is k and b is v for (a, b), (k, v) in zip(items, value.items())):
             return value
         return dict(items)
     if isinstance(value, (list, tuple)):
-        out = [safe_value(v) for v in value]
+        out = [map_strings(v, fn, utf8_bytes=utf8_bytes) for v in value]
         if all(a is b for a, b in zip(out, value)):
             return value
-        return list(out) if isinstance(value, list) else tuple(out)
+        return out if isinstance(value, list) else tuple(out)
+    if utf8_bytes and isinstance(value, (bytes, bytearray)) and value:
+        try:
+            text = bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return value  # binary (an image): no text to change
+        changed = fn(text)
+        return value if changed == text else changed.encode("utf-8")
     return value
+
+
+def safe_value(value: Any) -> Any:
+    """:func:`safe_text` on every string inside dicts (keys too), lists and tuples.
+    Returns ``value`` itself (the same object) when nothing needed a change."""
+    return map_strings(value, safe_text)
 
 
 _ESCAPED_BYTE = re.compile(r"\\x([89a-f][0-9a-f])")
@@ -90,7 +108,15 @@ def decode(data: bytes) -> str:
     return safe_text(data.decode("utf-8", "surrogateescape"))
 
 
-__all__ = ["safe_text", "safe_value", "has_surrogates", "decode", "file_name", "visible"]
+__all__ = [
+    "map_strings",
+    "safe_text",
+    "safe_value",
+    "has_surrogates",
+    "decode",
+    "file_name",
+    "visible",
+]
 
 
 _INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})

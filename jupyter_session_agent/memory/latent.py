@@ -1,9 +1,7 @@
-"""Paraphrase without a model, from the history alone: latent semantic indexing and term
-association.
+"""Paraphrase without a model, from the history alone: latent semantic indexing.
 
-Both read the index's window postings — each passage's terms with those its passage carries
-(the turns before and after it, at their weight), date terms left out — as a sparse
-passage × term matrix of ``(doc, term, tf)`` triples, and use numpy only.
+It reads the index's postings of each passage's own terms (date terms left out) as a sparse
+passage × term matrix of ``(doc, term, tf)`` triples, and uses numpy only.
 
 **Latent semantic indexing** (:class:`LatentSpace`): the tf-idf matrix (``log(1 + tf) · idf``,
 rows of unit length, terms in at least ``min_df`` passages) is factored by a randomized
@@ -14,13 +12,7 @@ linear in the postings. A passage is its row of ``U·S``; a query is folded in a
 when they share none of its words — provided the history links those words: terms that occur
 in the same passages, or in passages that share other terms, get close directions.
 
-**Term association** (:func:`Associations.expand`): the pointwise mutual information
-``ln(n · c(t, u) / (df(t) · df(u)))`` of a query term ``t`` with every term ``u`` it shares at
-least ``min_count`` passages with, over the passages in scope; the best few ``u`` join the query
-at a weight, as pseudo-relevance feedback would, but chosen by co-occurrence across the whole
-history rather than from the first pass's best documents.
-
-Neither can connect a word the history never uses: a question's paraphrase of the answer
+It cannot connect a word the history never uses: a question's paraphrase of the answer
 ("canine companion" for "puppy") reaches the answer only if the user's own history has used
 both words together.
 """
@@ -154,57 +146,4 @@ def _orthonormal(y: Any) -> Any:
     return y
 
 
-class Associations:
-    """Which terms occur in the same passages as a query term (a forward index of the triples)."""
-
-    def __init__(self, docs: Any, terms: Any, n_docs: int):
-        import numpy as np
-
-        order = np.lexsort((terms, docs))
-        self.docs, self.terms = docs[order], terms[order]
-        self.starts = np.searchsorted(self.docs, np.arange(n_docs + 1))
-        by_term = np.argsort(self.terms, kind="stable")
-        self.term_docs = self.docs[by_term]
-        self.term_starts = np.searchsorted(
-            self.terms[by_term], np.arange((int(terms.max()) + 2) if len(terms) else 1)
-        )
-
-    def expand(
-        self, term_ids: list[int], mask: Any, per_term: int, min_count: int
-    ) -> dict[int, float]:
-        """term id → its PMI's share of the best (0, 1], for the ``per_term`` terms most
-        associated with each query term over the passages ``mask`` keeps."""
-        import numpy as np
-
-        n = float(mask.sum())
-        if not n or not per_term:
-            return {}
-        in_scope = mask[self.docs]
-        df = np.bincount(self.terms[in_scope], minlength=len(self.term_starts) - 1)
-        query = set(term_ids)
-        out: dict[int, float] = {}
-        for t in query:
-            if t + 1 >= len(self.term_starts):
-                continue
-            mine = self.term_docs[self.term_starts[t] : self.term_starts[t + 1]]
-            mine = mine[mask[mine]]
-            if len(mine) < min_count:
-                continue
-            spans = [self.terms[self.starts[d] : self.starts[d + 1]] for d in mine]
-            together = np.bincount(np.concatenate(spans), minlength=len(df))
-            candidates = np.flatnonzero(together >= min_count)
-            candidates = candidates[[int(c) not in query for c in candidates]]
-            if not len(candidates):
-                continue
-            pmi = np.log(n * together[candidates] / (len(mine) * df[candidates]))
-            best = np.argsort(-pmi, kind="stable")[:per_term]
-            top = float(pmi[best[0]])
-            if top <= 0:
-                continue
-            for c, value in zip(candidates[best], pmi[best]):
-                if value > 0:
-                    out[int(c)] = max(out.get(int(c), 0.0), float(value) / top)
-        return out
-
-
-__all__ = ["LatentSpace", "Associations", "Triples"]
+__all__ = ["LatentSpace", "Triples"]

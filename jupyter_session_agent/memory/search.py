@@ -1,28 +1,15 @@
 """Search over the whole history and the memory files: BM25 fused with the cosine
 similarity of embeddings when an embedding model is available (:mod:`.embed`).
 
-One module: building, scoring, fusion and supersession all work on the same private
-rows, postings and vector matrix of one :class:`MemoryIndex`; split, each part would
-reach into the others' state.
+One module: scoring, fusion and supersession decide one ranking over the same candidates
+(a document's BM25 share, its cosine and its weight are read by all three). The documents and
+their postings are :mod:`.corpus`'s; the weights a :class:`.ranking.Ranking`.
 
-The index is built in memory (numpy arrays, no file, no lock) from one row per
-searchable unit — a memory note, a text part (long ones cut into passages), a
-tool call (name, input, start of the output) — with its session, message,
-time, project key and length in terms, and an inverted index term →
-(documents, term frequency, whether the term is the document's own) from
-:func:`.text.tokens` and :func:`.text.date_terms`. History rows come from the
-store's public ``sql()`` (the ``part``, ``message`` and ``session`` views);
-memory rows from the Markdown files. The index is rebuilt when either changes
-(a cheap signature query decides). A passage with no term of its own ("ok",
-"Thanks!") is never a result.
-
-**Passages carry their context.** A text passage's terms are its own plus, at
-``Ranking.neighbours`` weight, those of the text before and after it in its
-session (a dialogue turn with the turn before and the turn after), plus, at
-``Ranking.dates`` weight, the terms of its date (``@2023-05-08``,
-``@2023-05``, ``@05-08``): a question naming a day meets that day's turns, and
-an answer split over two turns is found from either. The hit still points at
-the one turn.
+The documents (:class:`.corpus.Corpus`, rebuilt when the history or the memory files change)
+are built in memory: numpy arrays, no file. **Passages carry their context**: a text passage's
+terms are its own plus those of the turns before and after it and of its date, so a question
+naming a day meets that day's turns, and an answer split over two turns is found from either.
+The hit still points at the one turn.
 
 **BM25** (BM25F over the passage and its context): Okapi BM25 with k1 = 1.2,
 b = 0.75 and Lucene's always-positive idf ``ln(1 + (N - df + 0.5) / (df + 0.5))``
@@ -32,9 +19,7 @@ is the passage's own plus its neighbours' at their weight. The
 ``bm25`` share is BM25 with each term's saturation capped at 1, divided by the
 sum of the query terms' idf: the share of the query's information a document
 holds, in [0, 1]. A query whose rare terms occur nowhere scores low, which is
-what lets a question with no answer return nothing. ``Ranking.feedback`` (off: it
-did not help on the benchmark) expands the query with the rarest terms of its best
-documents and searches again (pseudo-relevance feedback).
+what lets a question with no answer return nothing.
 
 **Cosine** (with an embedder): every passage's unit vector (cached on disk by
 text hash, see :mod:`.vectors`), centred on the passages' mean (e5's vectors
@@ -45,19 +30,16 @@ share a large common direction) and compared with the query's, in numpy; minus
 there") is close to every question too, and would otherwise crowd out the
 specific answer.
 
-**Fusion** (``Ranking.fusion``): ``"minmax"`` (the default) maps each ranking's
-scores onto [0, 1] for the query (the BM25 share over the best share, the
-cosine between the pool's lowest and highest) and mixes them,
-``(1 - w)·bm25 + w·cosine`` with ``w = Ranking.linear_weight``; ``"linear"``
-mixes the raw share and cosine; ``"rrf"`` is reciprocal rank fusion,
-``1/(k + rank_bm25) + w/(k + rank_cosine)``. The variant was chosen on
-benchmarks/dialoguebench.py's development seed (docs/memory.md). Without an
+**Fusion**: each ranking's scores are mapped onto [0, 1] for the query (the BM25 share
+over the best share, the cosine between the pool's lowest and highest) and mixed,
+``(1 - w)·bm25 + w·cosine`` with ``w = Ranking.linear_weight``. This min-max mix was chosen
+on benchmarks/dialoguebench.py's development seed over a linear mix of the raw share and
+cosine and over reciprocal rank fusion (docs/memory.md). Without an
 embedder the score is the weighted BM25 share, fused the same way (min-max, weight
 ``Ranking.latent_weight``) with the cosine in the history's own latent space
 (:class:`.latent.LatentSpace`: a truncated SVD of the passages' tf-idf, built on the first
 search after each rebuild, once the index holds ``Ranking.latent_min`` passages), which
-connects words the history uses together; ``Ranking.associate`` (off: it did not help) instead
-adds each query term's PMI-associated terms. A result must reach
+connects words the history uses together. A result must reach
 ``threshold`` in (weighted) BM25 share or ``cosine_threshold`` in the model's
 own cosine.
 
@@ -76,21 +58,19 @@ others and carry ``superseded_by``.
 
 from __future__ import annotations
 
-import json
-import re
 import threading
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .corpus import Corpus
 from .embed import Embedder
 from .extract import classify, is_request, subject
-from .files import all_items, project_folders, project_key, signature
-from .latent import Associations, LatentSpace
-from .text import date_terms, iso_date, long_date, one_line, sentences, time_terms, tokens
+from .latent import LatentSpace
+from .ranking import DEFAULT_RANKING, PLAIN_BM25, Ranking
+from .text import date_terms, iso_date, long_date, one_line, sentences, tokens
 from .vectors import text_key, vector_file, worker
 
 K1 = 1.2
@@ -98,8 +78,6 @@ B = 0.75
 SUPERSEDE_RATIO = 0.5
 SAME_SUBJECT = 0.5  # overlap coefficient of the two documents' subject terms needed to supersede
 SUPERSEDE_COVER = 0.8  # share of a document's matched idf a newer one must match to supersede it
-PASSAGE_CHARS = 1200  # text parts longer than this are cut into passages of about this size
-TOOL_OUTPUT_CHARS = 2000
 CENTER_MIN = 50  # vectors needed before their mean is the model's common direction
 # Varied sentences whose vectors join the passages' when their mean is taken, so that a small
 # history is centred on the model's common direction rather than on itself.
@@ -144,60 +122,6 @@ BACKGROUND = (
     "Our neighbours are building a treehouse.",
     "The budget for the project was approved.",
     "I watched an old film about space travel.",
-)
-
-
-@dataclass(frozen=True)
-class Ranking:
-    """How documents are scored; the defaults are the variant chosen on the benchmarks."""
-
-    neighbours: float = 0.5  # weight of the text just before a passage in its BM25 terms
-    before2: float = 0.3  # … two passages before (a topic raised, a reaction, the answer)
-    after: float = 0.15  # … of the text just after it
-    dates: float = 0.5  # weight of the terms of a passage's date
-    question_weight: float = 0.6  # questions and requests that state nothing
-    fusion: str = "minmax"  # "minmax", "linear" (of BM25 share and cosine) or "rrf"
-    rrf_k: float = 60.0
-    cosine_weight: float = 1.0  # the cosine ranking's weight against BM25's (1)
-    bm25_floor: float = 0.0  # "rrf": the BM25 share a document needs to enter the BM25 ranking
-    linear_weight: float = 0.8  # "minmax" and "linear": the cosine's share
-    cosine_floor: float = 0.0  # "linear": the cosine mapped to 0 (centred, unrelated text is ~0)
-    vector_context: float = 0.0  # weight of the neighbours' vectors added to a passage's
-    embed_dates: bool = True  # embed "8 May 2023: text" rather than the text
-    embed_window: bool = False  # embed a passage with the text before and after it (one vector)
-    center: bool = True  # subtract the passages' mean vector (from them and the query) first
-    pool: int = 100  # candidates from each ranking
-    hub: float = 0.7  # weight of each passage's hubness subtracted from its cosine
-    hub_k: int = 10  # hubness: the mean cosine to this many nearest passages of a sample
-    hub_sample: int = 1000  # … of about this many passages, evenly spaced
-    feedback: int = 0  # pseudo-relevance feedback: expand the query from this many best documents
-    feedback_terms: int = 8  # … with their this many rarest terms
-    feedback_weight: float = 0.3  # … each at this weight
-    latent: int = 60  # without embeddings: dimensions of the history's LSI space (0: off)
-    latent_weight: float = 0.5  # … the latent cosine's share in the min-max mix with BM25
-    latent_min_df: int = 2  # … terms in fewer passages than this are left out of it
-    # … used once the index holds this many passages: a space of ``latent`` dimensions is a
-    # reduction (co-occurrence, not each passage's own words again) at about ten times as many
-    latent_min: int = 600
-    latent_window: bool = False  # … a passage's own words (True: with those it carries)
-    latent_fusion: str = "minmax"  # … or "noisy-or": bm25 + w·cosine·(1 - bm25), both scaled
-    associate: int = 0  # without embeddings: terms added per query term by PMI (0: off)
-    associate_weight: float = 0.3  # … each at this weight times its PMI's share of the best
-    associate_min: int = 3  # … passages a pair must share to count
-    supersede: bool = True
-    context: bool = True  # False: each passage alone (neighbours and dates off: plain BM25)
-
-
-DEFAULT_RANKING = Ranking()
-PLAIN_BM25 = Ranking(
-    neighbours=0.0,
-    before2=0.0,
-    after=0.0,
-    dates=0.0,
-    question_weight=1.0,
-    supersede=False,
-    context=False,
-    latent=0,
 )
 
 
@@ -282,24 +206,6 @@ class Status:
     embedded: int = 0
     pending: int = 0
     error: str = ""
-    fusion: str = ""
-
-
-_QUESTION = re.compile(r"\?\s*$")
-
-# A row per text or tool part, with what the index needs; pruned and interrupted tools included.
-HISTORY_SQL = """
-SELECT p.id AS part_id, p.session_id, p.message_id, m.data->>'role' AS role, s.directory, s.title,
-       coalesce(TRY_CAST(m.data->'time'->>'created' AS BIGINT), p.time_created) AS time,
-       p.data->>'type' AS type, p.data->>'text' AS text, p.data->>'tool' AS tool,
-       (p.data->'state'->'input')::VARCHAR AS input, left(p.data->'state'->>'output', {out}) AS output,
-       p.data->'state'->>'error' AS error,
-       coalesce(TRY_CAST(p.data->>'synthetic' AS BOOLEAN), false) OR coalesce(TRY_CAST(p.data->>'ignored' AS BOOLEAN), false) AS hidden
-FROM part p JOIN message m ON m.id = p.message_id JOIN session s ON s.id = p.session_id
-WHERE p.data->>'type' IN ('text', 'tool')
-ORDER BY p.session_id, time, p.message_id, p.id
-"""
-SIGNATURE_SQL = "SELECT count(*), max(time_updated), max(id) FROM part"
 
 
 class MemoryIndex:
@@ -309,242 +215,33 @@ class MemoryIndex:
         self.store = store
         self.data_dir = Path(data_dir)
         self.ranking = ranking
-        self._built = False
-        self._signature: Any = None
-        self._postings: dict[str, tuple] = {}
-        self._codes: dict[str, dict] = {}
-        self._token_cache: dict[str, tuple[list[str], list[str]]] = {}
-        self._vocabulary: dict[str, int] = {}
-        self._bag_cache: dict[str, tuple] = {}
+        self.corpus = Corpus(store, data_dir, ranking)
         self._lock = threading.RLock()
-        self._rows: dict[int, dict] = {}
-        self._arrays: dict[str, Any] = {}
         self._matrix: tuple | None = None  # (key, matrix, has-vector mask)
         self._prepared: tuple | None = None  # (build, vector file, its version) last looked at
         self._missing: dict[bytes, int] = {}  # vector key → a document that needs it
-        self._window: tuple = ()  # (docs, term ids, tf) of the passages' words with context
         self._latent: LatentSpace | None = None  # built on first use after each build
-        self._associations: Associations | None = None
-        self.builds = 0
-        self.build_seconds = 0.0
-        self.latent_seconds = 0.0  # the last latent space's (or associations') build time
+        self.latent_seconds = 0.0  # the last latent space's build time
         self.status = Status()
 
-    # -- building ---------------------------------------------------------------
-
-    def _current_signature(self) -> Any:
-        memory = tuple(signature(folder) for folder in project_folders(self.data_dir))
-        try:
-            history = tuple(self.store.sql(SIGNATURE_SQL).iloc[0].tolist())
-        except (
-            Exception
-        ):  # a store without the column: rebuild every time rather than serve stale rows
-            history = object()
-        return history, memory
-
     def refresh(self) -> None:
+        """Rebuild the corpus if the history or the memory files changed."""
         with self._lock:
-            current = self._current_signature()
-            if self._built and current == self._signature:
-                return
-            started = time.perf_counter()
-            self._build()
-            self.build_seconds = time.perf_counter() - started
-            self._signature = current
+            if self.corpus.refresh():
+                self._latent = None
+                self._matrix = None
 
-    def _terms(self, text: str) -> tuple[list[str], list[str]]:
-        """(tokens, tokens and date terms) of a text, kept between builds (most texts stay)."""
-        found = self._token_cache.get(text)
-        if found is None:
-            terms = tokens(text)
-            found = self._token_cache[text] = (terms, terms + date_terms(text))
-        return found
+    @property
+    def builds(self) -> int:
+        return self.corpus.builds
 
-    def _text_bag(self, text: str, terms: list[str]):
-        """:meth:`_bag` of a text's terms, kept between builds with its tokens."""
-        found = self._bag_cache.get(text)
-        if found is None:
-            found = self._bag_cache[text] = self._bag(terms)
-        return found
-
-    def _bag(self, terms: list[str]):
-        """(term ids, counts) of a list of terms, ids from the index's vocabulary."""
-        import numpy as np
-
-        counts = Counter(terms)
-        vocabulary = self._vocabulary
-        ids = np.fromiter(
-            (vocabulary.setdefault(t, len(vocabulary)) for t in counts),
-            dtype=np.int64,
-            count=len(counts),
-        )
-        return ids, np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
-
-    def _history_rows(self) -> list[dict]:
-        frame = self.store.sql(HISTORY_SQL.format(out=TOOL_OUTPUT_CHARS))
-        keys: dict[str, str] = {}
-        rows: list[dict] = []
-        columns = {c: frame[c].tolist() for c in frame.columns}  # iterating pandas rows is slow
-        for values in zip(*columns.values()):
-            r = _Row(zip(columns, values))
-            if r.hidden is True:
-                continue  # injected memory, compaction prompts and other synthetic text
-            directory = r.directory or ""
-            project = keys.get(directory) or keys.setdefault(
-                directory, project_key(directory or "/")
-            )
-            base = {
-                "source": "history",
-                "session_id": r.session_id,
-                "message_id": r.message_id,
-                "part_id": r.part_id,
-                "time": int(r.time or 0),
-                "project": project,
-                "title": r.title or "",
-                "superseded_by": None,
-                "path": "",
-            }
-            if r.type == "text":
-                if not isinstance(r.text, str) or not r.text.strip():
-                    continue
-                for passage in _passages(r.text):
-                    rows.append({**base, "kind": r.role or "assistant", "text": passage})
-            else:
-                body = " ".join(
-                    x
-                    for x in (r.tool, _args_text(r.input), r.output, r.error)
-                    if isinstance(x, str)
-                )
-                if body.strip():
-                    rows.append({**base, "kind": "tool", "text": body})
-        return rows
-
-    def _build(self) -> None:
-        import numpy as np
-
-        rows: list[dict] = []
-        for folder in project_folders(self.data_dir):
-            for item in all_items(folder):
-                rows.append(
-                    {
-                        "source": "memory",
-                        "kind": item.kind,
-                        "session_id": item.session_id,
-                        "message_id": item.message_id,
-                        "part_id": None,
-                        "time": item.time,
-                        "project": folder.name,
-                        "title": item.title,
-                        "text": item.text,
-                        "superseded_by": item.superseded_by,
-                        "path": item.path,
-                    }
-                )
-        # a passage without a term of its own ("ok", "Thanks!") says nothing: never a result
-        rows.extend(r for r in self._history_rows() if self._terms(r["text"])[1])
-        rank = self.ranking
-        self._rows = {}
-        own_terms: list[list[str]] = []
-        for i, row in enumerate(rows):
-            terms, with_dates = self._terms(row["text"])
-            row["doc"], row["len"], row["own_len"] = i, len(terms), len(terms)
-            row["question"] = bool(_QUESTION.search(row["text"].strip()))
-            row["prev"] = row["next"] = None
-            self._rows[i] = row
-            own_terms.append(with_dates)
-        self._token_cache = {r["text"]: self._token_cache[r["text"]] for r in rows}  # still there
-        self._bag_cache = {t: b for t, b in self._bag_cache.items() if t in self._token_cache}
-        if rank.context:  # neighbours: the text passages before and after, in the same session
-            last: dict[str, int] = {}
-            for i, row in enumerate(rows):
-                if row["source"] != "history" or row["kind"] == "tool":
-                    continue
-                before = last.get(row["session_id"])
-                if before is not None:
-                    row["prev"], rows[before]["next"] = before, i
-                last[row["session_id"]] = i
-        # postings as arrays: (doc, term id, tf, own, counted) for a passage's own terms, its
-        # neighbours' at their weight and its date's; summed per (term, doc); split per term
-        vocabulary = self._vocabulary
-        bags = [self._text_bag(r["text"], own_terms[i]) for i, r in enumerate(rows)]
-        parts: list[tuple] = []
-
-        def add(docs, bag_of, weight: float, own: bool, counted: bool) -> None:
-            ids = [bag_of[j][0] for j in range(len(docs))]
-            if not ids:
-                return
-            sizes = np.array([len(x) for x in ids])
-            parts.append(
-                (
-                    np.repeat(np.array(docs, dtype=np.int64), sizes),
-                    np.concatenate(ids),
-                    np.concatenate([bag_of[j][1] for j in range(len(docs))]) * weight,
-                    np.full(int(sizes.sum()), own),
-                    np.full(int(sizes.sum()), counted),
-                )
-            )
-
-        add(list(range(len(rows))), bags, 1.0, True, True)
-        prev = [r["prev"] for r in rows]
-        before2 = [prev[p] if p is not None else None for p in prev]
-        after = [r["next"] for r in rows]
-        links_weights = ((prev, rank.neighbours), (before2, rank.before2), (after, rank.after))
-        for links, weight in links_weights:
-            if not weight:
-                continue
-            pairs = [(i, j) for i, j in enumerate(links) if j is not None]
-            for i, j in pairs:
-                rows[i]["len"] += weight * rows[j]["own_len"]  # BM25F: the field's weighted length
-            add([i for i, _ in pairs], [bags[j] for _, j in pairs], weight, False, False)
-        if rank.dates and rank.context:
-            days: dict[int, tuple] = {}
-            dated = [
-                days.get(r["time"] // 86_400_000)
-                or days.setdefault(r["time"] // 86_400_000, self._bag(time_terms(r["time"])))
-                for r in rows
-            ]
-            add(list(range(len(rows))), dated, rank.dates, False, True)
-        if parts:
-            docs, terms, tf, own, counted = (np.concatenate(x) for x in zip(*parts))
-            key = terms * max(1, len(rows)) + docs
-            unique, inverse = np.unique(key, return_inverse=True)
-            tf = np.bincount(inverse, weights=tf, minlength=len(unique))
-            own = np.bincount(inverse, weights=own, minlength=len(unique)) > 0
-            counted = np.bincount(inverse, weights=counted, minlength=len(unique)) > 0
-            terms, docs = unique // max(1, len(rows)), unique % max(1, len(rows))
-            starts = np.flatnonzero(np.r_[True, terms[1:] != terms[:-1]])
-            ends = np.r_[starts[1:], len(terms)]
-            names = {v: k for k, v in vocabulary.items()}
-            self._postings = {
-                names[int(terms[a])]: (docs[a:b], tf[a:b], own[a:b], counted[a:b])
-                for a, b in zip(starts, ends)
-            }
-            dated = np.array([names[i].startswith("@") for i in range(len(names))])
-            words = ~dated[terms]  # the window's words, for the latent space and associations
-            self._window = (docs[words], terms[words], tf[words], own[words])
-        else:
-            self._postings = {}
-            self._window = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
-        self._latent = self._associations = None
-        codes: dict[str, dict] = {"project": {}, "session": {}, "source": {}}
-
-        def code(kind: str, value: Any) -> int:
-            return codes[kind].setdefault(value or "", len(codes[kind]))
-
-        self._codes = codes
-        self._arrays = {
-            "len": np.array([r["len"] for r in rows], dtype=np.float64),
-            "project": np.array([code("project", r["project"]) for r in rows], dtype=np.int64),
-            "session": np.array([code("session", r["session_id"]) for r in rows], dtype=np.int64),
-            "source": np.array([code("source", r["source"]) for r in rows], dtype=np.int64),
-        }
-        self._built = True
-        self._matrix = None
-        self.builds += 1
+    @property
+    def build_seconds(self) -> float:
+        return self.corpus.build_seconds
 
     @property
     def size(self) -> int:
-        return len(self._rows)
+        return len(self.corpus.rows)
 
     # -- searching ----------------------------------------------------------------
 
@@ -582,13 +279,6 @@ class MemoryIndex:
             self.refresh()
             params = {"project": project, "exclude": exclude_session, "sources": list(sources)}
             lex, raw, matched, idf = self._bm25(terms, params) if terms else ({}, {}, {}, {})
-            if self.ranking.feedback and lex:
-                extra = self._feedback(terms, lex, params)
-                lex, raw, matched, idf = self._bm25(terms, params, extra)
-            if self.ranking.associate and embedder is None and terms:
-                extra = self._associated(terms, params)
-                if extra:
-                    lex, raw, matched, idf = self._bm25(terms, params, extra)
             cosine: dict[int, float] = {}
             plain: dict[int, float] = {}
             mix: float | None = None  # the latent cosine's share, when it is the one fused
@@ -596,7 +286,11 @@ class MemoryIndex:
                 cosine, plain = self._cosine(query, embedder, params, wait)
             else:
                 self.status = Status()
-                if self.ranking.latent and terms and len(self._rows) >= self.ranking.latent_min:
+                if (
+                    self.ranking.latent
+                    and terms
+                    and len(self.corpus.rows) >= self.ranking.latent_min
+                ):
                     cosine, mix = self._latent_cosine(terms, params), self.ranking.latent_weight
             return self._rank(
                 lex,
@@ -614,41 +308,6 @@ class MemoryIndex:
                 mix,
             )
 
-    def _scope(self, params: dict):
-        """The documents in scope: a bool per document."""
-        import numpy as np
-
-        arrays, codes = self._arrays, self._codes
-        wanted = [codes["source"][s] for s in params["sources"] if s in codes["source"]]
-        mask = np.isin(arrays["source"], wanted)
-        if params["project"] is not None:
-            mask &= arrays["project"] == codes["project"].get(params["project"], -1)
-        if params["exclude"] is not None:
-            mask &= arrays["session"] != codes["session"].get(params["exclude"], -1)
-        return mask
-
-    def _feedback(self, terms: list[str], lex: dict[int, float], params: dict) -> dict[str, float]:
-        """Pseudo-relevance feedback: the rarest terms of the best ``Ranking.feedback`` documents
-        (not in the query), each at ``Ranking.feedback_weight``."""
-        rank = self.ranking
-        top = sorted(lex, key=lambda d: (-lex[d] * self._weight(d), -d))[: rank.feedback]
-        mask = self._scope(params)
-        n = float(mask.sum()) or 1.0
-        query = set(terms)
-        score: Counter[str] = Counter()
-        seen: Counter[str] = Counter()
-        df: dict[str, int] = {}
-        for d in top:
-            for term in set(self._terms(self._rows[d]["text"])[0]) - query:
-                if term not in df:
-                    found = self._postings.get(term)
-                    df[term] = int(found[3][mask[found[0]]].sum()) if found else 0
-                seen[term] += 1
-                score[term] += _idf(n, df[term])
-        # a term only the feedback documents hold reaches nothing new
-        useful = Counter({t: s for t, s in score.items() if df[t] > seen[t]})
-        return {t: rank.feedback_weight for t, _ in useful.most_common(rank.feedback_terms)}
-
     def _latent_cosine(self, terms: list[str], params: dict) -> dict[int, float]:
         """The best ``pool`` passages in scope by cosine in the history's LSI space (:mod:`.latent`;
         built on first use after each rebuild of the index)."""
@@ -656,18 +315,21 @@ class MemoryIndex:
 
         if self._latent is None:
             started = time.perf_counter()
-            docs, ids, tf, own = self._window
-            if not self.ranking.latent_window:  # each passage's own words only
-                docs, ids, tf = docs[own], ids[own], tf[own]
+            docs, ids, tf = self.corpus.words
             self._latent = LatentSpace(
-                docs, ids, tf, len(self._rows), self.ranking.latent, self.ranking.latent_min_df
+                docs,
+                ids,
+                tf,
+                len(self.corpus.rows),
+                self.ranking.latent,
+                self.ranking.latent_min_df,
             )
             self.latent_seconds = time.perf_counter() - started
-        vocabulary = self._vocabulary
+        vocabulary = self.corpus.vocabulary
         scores = self._latent.cosines([vocabulary[t] for t in terms if t in vocabulary])
         if scores is None:
             return {}
-        mask = self._scope(params)
+        mask = self._scope_of(params)
         scores = np.where(mask, scores, -np.inf)
         pool = min(self.ranking.pool, int(mask.sum()))
         if pool <= 0:
@@ -677,47 +339,26 @@ class MemoryIndex:
         # from 0) has no latent evidence
         return {int(d): float(scores[d]) for d in top if scores[d] > 1e-6}
 
-    def _associated(self, terms: list[str], params: dict) -> dict[str, float]:
-        """Terms associated with the query's by PMI over the passages in scope (:mod:`.latent`),
-        each at ``Ranking.associate_weight`` times its PMI's share of its query term's best."""
-        if self._associations is None:
-            started = time.perf_counter()
-            docs, ids, _, _ = self._window
-            self._associations = Associations(docs, ids, len(self._rows))
-            self.latent_seconds = time.perf_counter() - started
-        vocabulary = self._vocabulary
-        names = {v: k for k, v in vocabulary.items()}
-        rank = self.ranking
-        found = self._associations.expand(
-            [vocabulary[t] for t in terms if t in vocabulary and not t.startswith("@")],
-            self._scope(params),
-            rank.associate,
-            rank.associate_min,
-        )
-        return {names[t]: rank.associate_weight * share for t, share in found.items()}
-
-    def _bm25(self, terms: list[str], params: dict, extra: dict[str, float] | None = None):
-        """(share score, BM25, own matched terms, idf) of the best ``pool`` documents in scope;
-        ``extra`` terms count at their weight."""
+    def _bm25(self, terms: list[str], params: dict):
+        """(share score, BM25, own matched terms, idf) of the best ``pool`` documents in scope."""
         import numpy as np
 
-        mask = self._scope(params)
+        mask = self._scope_of(params)
         n = float(mask.sum())
         if not n:
             return {}, {}, {}, {}
-        length = self._arrays["len"]
+        length = self.corpus.arrays["len"]
         avgdl = max(float(length[mask].mean()), 1.0)
         share = np.zeros(len(mask))
         bm25 = np.zeros(len(mask))
         idf: dict[str, float] = {}
         owned: list[tuple[str, Any]] = []
-        extra = extra or {}
-        for term in dict.fromkeys([*terms, *extra]):
-            docs, tf, own, counted = self._postings.get(term) or _no_postings()
+        for term in dict.fromkeys(terms):
+            docs, tf, own, counted = self.corpus.postings.get(term) or _no_postings()
             keep = mask[docs]
             docs, tf, own = docs[keep], tf[keep], own[keep]
             df = int(counted[keep].sum())
-            idf[term] = weight = _idf(n, df) * extra.get(term, 1.0)
+            idf[term] = weight = _idf(n, df)
             if not len(docs):
                 continue
             tfn = tf * (K1 + 1) / (tf + K1 * (1 - B + B * length[docs] / avgdl))
@@ -755,14 +396,11 @@ class MemoryIndex:
         mix: float | None = None,
     ) -> list[Hit]:
         """The best ``k`` results (superseded ones after the others when asked for)."""
-        rows, rank = self._rows, self.ranking
+        rows, rank = self.corpus.rows, self.ranking
         weighted = {d: s * self._weight(d) for d, s in lex.items()}
         ranks: dict[int, list] = {}
         if hybrid:
-            by_bm25 = sorted(
-                (d for d in weighted if lex[d] >= rank.bm25_floor),
-                key=lambda d: (-weighted[d], -raw[d], -d),
-            )
+            by_bm25 = sorted(weighted, key=lambda d: (-weighted[d], -raw[d], -d))
             by_cos = sorted(cosine, key=lambda d: (-cosine[d] * self._weight(d), -d))[: rank.pool]
             for r, d in enumerate(by_bm25, 1):
                 ranks.setdefault(d, [None, None])[0] = r
@@ -773,9 +411,7 @@ class MemoryIndex:
                 min(cosine.values(), default=0.0),
                 max(cosine.values(), default=0.0),
             )
-            score = {
-                d: self._fuse(d, rb, rc, lex, cosine, norm, mix) for d, (rb, rc) in ranks.items()
-            }
+            score = {d: self._fuse(d, lex, cosine, norm, mix) for d in ranks}
         else:
             score = weighted
         order = sorted(
@@ -831,31 +467,18 @@ class MemoryIndex:
     def _fuse(
         self,
         doc: int,
-        rb: int | None,
-        rc: int | None,
         lex: dict[int, float],
         cosine: dict[int, float],
         norm: tuple[float, float, float] = (1.0, 0.0, 1.0),
         mix: float | None = None,
     ) -> float:
-        rank = self.ranking
-        if rank.fusion == "minmax":  # each ranking's scores mapped onto [0, 1] for this query
-            top, low, high = norm
-            w = rank.linear_weight if mix is None else mix
-            c = cosine.get(doc)
-            c = 0.0 if c is None else (c - low) / ((high - low) or 1.0)
-            b = lex.get(doc, 0.0) / top
-            if mix is not None and rank.latent_fusion == "noisy-or":
-                return (b + w * c * (1 - b)) * self._weight(doc)
-            return ((1 - w) * b + w * c) * self._weight(doc)
-        if rank.fusion == "linear":
-            c = cosine.get(doc)
-            c = 0.0 if c is None else max(0.0, (c - rank.cosine_floor) / (1 - rank.cosine_floor))
-            value = (1 - rank.linear_weight) * min(1.0, lex.get(doc, 0.0)) + rank.linear_weight * c
-            return value * self._weight(doc)
-        return (1.0 / (rank.rrf_k + rb) if rb else 0.0) + (
-            rank.cosine_weight / (rank.rrf_k + rc) if rc else 0.0
-        )
+        """Each ranking's scores mapped onto [0, 1] for this query, mixed linearly."""
+        top, low, high = norm
+        w = self.ranking.linear_weight if mix is None else mix
+        c = cosine.get(doc)
+        c = 0.0 if c is None else (c - low) / ((high - low) or 1.0)
+        b = lex.get(doc, 0.0) / top
+        return ((1 - w) * b + w * c) * self._weight(doc)
 
     def _supersession(
         self,
@@ -867,7 +490,7 @@ class MemoryIndex:
     ) -> dict[int, str]:
         """doc → what supersedes it (see the module docstring); decided on the lexical evidence,
         for the documents in ``order`` until ``k`` of them stand."""
-        rows = self._rows
+        rows = self.corpus.rows
         superseded: dict[int, str] = {}
         seen_text: dict[str, int] = {}
         lexical = sorted(weighted, key=lambda d: -weighted[d])
@@ -931,14 +554,14 @@ class MemoryIndex:
         return shared >= 2 and shared >= SAME_SUBJECT * min(len(sa), len(sb))
 
     def _subject(self, doc: int) -> set[str]:
-        row = self._rows[doc]
+        row = self.corpus.rows[doc]
         if "subject" not in row:
             row["subject"] = subject(row["text"])
         return row["subject"]
 
     def _request(self, doc: int) -> bool:
         """A question, or user text that only asks (questions and requests, no statement)."""
-        row = self._rows[doc]
+        row = self.corpus.rows[doc]
         if "request" not in row:
             row["request"] = row["question"] or (
                 row["source"] == "history"
@@ -950,7 +573,7 @@ class MemoryIndex:
 
     def _asserts(self, doc: int) -> bool:
         """Whether a history document states something (a sentence the rule extractor would keep)."""
-        row = self._rows[doc]
+        row = self.corpus.rows[doc]
         if "asserts" not in row:
             role = row["kind"]
             row["asserts"] = role in ("user", "assistant") and any(
@@ -961,19 +584,11 @@ class MemoryIndex:
     # -- embeddings -------------------------------------------------------------------
 
     def embed_text(self, doc: int) -> str:
-        """What is embedded for a document: its text (dated with ``Ranking.embed_dates``; with
-        the passages before and after it with ``Ranking.embed_window``)."""
-        row = self._rows[doc]
-        text = row["text"]
-        if self.ranking.embed_window:
-            text = "\n".join(
-                self._rows[j]["text"][:600] if j != doc else text
-                for j in (row["prev"], doc, row["next"])
-                if j is not None
-            )
-        if self.ranking.embed_dates and row["time"]:
-            return f"{long_date(row['time'])}: {text}"
-        return text
+        """What is embedded for a document: its text after its date (``8 May 2023: text``)."""
+        row = self.corpus.rows[doc]
+        if row["time"]:
+            return f"{long_date(row['time'])}: {row['text']}"
+        return row["text"]
 
     def prepare(self, embedder: Embedder, *, wait: float = 0.0) -> Status:
         """Queue the passages without a vector for the background worker; wait up to ``wait`` s."""
@@ -988,11 +603,13 @@ class MemoryIndex:
         jobs = worker(embedder, vectors)
         seen = (self.builds, id(vectors), vectors.version)
         if self._prepared != seen:  # something changed: look for passages without a vector
-            for row in self._rows.values():
+            for row in self.corpus.rows.values():
                 if "vkey" not in row:
                     row["vkey"] = text_key(self.embed_text(row["doc"]))
             self._missing = {
-                row["vkey"]: row["doc"] for row in self._rows.values() if row["vkey"] not in vectors
+                row["vkey"]: row["doc"]
+                for row in self.corpus.rows.values()
+                if row["vkey"] not in vectors
             }
             self._missing.update(
                 (key, -1 - i) for i, key in enumerate(_BACKGROUND_KEYS) if key not in vectors
@@ -1009,11 +626,10 @@ class MemoryIndex:
         missing = sum(1 for d in self._missing.values() if d >= 0)
         self.status = Status(
             embedder.name,
-            len(self._rows),
-            len(self._rows) - missing,
+            len(self.corpus.rows),
+            len(self.corpus.rows) - missing,
             missing,
             jobs.error,
-            self.ranking.fusion,
         )
         return self.status
 
@@ -1026,13 +642,13 @@ class MemoryIndex:
         raw = embedder.query(query)
         self._prepare(embedder, len(raw), wait)
         matrix, has, mean, own, hub = self._vector_matrix(embedder, len(raw))
-        if not len(self._rows):
+        if not len(self.corpus.rows):
             return {}, {}
         qv = raw
         if mean is not None:
             qv = raw - mean
             qv = qv / (np.linalg.norm(qv) or 1.0)
-        mask = has & self._scope(params)
+        mask = has & self._scope_of(params)
         scores = np.einsum("ij,j->i", matrix, qv)  # not BLAS: its threads spin on a busy machine
         if self.ranking.hub:
             scores = scores - self.ranking.hub * hub
@@ -1048,32 +664,24 @@ class MemoryIndex:
         )
 
     def _vector_matrix(self, embedder: Embedder, dim: int):
-        """The passages' vectors (neighbours mixed in at ``Ranking.vector_context``), cached."""
+        """The passages' vectors, centred, with each one's hubness; cached."""
         import numpy as np
 
         vectors = vector_file(self.data_dir, embedder.name, dim)
         key = (embedder.name, dim, vectors.version, id(vectors))
         if self._matrix is not None and self._matrix[0] == key:
             return self._matrix[1:]
-        n = len(self._rows)
+        n = len(self.corpus.rows)
         own = np.zeros((n, dim), dtype=np.float32)
         has = np.zeros(n, dtype=bool)
-        for d, row in self._rows.items():
+        for d, row in self.corpus.rows.items():
             v = vectors.get(row["vkey"])
             if v is not None:
                 own[d], has[d] = v, True
         matrix = own
-        alpha = self.ranking.vector_context
-        if alpha and n:
-            matrix = own.copy()
-            for d, row in self._rows.items():
-                for j in (row["prev"], row["next"]):
-                    if j is not None and has[j]:
-                        matrix[d] += alpha * own[j]
-            matrix = _unit_rows(matrix)
         mean = None
         background = [v for v in (vectors.get(key) for key in _BACKGROUND_KEYS) if v is not None]
-        if self.ranking.center and (len(background) == len(BACKGROUND) or has.sum() >= CENTER_MIN):
+        if len(background) == len(BACKGROUND) or has.sum() >= CENTER_MIN:
             # e5's vectors share a large common component (any two texts score 0.7-0.9), which
             # lets short generic turns ("Haha, I can imagine") come close to every question
             extra = np.array(background, dtype=np.float32).reshape(-1, dim)
@@ -1090,18 +698,15 @@ class MemoryIndex:
         self._matrix = (key, matrix, has, mean, own, hub)
         return matrix, has, mean, own, hub
 
+    def _scope_of(self, params: dict):
+        return self.corpus.scope(params["project"], params["exclude"], params["sources"])
+
     def close(self) -> None:
         with self._lock:
-            self._built, self._signature, self._postings = False, None, {}
+            self.corpus.close()
 
 
 _BACKGROUND_KEYS = tuple(text_key(t) for t in BACKGROUND)
-
-
-class _Row(dict):
-    """A row of the history query, its columns as attributes."""
-
-    __getattr__ = dict.__getitem__
 
 
 def _idf(n: float, df: int) -> float:
@@ -1143,37 +748,6 @@ def _unit_rows(matrix):
 
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     return np.where(norms > 0, matrix / np.where(norms > 0, norms, 1), 0).astype(np.float32)
-
-
-def _args_text(raw: Any) -> str:
-    if not isinstance(raw, str):
-        return ""
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return raw
-    if isinstance(value, dict):
-        return " ".join(str(v) for v in value.values())
-    return str(value)
-
-
-def _passages(text: str) -> list[str]:
-    """A long text cut at paragraph (else sentence) boundaries into pieces of about PASSAGE_CHARS."""
-    if len(text) <= PASSAGE_CHARS:
-        return [text]
-    pieces = [p for p in re.split(r"\n\s*\n", text) if p.strip()]
-    units: list[str] = []
-    for piece in pieces:
-        units.extend([piece] if len(piece) <= PASSAGE_CHARS else sentences(piece))
-    out, current = [], ""
-    for unit in units:
-        if current and len(current) + len(unit) > PASSAGE_CHARS:
-            out.append(current)
-            current = ""
-        current = f"{current}\n{unit}" if current else unit
-    if current:
-        out.append(current)
-    return [p[: PASSAGE_CHARS * 2] for p in out]
 
 
 def _snippet(text: str, matched: Sequence[str], limit: int = 280) -> str:

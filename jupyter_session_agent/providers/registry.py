@@ -104,6 +104,12 @@ DETECT_TTL = 30.0  # seconds a detection result is reused
 DETECT_TIMEOUT = 0.5  # seconds one loopback probe may take
 
 
+def forget_local_servers() -> None:
+    """Forget what :func:`detect_local_server` found, so that the next call probes again (a
+    server just started or stopped is seen at once, not after ``DETECT_TTL``)."""
+    _detected.clear()
+
+
 def detect_local_server(
     env: Mapping[str, str] | None = None, timeout: float = DETECT_TIMEOUT
 ) -> tuple[str, str] | None:

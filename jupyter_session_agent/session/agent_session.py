@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core import __version__ as VERSION
 from ..core import ids
 from ..core.messages import (
     AssistantMessage,
@@ -44,8 +45,6 @@ from ..providers.base import ModelCall
 from ..providers.registry import ProviderCache
 from . import wiring
 from .subagents import Inheritance, turn_children_cost
-
-VERSION = "0.1.0"
 
 
 @dataclass(frozen=True)

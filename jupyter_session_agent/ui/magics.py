@@ -230,7 +230,7 @@ class AgentMagics(Magics):
 
         rules = [parse_rule(text) for text in args.permit]
         from ..context.prompt import build
-        from .display import LiveView
+        from .live import LiveView
 
         # interpolation and attachments first: a bad name or file is one line, nothing sent
         notebook = self.notebook()

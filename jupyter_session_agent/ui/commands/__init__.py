@@ -138,18 +138,35 @@ def os_error_line(what: str, err: OSError, usage: str) -> str:
     return f"{what}: {err.strerror or err}{where} — {hint}"
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
+    """An ``argparse`` parser whose errors are one :class:`UsageError` line naming the usage."""
+
     def error(self, message):  # one line naming the fix, not argparse's usage dump + SystemExit
         raise UsageError(f"{message} — usage: %agent {self.prog}")
+
+
+def usage_parser(usage: str) -> OneLineParser:
+    """A parser for ``%agent usage``'s words (no ``-h``), to add arguments to."""
+    return OneLineParser(prog=usage, add_help=False)
 
 
 def parse(usage: str, words: list[str], *specs: tuple[tuple[str, ...], dict]) -> argparse.Namespace:
     """``words`` parsed by ``argparse`` with ``specs`` (``(flags, kwargs)`` pairs): unknown
     options, missing values, extra words and bad values are one :class:`UsageError` line."""
-    parser = _Parser(prog=usage, add_help=False)
+    parser = usage_parser(usage)
     for flags, kwargs in specs:
         parser.add_argument(*flags, **kwargs)
     return parser.parse_args(words)
+
+
+def existing_session(magics: Any, session_id: str | None = None) -> Any:
+    """The current session (or ``session_id``, which becomes current); without either, one
+    line naming the fix rather than a new empty session."""
+    if session_id is not None:
+        return magics.current(session_id=session_id)
+    if magics.session is None:
+        raise UsageError("no current session — run a %%agent cell first, or %agent use ID")
+    return magics.current()
 
 
 def load_all() -> dict[str, Subcommand]:
@@ -188,10 +205,44 @@ def settings_markdown(settings: Iterable[SettingInfo]) -> str:
 HELP_WIDTH = 88  # characters per %agent help line: a notebook's output never wraps one mid-word
 
 
-def help_text(settings: Iterable[SettingInfo] = ()) -> str:
+CELL_HELP = (
+    "run the cell body as a prompt",
+    "attach files and values ({var} too)",
+    "-c: the answer's code into the next cell",
+    "-p: a permission rule for this cell",
+)
+USAGE_WIDTH = 44  # characters of a usage before its help
+
+
+def cell_usage(parser: argparse.ArgumentParser, name: str = "%%agent") -> list[str]:
+    """The cell magic's usage from its own arguments (IPython's ``@argument`` parser), cut
+    into lines of at most :data:`USAGE_WIDTH` characters: ``%%agent [-s SESSION] [-n] …``."""
+    text = " ".join(parser.format_usage().split())
+    options = text.split(" ", 2)[-1]  # after "usage:" and the parser's own name
+    tokens, depth, word = [], 0, ""
+    for ch in options:  # split at spaces outside brackets: "[-o VAR]" is one token
+        depth += (ch == "[") - (ch == "]")
+        if ch == " " and depth == 0:
+            tokens.append(word)
+            word = ""
+        else:
+            word += ch
+    tokens = [t for t in [*tokens, word] if t and t != "[-h]"]
+    lines, line = [], name
+    for token in tokens:
+        if len(line) + 1 + len(token) > USAGE_WIDTH and line.strip():
+            lines.append(line)
+            line = " " * len(name)
+        line += " " + token
+    return [*lines, line]
+
+
+def help_text(
+    settings: Iterable[SettingInfo] = (), cell: argparse.ArgumentParser | None = None
+) -> str:
     """``%agent help``: every subcommand and the cell magics, one short line each (wrapped at
-    :data:`HELP_WIDTH`); with ``settings``, one line per setting instead (``%agent help
-    settings``)."""
+    :data:`HELP_WIDTH`), ``%%agent``'s usage generated from ``cell``, its argument parser;
+    with ``settings``, one line per setting instead (``%agent help settings``)."""
     settings_help = setting_lines(settings)
     if settings_help:
         return "\n".join(
@@ -200,19 +251,23 @@ def help_text(settings: Iterable[SettingInfo] = ()) -> str:
     import textwrap
 
     commands = load_all()
+    usage = cell_usage(cell) if cell is not None else ["%%agent"]
+    helps = [*CELL_HELP[: len(usage) - 1], "; ".join(CELL_HELP[len(usage) - 1 :])]
+    helps += [""] * (len(usage) - len(helps))
     entries = [
-        ("%%agent [-n] [-s ID] [-m MODEL] [--fork]", "run the cell body as a prompt"),
-        ("        [-o VAR] [-p RULE] [-f PATH] [-a VAR]", "attach files and values ({var} too)"),
-        ("        [-c] [--no-interpolate]", "-c: the answer's code into the next cell"),
+        *zip(usage, helps),
         *((f"%agent {c.usage}", c.help) for c in sorted(commands.values(), key=lambda c: c.name)),
         ("%%agent_sql [VAR <<]", "read-only SQL for a whole cell; VAR << keeps the DataFrame"),
     ]
-    width = min(max(len(head) for head, _ in entries), 44) + 2
+    width = min(max(len(head) for head, _ in entries), USAGE_WIDTH) + 2
     lines = []
     for head, text in entries:
         if len(head) >= width:  # a long usage on its own line, its help below
             lines.append(head)
             head = ""
+        if not text:
+            lines.append(head.rstrip())
+            continue
         lines += textwrap.wrap(
             text,
             HELP_WIDTH,

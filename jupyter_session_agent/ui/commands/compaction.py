@@ -8,7 +8,7 @@ recent turns kept verbatim; see the ``compaction`` package). The result is store
 from __future__ import annotations
 
 from ...core.errors import UsageError
-from . import subcommand
+from . import existing_session, subcommand
 
 USAGE = "compact [--instructions TEXT]"
 
@@ -19,13 +19,12 @@ USAGE = "compact [--instructions TEXT]"
     "prune old tool outputs and summarise the conversation now (recent turns kept)",
 )
 def compact(magics, args, raw):
-    from ..display import LiveView, Markdown
+    from ..display import Markdown
+    from ..live import LiveView
     from ..magics import is_kernel
 
     instructions = _instructions(args)
-    if magics.session is None:
-        raise UsageError("no current session — run a %%agent cell first, or %agent use ID")
-    session = magics.current()
+    session = existing_session(magics)
     view = LiveView(live=magics.notebook().live and is_kernel(magics.shell), session=session)
     try:
         event = session.compact(instructions, observer=view)

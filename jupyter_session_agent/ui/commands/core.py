@@ -14,7 +14,7 @@ def help_(magics, args, raw):
     from ...core.settings import SETTINGS
 
     ns = parse("help [settings]", args, (("what",), {"nargs": "?", "choices": ["settings"]}))
-    print(help_text(SETTINGS if ns.what else ()))
+    print(help_text(SETTINGS if ns.what else (), type(magics).agent_cell.parser))
 
 
 @subcommand("new", "new", "start a new session (the next %%agent continues it)")

@@ -6,36 +6,13 @@ looked up; message and part ids are checked by the lifecycle functions."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from pathlib import Path
 
-from ...core.errors import UsageError
 from ...core.ids import check_ref
 from ...render import escape as X
-from . import subcommand
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line naming the fix, not argparse's usage dump + SystemExit
-        raise UsageError(f"{message} — usage: %agent {self.prog}")
-
-
-def _parse(usage: str, args: list[str], *specs) -> argparse.Namespace:
-    parser = _Parser(prog=usage, add_help=False)
-    for flags, kwargs in specs:
-        parser.add_argument(*flags, **kwargs)
-    return parser.parse_args(args)
-
-
-def _session(magics, session_id: str | None = None):
-    """The current session (or ``session_id``, which becomes current)."""
-    if session_id is not None:
-        return magics.current(session_id=session_id)
-    if magics.session is None:
-        raise UsageError("no current session — run a %%agent cell first, or %agent use ID")
-    return magics.current()
+from . import existing_session, parse, subcommand
 
 
 @subcommand(
@@ -44,8 +21,8 @@ def _session(magics, session_id: str | None = None):
     "copy the session (up to before MSG: an id or turn number) into a new current session",
 )
 def fork(magics, args, raw):
-    ns = _parse("fork [--at MSG] [-s ID]", args, (("--at",), {}), (("-s", "--session"), {}))
-    source = _session(magics, ns.session)
+    ns = parse("fork [--at MSG] [-s ID]", args, (("--at",), {}), (("-s", "--session"), {}))
+    source = existing_session(magics, ns.session)
     new = source.fork(ns.at)
     magics.session = new
     print(
@@ -60,14 +37,14 @@ def fork(magics, args, raw):
     "hide turn MSG and later ones, restore the files they changed (not kernel variables)",
 )
 def revert(magics, args, raw):
-    ns = _parse("revert MSG [--part PART_ID]", args, (("message",), {}), (("--part",), {}))
-    print(_session(magics).revert(ns.message, ns.part))
+    ns = parse("revert MSG [--part PART_ID]", args, (("message",), {}), (("--part",), {}))
+    print(existing_session(magics).revert(ns.message, ns.part))
 
 
 @subcommand("unrevert", "unrevert", "undo the last revert: messages and files come back")
 def unrevert(magics, args, raw):
-    _parse("unrevert", args)
-    print(_session(magics).unrevert())
+    parse("unrevert", args)
+    print(existing_session(magics).unrevert())
 
 
 @subcommand(
@@ -78,13 +55,13 @@ def turns(magics, args, raw):
     from ...session.lifecycle import turns as rows_of
     from ..display import Markdown
 
-    ns = _parse("turns [ID]", args, (("session",), {"nargs": "?"}))
+    ns = parse("turns [ID]", args, (("session",), {"nargs": "?"}))
     store = magics.store()
     if ns.session:
         info = store.session(check_ref(ns.session, "session"))
         history = store.messages(info.id)
     else:
-        session = _session(magics)
+        session = existing_session(magics)
         info, history = session.info, store.messages(session.info.id)
     hidden_from = (info.revert or {}).get("messageID")
     shown = {m.info.id for m in visible(history, info.revert)}
@@ -122,7 +99,7 @@ def _resolve(magics, session_id: str):
 def archive(magics, args, raw):
     from ...session.lifecycle import archive as do_archive
 
-    ns = _parse("archive ID", args, (("session",), {}))
+    ns = parse("archive ID", args, (("session",), {}))
     info, current = _resolve(magics, ns.session)
     do_archive(current or info.id, store=magics.store())
     print(f"archived {info.id} “{info.title}”")
@@ -132,7 +109,7 @@ def archive(magics, args, raw):
 def unarchive(magics, args, raw):
     from ...session.lifecycle import archive as do_archive
 
-    ns = _parse("unarchive ID", args, (("session",), {}))
+    ns = parse("unarchive ID", args, (("session",), {}))
     info, current = _resolve(magics, ns.session)
     do_archive(current or info.id, store=magics.store(), undo=True)
     print(f"unarchived {info.id} “{info.title}”")
@@ -144,7 +121,7 @@ def unarchive(magics, args, raw):
 def delete(magics, args, raw):
     from ...session.lifecycle import delete as do_delete
 
-    ns = _parse("delete ID", args, (("session",), {}))
+    ns = parse("delete ID", args, (("session",), {}))
     info, current = _resolve(magics, ns.session)
     if current is not None:
         current.wait_title()
@@ -166,7 +143,7 @@ def export(magics, args, raw):
     from ...exchange.transfer import default_name
     from ...exchange.transfer import export as do_export
 
-    ns = _parse(
+    ns = parse(
         "export [ID] --format md|html|json [--out PATH]",
         args,
         (("session",), {"nargs": "?"}),
@@ -176,7 +153,7 @@ def export(magics, args, raw):
     if ns.session:
         info = magics.store().session(check_ref(ns.session, "session"))
     else:
-        info = _session(magics).info
+        info = existing_session(magics).info
     if magics.session is not None and magics.session.info.id == info.id:
         magics.session.wait_title()
         info = magics.session.info
@@ -194,7 +171,7 @@ def export(magics, args, raw):
 def import_(magics, args, raw):
     from ...exchange.transfer import import_bundle
 
-    ns = _parse("import PATH", args, (("path",), {}))
+    ns = parse("import PATH", args, (("path",), {}))
     print(import_bundle(magics.store(), ns.path))
 
 
@@ -206,7 +183,7 @@ def import_(magics, args, raw):
 def import_opencode(magics, args, raw):
     from ...exchange.opencode import import_opencode as do_import
 
-    ns = _parse(
+    ns = parse(
         "import-opencode [DIR] [--session ID …]",
         args,
         (("path",), {"nargs": "?"}),

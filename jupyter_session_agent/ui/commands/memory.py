@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 
 from ...core.errors import UsageError
 from ...render import escape as X
-from . import subcommand
+from . import subcommand, usage_parser
 
 REMEMBER_USAGE = "remember [ID] [--all] [--rules|--llm] [--force]"
 RECALL_USAGE = "recall [--all] [-k N] [--memory-only] [--stale] QUERY"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line naming the fix, not argparse's usage dump + SystemExit
-        raise UsageError(f"{message} — usage: %agent {self.prog}")
 
 
 def _directory(magics) -> str:
@@ -31,7 +25,7 @@ def remember(magics, args, raw):
     from ... import memory
     from ..display import Markdown
 
-    parser = _Parser(prog=REMEMBER_USAGE, add_help=False)
+    parser = usage_parser(REMEMBER_USAGE)
     parser.add_argument("session", nargs="?")
     parser.add_argument("--all", action="store_true")
     parser.add_argument("--rules", action="store_true")
@@ -93,7 +87,7 @@ def recall(magics, args, raw):
     from ... import memory
     from ..display import Markdown
 
-    parser = _Parser(prog=RECALL_USAGE, add_help=False)
+    parser = usage_parser(RECALL_USAGE)
     parser.add_argument("query", nargs="*")
     parser.add_argument("--all", action="store_true", help="every project, not only this one")
     parser.add_argument("-k", type=int, default=None)
@@ -152,11 +146,8 @@ def _ranked_by(status, hits) -> str:
         return "ranked by BM25 (no embedding model: docs/memory.md)"
     pending = f", {status.pending} still being embedded" if status.pending else ""
     error = f"; embedding failed: {status.error}" if status.error else ""
-    fusion = {"rrf": "by reciprocal rank", "minmax": "linearly, each scaled to [0, 1]"}.get(
-        status.fusion, "linearly"
-    )
     return (
-        f"ranked by BM25 and {status.model} cosine, fused {fusion}; "
+        f"ranked by BM25 and {status.model} cosine, fused linearly, each scaled to [0, 1]; "
         f"{status.embedded}/{status.passages} passages embedded{pending}{error}"
     )
 
@@ -170,7 +161,7 @@ def show_memory(magics, args, raw):
     from ... import memory
     from ..display import Markdown
 
-    parser = _Parser(prog="memory [--path]", add_help=False)
+    parser = usage_parser("memory [--path]")
     parser.add_argument("--path", action="store_true")
     ns = parser.parse_args(args)
     folder = memory.project_dir(magics.settings().data_dir, _directory(magics))
