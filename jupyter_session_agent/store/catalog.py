@@ -3,8 +3,8 @@
 The base (the current generation's large files, ``merge.py``) is read in place by the views.
 Everything else — the live journals and the small Parquet files — is "the tail", kept by
 :class:`Catalog` as tables of the store's in-memory DuckDB: ``_tail.rows`` (the newest
-revision of every id, typed), ``_tail.tombstone`` and the derived ``_tail.step`` and
-``_tail.tool_call``. It is refreshed incrementally (a small file once, a journal from the byte
+revision of every id, typed), ``_tail.tombstone`` and the derived ``_tail.step``,
+``_tail.tool_call`` and ``_tail.session_totals``. It is refreshed incrementally (a small file once, a journal from the byte
 offset already read up to its last newline), so it costs what the tail holds, not what the
 history holds. duckdb is never imported here: the tables live in the caller's connection.
 
@@ -29,6 +29,7 @@ from .problems import BadFile
 from .schema import (
     COLUMN_LIST,
     DERIVED,
+    DERIVED_KEY,
     EMPTY_RELATION,
     KINDS,
     RAW_TYPES,
@@ -101,7 +102,7 @@ class Catalog:
 
     def _tables(self, con) -> None:
         con.execute("CREATE SCHEMA IF NOT EXISTS _tail")
-        for scratch in ("batch", "hit", "touched"):
+        for scratch in ("batch", "hit", "touched", "sessions"):
             con.execute(f"DROP TABLE IF EXISTS _tail.{scratch}")
         con.execute(f"CREATE OR REPLACE TABLE _tail.rows AS {typed(EMPTY_RELATION)}")
         con.execute(
@@ -311,11 +312,24 @@ class Catalog:
                 "p.kind = 'part' AND p.message_id IN (SELECT id FROM _tail.batch "
                 f"WHERE kind = 'message') AND p.type IN ({types})"
             )
+            # … and the totals of the sessions the batch touches (a tombstone's too)
+            con.execute(
+                "CREATE TABLE _tail.sessions AS SELECT DISTINCT session_id AS id FROM _tail.batch "
+                "WHERE kind IN ('message', 'part') AND session_id IS NOT NULL"
+            )
             for kind in DERIVED:
-                con.execute(f"DELETE FROM _tail.{kind} WHERE id IN (SELECT id FROM _tail.touched)")
-                touched = "p.id IN (SELECT id FROM _tail.touched)"
+                key, scope = (
+                    ("session_id", "_tail.sessions")
+                    if DERIVED_KEY[kind] == "session_id"
+                    else ("id", "_tail.touched")
+                )
+                con.execute(f"DELETE FROM _tail.{kind} WHERE {key} IN (SELECT id FROM {scope})")
+                touched = (
+                    "" if key == "session_id" else "p."
+                ) + f"{key} IN (SELECT id FROM {scope})"
                 con.execute(f"INSERT INTO _tail.{kind} {derived(kind, _PARTS, _MESSAGES, touched)}")
             con.execute("DROP TABLE _tail.touched")
+            con.execute("DROP TABLE _tail.sessions")
 
 
 def _last_line_end(fd: int, size: int) -> int:
