@@ -101,6 +101,14 @@ VIEWS["todo"] = f"""SELECT session_id, TRY_CAST(item->>'position' AS INTEGER) AS
     FROM (SELECT session_id, data->>'source' AS source, unnest(CAST(data->'items' AS JSON[])) AS item
           FROM {_latest("event")} AND data->>'type' = 'todos')"""
 
+# Rules files a session's first turn added to the system prompt (context.rules.RulesUsed, journal
+# kind "event", type "rules"): one row per file found, used or not (and why).
+VIEWS["rules_file"] = f"""SELECT session_id, time_created, f->>'path' AS path,
+    TRY_CAST(f->>'used' AS BOOLEAN) AS used, TRY_CAST(f->>'bytes' AS BIGINT) AS bytes,
+    nullif(f->>'note', '') AS note
+    FROM (SELECT session_id, time_created, unnest(CAST(data->'files' AS JSON[])) AS f
+          FROM {_latest("event")} AND data->>'type' = 'rules')"""
+
 # Analytics views (docs/analytics.md): one row per LLM call, tool call, session, and day × model.
 # Plain SQL over the views above; times are UTC TIMESTAMPs; costs in USD.
 _UTC = "make_timestamp({} * 1000)"  # epoch milliseconds → TIMESTAMP (UTC)
