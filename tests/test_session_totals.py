@@ -423,3 +423,25 @@ def test_browse_reads_only_the_totals():
 
     words = set(SESSION_ROWS_SQL.replace(".", " ").split())
     assert "session_totals" in words and not {"message", "part"} & words
+
+
+def test_tombstones_alone_update_the_totals(tmp_path):
+    """A revert or a deleted part whose batch holds nothing but tombstones (the session's rows
+    were read before) still changes the totals, in the tail and after a merge."""
+    history = History(tmp_path / "data", random.Random(8))
+    history.new_session()
+    sid = history.sessions[0]
+    for _ in range(4):
+        history.turn(sid)
+    first = _rows(history.store)[sid]  # summed once: nothing left to settle
+    history.revert(sid)
+    _check(history)
+    assert _rows(history.store)[sid] != first
+    history.drop_part(sid)
+    _check(history)
+    history.merge_now()
+    history.turn(sid)
+    _rows(history.store)
+    history.revert(sid)
+    _check(history)
+    history.store.close()
