@@ -7,9 +7,10 @@ lands on a turn that writes its rows and then reads through the views (after any
 package) that grows one session in its journal, turn by turn: a prompt, two steps with a tool
 call, usage and cost, flushed, then ``messages()`` read back through the views; the CPU time of
 each turn (``time.process_time``, this process only) is kept, and medians of the turns around
-turn 10 and around the last turn are printed with their ratio after / before.
+turn 10 and around the last turn are printed with their ratio after / before (``--repeat`` pairs
+of runs, alternated: the machine's load changes between runs; medians over every run's turns).
 
-Run: ``python benchmarks/bench_totals_write.py --before DIR [--turns 500]``.
+Run: ``python benchmarks/bench_totals_write.py --before DIR [--turns 500] [--repeat 3]``.
 """
 
 from __future__ import annotations
@@ -84,17 +85,24 @@ def main() -> None:
     parser.add_argument("--before", type=Path, required=True)
     parser.add_argument("--turns", type=int, default=500)
     parser.add_argument("--window", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=3, help="before/after pairs, alternated")
     args = parser.parse_args()
     print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    got = {}
-    for label, tree in (("before", args.before), ("after", ROOT)):
-        r = child(tree.resolve(), args.turns, args.window)
-        got[label] = {k: statistics.median(v) * 1000 for k, v in r.items()}
-        print(
-            f"{label}: CPU per turn (write, flush, read back) turn ~10 {got[label]['early']:.1f} ms,"
-            f" turn ~{args.turns} {got[label]['late']:.1f} ms",
-            flush=True,
-        )
+    runs: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
+    for _ in range(args.repeat):  # alternated, so that a change of load hits both sides
+        for label, tree in (("before", args.before), ("after", ROOT)):
+            r = child(tree.resolve(), args.turns, args.window)
+            for k, v in r.items():
+                runs[label].setdefault(k, []).extend(v)
+            print(
+                f"{label}: CPU per turn (write, flush, read back) turn ~10 "
+                f"{statistics.median(r['early']) * 1000:.1f} ms, turn ~{args.turns} "
+                f"{statistics.median(r['late']) * 1000:.1f} ms",
+                flush=True,
+            )
+    got = {
+        label: {k: statistics.median(v) * 1000 for k, v in r.items()} for label, r in runs.items()
+    }
     for k, name in (("early", "turn ~10"), ("late", f"turn ~{args.turns}")):
         print(f"after / before at {name}: ×{got['after'][k] / got['before'][k]:.2f}")
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
