@@ -144,7 +144,7 @@ def rules_prompt(session: Any, prompt_text: str, gate: Any) -> str:
     which were used and the history keeps it (a ``rules`` event)."""
     from ..context import rules
 
-    found = rules.load(session.info.directory, may_read=gate.reader())
+    found = rules.load(session.info.directory, may_read=lambda path: gate.reader()(path))
     if found and len(session.history) <= 1 and session.info.parent_id is None:
         from ..core import ids
         from ..core.messages import now_ms
