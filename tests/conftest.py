@@ -31,6 +31,8 @@ def data_dir(tmp_path, monkeypatch):
     path = tmp_path / "data"
     monkeypatch.setenv("JUPYTER_SESSION_AGENT_DIR", str(path))
     monkeypatch.delenv("JUPYTER_SESSION_AGENT_REPLAY", raising=False)  # cells call the server
+    # no global rules file of the machine's user reaches a test's system prompt (context/rules.py)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     return path
 
 

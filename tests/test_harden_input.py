@@ -316,6 +316,7 @@ BAD_SETTINGS = {
     ],
     "temperature": [-0.5, 3, "hot", True, float("nan")],
     "system_prompt": [5, "a\x00b", ["be brief"]],
+    "rules": ["off", 2, None, ["AGENTS.md"]],
     "tools": ["python", [""], [5], {"python": True}],
     "replay": [5, "a\x00b", ["on"]],
     "view": ["sideways", 3],

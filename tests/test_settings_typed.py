@@ -245,6 +245,7 @@ IN_KIND = {
     "temperature": 5.0,
     "reasoning_effort": "extreme",
     "system_prompt": "a\x00b",
+    "rules": "no",
     "tools": ["python", ""],
     "replay": 3,
     "replay_rerun": ["python", ""],

@@ -633,6 +633,13 @@ class Settings:
         "replaces the built-in system prompt; None: the built-in one",
         example="You are a careful data analyst.",
     )
+    rules: bool = setting(
+        True,
+        BOOL,
+        "add the rules files to the system prompt: AGENTS.md (else CLAUDE.md) from the session "
+        "folder up to the project root, and the global AGENTS.md (docs/settings.md, Rules files)",
+        example=False,
+    )
     tools: tuple[str, ...] | None = setting(
         None,
         NONE | NAMES,

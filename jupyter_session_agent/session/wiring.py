@@ -116,6 +116,8 @@ def turn_setup(
         if code
         else system_prompt(str(directory), list(tools))
     )
+    if settings.rules:  # AGENTS.md files (context/rules.py)
+        prompt_text = rules_prompt(session, prompt_text, gate)
     setup = TurnSetup(
         store=session.store,
         provider=provider,
@@ -135,6 +137,22 @@ def turn_setup(
         compactor=compactor(session, (summary_provider, info, spec), prompt_text, schemas, state),
     )
     return setup, gate
+
+
+def rules_prompt(session: Any, prompt_text: str, gate: Any) -> str:
+    """The system prompt with the rules files; at a root session's first turn, one line says
+    which were used and the history keeps it (a ``rules`` event)."""
+    from ..context import rules
+
+    found = rules.load(session.info.directory, may_read=lambda path: gate.reader()(path))
+    if found and len(session.history) <= 1 and session.info.parent_id is None:
+        from ..core import ids
+        from ..core.messages import now_ms
+
+        print(rules.line(found), flush=True)
+        record = rules.RulesUsed(ids.ascending("event"), session.info.id, now_ms(), found)
+        session.store.put(record)
+    return rules.with_rules(prompt_text, found)
 
 
 def confinement(settings: Settings, gate: Any) -> Any:

@@ -3,10 +3,11 @@
 The base (the current generation's large files, ``merge.py``) is read in place by the views.
 Everything else — the live journals and the small Parquet files — is "the tail", kept by
 :class:`Catalog` as tables of the store's in-memory DuckDB: ``_tail.rows`` (the newest
-revision of every id, typed), ``_tail.tombstone`` and the derived ``_tail.step`` and
-``_tail.tool_call``. It is refreshed incrementally (a small file once, a journal from the byte
-offset already read up to its last newline), so it costs what the tail holds, not what the
-history holds. duckdb is never imported here: the tables live in the caller's connection.
+revision of every id, typed), ``_tail.tombstone`` and the derived ``_tail.step``,
+``_tail.tool_call`` and ``_tail.session_totals`` (the last summed again, for the sessions new
+rows touched, only when a query reads it: :meth:`Catalog.settle_totals`). It is refreshed
+incrementally (a small file once, a journal from the byte offset already read up to its last
+newline), so it costs what the tail holds, not what the history holds. duckdb is never imported here: the tables live in the caller's connection.
 
 When a tail row belongs to a session that the base also holds (a session continued in a new
 kernel, a tool fixed by another), the catalog copies that session's rows from the base file in
@@ -29,6 +30,7 @@ from .problems import BadFile
 from .schema import (
     COLUMN_LIST,
     DERIVED,
+    DERIVED_KEY,
     EMPTY_RELATION,
     KINDS,
     RAW_TYPES,
@@ -44,6 +46,7 @@ _RAW_SPEC = json.dumps(RAW_TYPES)
 _STORED = ", ".join(list(RAW_TYPES) + list(TYPED))  # the columns of _tail.rows and of every file
 _KINDS = "(" + ", ".join(f"'{k}'" for k in KINDS) + ")"
 _PARTS = "(FROM _tail.rows WHERE kind = 'part')"
+PER_PART = tuple(k for k in DERIVED if DERIVED_KEY[k] == "id")  # derived rows kept at once
 _MESSAGES = "(FROM _tail.rows WHERE kind = 'message')"
 
 
@@ -93,6 +96,7 @@ class Catalog:
         self.probed: set[str] = set()  # session keys looked up in the base
         self.shadowed: dict[str, frozenset] = {}  # base file → its sessions the tail holds
         self.empty = True
+        self.unsettled: set[str] = set()  # sessions whose totals wait for settle_totals()
 
     def _create(self, con) -> None:
         """Empty tables, and no file read yet."""
@@ -101,7 +105,7 @@ class Catalog:
 
     def _tables(self, con) -> None:
         con.execute("CREATE SCHEMA IF NOT EXISTS _tail")
-        for scratch in ("batch", "hit", "touched"):
+        for scratch in ("batch", "hit", "touched", "sessions"):
             con.execute(f"DROP TABLE IF EXISTS _tail.{scratch}")
         con.execute(f"CREATE OR REPLACE TABLE _tail.rows AS {typed(EMPTY_RELATION)}")
         con.execute(
@@ -250,6 +254,14 @@ class Catalog:
                 "(PARTITION BY id ORDER BY rev DESC, writer DESC, src DESC) = 1",
                 params,
             )
+            # the sessions whose totals change (a tombstone's too): summed again when read
+            self.unsettled.update(
+                k
+                for (k,) in con.execute(
+                    "SELECT DISTINCT session_id FROM _tail.batch "
+                    "WHERE kind IN ('message', 'part') AND session_id IS NOT NULL"
+                ).fetchall()
+            )
             self._apply(con, first=self.empty)
             con.execute("DROP TABLE _tail.batch")
             con.execute("COMMIT")
@@ -257,6 +269,31 @@ class Catalog:
             con.execute("ROLLBACK")
             raise
         self.empty = False
+
+    def settle_totals(self, con) -> None:
+        """Sum again the totals (``_tail.session_totals``) of the sessions new rows touched since
+        the last time: done when a query reads them, so a turn's writes and reads never pay
+        for it."""
+        if not self.unsettled or not self.created:
+            return
+        con.execute("BEGIN")
+        try:
+            con.execute("CREATE TABLE _tail.sessions (id VARCHAR)")
+            con.execute(
+                "INSERT INTO _tail.sessions SELECT unnest($1::VARCHAR[])", [sorted(self.unsettled)]
+            )
+            con.execute(
+                "DELETE FROM _tail.session_totals WHERE session_id IN (SELECT id FROM _tail.sessions)"
+            )
+            touched = "session_id IN (SELECT id FROM _tail.sessions)"
+            totals = derived("session_totals", _PARTS, _MESSAGES, touched)
+            con.execute(f"INSERT INTO _tail.session_totals {totals}")
+            con.execute("DROP TABLE _tail.sessions")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        self.unsettled.clear()
 
     @staticmethod
     def _apply(con, first: bool) -> None:
@@ -301,7 +338,7 @@ class Catalog:
             )
             con.execute("DROP TABLE _tail.hit")
         if first:
-            for kind in DERIVED:
+            for kind in PER_PART:
                 con.execute(f"INSERT INTO _tail.{kind} {derived(kind, _PARTS, _MESSAGES)}")
         else:  # rebuild the rows of the batch's parts and its messages' parts
             types = ", ".join(f"'{t}'" for t in ("step-finish", "tool"))
@@ -311,7 +348,7 @@ class Catalog:
                 "p.kind = 'part' AND p.message_id IN (SELECT id FROM _tail.batch "
                 f"WHERE kind = 'message') AND p.type IN ({types})"
             )
-            for kind in DERIVED:
+            for kind in PER_PART:
                 con.execute(f"DELETE FROM _tail.{kind} WHERE id IN (SELECT id FROM _tail.touched)")
                 touched = "p.id IN (SELECT id FROM _tail.touched)"
                 con.execute(f"INSERT INTO _tail.{kind} {derived(kind, _PARTS, _MESSAGES, touched)}")

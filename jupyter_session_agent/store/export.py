@@ -27,6 +27,7 @@ from .query import Query
 from .schema import (
     DERIVED,
     DERIVED_COLUMNS,
+    DERIVED_KEY,
     EMPTY_RELATION,
     KINDS,
     SESSION_KEY,
@@ -230,7 +231,8 @@ def _sync_duckdb(con) -> dict[str, int]:
         existing.get(("_store", t)) != columns for t, columns in wanted.items()
     )
     sessions = " UNION ALL ".join(
-        f"SELECT {SESSION_KEY} k, hash(id, {'rev' if k in KINDS else 0}, '{k}') h FROM _store.{k}"
+        f"SELECT {SESSION_KEY} k, hash({DERIVED_KEY.get(k, 'id')}, {'rev' if k in KINDS else 0}, "
+        f"'{k}') h FROM _store.{k}"
         for k in tables
     )
     con.execute(
@@ -313,6 +315,8 @@ def export_views_sql(directory: str | os.PathLike) -> str:
             )
         elif kind in KINDS:
             source = f"SELECT {select_list(kind)} FROM ({typed(EMPTY_RELATION)})"
+        elif kind not in EXPORTED:  # not exported (the session totals): computed from the rows
+            source = derived(kind, "(FROM _store.part)", "(FROM _store.message)")
         else:
             empty = f"(SELECT * FROM ({typed(EMPTY_RELATION)}))"
             source = derived(kind, empty, empty, "false")

@@ -53,7 +53,18 @@ from .generation import (
     list_manifests,
     plan,
 )
-from .schema import COLUMN_LIST, DERIVED, KINDS, LAYOUT, SESSION_KEY, derived, quote, typed
+from .schema import (
+    COLUMN_LIST,
+    DERIVED,
+    DERIVED_KEY,
+    KINDS,
+    LAYOUT,
+    SESSION_KEY,
+    derived,
+    quote,
+    select_list,
+    typed,
+)
 from .segment import ORDER, connect, copy, fsync_dir, parquet_problem, read_meta
 
 MIN_FILES = 8  # a merge waits for this many small files …
@@ -63,17 +74,30 @@ MEMORY_LIMIT = "1GB"  # a merge spills to disk past this
 
 
 def merge_due(history: Path) -> bool:
-    """Whether enough small files wait for :func:`merge` to be worth starting (a cheap look at
-    the folder; ``merge`` itself decides on the files it can merge)."""
+    """Whether enough small files wait for :func:`merge` to be worth starting, or the current
+    generation lacks derived files it backfills (a cheap look at the folder; ``merge`` itself
+    decides on the files it can merge)."""
+    folder = history / "parquet"
     try:
+        entries = list(os.scandir(folder))
         waiting = [
             entry.stat().st_size
-            for entry in os.scandir(history / "parquet")
+            for entry in entries
             if entry.name.endswith(".parquet") and not entry.name.startswith((".", MERGED))
         ]
     except OSError:
         return False
-    return len(waiting) >= MIN_FILES or sum(waiting) >= MIN_BYTES
+    if len(waiting) >= MIN_FILES or sum(waiting) >= MIN_BYTES:
+        return True
+    current = current_generation(
+        list_manifests(folder, _MANIFESTS), frozenset(e.name for e in entries)
+    )
+    return current is not None and any(  # written by a version that derived fewer kinds
+        k not in entry.get("derived", {}) for entry in current.files for k in DERIVED
+    )
+
+
+_MANIFESTS: dict = {}  # path → (stat, manifest): merge_due reads a manifest once
 
 
 def merge(
@@ -155,24 +179,44 @@ class _Merge:
         journals = {Path(p).stem for p in live}
         if current is not None and len(now.base) != len(current.files):
             return None  # a file of the generation cannot be read: never merge around a hole
+        backfilled = self._backfill(current, self._next_number(parquet, manifests), manifests)
+        if backfilled:
+            names, parquet, manifests, live = self._listing()
+            current = current_generation(manifests, names)
+            now = plan(live, parquet, names, manifests, self.meta)
         inputs = [p for p in now.small if Path(p).stem not in journals]  # compaction finished
         size = sum(os.path.getsize(p) for p in inputs)
         if not inputs or (not force and len(inputs) < min_files and size < MIN_BYTES):
-            return None
-        seen = [int((self.meta(p) or {}).get("generation", 0)) for p in parquet]
-        number = max([0, *manifests, *seen]) + 1
+            return {"backfilled": backfilled} if backfilled else None
+        number = self._next_number(parquet, manifests)
         written, consumed = self._write(number, now, inputs)
         kept = [f for f in (current.files if current else ()) if f["name"] not in consumed]
-        manifest = {
-            "format": 2,
-            "generation": number,
-            "files": kept + written,
-            "consumed": sorted(consumed),
-        }
         # step 2: into place (until step 3, readers read them like small files)
         for name in (n for f in written for n in file_names(f)):
             os.rename(self.folder / f".{name}.tmp", self.folder / name)
         fsync_dir(self.folder)
+        self._commit(number, kept + written, consumed, manifests)
+        return {
+            "generation": number,
+            "inputs": len(inputs),
+            "files": len(written),
+            "rows": sum(f["rows"] for f in written),
+        }
+
+    def _next_number(self, parquet, manifests) -> int:
+        """A generation number above every manifest's and every merged file's."""
+        seen = [int((self.meta(p) or {}).get("generation", 0)) for p in parquet]
+        return max([0, *manifests, *seen]) + 1
+
+    def _commit(self, number: int, files: list[dict], consumed, manifests) -> None:
+        """Steps 3 and 4: the manifest of generation ``number`` (its ``files``), then the
+        ``consumed`` files and the older manifests removed."""
+        manifest = {
+            "format": 2,
+            "generation": number,
+            "files": files,
+            "consumed": sorted(consumed),
+        }
         tmp = self.folder / f".generation-{number}.json.tmp"
         with open(tmp, "w") as f:
             json.dump(manifest, f)
@@ -186,12 +230,6 @@ class _Merge:
             if old != number:
                 (self.folder / f"generation-{old}.json").unlink(missing_ok=True)
         fsync_dir(self.folder)
-        return {
-            "generation": number,
-            "inputs": len(inputs),
-            "files": len(written),
-            "rows": sum(f["rows"] for f in written),
-        }
 
     def _clean(self, names, parquet, manifests, current) -> None:
         """Step 1: what earlier merges left behind (we hold the lock: nobody else merges)."""
@@ -332,16 +370,56 @@ class _Merge:
             con, f"SELECT * FROM c ORDER BY {ORDER}", hidden, {"level": 1, "generation": number}
         )
         for kind, name in entry["derived"].items():
-            copy(
-                con,
-                f"SELECT '{kind}' AS kind, * FROM ({derived(kind, parts, messages)}) "
-                "ORDER BY session_id, id",
-                self.folder / f".{name}.tmp",
-                {"level": 1, "generation": number, "derived": kind},
-            )
+            self._derive(kind, parts, messages, name, number)
         con.execute("DROP TABLE c")
         con.execute("DROP TABLE dup")
         return n
+
+    def _derive(self, kind: str, parts: str, messages: str, name: str, number: int) -> None:
+        """The hidden file ``name`` of the ``kind`` rows derived from ``parts`` and ``messages``."""
+        copy(
+            self.con,
+            f"SELECT '{kind}' AS kind, * FROM ({derived(kind, parts, messages)}) "
+            f"ORDER BY session_id, {DERIVED_KEY[kind]}",
+            self.folder / f".{name}.tmp",
+            {"level": 1, "generation": number, "derived": kind},
+        )
+
+    def _backfill(self, current, number: int, manifests) -> int:
+        """The derived files the current generation's entries lack (written by a version that
+        did not derive every kind of :data:`~.schema.DERIVED`), made from each entry's own file
+        and committed as a new generation holding the same files (True if it did). A one-time
+        migration of a history: its files are never rewritten."""
+        lacking = {
+            entry["name"]: [k for k in DERIVED if k not in entry.get("derived", {})]
+            for entry in (current.files if current is not None else ())
+        }
+        if current is None or not any(lacking.values()):
+            return 0
+        files, added = [], []
+        for entry in current.files:
+            entry = {**entry, "derived": dict(entry.get("derived", {}))}
+            rows = (
+                f"(SELECT {{}} FROM read_parquet([{quote(str(self.folder / entry['name']))}]) "
+                "WHERE kind = '{}' AND deleted IS NOT TRUE)"
+            )
+            for kind in lacking[entry["name"]]:
+                name = f"{entry['name'].removesuffix('.parquet')}-{kind}.parquet"
+                self._derive(
+                    kind,
+                    rows.format(select_list("part"), "part"),
+                    rows.format(select_list("message"), "message"),
+                    name,
+                    number,
+                )
+                entry["derived"][kind] = name
+                added.append(name)
+            files.append(entry)
+        for name in added:
+            os.rename(self.folder / f".{name}.tmp", self.folder / name)
+        fsync_dir(self.folder)
+        self._commit(number, files, [], manifests)
+        return len(added)
 
 
 _KINDS = "(" + ", ".join(f"'{k}'" for k in KINDS) + ")"

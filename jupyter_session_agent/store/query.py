@@ -71,6 +71,14 @@ class Query:
                 if params
                 else (lambda c, *_: c.execute(query).df())
             )
+            if _TOTALS.search(query):  # the tail's totals are summed again only when read
+                ask = run
+
+                def run(c, *rest):
+                    if self._catalog is not None:
+                        self._catalog.settle_totals(c)
+                    return ask(c, *rest)
+
             try:
                 if _EVENTS.search(query):  # the raw revisions: read from the files themselves
                     self._refresh(con)
@@ -127,6 +135,7 @@ class Query:
 
         def attempt(files):
             catalog.refresh(con, files, self._typed)
+            catalog.settle_totals(con)
             define_views(con, files, catalog.shadowed, tail=catalog.created)
 
         with self._lock:  # as in _refresh: again if a journal is converted meanwhile
@@ -345,6 +354,7 @@ def _events_sql(jsonl: tuple[str, ...], parquet: tuple[str, ...]) -> str:
 
 
 _EVENTS = re.compile(r"\bevents\b", re.IGNORECASE)
+_TOTALS = re.compile(r"session_totals", re.IGNORECASE)  # a query reading them (any view)
 # What a probe reads of every row, so that every column of a file is decoded.
 _READ_EVERY_COLUMN = (
     "count(kind), count(id), count(session_id), count(message_id), max(rev), "

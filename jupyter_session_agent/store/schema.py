@@ -19,7 +19,9 @@ from typing import Literal
 
 Kind = Literal["session", "message", "part", "event"]  # event: e.g. compaction.CompactionEvent
 KINDS = ("session", "message", "part", "event")  # journal kinds
-DERIVED = ("step", "tool_call")  # kinds of the rows derived from parts (merged files and the tail)
+# kinds of the rows derived from parts (merged files and the tail): one per LLM call, one per tool
+# call, one per session (its totals, what the session browser lists)
+DERIVED = ("step", "tool_call", "session_totals")
 
 RAW_TYPES = {
     "kind": "VARCHAR",
@@ -354,10 +356,58 @@ DERIVED_COLUMNS = {
 }
 PART_TYPES = {kind: part_type for kind, (part_type, _) in _DERIVED_SQL.items()}
 
+# A session's totals: one row per session holding messages, kept up to date wherever its rows are
+# (computed again for the sessions a merge rewrites or the tail touches), so that the session
+# browser reads one row per session instead of aggregating every part. Its columns are what the
+# browser shows; ``tests/test_session_totals.py`` holds them equal to the aggregate over parts.
+_TOK = (
+    "coalesce(total_tokens, coalesce(input_tokens, 0) + coalesce(output_tokens, 0) "
+    "+ coalesce(cache_read_tokens, 0) + coalesce(cache_write_tokens, 0))"
+)
+_TOTALS_SQL = f"""SELECT * FROM (WITH m AS MATERIALIZED (
+        SELECT session_id, id, role, cost, provider_id, model_id, finish, time_created,
+            time_completed, {_TOK} AS tok FROM {{messages}} WHERE {{where}}),
+    prompt_parts AS (
+        SELECT session_id, count(*) FILTER (WHERE type = 'compaction') AS compactions,
+            count(DISTINCT message_id) FILTER (
+                WHERE type = 'text' AND NOT coalesce(synthetic, false)) AS turns
+        FROM {{parts}} WHERE ({{where}}) AND type IN ('compaction', 'text')
+            AND message_id IN (SELECT id FROM m WHERE role = 'user')
+        GROUP BY session_id),
+    msg AS (
+        SELECT session_id, count(*) AS messages, coalesce(sum(cost), 0) AS cost,
+            coalesce(sum(tok) FILTER (WHERE role = 'assistant'), 0) AS tokens,
+            arg_max(tok, id) FILTER (WHERE role = 'assistant' AND finish IS NOT NULL) AS context,
+            arg_max(provider_id || '/' || model_id, id) AS model,
+            max(coalesce(time_completed, time_created)) AS last_message
+        FROM m GROUP BY session_id)
+    SELECT msg.session_id, msg.messages::BIGINT AS messages, msg.cost::DOUBLE AS cost,
+        msg.tokens::BIGINT AS tokens, msg.context::BIGINT AS context, msg.model::VARCHAR AS model,
+        coalesce(pp.turns, 0)::BIGINT AS turns, coalesce(pp.compactions, 0)::BIGINT AS compactions,
+        msg.last_message::BIGINT AS last_message
+    FROM msg LEFT JOIN prompt_parts pp ON pp.session_id = msg.session_id)"""
+DERIVED_COLUMNS["session_totals"] = (
+    "session_id",
+    "messages",
+    "cost",
+    "tokens",
+    "context",
+    "model",
+    "turns",
+    "compactions",
+    "last_message",
+)
+# What identifies a derived row (a part's id; a session's totals: the session)
+DERIVED_KEY = {"step": "id", "tool_call": "id", "session_totals": "session_id"}
+
 
 def derived(kind: str, parts: str, messages: str, where: str = "true") -> str:
-    """SELECT the ``kind`` rows (step or tool_call) of the parts in ``parts`` that match ``where``,
-    each with its message from ``messages`` (relations with the part's and message's columns)."""
+    """SELECT the ``kind`` rows derived from the parts in ``parts`` (relations with the part's
+    and message's columns): for step and tool_call, those of the parts that match ``where``,
+    each with its message from ``messages``; for session_totals, those of the sessions whose
+    messages and parts match ``where`` (a condition on ``session_id`` alone)."""
+    if kind == "session_totals":
+        return _TOTALS_SQL.format(parts=parts, messages=messages, where=where)
     part_type, select = _DERIVED_SQL[kind]
     return (
         f"{select} FROM {parts} p LEFT JOIN {messages} m ON m.id = p.message_id "
@@ -366,6 +416,12 @@ def derived(kind: str, parts: str, messages: str, where: str = "true") -> str:
 
 
 # A signature of the stored columns: files that share it have the same schema, so one scan reads
-# them without unifying their schemas (``union_by_name``, which costs a bind per query).
-_STORED = [*RAW, *TYPED, *(f"{k}.{c}" for k in DERIVED for c in DERIVED_COLUMNS[k])]
+# them without unifying their schemas (``union_by_name``, which costs a bind per query). The
+# session totals are left out: their files are read on their own (all written by this layout),
+# so adding them did not make the files of earlier versions a different layout.
+_STORED = [
+    *RAW,
+    *TYPED,
+    *(f"{k}.{c}" for k in DERIVED if k != "session_totals" for c in DERIVED_COLUMNS[k]),
+]
 LAYOUT = hashlib.sha1("|".join(_STORED).encode()).hexdigest()[:12]

@@ -101,11 +101,20 @@ VIEWS["todo"] = f"""SELECT session_id, TRY_CAST(item->>'position' AS INTEGER) AS
     FROM (SELECT session_id, data->>'source' AS source, unnest(CAST(data->'items' AS JSON[])) AS item
           FROM {_latest("event")} AND data->>'type' = 'todos')"""
 
+# Rules files a session's first turn added to the system prompt (context.rules.RulesUsed, journal
+# kind "event", type "rules"): one row per file found, used or not (and why).
+VIEWS["rules_file"] = f"""SELECT session_id, time_created, f->>'path' AS path,
+    TRY_CAST(f->>'used' AS BOOLEAN) AS used, TRY_CAST(f->>'bytes' AS BIGINT) AS bytes,
+    nullif(f->>'note', '') AS note
+    FROM (SELECT session_id, time_created, unnest(CAST(data->'files' AS JSON[])) AS f
+          FROM {_latest("event")} AND data->>'type' = 'rules')"""
+
 # Analytics views (docs/analytics.md): one row per LLM call, tool call, session, and day × model.
 # Plain SQL over the views above; times are UTC TIMESTAMPs; costs in USD.
 _UTC = "make_timestamp({} * 1000)"  # epoch milliseconds → TIMESTAMP (UTC)
 VIEWS["step"] = "SELECT * FROM _store.step"  # rows derived from parts (schema.derived)
 VIEWS["tool_call"] = "SELECT * FROM _store.tool_call"
+VIEWS["session_totals"] = "SELECT * FROM _store.session_totals"  # kept up to date (schema.py)
 # What an imported session's own row recorded (OpenCode keeps totals on the session), shown only
 # where it differs from what its messages add up to (NULL otherwise, and for our sessions).
 _RECORDED = ",\n        ".join(
@@ -224,12 +233,24 @@ def _kind_sql(kind: str, files: Plan, shadowed: dict, layouts: tuple, tail: bool
         branches.append(f"SELECT {columns} FROM read_parquet([{listed}]{unify}) WHERE {where}")
     for part in files.base:
         keys = shadowed.get(part.path)
+        left_out = f"{SESSION_KEY} NOT IN ({', '.join(map(quote, sorted(keys)))})" if keys else ""
         if keys and path_of(part):
-            left_out = ", ".join(map(quote, sorted(keys)))
             branches.append(
                 f"SELECT {columns} FROM read_parquet([{quote(path_of(part))}]) "
-                f"WHERE {where} AND {SESSION_KEY} NOT IN ({left_out})"
+                f"WHERE {where} AND {left_out}"
             )
+        elif not path_of(part):  # a file of a version that did not derive this kind: computed
+            # here until the merge's backfill has written it (merge.py)
+            rows = (
+                f"(SELECT {{}} FROM read_parquet([{quote(part.path)}]) WHERE kind = '{{}}' "
+                f"AND deleted IS NOT TRUE AND {left_out or 'true'})"
+            )
+            body = derived(
+                kind,
+                rows.format(select_list("part"), "part"),
+                rows.format(select_list("message"), "message"),
+            )
+            branches.append(f"SELECT {columns} FROM ({body})")
     if tail:
         branches.append(
             f"SELECT * FROM _tail.{kind}"
