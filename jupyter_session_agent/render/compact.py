@@ -217,6 +217,8 @@ def progress_line(progress: dict[str, Any] | None) -> str:
         "model": "waiting for the model",
         "tool": "running a tool",
         "approval": "waiting for approval",
+        "review": "waiting for your review of the notebook edits",
+        "notebook": "waiting for the notebook",
     }.get(waiting, f"waiting for {waiting}")
     if detail:
         what += f" ({detail})"
