@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -85,7 +86,8 @@ def ask(shell: Any, request: dict, question: str) -> dict:
     if why:
         raise Unavailable(why)
     nonce = secrets.token_hex(12)
-    payload = {"protocol": PROTOCOL, "nonce": nonce, **request}
+    # ``sent``: when the kernel asked (epoch ms), for the latency the extension measures
+    payload = {"protocol": PROTOCOL, "nonce": nonce, "sent": int(time.time() * 1000), **request}
     prompt = (
         f"{question} (the jupyter-session-agent JupyterLab extension answers this; "
         f"without it press Enter to go on) [{PROTOCOL} {nonce}]: "

@@ -144,8 +144,12 @@ def output_text(outputs: Sequence[Any]) -> str:
             if "text/plain" in data:
                 lines.append(_text(data["text/plain"]))
             others = [m for m in data if m != "text/plain"]
+            # the extension sends big values as their size (jsa_sizes), not the value
+            known = output.get("jsa_sizes") if isinstance(output.get("jsa_sizes"), Mapping) else {}
             if others:
-                sizes = ", ".join(f"{m} ({len(_text(data[m])):,} chars)" for m in others[:5])
+                sizes = ", ".join(
+                    f"{m} ({int(known.get(m) or len(_text(data[m]))):,} chars)" for m in others[:5]
+                )
                 lines.append(f"[{sizes}]")
         if sum(len(line) for line in lines) > MAX_OUTPUT_CHARS:
             break
