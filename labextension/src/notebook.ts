@@ -29,13 +29,16 @@ const MAX_SOURCE = 200000; // characters of one cell's source
 const MAX_ANSWER = 6000000; // characters of the whole answer
 
 let tracker: INotebookTracker | null = null;
+let kernels: any = null; // the service manager's kernels: a new connection when a notebook closed
 const handled = new Set<string>(); // nonces answered or being answered
-const questions = new Map<string, { header: any; panel: NotebookPanel }>(); // nonce → the kernel's question
+const questions = new Map<string, { header: any; panel: NotebookPanel; kernel: any }>(); // nonce → the kernel's question
 const reviews = new Map<string, () => void>(); // nonce → reject what is left (the notebook closes)
+const closed = new Set<string>(); // nonces whose notebook closed: answered by the kernel connection
 
 /** Called by the plugin: the notebooks, and each one's kernel questions. */
-export function setTracker(value: INotebookTracker): void {
+export function setTracker(value: INotebookTracker, kernelManager: any = null): void {
   tracker = value;
+  kernels = kernelManager;
   value.widgetAdded.connect((_, panel) => watch(panel));
   value.forEach(panel => watch(panel));
 }
@@ -54,7 +57,7 @@ function watch(panel: NotebookPanel): void {
       }
       const found = /\[jsa-frontend\/1 ([0-9a-f]+)\]: $/.exec(String(msg.content.prompt || ''));
       if (found) {
-        questions.set(found[1], { header: msg.header, panel });
+        questions.set(found[1], { header: msg.header, panel, kernel });
       }
     });
   };
@@ -64,6 +67,7 @@ function watch(panel: NotebookPanel): void {
     for (const [nonce, reject] of Array.from(reviews.entries())) {
       const question = questions.get(nonce);
       if (question && question.panel === panel) {
+        closed.add(nonce);
         reject();
       }
     }
@@ -118,7 +122,7 @@ async function send(node: HTMLElement, panel: NotebookPanel, nonce: string, valu
   }
   const area = node.closest('.jp-OutputArea');
   const deadline = Date.now() + 20000;
-  while (Date.now() < deadline && area && node.isConnected) {
+  while (Date.now() < deadline && area && node.isConnected && !closed.has(nonce)) {
     for (const box of Array.from(area.querySelectorAll('.jp-Stdin'))) {
       const prompt = box.querySelector('.jp-Stdin-prompt');
       const input = box.querySelector('.jp-Stdin-input') as HTMLInputElement | null;
@@ -133,11 +137,24 @@ async function send(node: HTMLElement, panel: NotebookPanel, nonce: string, valu
     }
     await new Promise(resolve => setTimeout(resolve, 50));
   }
+  // the stdin box is gone (the notebook closed): the kernel connection answers
   const question = questions.get(nonce);
-  const kernel = panel.sessionContext.session?.kernel;
-  if (question && kernel && !kernel.isDisposed) {
+  if (!question) {
+    return;
+  }
+  questions.delete(nonce);
+  let kernel = question.kernel;
+  if (kernel.isDisposed && kernels) {
+    // the notebook's connection closed with it; the kernel takes an input reply from any
+    kernel = kernels.connectTo({ model: { id: question.kernel.id, name: question.kernel.name } });
+    const until = Date.now() + 10000;
+    while (kernel.connectionStatus !== 'connected' && Date.now() < until) {
+      await new Promise(resolve => setTimeout(resolve, 50));
+    }
+    window.setTimeout(() => kernel.dispose(), 5000);
+  }
+  if (!kernel.isDisposed) {
     kernel.sendInputReply({ status: 'ok', value: text } as any, question.header);
-    questions.delete(nonce);
   }
 }
 

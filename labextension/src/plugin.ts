@@ -14,8 +14,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'The open notebook for the agent: read it, review its proposed cell edits.',
   autoStart: true,
   requires: [INotebookTracker],
-  activate: (_app: JupyterFrontEnd, tracker: INotebookTracker) => {
-    setTracker(tracker);
+  activate: (app: JupyterFrontEnd, tracker: INotebookTracker) => {
+    setTracker(tracker, app.serviceManager.kernels);
   }
 };
 
