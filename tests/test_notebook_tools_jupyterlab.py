@@ -128,7 +128,10 @@ def test_review_accept_reject_with_feedback_run_and_undo(lab, browser, scripted)
     assert replace.locator(".jsa-diff-del").inner_text().strip() == f"- {PRICES}"
     assert replace.locator(".jsa-diff-add").inner_text().strip() == "+ prices = []"
     assert insert.locator("button:visible").all_inner_texts() == [
-        "Accept", "Reject", "Reject with feedback", "Accept all"
+        "Accept",
+        "Reject",
+        "Reject with feedback",
+        "Accept all",
     ]
     # the model read the live notebook first (ids, types, sources)
     read = _tool_message(scripted.turn_requests()[1])

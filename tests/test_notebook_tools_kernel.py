@@ -367,3 +367,27 @@ def test_edits_are_reviewed_and_a_rejected_edit_never_runs(fresh, server, tmp_pa
         assert front.requests[-1]["allowed"] is True
         assert tool_output(fresh).startswith("1 of 1 edits accepted, applied (a rule allows edits)")
         assert [c["id"] for c in front.cells] == ["intro", "load", "new3"]
+
+
+def test_the_example_notebook_runs_with_the_scripted_server(tmp_path):
+    """notebooks/07_notebook_edits.ipynb, executed by nbclient (no stdin): reading falls back
+    to the saved file, the edit is refused in one line, the code comes back in the answer."""
+    import shutil
+    from pathlib import Path
+
+    from jupyter_session_agent.testing.record import record_notebook
+
+    source = Path(__file__).resolve().parents[1] / "notebooks" / "07_notebook_edits.ipynb"
+    copy = tmp_path / source.name
+    shutil.copyfile(source, copy)
+    replies = json.loads(source.with_suffix(".replies.json").read_text())
+    nb = record_notebook(copy, replies)
+    cells = {c.id: c for c in nb.cells}
+    assert cells["revenue"].outputs[0]["ename"] == "NameError"
+    shown = "".join(
+        "".join(o.get("data", {}).get("text/markdown", "")) for o in cells["agent"].outputs
+    )
+    assert "(the saved 07_notebook_edits.ipynb on the disk" in shown
+    assert "--- cell 7 · id revenue · code" in shown
+    assert "notebook_edit: this front end cannot apply edits" in shown
+    assert "zip(prices, quantities)" in shown
