@@ -39,7 +39,7 @@ TOTAL = "total = sum(prices)\nprint('total', total)"
 FEEDBACK = "keep the original prices"
 
 
-def _notebook(lab, browser, name: str):
+def _notebook(lab, browser, name: str):  # noqa: F811  (the imported fixtures)
     import nbformat
 
     nb = nbformat.v4.new_notebook()
@@ -89,7 +89,7 @@ def _approve_run(cell, expected_source: str) -> None:
     panel.locator("button", has_text="Allow once").click()
 
 
-def test_review_accept_reject_with_feedback_run_and_undo(lab, browser, scripted):
+def test_review_accept_reject_with_feedback_run_and_undo(lab, browser, scripted):  # noqa: F811
     notebook = _notebook(lab, browser, "review.ipynb")
     page = notebook.page
     scripted.script(
@@ -179,7 +179,7 @@ def test_review_accept_reject_with_feedback_run_and_undo(lab, browser, scripted)
     page.close()
 
 
-def test_a_notebook_closed_mid_review_rejects_what_is_left(lab, browser, scripted):
+def test_a_notebook_closed_mid_review_rejects_what_is_left(lab, browser, scripted):  # noqa: F811
     notebook = _notebook(lab, browser, "closing.ipynb")
     page = notebook.page
     scripted.script(

@@ -1,5 +1,8 @@
 """The notebook as a document: read it whole or one cell, propose cell edits, run a cell.
 
+One module: the three tools share one reading of the notebook (the live model or the saved
+file, cells found by id or index), so what the model reads is what it edits and runs.
+
 Three tools share one reading of the notebook:
 
 * ``notebook`` with ``action: "read"`` (in :mod:`.notebook`) gives the cells in order — index,
