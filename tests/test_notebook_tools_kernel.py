@@ -391,3 +391,58 @@ def test_the_example_notebook_runs_with_the_scripted_server(tmp_path):
     assert "--- cell 7 · id revenue · code" in shown
     assert "notebook_edit: this front end cannot apply edits" in shown
     assert "zip(prices, quantities)" in shown
+
+
+def test_a_huge_notebook_is_read_within_bounds_and_one_cell_whole(fresh, server, tmp_path):
+    cells = [
+        {
+            "id": f"c{i}",
+            "cell_type": "code",
+            "source": f"# cell {i}\n" + "x = 1\n" * 800,
+            "execution_count": i,
+            "outputs": [{"output_type": "stream", "text": "y" * 50_000}],
+        }
+        for i in range(2_000)
+    ]  # about 14 MB of sources and 100 MB of outputs in the model the extension holds
+    front = FrontEnd(cells)
+    front.respond = _capped(front.respond)
+    with real_kernel(server.base_url, tmp_path / "data", tmp_path) as kc:
+        kernel = Kernel(kc)
+        kernel.run(
+            "%load_ext jupyter_session_agent\n%config AgentMagics.live = True\n"
+            "%config AgentMagics.model = 'openai/scripted'",
+            None,
+        )
+        fresh.enqueue(
+            Reply(tool_calls=({"name": "notebook", "arguments": {"action": "read"}},)),
+            Reply(
+                tool_calls=({"name": "notebook", "arguments": {"action": "read", "cell": "1999"}},)
+            ),
+            Reply(text="read"),
+        )
+        kernel.agent(fresh, "read it", front)
+    steps = [r for r in fresh.requests if "tools" in r]
+    whole = steps[1]["messages"][-1]["content"]
+    assert len(whole) < 80_000 and "more cells not shown (the notebook is long)" in whole
+    one = steps[2]["messages"][-1]["content"]
+    assert one.startswith("cell 1999 of 2000") and "# cell 1999" in one
+    assert "more characters]" in one  # the source and the output capped, not the call
+
+
+def _capped(respond):
+    """The extension's caps (labextension/src/notebook.ts): output text cut at 2,000
+    characters; sources cut to 8,000, then 1,000, while the answer would be over 6,000,000."""
+
+    def answer(request):
+        data = json.loads(respond(request))
+        for cell in data.get("cells", []):
+            for output in cell["outputs"]:
+                output["text"] = output["text"][:2000]
+        for cap in (8000, 1000):
+            if len(json.dumps(data)) <= 6_000_000 - 1000:
+                break
+            for cell in data["cells"]:
+                cell["source"] = cell["source"][:cap]
+        return json.dumps(data)
+
+    return answer

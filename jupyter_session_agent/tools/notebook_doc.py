@@ -41,6 +41,8 @@ from .base import ToolContext, ToolResult
 MAX_SOURCE_CHARS = 8_000  # per cell, shown to the model
 MAX_OUTPUT_CHARS = 1_500  # per cell, the outputs' summary
 MAX_DOCUMENT_CHARS = 60_000  # the whole notebook as the model reads it
+MAX_DOCUMENT_LINES = 1_500  # … and its lines (under the tools' 2,000-line truncation)
+CELL_LINES = 60  # lines of one cell's source in the whole notebook (one cell read: all)
 MAX_EDITS = 20  # per notebook_edit call
 MAX_EDIT_SOURCE = 100_000  # characters of one proposed cell
 CELL_TYPES = ("code", "markdown")
@@ -187,18 +189,22 @@ def describe(cells: Sequence[dict], note: str, only: int | None = None) -> str:
     chosen = range(len(cells)) if only is None else [only]
     blocks = [note] if note else []
     blocks.append(f"{len(cells)} cells" if only is None else f"cell {only} of {len(cells)}")
-    used = 0
+    used = lines = 0
     for index in chosen:
         cell = cells[index]
         count = cell["execution_count"]
         ran = f", In [{count}]" if count is not None else ""
         head = f"--- cell {index} · id {cell['id']} · {cell['cell_type']}{ran}"
-        parts = [head, _cap(cell["source"], MAX_SOURCE_CHARS)]
-        if cell["outputs"]:
-            parts += ["--- output", cell["outputs"]]
+        source, output = _cap(cell["source"], MAX_SOURCE_CHARS), cell["outputs"]
+        if only is None:  # the whole notebook: each cell's first lines (one cell: all of it)
+            source, output = _head(source, CELL_LINES), _head(output, CELL_LINES // 3)
+        parts = [head, source]
+        if output:
+            parts += ["--- output", output]
         block = "\n".join(parts)
         used += len(block)
-        if used > MAX_DOCUMENT_CHARS and only is None:
+        lines += block.count("\n") + 1
+        if (used > MAX_DOCUMENT_CHARS or lines > MAX_DOCUMENT_LINES) and only is None:
             blocks.append(
                 f"… {len(cells) - index} more cells not shown (the notebook is long): "
                 "read them one at a time with cell"
@@ -206,6 +212,13 @@ def describe(cells: Sequence[dict], note: str, only: int | None = None) -> str:
             break
         blocks.append(block)
     return "\n".join(blocks)
+
+
+def _head(text: str, lines: int) -> str:
+    kept = text.split("\n")
+    if len(kept) <= lines:
+        return text
+    return "\n".join(kept[:lines]) + f"\n… [{len(kept) - lines:,} more lines: read this cell]"
 
 
 def _cap(text: str, limit: int) -> str:

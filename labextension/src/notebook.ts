@@ -103,7 +103,15 @@ export function handleRequest(node: HTMLElement, request: Json): string | null {
   handled.add(nonce);
   const answer = (value: Json) => void send(node, panel, nonce, { ...value, nonce });
   if (request.action === 'read') {
-    answer({ cells: readCells(panel) });
+    // a huge notebook: sources cut shorter until the answer fits (the model sees 8,000 per cell)
+    let cells = readCells(panel, MAX_SOURCE);
+    for (const cap of [8000, 1000]) {
+      if (JSON.stringify(cells).length <= MAX_ANSWER - 1000) {
+        break;
+      }
+      cells = readCells(panel, cap);
+    }
+    answer({ cells });
     return 'Reading the notebook…';
   }
   if (request.action === 'edit') {
@@ -193,7 +201,7 @@ function outputs(list: any[]): Json[] {
   });
 }
 
-function readCells(panel: NotebookPanel): Json[] {
+function readCells(panel: NotebookPanel, sourceCap: number): Json[] {
   const model = panel.content.model;
   const cells: Json[] = [];
   if (!model) {
@@ -205,7 +213,7 @@ function readCells(panel: NotebookPanel): Json[] {
     cells.push({
       id: cell.id,
       cell_type: cell.type,
-      source: cut(cell.sharedModel.getSource(), MAX_SOURCE),
+      source: cut(cell.sharedModel.getSource(), sourceCap),
       execution_count: cell.type === 'code' ? (data.execution_count ?? null) : null,
       outputs: cell.type === 'code' ? outputs(data.outputs || []) : []
     });
