@@ -446,3 +446,21 @@ def _capped(respond):
         return json.dumps(data)
 
     return answer
+
+
+def test_an_answer_to_another_request_is_refused_and_nothing_is_taken_from_it():
+    """Two agent cells, or a stale answer typed again: the answer names its request's nonce,
+    and a question only takes the answer to itself."""
+    from jupyter_session_agent.tools import frontend
+
+    class Shell:  # the kernel's shell is only a key here
+        pass
+
+    shell = Shell()
+    first = json.dumps({"nonce": "a" * 24, "cells": []})
+    with pytest.raises(frontend.Unavailable, match="another request's"):
+        frontend.parse(shell, first, "b" * 24)
+    with pytest.raises(frontend.Unavailable, match="not JSON"):
+        frontend.parse(shell, f"[jsa-frontend/1 {'b' * 24}]", "b" * 24)
+    assert frontend.parse(shell, first, "a" * 24)["cells"] == []
+    assert frontend.front_end(shell) == "this is not a Jupyter kernel (plain IPython or a script)"

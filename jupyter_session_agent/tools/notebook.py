@@ -9,6 +9,10 @@ cell's input, its displayed output (``Out[n]``, its ``repr``) and its error with
 (recorded by ``kernel.CellLog`` since ``%load_ext``). Printed output is not kept by
 IPython, so it is not shown.
 
+``{"action": "read"}`` reads the open notebook as a document — every cell with its index, id,
+type, execution count, source and outputs, or one ``cell`` — from the JupyterLab extension or
+the saved file (``notebook_doc.read``).
+
 Read-only; it asks the ``read`` permission (allowed by default). Output is bounded: at most
 :data:`MAX_VARIABLES` rows and :data:`MAX_CELLS` cells, each field capped, and the tools'
 truncation (2,000 lines / 50 KB) on top.

@@ -34,6 +34,7 @@ const handled = new Set<string>(); // nonces answered or being answered
 const questions = new Map<string, { header: any; panel: NotebookPanel; kernel: any }>(); // nonce → the kernel's question
 const reviews = new Map<string, () => void>(); // nonce → reject what is left (the notebook closes)
 const closed = new Set<string>(); // nonces whose notebook closed: answered by the kernel connection
+const arrived = new Map<string, number>(); // nonce → ms from the kernel's request to this page
 
 /** Called by the plugin: the notebooks, and each one's kernel questions. */
 export function setTracker(value: INotebookTracker, kernelManager: any = null): void {
@@ -101,6 +102,7 @@ export function handleRequest(node: HTMLElement, request: Json): string | null {
     return request.action === 'edit' && !request.allowed ? 'Review the proposed edits in the notebook.' : null;
   }
   handled.add(nonce);
+  arrived.set(nonce, Date.now() - Number(request.sent || Date.now())); // the baseline: transport alone
   const answer = (value: Json) => void send(node, panel, nonce, { ...value, nonce });
   if (request.action === 'read') {
     // a huge notebook: sources cut shorter until the answer fits (the model sees 8,000 per cell)
@@ -385,7 +387,10 @@ function review(
   });
   // from the kernel's request to the diffs in the page (same machine, same clock)
   const latency = Date.now() - Number(sent || Date.now());
-  proposals.forEach(p => (p.box.dataset.latencyMs = String(latency)));
+  proposals.forEach(p => {
+    p.box.dataset.latencyMs = String(latency);
+    p.box.dataset.arrivedMs = String(arrived.get(nonce) ?? '');
+  });
   if (allowed) {
     proposals.forEach(p => decide(p, { status: 'accepted' }));
   }
