@@ -213,3 +213,46 @@ def test_a_notebook_closed_mid_review_rejects_what_is_left(lab, browser, scripte
     saved = lab.api("/api/contents/closing.ipynb")["content"]
     assert all("never" not in "".join(c["source"]) for c in saved["cells"])
     page.close()
+
+
+def test_a_rule_applies_edits_without_the_wait_and_a_second_agent_cell_reads_them(
+    lab,  # noqa: F811
+    browser,  # noqa: F811
+    scripted,  # noqa: F811
+):
+    notebook = _notebook(lab, browser, "allowed.ipynb")
+    page = notebook.page
+    scripted.script(
+        {
+            "tool_calls": [
+                {
+                    "name": "notebook_edit",
+                    "arguments": {
+                        "edits": [{"op": "insert", "cell": "prices", "source": "count = 3"}]
+                    },
+                }
+            ]
+        },
+        {"text": "Inserted."},
+        {"tool_calls": [{"name": "notebook", "arguments": {"action": "read", "cell": "2"}}]},
+        {"text": "Cell 2 counts the prices."},
+    )
+    notebook.run("%config AgentMagics.titles = False")  # no title call to take a reply
+    # two agent cells queued: the second waits for the first, each answers its own questions
+    notebook.run("%%agent -p edit=allow\nCount the prices in a new cell.", wait=False)
+    notebook.run("%%agent\nWhat does cell 2 do?", wait=False)
+    box = page.locator(".jp-Notebook .jsa-review")
+    box.wait_for(timeout=60_000)
+    # applied at once, still shown, no buttons to wait on
+    _wait_for(lambda: "Applied (a rule allows notebook edits)" in box.inner_text(), 10, "applied")
+    assert box.locator("button:visible").count() == 0
+    _shot(box, "nb-applied-by-rule")
+    second = notebook.cells.filter(has_text="What does cell 2 do?")
+    notebook.wait(second, 90)
+    requests = scripted.turn_requests()
+    assert "1 of 1 edits accepted, applied (a rule allows edits)" in _tool_message(requests[1])
+    read = _tool_message(requests[3])
+    assert "cell 2 of" in read and "count = 3" in read
+    assert _sources(page)[2] == "count = 3"
+    assert not _our_errors(page), page.errors
+    page.close()
