@@ -37,7 +37,7 @@ def call(name, ctx, **args) -> ToolResult:
 # -- registry, schema, validation --------------------------------------------
 
 
-def test_builtin_tools_are_exactly_the_nine():
+def test_builtin_tools_are_exactly_the_eleven():
     assert list(TOOLS) == [
         "python",
         "bash",
@@ -48,6 +48,8 @@ def test_builtin_tools_are_exactly_the_nine():
         "glob",
         "grep",
         "notebook",
+        "notebook_edit",
+        "notebook_run",
     ]
     for name, tool in TOOLS.items():
         schema = openai_schema(tool)

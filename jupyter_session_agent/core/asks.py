@@ -30,6 +30,10 @@ READ_TOOLS = ("read", "list", "glob", "grep")
 # Tools that read no path (the kernel's variables and cells): they ask the read permission
 # for "*", so the read rules' "*" entry decides (a `read * deny` hides them too).
 KERNEL_READ_TOOLS = ("notebook",)
+# The open notebook's tools (tools/notebook_doc.py): an edit asks ``edit`` through its own
+# review (the diffs are the question, so the gate does not ask first); running a cell asks
+# ``python``, as running code does.
+NOTEBOOK_EDIT, NOTEBOOK_RUN = "notebook_edit", "notebook_run"
 
 
 def permission_of(tool: str) -> str:
@@ -38,6 +42,10 @@ def permission_of(tool: str) -> str:
         return "edit"
     if tool in READ_TOOLS or tool in KERNEL_READ_TOOLS:
         return "read"
+    if tool == NOTEBOOK_EDIT:
+        return "edit"
+    if tool == NOTEBOOK_RUN:
+        return "python"
     return tool
 
 
@@ -103,6 +111,14 @@ def tool_asks(tool: str, args: Mapping[str, Any], directory: str) -> list[Ask]:
     elif tool == "python":
         code = str(args.get("code") or "")
         asks.append(Ask("python", (code,), ("*",), {"tool": tool, "summary": code, "code": code}))
+    elif tool == NOTEBOOK_EDIT:
+        pass  # asked by the tool: the review of its diffs is the question (Gate.decides)
+    elif tool == NOTEBOOK_RUN:
+        cell = short_text(str(args.get("cell") or ""), 80)
+        summary = f"run notebook cell {cell}"
+        asks.append(
+            Ask("python", (summary,), ("*",), {"tool": tool, "summary": summary, "cell": cell})
+        )
     else:
         # any other tool (task, recall, an MCP server's `<server>_<tool>`): its name, and the
         # question shows its input

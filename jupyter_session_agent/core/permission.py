@@ -397,6 +397,21 @@ class Gate:
         except DeniedError:
             return False
 
+    def decides(self, permission: str, pattern: str = "*") -> str:
+        """``"allow"``, ``"ask"`` or ``"deny"``: what the rules (and the answers so far) say
+        about ``permission`` for ``pattern`` now, within every bound. A tool whose question
+        is its own review (``notebook_edit``) asks this instead of the approver."""
+        try:
+            return _decide(
+                permission,
+                (pattern,),
+                tuple(merge(self.ruleset())),
+                self.broker.approved.get(self.session_id, []),
+                [tuple(merge(bound())) for bound in self.bounds],
+            )
+        except DeniedError:
+            return "deny"
+
     def _deny_first(self, asks: Sequence[Ask]) -> None:
         """A call that a rule denies is denied before any question about it is asked."""
         rules = tuple(merge(self.ruleset()))

@@ -87,6 +87,9 @@ def input_summary(part: ToolPart, limit: int = SUMMARY_CHARS) -> str:
     """What a call does, in one short line: its command, the first line of its code that is
     not a comment (with how many lines follow), its path or pattern; else its arguments."""
     state_input = part.state.input or {}
+    notebook = notebook_summary(part.tool, state_input)
+    if notebook is not None:
+        return _cut(visible(notebook), limit)
     for key in _SUMMARY_KEYS:
         value = state_input.get(key)
         if isinstance(value, str) and value.strip():
@@ -98,6 +101,30 @@ def input_summary(part: ToolPart, limit: int = SUMMARY_CHARS) -> str:
                 text += f"  (+{rest} line{'' if rest == 1 else 's'})"
             return _cut(visible(text), limit)
     return _cut(W.tool_input(part), limit)
+
+
+def notebook_summary(tool: str, args: Any) -> str | None:
+    """The notebook tools' calls in words: ``run cell 2``, ``insert after cell prices,
+    delete cell title``, ``read the notebook``; ``None`` for other calls."""
+    if not isinstance(args, dict):
+        return None
+    if tool == "notebook_run":
+        return f"run cell {args.get('cell')}"
+    if tool == "notebook" and args.get("action") == "read":
+        return f"read cell {args['cell']}" if args.get("cell") else "read the notebook"
+    if tool == "notebook_edit" and isinstance(args.get("edits"), list):
+        words = []
+        for edit in args["edits"][:6]:
+            if not isinstance(edit, dict):
+                continue
+            op, cell = str(edit.get("op")), edit.get("cell")
+            if op == "insert":
+                words.append("insert at the end" if cell is None else f"insert after cell {cell}")
+            else:
+                words.append(f"{op} cell {cell}")
+        more = len(args["edits"]) - 6
+        return ", ".join(words) + (f" (+{more} more)" if more > 0 else "")
+    return None
 
 
 def exception_line(text: str) -> str | None:
@@ -217,6 +244,8 @@ def progress_line(progress: dict[str, Any] | None) -> str:
         "model": "waiting for the model",
         "tool": "running a tool",
         "approval": "waiting for approval",
+        "review": "waiting for your review of the notebook edits",
+        "notebook": "waiting for the notebook",
     }.get(waiting, f"waiting for {waiting}")
     if detail:
         what += f" ({detail})"

@@ -93,6 +93,7 @@ def turn_setup(
             data_dir=settings.data_dir,
             shell=session.shell,
             may_read=gate.reader(),
+            decide=gate.decides,
             sandbox=confinement(settings, gate) if tool.name == "bash" else None,
         )
         try:

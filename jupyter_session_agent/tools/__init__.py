@@ -60,13 +60,27 @@ __all__ = [
     "MAX_BYTES",
 ]
 
-BUILTIN_NAMES = ("python", "bash", "read", "write", "edit", "list", "glob", "grep", "notebook")
+BUILTIN_NAMES = (
+    "python",
+    "bash",
+    "read",
+    "write",
+    "edit",
+    "list",
+    "glob",
+    "grep",
+    "notebook",
+    "notebook_edit",
+    "notebook_run",
+)
 
 
 def builtin_tools() -> dict[str, Tool]:
-    """Fresh instances of the nine built-in tools, keyed by name, in a stable order."""
+    """Fresh instances of the built-in tools (:data:`BUILTIN_NAMES`), keyed by name, in a
+    stable order."""
     from .files import EditTool, ReadTool, WriteTool
     from .notebook import NotebookTool
+    from .notebook_doc import NotebookEditTool, NotebookRunTool
     from .python import PythonTool
     from .search import GlobTool, GrepTool, ListTool
     from .shell import BashTool
@@ -81,6 +95,8 @@ def builtin_tools() -> dict[str, Tool]:
         GlobTool(),
         GrepTool(),
         NotebookTool(),
+        NotebookEditTool(),
+        NotebookRunTool(),
     ]
     return {t.name: t for t in tools}
 

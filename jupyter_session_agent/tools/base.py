@@ -36,6 +36,10 @@ class ToolContext:
     # How ``bash`` runs: a ``tools.sandbox.Confinement`` (inside the OS sandbox, or not and
     # why); ``None``: unconfined, nothing said (tools run directly, outside a session).
     sandbox: Any | None = None
+    # What the rules say about ``(permission, pattern)`` now: "allow", "ask" or "deny" (the
+    # gate's ``decides``), for a tool whose own review is the question (``notebook_edit``);
+    # ``None``: no rules apply.
+    decide: Callable[[str, str], str] | None = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,10 @@ cell's input, its displayed output (``Out[n]``, its ``repr``) and its error with
 (recorded by ``kernel.CellLog`` since ``%load_ext``). Printed output is not kept by
 IPython, so it is not shown.
 
+``{"action": "read"}`` reads the open notebook as a document — every cell with its index, id,
+type, execution count, source and outputs, or one ``cell`` — from the JupyterLab extension or
+the saved file (``notebook_doc.read``).
+
 Read-only; it asks the ``read`` permission (allowed by default). Output is bounded: at most
 :data:`MAX_VARIABLES` rows and :data:`MAX_CELLS` cells, each field capped, and the tools'
 truncation (2,000 lines / 50 KB) on top.
@@ -36,15 +40,18 @@ class NotebookTool:
         "Look at the user's notebook kernel. action 'variables': the user's variables (name, "
         "type, shape, dtypes, size, short repr); give names to describe some in full (a "
         "DataFrame's schema and first rows). action 'cells': recent cells with their input, "
-        "output and error traceback; give cell numbers, or last (default 5). Read-only."
+        "output and error traceback; give cell numbers, or last (default 5). action 'read': "
+        "the open notebook as a document — every cell in order with its index, id, type, "
+        "execution count, source and outputs — or one cell (cell: its id or index); use it "
+        "before notebook_edit or notebook_run. Read-only."
     )
     parameters = {
         "type": "object",
         "properties": {
             "action": {
                 "type": "string",
-                "enum": ["variables", "cells"],
-                "description": "variables or cells",
+                "enum": ["variables", "cells", "read"],
+                "description": "variables, cells (this kernel's history) or read (the notebook)",
             },
             "names": {
                 "type": "array",
@@ -57,6 +64,7 @@ class NotebookTool:
                 "description": "cells: these cell numbers (the n of In [n])",
             },
             "last": {"type": "integer", "description": "cells: the last N cells (default 5)"},
+            "cell": {"type": "string", "description": "read: one cell, by id or index"},
         },
         "required": ["action"],
     }
@@ -70,10 +78,16 @@ class NotebookTool:
             )
         _remember_secrets(shell.user_ns)
         action = args.get("action") or "variables"
+        if action == "read":
+            from .notebook_doc import read
+
+            return read(shell, args.get("cell"))
         if action == "cells":
             return self._cells(shell, args)
         if action != "variables":
-            raise ToolFailure(f"notebook: action must be 'variables' or 'cells', not {action!r}")
+            raise ToolFailure(
+                f"notebook: action must be 'variables', 'cells' or 'read', not {action!r}"
+            )
         return self._variables(shell, args.get("names") or None)
 
     # -- variables --------------------------------------------------------------

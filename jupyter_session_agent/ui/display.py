@@ -408,9 +408,17 @@ class TranscriptView:
         self.history, self.session, self.report = history, session, report
         self.live, self.omitted = live, omitted
         self.detail, self.progress, self.asking = detail, progress, asking
+        # a notebook tool's request the JupyterLab extension answers (tools/frontend.py)
+        self.frontend: dict[str, Any] | None = None
 
     @property
     def data(self) -> dict[str, Any]:
+        data = self._data()
+        if self.frontend is not None:
+            data["frontend"] = clean_value(self.frontend)
+        return data
+
+    def _data(self) -> dict[str, Any]:
         return transcript_data(
             self.history,
             session=self.session,

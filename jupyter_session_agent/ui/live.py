@@ -31,6 +31,7 @@ from ..core.messages import (
     replace,
 )
 from ..loop.step import Observer
+from ..tools import frontend
 from .display import MIME_TYPE, TranscriptView
 
 MIN_INTERVAL = 0.1  # seconds between live re-renders of a streaming part
@@ -61,6 +62,7 @@ class LiveView(Observer):
         # stored (a bad model id) shows that error alone, never the previous turn again
         self._start = len(session.history) if session is not None else 0
         self._asking: dict[str, Any] | None = None  # the call waiting for an answer
+        self._frontend: dict[str, Any] | None = None  # a notebook tool's request (frontend)
         self.messages: dict[str, Any] = {}  # observed message infos by id
         self.parts: dict[str, Part] = {}  # observed parts by id, in arrival order
         self.streams: dict[str, list[str]] = {}
@@ -153,6 +155,9 @@ class LiveView(Observer):
         elapsed = int((time.monotonic() - self._started) * 1000)
         if self._asking is not None:
             return {"elapsed": elapsed, "waiting": "approval", "detail": self._asking["tool"]}
+        if self._frontend is not None:
+            review = self._frontend.get("action") == "edit" and not self._frontend.get("allowed")
+            return {"elapsed": elapsed, "waiting": "review" if review else "notebook"}
         running = [
             p
             for m in turn
@@ -175,7 +180,7 @@ class LiveView(Observer):
         turn = self.turn()
         info = self.session.info if self.session is not None else None
         unsaved = getattr(getattr(self.session, "store", None), "unsaved", frozenset)()
-        return TranscriptView(
+        view = TranscriptView(
             turn,
             session=info,
             report=self.report(turn),
@@ -186,6 +191,8 @@ class LiveView(Observer):
             progress=None if final else self.progress(turn),
             asking=None if final else self._asking,
         )
+        view.frontend = None if final else self._frontend
+        return view
 
     @contextlib.contextmanager
     def asking(self, session: Any) -> Iterator[None]:
@@ -193,8 +200,35 @@ class LiveView(Observer):
         if not self.live:
             yield
             return
-        with session.asking_through(self.approver):
-            yield
+        shell = getattr(session, "shell", None)
+        frontend.register(shell, self.frontend)  # the notebook tools ask through this view
+        try:
+            with session.asking_through(self.approver):
+                yield
+        finally:
+            frontend.unregister(shell, self.frontend)
+
+    def frontend(self, request: dict[str, Any], read: Any) -> str:
+        """A notebook tool's request to the JupyterLab extension (``tools/frontend.py``):
+        shown in the view's ``frontend`` field while ``read()`` (the stdin question the
+        extension answers) waits; its echo is cleared from the cell once answered."""
+        self._frontend = request
+        self._render(force=True)
+        answered = False
+        try:
+            text = read()
+            answered = True
+            return text
+        finally:
+            self._frontend = None
+            if answered and self._handle is not None:
+                from IPython.display import clear_output
+
+                clear_output(wait=True)
+                self._handle = None
+                if self.banner:
+                    print(self.banner)
+            self._render(force=True)
 
     def approver(self, inner: Any) -> Any:
         """``inner`` (an approver) wrapped so that the view shows the pending call while the

@@ -12,6 +12,8 @@
 import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
+import { cellSource, handleRequest } from './notebook';
+
 export const MIME_TYPE = 'application/vnd.jupyter.session-agent+json';
 export const SCHEMA_VERSION = 1;
 
@@ -232,6 +234,13 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
     if (data.live && data.asking && typeof data.asking === 'object') {
       this.node.appendChild(this._approval(data.asking, pending));
     }
+    if (data.live && data.frontend && typeof data.frontend === 'object') {
+      // a notebook tool's request: done on the open notebook, answered on stdin (notebook.ts)
+      const said = handleRequest(this.node, data.frontend);
+      if (said) {
+        this.node.appendChild(el('div', 'jsa-frontend jsa-note', said));
+      }
+    }
     await Promise.all(pending);
     if (this._compact) {
       if ((data.messages || []).length && (data.budget || this._telemetry.length)) {
@@ -290,7 +299,11 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
     const what =
       waiting === 'approval'
         ? 'waiting for your approval'
-        : waiting === 'tool'
+        : waiting === 'review'
+          ? 'waiting for your review of the notebook edits'
+          : waiting === 'notebook'
+            ? 'waiting for the notebook'
+            : waiting === 'tool'
           ? `running ${progress.detail || 'a tool'}`
           : `waiting for the model${progress.detail ? ` (${progress.detail})` : ''}`;
     node.dataset.waiting = waiting;
@@ -352,6 +365,15 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
     box.appendChild(head);
     if (typeof asking.code === 'string') {
       box.appendChild(this._code(asking.code, String(asking.language || ''), pending));
+    }
+    const cell = /^run notebook cell (.+)$/.exec(String(asking.summary || ''));
+    if (asking.tool === 'notebook_run' && cell) {
+      // the cell's source as it is now in the notebook: what would run
+      const found = cellSource(this.node, cell[1]);
+      if (found) {
+        box.appendChild(el('div', 'jsa-note', `cell ${found.index}, as the notebook shows it now:`));
+        box.appendChild(this._code(found.source, 'python', pending));
+      }
     }
     if (asking.unsure) {
       box.appendChild(el('div', 'jsa-note jsa-approval-unsure', `Asked because the checker ${asking.unsure}`));
