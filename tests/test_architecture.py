@@ -241,3 +241,91 @@ def test_a_long_module_says_why_it_is_one_module():
         f"{ONE_MODULE!r} followed by why their content belongs together (or split them):\n"
         + "\n".join(wrong)
     )
+
+
+# -- the history has one owner --------------------------------------------------------------
+
+HISTORY_MODULE = ROOT / "loop" / "history.py"  # the History class: the only writer
+LIST_MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse"}
+# modules whose local variable named ``history`` is a plain list they build, not a session's
+HISTORY_NAME_ELSEWHERE = {
+    "exchange/transfer.py": "a bundle's messages, read into a list before a session holds them",
+    "analytics/replay.py": "a renumbered copy of a recorded turn, built as a list",
+    "ui/widgets.py": "``self.history`` is the budget widget's HTML pane, not messages",
+}
+
+
+def _is_history(node: ast.expr) -> bool:
+    """``history``, ``x.history``, ``x.y.history`` (an item or slice of one counts)."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return (isinstance(node, ast.Name) and node.id == "history") or (
+        isinstance(node, ast.Attribute) and node.attr == "history"
+    )
+
+
+def history_mutations(source: str) -> list[tuple[int, str]]:
+    """(line, code) of each in-place change of a history in ``source``: a list method that
+    mutates, item or slice assignment or deletion, ``+=``, attribute assignment on it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in LIST_MUTATORS
+            and _is_history(node.func.value)
+        ):
+            found.append((node.lineno, ast.unparse(node.func)))
+        targets: list[ast.expr] = []
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            for t in target.elts if isinstance(target, ast.Tuple) else [target]:
+                changed = (
+                    (isinstance(t, ast.Subscript) and _is_history(t.value))
+                    or (isinstance(t, ast.Attribute) and _is_history(t.value))
+                    or (isinstance(node, ast.AugAssign) and _is_history(t))
+                )
+                if changed:
+                    found.append((node.lineno, ast.unparse(t)))
+    return sorted(found)
+
+
+def test_the_history_scan_finds_what_it_is_meant_to_find():
+    bad = (
+        "def f(session, history, run):\n"
+        "    history.append(1)\n"
+        "    session.history[:] = []\n"
+        "    history[0] = 2\n"
+        "    run.history.extend([])\n"
+        "    del history[-1]\n"
+        "    history += [3]\n"
+        "    session.history._items = []\n"
+        "    a, history[1] = 1, 2\n"
+    )
+    assert [line for line, _ in history_mutations(bad)] == [2, 3, 4, 5, 6, 7, 8, 9]
+    fine = (
+        "def g(session, history):\n"
+        "    history.add(1)\n"
+        "    session.history.reset([])\n"
+        "    history = history[-3:]\n"
+        "    self.history = history\n"
+        "    x = [m for m in session.history]\n"
+    )
+    assert history_mutations(fine) == []
+
+
+def test_no_module_outside_the_history_object_mutates_a_history():
+    wrong = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if path == HISTORY_MODULE or rel in HISTORY_NAME_ELSEWHERE:
+            continue
+        for line, code in history_mutations(path.read_text(encoding="utf-8")):
+            wrong.append(f"{path.relative_to(ROOT.parent)}:{line}: {code}")
+    assert not wrong, (
+        "a history is changed in place outside loop/history.py; call the History's "
+        "methods (add, put_back, update_parts, reset) instead:\n" + "\n".join(wrong)
+    )

@@ -48,6 +48,7 @@ from ..core.messages import (
 from ..core.permission import RejectedError
 from ..core.redact import clean_record
 from ..core.stream import Finish, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolInputStart
+from .history import History
 
 ABORTED_TOOL_ERROR = "Tool execution aborted"
 # tools that change no file: no snapshot around their calls
@@ -484,7 +485,10 @@ class StepProcessor:
 
 
 def run_step(
-    processor: StepProcessor, message: AssistantMessage, history: list, added: list
+    processor: StepProcessor,
+    message: AssistantMessage,
+    history: History | list[WithParts],
+    added: list[WithParts],
 ) -> StepResult:
     """Run one step and append it to ``history`` and ``added`` even when it raises:
     an interrupted or failed step is part of the history too."""
@@ -492,7 +496,7 @@ def run_step(
         return processor.run(message)
     finally:
         item = WithParts(processor.message, tuple(processor.parts.values()))
-        history.append(item)
+        History.of(history).add(item)
         added.append(item)
 
 

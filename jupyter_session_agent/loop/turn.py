@@ -37,6 +37,7 @@ from ..core.errors import AgentError, ToolFailure
 from ..core.messages import AssistantMessage, UserMessage, WithParts, now_ms
 from .compaction import Compactor
 from .compaction.decision import CONTINUE_REASONS, NOTHING, Decision, overflow_text
+from .history import History
 from .step import Observer, StepProcessor, StepResult, run_step
 
 
@@ -69,15 +70,16 @@ class TurnSetup:
 
 
 def run_turn(
-    setup: TurnSetup, history: list[WithParts], observer: Observer | None = None
+    setup: TurnSetup, history: History | list[WithParts], observer: Observer | None = None
 ) -> list[WithParts]:
     """Answer the newest user message in ``history``; returns the assistant messages added.
 
-    ``history`` is extended in place as steps finish. Raises ``ProviderError``
+    ``history`` grows as steps finish (a plain list is adopted: ``History.of``). Raises ``ProviderError``
     (after bounded retries), ``ContextLimitError`` or ``KeyboardInterrupt``; in
     every case what was produced is already stored.
     """
     observer = observer or Observer()
+    history = History.of(history)
     added: list[WithParts] = []
     step = 0
     compactor = setup.compactor

@@ -38,6 +38,7 @@ from ..core.messages import (
     replace,
 )
 from ..core.settings import Settings
+from ..loop.history import History
 from ..loop.step import Observer
 from ..loop.turn import TurnSetup, run_turn, system_prompt
 from ..providers.base import ModelCall
@@ -78,7 +79,7 @@ class AgentSession:
         foreign: Any = None,
     ):
         self.info = info
-        self.history = history
+        self.history = History(history)  # changed only by its methods (loop/history.py)
         self.settings = settings
         self.store = store
         self.shell = shell
@@ -98,7 +99,6 @@ class AgentSession:
         self._busy = False
         self._snapshot: Any = None
         self._has_children: bool | None = None
-        self._compaction_state: dict = {}  # kept by the compactor between turns
         self._calls_cost = 0.0  # what this object's recorded call_model calls cost
         # what other kernels had written to this session when `history` was read (store.foreign);
         # None: not known, the next turn reads the history again
@@ -306,7 +306,7 @@ class AgentSession:
         )  # memory.inject: a new session's first message (a replay adds nothing unrecorded)
         self.store.put(user, *parts)
         self._touch()
-        self.history.append(WithParts(user, parts))  # before the flush: if the disk is full, the
+        self.history.add(WithParts(user, parts))  # before the flush: if the disk is full, the
         self.store.flush(sync=True)  # prompt stays in memory as it stays in the store's buffer
         setup = self._setup(provider, info, spec, permission)
         if replay is not None:
@@ -360,7 +360,7 @@ class AgentSession:
 
         result, state, visible = lifecycle.revert(self, message, part_id)
         self.update_info(revert=state)
-        self.history[:] = visible
+        self.history.reset(visible)
         return result
 
     def unrevert(self):
@@ -369,7 +369,7 @@ class AgentSession:
 
         result, history = lifecycle.unrevert(self)
         self.update_info(revert=None)
-        self.history[:] = history
+        self.history.reset(history)
         return result
 
     def export(self, format: str = "md", out: Any = None):
@@ -411,7 +411,7 @@ class AgentSession:
         if self.info.revert:  # what a pending revert hides goes now
             _, kept = lifecycle.cleanup(self)
             self.update_info(revert=None)
-            self.history[:] = kept
+            self.history.reset(kept)
 
     def _catch_up(self) -> None:
         """Load what another kernel wrote to this session since this one read it, so that
@@ -427,7 +427,7 @@ class AgentSession:
             info = _with_directory(self.store.session(self.info.id))
             with self._info_lock:  # what another kernel stored: read, not a change of ours
                 self.info = info
-            self.history[:] = lifecycle.visible(history, info.revert)
+            self.history.reset(lifecycle.visible(history, info.revert))
             self._foreign = mark
         last = self.history[-1] if self.history else None
         if last is not None and _in_progress(last) and self.store.live_writer(last.info.id):
@@ -641,9 +641,7 @@ class AgentSession:
         return ReplayProvider(turn.steps, turn.where), info, spec
 
     def _setup(self, provider: Any, info: Any, spec: Any, permission: Any = ()) -> TurnSetup:
-        setup, gate = wiring.turn_setup(
-            self, provider, info, spec, permission, self._compaction_state
-        )
+        setup, gate = wiring.turn_setup(self, provider, info, spec, permission)
         self.gate = gate  # this turn's permission gate: a subagent started now inherits its rules
         return setup
 
@@ -677,9 +675,7 @@ class AgentSession:
         main = self.provider(model or self.settings.model or self.last_model())
         names = wiring.tool_names(self.settings)
         prompt_text = self.settings.system_prompt or system_prompt(self.info.directory, names)
-        compactor = wiring.compactor(
-            self, main, prompt_text, None, self._compaction_state, tool_names=names
-        )
+        compactor = wiring.compactor(self, main, prompt_text, None, tool_names=names)
         self._busy = True
         try:
             compactor.prune(self.history, cause="manual")

@@ -47,6 +47,7 @@ from ..core.messages import (
     WithParts,
 )
 from ..core.permission import PermissionFailure, RejectedError
+from ..loop.history import History
 from ..providers.replay import RERECORD, ReplayProvider
 
 RECORD_FORMAT = "jupyter-session-agent/replay"
@@ -543,7 +544,7 @@ class RecordedCompaction:
             )
             self.store.put(copy, *parts)
             added.append(WithParts(copy, parts))
-            history.append(added[-1])
+            History.of(history).add(added[-1])
             for part in parts if observer is not None else ():
                 observer.on_part(part)
         self.store.flush(sync=True)

@@ -17,10 +17,9 @@ from ..loop.turn import TurnSetup, system_prompt
 
 
 def turn_setup(
-    session: Any, provider: Any, info: Any, spec: Any, permission: Any, state: dict
+    session: Any, provider: Any, info: Any, spec: Any, permission: Any
 ) -> tuple[TurnSetup, Any]:
-    """(the ``TurnSetup`` of the next turn, its permission ``Gate``). ``state``: the
-    session's compaction state, kept between turns."""
+    """(the ``TurnSetup`` of the next turn, its permission ``Gate``)."""
     from ..core import codeaction
     from ..core import permission as P
     from ..core.redact import redact, redact_value
@@ -132,7 +131,7 @@ def turn_setup(
         cwd=str(directory),
         permit=gate,
         snapshot=session.snapshot(),
-        compactor=compactor(session, (summary_provider, info, spec), prompt_text, schemas, state),
+        compactor=compactor(session, (summary_provider, info, spec), prompt_text, schemas),
     )
     return setup, gate
 
@@ -157,7 +156,6 @@ def compactor(
     main: Any,
     prompt_text: str,
     schemas: Any,
-    state: dict,
     tool_names: Any = None,
 ):
     """A ``compaction.Compactor`` for one turn; ``main`` is the turn's (provider, ModelInfo,
@@ -199,7 +197,7 @@ def compactor(
         summary_request=summary_request,
         max_retries=settings.max_retries,
         cwd=session.info.directory,
-        state=state,
+        calibration=session.history.calibration,
     )
 
 

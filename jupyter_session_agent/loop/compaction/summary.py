@@ -15,6 +15,7 @@ from ...core import budget as B
 from ...core import ids
 from ...core.compaction_config import SUMMARY_AGENT
 from ...core.messages import AssistantMessage, TextPart, WithParts, now_ms
+from ..history import History
 from ..step import Observer, StepProcessor, run_step
 from .followups import reject
 from .prompts import PINNED_NOTE, SUMMARY_TEMPLATE
@@ -64,7 +65,7 @@ class Summariser:
     def summarise(
         self,
         job: SummaryJob,
-        history: list[WithParts],
+        history: History | list[WithParts],
         added: list[WithParts],
         observer: Observer,
     ) -> SummaryOutcome:
@@ -115,7 +116,7 @@ class Summariser:
 
     def _call(
         self,
-        history: list[WithParts],
+        history: History | list[WithParts],
         added: list[WithParts],
         job: SummaryJob,
         chat: list[dict],
