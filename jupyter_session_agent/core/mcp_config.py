@@ -245,5 +245,4 @@ class McpFailure(ToolFailure):
     """A failed MCP call; ``metadata`` (server, tool) goes on the part's error state."""
 
     def __init__(self, message: str, metadata: Mapping[str, Any] | None = None):
-        super().__init__(message)
-        self.metadata = dict(metadata or {})
+        super().__init__(message, dict(metadata or {}))

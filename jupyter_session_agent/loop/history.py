@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import overload
 
+from ..core.budget import ModelInfo
+from ..core.chat import filter_compacted, to_chat_messages, without_failed_compactions
 from ..core.messages import Part, WithParts
 
 
@@ -103,6 +105,22 @@ class History(Sequence[WithParts]):
         self._items[:] = list(items)
 
 
+def visible(history: Sequence[WithParts]) -> list[WithParts]:
+    """What the model sees of ``history``: after the last completed compaction, without
+    failed compactions."""
+    return without_failed_compactions(filter_compacted(history))
+
+
+def model_chat(visible: Sequence[WithParts], system_prompt: str, model: ModelInfo) -> list[dict]:
+    """The chat sent to the main model: the system prompt, then the ``visible`` history (a
+    model that takes no images gets "[Attached image/png: name]" in their place). The loop
+    sends it; the compactor sizes the next request with it."""
+    return [
+        {"role": "system", "content": system_prompt},
+        *to_chat_messages(visible, strip_media=not model.images),
+    ]
+
+
 class Calibration:
     """Reported prompt tokens per estimated token (1.0 until a step reported usage), kept
     between turns; changed only by :meth:`set`."""
@@ -121,4 +139,4 @@ class Calibration:
         self._ratio = min(2.0, max(0.5, float(ratio)))
 
 
-__all__ = ["Calibration", "History"]
+__all__ = ["Calibration", "History", "model_chat", "visible"]

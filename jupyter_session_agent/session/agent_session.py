@@ -275,16 +275,18 @@ class AgentSession:
 
         self._before_prompt()
         if replay is not None:
-            provider, info, spec = self._replay_entry(replay.turn)
+            chosen = self._replay_entry(replay.turn)
         else:
-            provider, info, spec = self.provider(model or self.settings.model or self.last_model())
+            chosen = wiring.TurnModel.of(
+                self.provider(model or self.settings.model or self.last_model())
+            )
         while self.providers.fresh:  # which local model runs, and why: one line, once
             print(self.providers.fresh.pop(0), flush=True)
         user = UserMessage(
             id=ids.ascending("message"),
             session_id=self.info.id,
             time_created=now_ms(),
-            model=ModelRef(info.provider_id, info.model_id),
+            model=ModelRef(chosen.limits.provider_id, chosen.limits.model_id),
         )
         text = context.text if context is not None else text
         meta = clean_value(context.metadata()) if context is not None else None
@@ -308,7 +310,7 @@ class AgentSession:
         self._touch()
         self.history.add(WithParts(user, parts))  # before the flush: if the disk is full, the
         self.store.flush(sync=True)  # prompt stays in memory as it stays in the store's buffer
-        setup = self._setup(provider, info, spec, permission)
+        setup = self._setup(chosen, permission)
         if replay is not None:
             setup = replay.apply(setup)
         self._busy = True
@@ -625,8 +627,8 @@ class AgentSession:
         session's cache (shared with its subagents)."""
         return self.providers.get(spec, self.settings)
 
-    def _replay_entry(self, turn: Any) -> tuple:
-        """(provider, ModelInfo, preset) of a replayed turn: the record's steps, the recorded
+    def _replay_entry(self, turn: Any) -> wiring.TurnModel:
+        """The model of a replayed turn: the record's steps, the recorded
         model's limits and prices (no server is resolved or started)."""
         from ..providers.presets import Resolved
         from ..providers.registry import settings_model_info
@@ -638,10 +640,10 @@ class AgentSession:
         )
         info = settings_model_info(str(ref), self.settings)
         spec = Resolved("replay", ref.model_id, None, None, f"replay of {turn.where}")
-        return ReplayProvider(turn.steps, turn.where), info, spec
+        return wiring.TurnModel(ReplayProvider(turn.steps, turn.where), info, spec)
 
-    def _setup(self, provider: Any, info: Any, spec: Any, permission: Any = ()) -> TurnSetup:
-        setup, gate = wiring.turn_setup(self, provider, info, spec, permission)
+    def _setup(self, model: wiring.TurnModel, permission: Any = ()) -> TurnSetup:
+        setup, gate = wiring.turn_setup(self, model, permission)
         self.gate = gate  # this turn's permission gate: a subagent started now inherits its rules
         return setup
 
@@ -672,7 +674,7 @@ class AgentSession:
         self._before_prompt()
         if not any(isinstance(m.info, AssistantMessage) for m in self.history):
             raise UsageError("nothing to compact yet — run a %%agent turn first")
-        main = self.provider(model or self.settings.model or self.last_model())
+        main = wiring.TurnModel.of(self.provider(model or self.settings.model or self.last_model()))
         names = wiring.tool_names(self.settings)
         prompt_text = self.settings.system_prompt or system_prompt(self.info.directory, names)
         compactor = wiring.compactor(self, main, prompt_text, None, tool_names=names)

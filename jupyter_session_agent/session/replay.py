@@ -48,6 +48,7 @@ from ..core.messages import (
 )
 from ..core.permission import PermissionFailure, RejectedError
 from ..loop.history import History
+from ..loop.turn import TurnSetup
 from ..providers.replay import RERECORD, ReplayProvider
 
 RECORD_FORMAT = "jupyter-session-agent/replay"
@@ -378,10 +379,10 @@ class TurnReplay:
     provider: ReplayProvider | None = None
     calls: int = 0  # tool calls run so far
 
-    def apply(self, setup: Any) -> Any:
-        """``setup`` (a ``loop.turn.TurnSetup``) answering from the record."""
+    def apply(self, setup: TurnSetup) -> TurnSetup:
+        """``setup`` answering from the record."""
         self.provider = ReplayProvider(self.turn.steps, self.turn.where)
-        real_run, real_permit = setup.run_tool, setup.permit
+        real_run, real_permit = setup.step.run_tool, setup.step.permit
 
         def permit(name: str, args: dict, call: Any) -> None:
             if name in self.rerun and real_permit is not None:
@@ -415,21 +416,23 @@ class TurnReplay:
         recorded_names = {
             p.tool for step in self.turn.steps for p in step.parts if isinstance(p, ToolPart)
         }
-        tools = dict(setup.tools)
+        tools = dict(setup.step.tools)
         for name in sorted(recorded_names - set(tools) - set(self.rerun)):
             tools[name] = RecordedTool(name)
-        snapshot = setup.snapshot
-        if snapshot is not None:
-            snapshot = RecordedChanges(snapshot, self)
-        return dataclasses.replace(
-            setup,
+        snapshot = setup.step.snapshot
+        step = dataclasses.replace(
+            setup.step,
             tools=tools,
-            snapshot=snapshot,
-            provider=self.provider,
+            snapshot=RecordedChanges(snapshot, self) if snapshot is not None else None,
             run_tool=run_tool,
             permit=permit,
             auto_compact=False,
-            compactor=RecordedCompaction(self, setup.store, setup.compactor),
+        )
+        return dataclasses.replace(
+            setup,
+            step=step,
+            provider=self.provider,
+            compactor=RecordedCompaction(self, setup.step.store, setup.compactor),
         )
 
     @property
@@ -613,8 +616,7 @@ class RecordedFailure(ToolFailure):
     """A recorded tool error, raised again with its recorded metadata (a permission's outcome)."""
 
     def __init__(self, state: ToolError):
-        super().__init__(state.error)
-        self.metadata = dict(state.metadata) if state.metadata else None
+        super().__init__(state.error, state.metadata or None)
 
 
 class RecordedRejection(RejectedError):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core import budget as B
-from ...core.chat import filter_compacted, to_chat_messages, without_failed_compactions
+from ...core.chat import filter_compacted, to_chat_messages
 from ...core.compaction_config import CompactionConfig
 from ...core.messages import (
     AssistantMessage,
@@ -30,7 +30,7 @@ from ...core.messages import (
     WithParts,
     replace,
 )
-from ..history import Calibration, History
+from ..history import Calibration, History, model_chat, visible
 from ..step import Observer, StepResult
 from .decision import CONTINUE_REASONS, NOTHING, Decision, overflow_text, server_reason
 from .events import CompactionEvent, CompactionResult, EventLog
@@ -121,12 +121,8 @@ class Compactor:
         return B.estimate_chat(chat) + self.tools_tokens  # an image counts as an image, not its URL
 
     def chat(self, history: Sequence[WithParts]) -> list[dict]:
-        """What the main model would be sent next (the loop builds the same list)."""
-        visible = without_failed_compactions(filter_compacted(history))
-        return [
-            {"role": "system", "content": self.system_prompt},
-            *to_chat_messages(visible, strip_media=not getattr(self.model, "images", False)),
-        ]
+        """What the main model would be sent next (``history.model_chat``, as the loop sends)."""
+        return model_chat(visible(history), self.system_prompt, self.model)
 
     def context_tokens(self, history: Sequence[WithParts]) -> int:
         """The next main request's size, estimated and calibrated."""
@@ -304,9 +300,9 @@ class Compactor:
         """Split the visible history: previous summary / head / tail / replay; the outputs the
         strategy clears at a summary are cleared now (recoverably). ``fixed``: the system
         prompt's and tools' tokens."""
-        visible = without_failed_compactions(filter_compacted(history))
-        previous = next((m for m in visible if is_summary(m)), None)
-        items = [m for m in visible if not is_request(m) and not is_summary(m)]
+        seen = visible(history)
+        previous = next((m for m in seen if is_summary(m)), None)
+        items = [m for m in seen if not is_request(m) and not is_summary(m)]
         replay = self.strategy.replay_target(items) if cause == "overflow" else None
         if replay is not None:
             idx = items.index(replay)
@@ -335,7 +331,7 @@ class Compactor:
             cut = select_tail(items, turns=tail_turns, budget=budget, size=self._size)
         return CompactionPlan(
             previous=previous,
-            pair=[m for m in visible if is_request(m) or is_summary(m)],
+            pair=[m for m in seen if is_request(m) or is_summary(m)],
             head=items[:cut],
             tail=items[cut:],
             replay=replay,
