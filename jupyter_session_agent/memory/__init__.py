@@ -142,8 +142,7 @@ def llm_complete(
     ``store``, its usage and cost are stored for ``session_id`` (``llm_call`` in SQL).
     """
     from ..providers import presets
-    from ..providers.base import AUX_MAX_WAIT, AUX_RETRIES, call
-    from ..providers.openai_provider import ChatRequest
+    from ..providers.base import chat_call
     from ..providers.registry import resolve
 
     spec = model or getattr(settings, "model", "") or presets.default_model(os.environ)
@@ -153,22 +152,17 @@ def llm_complete(
     max_tokens = min(1500, info.max_output_tokens) if getattr(info, "output", 0) else 1500
 
     def complete(messages: list[dict]) -> str:
-        request = ChatRequest(
-            model=resolved.model_id, messages=messages, max_tokens=max_tokens, temperature=0
-        )
-        text, record = call(
+        return chat_call(
             provider,
-            request,
             info,
+            resolved.model_id,
+            messages,
             session_id=session_id,
             purpose=EXTRACTION_PURPOSE,
-            retries=AUX_RETRIES,
-            max_wait=AUX_MAX_WAIT,
-        )
-        if store is not None:
-            store.put(record)
-            store.flush(sync=False)
-        return text
+            temperature=0,
+            max_tokens=max_tokens,
+            store=store,
+        )[0]
 
     return complete, f"{resolved.provider_id}/{resolved.model_id}"
 
