@@ -36,6 +36,8 @@ from dataclasses import replace as _replace
 from typing import Any
 
 from ..core import budget as _budget
+from ..core.compaction_config import CompactionConfig
+from ..core.errors import ConfigError
 from ..core.messages import (
     CompactionPart,
     StepFinishPart,
@@ -45,6 +47,7 @@ from ..core.messages import (
     UserMessage,
     WithParts,
 )
+from .compaction.prune import prune_selection, walk_prune
 
 SPARK = "▁▂▃▄▅▆▇█"
 
@@ -292,9 +295,6 @@ class BudgetTally:
         model: _budget.ModelInfo,
         compaction: Mapping[str, Any] | None,
     ) -> BudgetReport:
-        from ..core.compaction_config import CompactionConfig
-        from ..core.errors import ConfigError
-
         try:
             config = CompactionConfig.from_settings(
                 {k: v for k, v in (compaction or {}).items() if k in CompactionConfig.USER_KEYS},
@@ -305,8 +305,6 @@ class BudgetTally:
         protect, minimum = config.prune_limits(model)
         limits = config.budget(model)
         # the loop's own prune walk and selection: "due" exactly when the loop's prune would clear
-        from .compaction.prune import prune_selection, walk_prune
-
         walk = walk_prune(history, protect=protect, protected_tools=config.protected_tools)
         due, _ = prune_selection(history, config, model, limits=(protect, minimum), walk=walk)
         last = run.last

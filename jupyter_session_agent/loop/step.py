@@ -20,7 +20,8 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from ..core import budget, ids, retry
 from ..core.errors import ContextOverflowError, ProviderError, ToolFailure
@@ -87,7 +88,8 @@ class StepResult:
 class Snapshots(Protocol):
     """File snapshots of the session's folder (``session/snapshot.py``'s ``Snapshot``)."""
 
-    work_tree: str
+    @property
+    def work_tree(self) -> Path: ...
 
     def track(self) -> str | None: ...
 
@@ -355,7 +357,7 @@ class StepProcessor:
                     metadata=metadata,
                     time_start=start,
                     time_end=now_ms(),
-                    attachments=self._attachments(getattr(result, "attachments", ())),
+                    attachments=self._attachments(result.attachments),
                 )
             except ToolFailure as err:
                 failure = err.metadata
@@ -389,7 +391,7 @@ class StepProcessor:
             self._patch_base = pre  # the tree before the first change: what revert restores
         self._changed.update(files)
 
-    def _attachments(self, files: Any) -> tuple | None:
+    def _attachments(self, files: Iterable[Mapping[str, str]] | None) -> tuple | None:
         """A tool's returned files as OpenCode's file parts (``state.attachments``)."""
         parts = tuple(
             FilePart(

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core import ids
 from ..core.errors import ToolFailure, UsageError
 from ..core.messages import (
     AssistantMessage,
@@ -47,9 +48,13 @@ from ..core.messages import (
     WithParts,
 )
 from ..core.permission import PermissionFailure, RejectedError
+from ..core.redact import clean_value
+from ..exchange import transfer
+from ..loop.compaction.decision import NOTHING, Decision
 from ..loop.history import History
 from ..loop.turn import TurnSetup
 from ..providers.replay import RERECORD, ReplayProvider
+from ..tools import ToolResult
 
 RECORD_FORMAT = "jupyter-session-agent/replay"
 RECORD_VERSION = 1
@@ -170,8 +175,6 @@ def compactions_of(
 
 def load_record(path: str | os.PathLike) -> list[RecordedSession]:
     """The sessions of a record (or of a single bundle), in order; bad input is one line."""
-    from ..exchange import transfer
-
     path = Path(path).expanduser()
     hint = "give a record from %agent record FILE or a bundle from %agent export --format json"
     try:
@@ -199,9 +202,6 @@ def load_record(path: str | os.PathLike) -> list[RecordedSession]:
 
 def write_record(store: Any, session_ids: Iterable[str], path: str | os.PathLike) -> Path:
     """Write the sessions ``session_ids`` (in this order) as one record file; returns its path."""
-    from ..core.redact import clean_value
-    from ..exchange import transfer
-
     data = {
         "format": RECORD_FORMAT,
         "version": RECORD_VERSION,
@@ -389,8 +389,6 @@ class TurnReplay:
                 real_permit(name, args, call)  # only what runs for real is asked about
 
         def run_tool(tool: Any, args: dict, call: Any) -> Any:
-            from ..tools import ToolResult
-
             name = getattr(tool, "name", call.name)
             self.calls += 1
             recorded = self.turn.tool_state(call.call_id, self.step)
@@ -500,8 +498,6 @@ class RecordedCompaction:
     due: int | None = None
 
     def _decision(self, steps: int) -> Any:
-        from ..loop.compaction.decision import NOTHING, Decision
-
         blocks = dict(self.replay.turn.compactions)
         if steps not in blocks or steps in self.done:
             return NOTHING
@@ -515,9 +511,9 @@ class RecordedCompaction:
     def after_step(self, chat: list[dict], step: Any, *, last_step: bool) -> Any:
         return self._decision(self.replay.step + 1)
 
-    def apply(self, decision: Any, history: list[WithParts], observer: Any = None) -> Any:
-        from ..core import ids
-
+    def apply(
+        self, decision: Decision, history: History | list[WithParts], observer: Any = None
+    ) -> Any:
         assert self.due is not None
         self.done.add(self.due)
         session = history[-1].info.session_id
@@ -553,7 +549,7 @@ class RecordedCompaction:
         self.store.flush(sync=True)
         return _Compacted(added)
 
-    def prune(self, history: list[WithParts], **_: Any) -> Any:
+    def prune(self, history: History | list[WithParts], **_: object) -> Any:
         """The end-of-loop prune, for real: it decides from the tool outputs in the history,
         which are the recorded ones, so it clears what the recording's prune cleared."""
         return self.real.prune(history) if self.real is not None else None
@@ -600,7 +596,7 @@ class RecordedChanges:
         return getattr(self.real, name)
 
 
-@dataclass(frozen=True)
+@dataclass
 class RecordedTool:
     """A tool known only from the record: its calls are answered by :class:`TurnReplay`."""
 

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import ids
+from ..core.errors import AgentError, ToolFailure
 from ..core.messages import ToolPart, WithParts, replace
+from . import snapshot
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,6 @@ class Inheritance:
 
 def subagent_runner(parent: Any):
     """The ``run_child`` callback of the parent's ``task`` tool (see tools/task.py)."""
-    from ..core.errors import AgentError, ToolFailure
 
     def run_child(description: str, prompt: str, model: str | None, task_id: str | None):
         settings = replace(parent.settings, subagents=False, titles=False)  # one level deep
@@ -61,8 +62,6 @@ def subagent_runner(parent: Any):
                 **options,
             )
             # the parent's snapshot index and objects: the child's first snapshot re-hashes nothing
-            from . import snapshot
-
             snapshot.copy_repo(parent.settings.data_dir, parent.info.id, child.info.id)
         parent.child_started()
         spec = (

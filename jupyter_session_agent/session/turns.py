@@ -9,7 +9,7 @@ through the ``History``'s methods and its ``info`` through ``update_info``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -21,6 +21,7 @@ from ..core.errors import UsageError
 from ..core.messages import (
     AssistantMessage,
     ModelRef,
+    Session,
     TextPart,
     UserMessage,
     WithParts,
@@ -65,7 +66,15 @@ class TurnHost(wiring.SessionView, Protocol):
 
     def last_model(self) -> str: ...
 
-    def update_info(self, **changes: object) -> object: ...
+    def update_info(
+        self,
+        edit: Callable[[Session], dict] | None = None,
+        /,
+        *,
+        flush: bool = True,
+        sync: bool = True,
+        **changes: object,
+    ) -> Session: ...
 
 
 class TurnRunner:
