@@ -258,9 +258,10 @@ class StepProcessor:
                 if self._find_tool(event.call_id) is None:
                     self._tool_part(event.call_id, event.name)
                 if event.metadata:  # what the vendor needs back with the call (a signature)
-                    part = self._find_tool(event.call_id)
-                    merged = {**(part.metadata or {}), **event.metadata}
-                    self._add(replace(part, metadata=merged), write=True)
+                    found = self._find_tool(event.call_id)
+                    if found is not None:
+                        merged = {**(found.metadata or {}), **event.metadata}
+                        self._add(replace(found, metadata=merged), write=True)
             elif isinstance(event, Finish):
                 self._end_open()
                 return event
@@ -268,7 +269,12 @@ class StepProcessor:
 
     def _delta(self, event: TextDelta | ReasoningDelta) -> None:
         kind = TextPart if isinstance(event, TextDelta) else ReasoningPart
-        if isinstance(event, ReasoningDelta) and event.reclaim and isinstance(self._open, TextPart):
+        if (
+            isinstance(event, ReasoningDelta)
+            and event.reclaim
+            and isinstance(self._open, TextPart)
+            and self._open.time_start is not None
+        ):
             # the text streamed so far was reasoning: the same part, as reasoning
             self._open = ReasoningPart(
                 self._open.id,
@@ -340,6 +346,7 @@ class StepProcessor:
             )  # a crash while the tool runs shows it as interrupted
             decision = None  # the user's answer, when asked (recorded in the part)
             pre: str | None = None
+            state: ToolCompleted | ToolError
             try:
                 if self.permit is not None:
                     decision = self.permit(name, call.input, call)

@@ -319,7 +319,7 @@ def revert(
             diff = snap.diff(saved, now) if saved and now else ""
         except SnapshotError as err:
             result.note = f"files could not be restored: {err}"
-    state = {"messageID": mid, **({"partID": pid} if pid else {})}
+    state: dict[str, Any] = {"messageID": mid, **({"partID": pid} if pid else {})}
     if saved:
         state["snapshot"] = saved
     if diff:

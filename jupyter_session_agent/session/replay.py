@@ -47,6 +47,7 @@ from ..core.messages import (
     UserMessage,
     WithParts,
 )
+from ..core.messages import replace as replace_part
 from ..core.permission import PermissionFailure, RejectedError
 from ..core.redact import clean_value
 from ..exchange import transfer
@@ -340,7 +341,11 @@ class NotebookRecord:
                 "replay is on but this notebook names no record — add %agent record FILE "
                 "before its %%agent cells, or %agent replay FILE"
             )
-        path = self.path if mode == "on" else Path(mode).expanduser().absolute()
+        if mode == "on":
+            assert self.path is not None  # refused above
+            path = self.path
+        else:
+            path = Path(mode).expanduser().absolute()
         if self.replayer is None or self.replayer.path != path:
             self.replayer = Replayer.open(path)
         return self.replayer
@@ -528,7 +533,7 @@ class RecordedCompaction:
                 changes["parent_id"] = new_ids.get(info.parent_id, parent)
             copy = dataclasses.replace(info, **changes)
             parts = tuple(
-                dataclasses.replace(
+                replace_part(
                     p,
                     id=ids.ascending("part"),
                     session_id=session,
@@ -628,7 +633,7 @@ class RecordedRejection(RejectedError):
         return self._metadata
 
 
-def _outcomes(cls: type) -> set[str]:
+def _outcomes(cls: type[PermissionFailure]) -> set[str]:
     return {cls.outcome, *(o for sub in cls.__subclasses__() for o in _outcomes(sub))}
 
 

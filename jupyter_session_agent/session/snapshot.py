@@ -307,11 +307,12 @@ class Snapshot:
         return self._trees
 
     def _taken(self, tree: str) -> None:
-        if tree in self._tree_list():
+        trees = self._tree_list()
+        if tree in trees:
             return
         with open(self.git_dir / TREES, "a", encoding="ascii") as fh:
             fh.write(tree + "\n")
-        self._trees.add(tree)
+        trees.add(tree)
 
     def _write_exclude(self, large: Mapping[str, int]) -> None:
         lines = ["# written by jupyter-session-agent; rewritten on every change", *self.exclude]

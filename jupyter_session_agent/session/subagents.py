@@ -14,7 +14,7 @@ from typing import Any
 
 from ..core import ids
 from ..core.errors import AgentError, ToolFailure
-from ..core.messages import ToolPart, WithParts, replace
+from ..core.messages import ToolCompleted, ToolPart, WithParts, replace
 from . import snapshot
 
 
@@ -84,7 +84,7 @@ def turn_children_cost(added: Iterable[WithParts]) -> float:
             if (
                 isinstance(part, ToolPart)
                 and part.tool == "task"
-                and part.state.status == "completed"
+                and isinstance(part.state, ToolCompleted)
             ):
                 total += float((part.state.metadata or {}).get("cost") or 0.0)
     return total

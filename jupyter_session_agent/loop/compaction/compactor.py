@@ -170,7 +170,7 @@ class Compactor:
         may not fix: auto off, or switched off for this turn)."""
         message = step.message
         self.observe(chat, None if message.error else message.tokens)
-        overflow = bool(message.error) and message.error.get("name") == "ContextOverflowError"
+        overflow = (message.error or {}).get("name") == "ContextOverflowError"
         self.server_said = server_reason(message) if overflow else ""
         if overflow and (not self.config.auto or self.disabled):
             return Decision(
@@ -467,8 +467,9 @@ class _Run:
     def add(self, item: WithParts, observer: Observer | None = None) -> None:
         self.history.add(item)
         self.added.append(item)
-        for part in item.parts if observer is not None else ():
-            observer.on_part(part)
+        if observer is not None:
+            for part in item.parts:
+                observer.on_part(part)
 
     def finish(
         self, outcome: str, *, message: str = "", tokens_after: int | None = None

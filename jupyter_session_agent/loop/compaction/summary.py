@@ -95,6 +95,7 @@ class Summariser:
                 )
                 continue
             item, outcome = self._call(history, added, job, chat, observer)
+            assert isinstance(item.info, AssistantMessage)  # the step's message
             tokens = item.info.tokens
             attempts.append(
                 {
