@@ -411,6 +411,11 @@ LATE_IMPORTS = {
     ("session/wiring.py", "..tools.mcp_client"): (
         "the MCP SDK and its event loop load only when MCP servers are configured"
     ),
+    # memory's index and search modules: the first %%agent cell does not load them unless
+    # memory is on (they were a third of the session's import time)
+    ("session/wiring.py", "..memory"): "memory's modules load only when memory is on",
+    ("session/wiring.py", "..memory.tool"): "memory's modules load only when memory is on",
+    ("session/agent_session.py", "..exchange"): "the exporters load when a session is exported",
 }
 
 

@@ -49,7 +49,6 @@ from ..core.messages import (
 from ..core.redact import clean_record
 from ..core.settings import Settings
 from ..core.text import file_name
-from ..exchange import transfer
 from ..loop.budget_report import BudgetReport
 from ..loop.compaction.events import CompactionEvent
 from ..loop.history import History
@@ -372,6 +371,8 @@ class AgentSession:
 
     def export(self, format: str = "md", out: Any = None) -> Any:
         """The session as Markdown, self-contained HTML or a JSON bundle; written to ``out`` if given."""
+        from ..exchange import transfer  # the exporters (HTML, bundles) load when one is used
+
         self.wait_title()
         return transfer.export(self.store, self.info.id, format, out)
 

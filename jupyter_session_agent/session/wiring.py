@@ -28,8 +28,6 @@ from ..loop.compaction import Compactor
 from ..loop.history import History
 from ..loop.step import StepSetup
 from ..loop.turn import TurnSetup, system_prompt
-from ..memory import after_turn, injection_part
-from ..memory.tool import RecallTool
 from ..providers.base import Provider
 from ..providers.openai_provider import ChatRequest
 from ..providers.presets import Resolved
@@ -210,6 +208,8 @@ def offered_tools(session: SessionView) -> dict[str, Tool]:
     if settings.subagents:
         tools["task"] = task_tool(subagent_runner(session))
     if memory_option(settings, "tool"):  # cross-session memory (docs/memory.md)
+        from ..memory.tool import RecallTool  # memory's modules load only when it is on
+
         tools["recall"] = RecallTool(session.store, settings, session.info.directory)
     if settings.mcp or settings.mcp_opencode:  # MCP servers' tools (docs/mcp.md)
         from ..tools.mcp_client import mcp_tools  # the MCP SDK loads only when servers are set
@@ -270,6 +270,8 @@ def memory_parts(session: SessionView, message_id: str, prompt: str) -> tuple:
     """The memory injected into a new session's first user message (a synthetic text part), if any."""
     if session.history or not memory_option(session.settings, "inject"):
         return ()
+    from ..memory import injection_part  # memory's modules load only when it is on
+
     part = injection_part(
         session.store,
         session.settings,
@@ -286,4 +288,6 @@ def memory_after_turn(session: SessionView) -> None:
     if (getattr(session.settings, "memory", None) or {}).get("auto_remember") or any(
         memory_option(session.settings, name) for name in ("tool", "inject")
     ):
+        from ..memory import after_turn  # memory's modules load only when it is on
+
         after_turn(session)
