@@ -36,6 +36,7 @@ from dataclasses import replace as _replace
 from typing import Any
 
 from ..core import budget as _budget
+from ..core.settings import CompactionSettings
 from ..core.messages import (
     CompactionPart,
     StepFinishPart,
@@ -149,7 +150,7 @@ class BudgetReport:
 def budget_report(
     history: Sequence[WithParts],
     model: _budget.ModelInfo,
-    compaction: Mapping[str, Any] | None = None,
+    compaction: CompactionSettings | Mapping[str, Any] | None = None,
 ) -> BudgetReport:
     """The budget of ``history`` (oldest first) for ``model`` and the compaction settings."""
     return BudgetTally().report(history, model, compaction)
@@ -192,7 +193,7 @@ class BudgetTally:
         self,
         history: Sequence[WithParts],
         model: _budget.ModelInfo,
-        compaction: Mapping[str, Any] | None = None,
+        compaction: CompactionSettings | Mapping[str, Any] | None = None,
     ) -> BudgetReport:
         """The budget of ``history`` (oldest first) for ``model`` and the compaction settings."""
         keep = self._unchanged(history)
@@ -290,16 +291,13 @@ class BudgetTally:
         history: Sequence[WithParts],
         run: _Running,
         model: _budget.ModelInfo,
-        compaction: Mapping[str, Any] | None,
+        compaction: CompactionSettings | Mapping[str, Any] | None,
     ) -> BudgetReport:
         from ..core.compaction_config import CompactionConfig
         from ..core.errors import ConfigError
 
         try:
-            config = CompactionConfig.from_settings(
-                {k: v for k, v in (compaction or {}).items() if k in CompactionConfig.USER_KEYS},
-                model,
-            )
+            config = CompactionConfig.from_settings(compaction, model)
         except ConfigError:  # a view never fails on a setting the loop would reject itself
             config = CompactionConfig()
         protect, minimum = config.prune_limits(model)

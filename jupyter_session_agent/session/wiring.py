@@ -35,7 +35,7 @@ def turn_setup(
         from .subagents import subagent_runner
 
         tools["task"] = task_tool(subagent_runner(session))
-    if memory_option(settings, "tool"):  # cross-session memory (docs/memory.md)
+    if settings.memory.tool_on:  # cross-session memory (docs/memory.md)
         from ..memory.tool import RecallTool
 
         tools["recall"] = RecallTool(session.store, settings, session.info.directory)
@@ -105,7 +105,6 @@ def turn_setup(
         except Exception as err:
             raise ToolFailure(redact(f"{type(err).__name__}: {err}", refresh=True)) from None
 
-    compaction = settings.compaction
     prompt_text = settings.system_prompt or (
         codeaction.system_prompt(
             kernel.variables_line(
@@ -127,8 +126,8 @@ def turn_setup(
         max_steps=settings.max_steps,
         max_retries=settings.max_retries,
         max_retry_wait=settings.max_retry_wait,
-        auto_compact=bool(compaction.get("auto", True)),
-        reserved=compaction.get("reserved"),
+        auto_compact=settings.compaction.auto,
+        reserved=settings.compaction.reserved,
         cwd=str(directory),
         permit=gate,
         snapshot=session.snapshot(),
@@ -215,16 +214,9 @@ def tool_names(settings: Settings) -> list[str]:
     return [n for n in BUILTIN_NAMES if settings.tools is None or n in settings.tools]
 
 
-def memory_option(settings: Settings, name: str) -> bool:
-    """Whether cross-session memory's ``tool``/``inject`` is on (each follows ``enabled`` unless set)."""
-    memory = getattr(settings, "memory", None) or {}
-    value = memory.get(name)
-    return bool(memory.get("enabled") if value is None else value)
-
-
 def memory_parts(session: Any, message_id: str, prompt: str) -> tuple:
     """The memory injected into a new session's first user message (a synthetic text part), if any."""
-    if session.history or not memory_option(session.settings, "inject"):
+    if session.history or not session.settings.memory.inject_on:
         return ()
     from ..memory import injection_part
 
@@ -241,9 +233,8 @@ def memory_parts(session: Any, message_id: str, prompt: str) -> tuple:
 
 def memory_after_turn(session: Any) -> None:
     """Remember the session (``auto_remember``); embed the turn's passages (memory on)."""
-    if (getattr(session.settings, "memory", None) or {}).get("auto_remember") or any(
-        memory_option(session.settings, name) for name in ("tool", "inject")
-    ):
+    memory = session.settings.memory
+    if memory.auto_remember or memory.tool_on or memory.inject_on:
         from ..memory import after_turn
 
         after_turn(session)
