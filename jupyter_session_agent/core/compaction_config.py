@@ -91,4 +91,3 @@ class CompactionConfig(CompactionSettings):
 
     def tail_output_budget(self, model: B.ModelInfo) -> int:
         return min(4_000, int(self.budget(model).usable * self.tail_output_share))
-

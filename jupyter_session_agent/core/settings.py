@@ -24,12 +24,11 @@ read together, and splitting them would spread one setting's definition over fil
 from __future__ import annotations
 
 import copy
-import functools
 import math
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -266,10 +265,8 @@ def declared(cls: type) -> tuple[SettingInfo, ...]:
     for f in fields(cls):
         if "spec" not in f.metadata:
             raise TypeError(f"{cls.__name__}.{f.name} must be declared with setting(...)")
-        if f.default is not MISSING:
-            default = f.default
-        else:
-            default = f.default_factory()  # type: ignore[misc]
+        factory = f.default_factory
+        default = factory() if callable(factory) else f.default
         meta = f.metadata
         infos.append(
             SettingInfo(f.name, hints[f.name], default, meta["spec"], meta["doc"], meta["example"])
@@ -277,11 +274,17 @@ def declared(cls: type) -> tuple[SettingInfo, ...]:
     return tuple(infos)
 
 
-@functools.cache
+_TABLES: dict[type, Table] = {}
+
+
 def _table(cls: type) -> Table:
-    """The :class:`Table` a dict setting's key declaration describes (errors show defaults)."""
-    infos = declared(cls)
-    return Table({i.name: i.spec for i in infos}, {i.name: i.default for i in infos}, infos, cls)
+    """The :class:`Table` a dict setting's key declaration describes (errors show defaults);
+    made once per class (every nested value built checks itself against it)."""
+    if cls not in _TABLES:
+        infos = declared(cls)
+        defaults = {i.name: i.default for i in infos}
+        _TABLES[cls] = Table({i.name: i.spec for i in infos}, defaults, infos, cls)
+    return _TABLES[cls]
 
 
 def _check_keys(value: Any, where: str) -> None:

@@ -36,7 +36,6 @@ from dataclasses import replace as _replace
 from typing import Any
 
 from ..core import budget as _budget
-from ..core.settings import CompactionSettings
 from ..core.messages import (
     CompactionPart,
     StepFinishPart,
@@ -46,6 +45,7 @@ from ..core.messages import (
     UserMessage,
     WithParts,
 )
+from ..core.settings import CompactionSettings
 
 SPARK = "▁▂▃▄▅▆▇█"
 

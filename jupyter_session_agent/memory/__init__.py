@@ -262,9 +262,7 @@ def after_turn(session: Any) -> Remembered | None:
     done = None
     if opts.auto_remember:
         try:
-            mode = (
-                "llm" if opts.extractor == "llm" else "rules"
-            )  # "auto": no model call per turn
+            mode = "llm" if opts.extractor == "llm" else "rules"  # "auto": no model call per turn
             complete = _session_complete(session) if mode == "llm" else None
             done = remember(
                 session.store,
@@ -363,7 +361,7 @@ def recall(
     elif not isinstance(embed, Embedder):
         embed = Endpoint(embed, embed_model or "default")
     index = index_for(store, settings.data_dir)
-    args = dict(
+    args: dict[str, Any] = dict(
         project=project,
         k=k or opts.top_k,
         threshold=float(opts.threshold if threshold is None else threshold),
