@@ -363,7 +363,7 @@ def recall(
     index = index_for(store, settings.data_dir)
     args: dict[str, Any] = dict(
         project=project,
-        k=k or opts.top_k,
+        k=int(k or opts.top_k),
         threshold=float(opts.threshold if threshold is None else threshold),
         exclude_session=exclude_session,
         sources=sources,
