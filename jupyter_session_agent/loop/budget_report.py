@@ -47,6 +47,7 @@ from ..core.messages import (
     UserMessage,
     WithParts,
 )
+from ..core.settings import CompactionSettings
 from .compaction.prune import prune_selection, walk_prune
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -152,7 +153,7 @@ class BudgetReport:
 def budget_report(
     history: Sequence[WithParts],
     model: _budget.ModelInfo,
-    compaction: Mapping[str, Any] | None = None,
+    compaction: CompactionSettings | Mapping[str, Any] | None = None,
 ) -> BudgetReport:
     """The budget of ``history`` (oldest first) for ``model`` and the compaction settings."""
     return BudgetTally().report(history, model, compaction)
@@ -195,7 +196,7 @@ class BudgetTally:
         self,
         history: Sequence[WithParts],
         model: _budget.ModelInfo,
-        compaction: Mapping[str, Any] | None = None,
+        compaction: CompactionSettings | Mapping[str, Any] | None = None,
     ) -> BudgetReport:
         """The budget of ``history`` (oldest first) for ``model`` and the compaction settings."""
         keep = self._unchanged(history)
@@ -293,13 +294,10 @@ class BudgetTally:
         history: Sequence[WithParts],
         run: _Running,
         model: _budget.ModelInfo,
-        compaction: Mapping[str, Any] | None,
+        compaction: CompactionSettings | Mapping[str, Any] | None,
     ) -> BudgetReport:
         try:
-            config = CompactionConfig.from_settings(
-                {k: v for k, v in (compaction or {}).items() if k in CompactionConfig.USER_KEYS},
-                model,
-            )
+            config = CompactionConfig.from_settings(compaction, model)
         except ConfigError:  # a view never fails on a setting the loop would reject itself
             config = CompactionConfig()
         protect, minimum = config.prune_limits(model)

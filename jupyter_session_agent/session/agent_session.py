@@ -377,9 +377,9 @@ class AgentSession:
         return transfer.export(self.store, self.info.id, format, out)
 
     def snapshot(self) -> Snapshot | None:
-        """This session's ``snapshot.Snapshot`` (None when ``settings.snapshot["enabled"]`` is false)."""
+        """This session's ``snapshot.Snapshot`` (None when ``settings.snapshot.enabled`` is false)."""
         options = self.settings.snapshot
-        if not options.get("enabled", True):
+        if not options.enabled:
             return None
         if (
             self._snapshot is None

@@ -157,7 +157,6 @@ def turn_setup(
     schemas = [openai_schema(t) for t in tools.values()]
     directory = Path(session.info.directory)
     limits = model.limits
-    compaction = settings.compaction
     prompt_text = settings.system_prompt or (
         codeaction.system_prompt(
             kernel.variables_line(
@@ -177,8 +176,8 @@ def turn_setup(
         ),
         max_retries=settings.max_retries,
         max_retry_wait=settings.max_retry_wait,
-        auto_compact=bool(compaction.get("auto", True)),
-        reserved=compaction.get("reserved"),
+        auto_compact=settings.compaction.auto,
+        reserved=settings.compaction.reserved,
         permit=gate,
         snapshot=session.snapshot(),
     )
@@ -207,7 +206,7 @@ def offered_tools(session: SessionView) -> dict[str, Tool]:
     tools: dict[str, Tool] = dict(builtin_tools())
     if settings.subagents:
         tools["task"] = task_tool(subagent_runner(session))
-    if memory_option(settings, "tool"):  # cross-session memory (docs/memory.md)
+    if settings.memory.tool_on:  # cross-session memory (docs/memory.md)
         from ..memory.tool import RecallTool  # memory's modules load only when it is on
 
         tools["recall"] = RecallTool(session.store, settings, session.info.directory)
@@ -259,16 +258,9 @@ def tool_names(settings: Settings) -> list[str]:
     return [n for n in BUILTIN_NAMES if settings.tools is None or n in settings.tools]
 
 
-def memory_option(settings: Settings, name: str) -> bool:
-    """Whether cross-session memory's ``tool``/``inject`` is on (each follows ``enabled`` unless set)."""
-    memory = getattr(settings, "memory", None) or {}
-    value = memory.get(name)
-    return bool(memory.get("enabled") if value is None else value)
-
-
 def memory_parts(session: SessionView, message_id: str, prompt: str) -> tuple:
     """The memory injected into a new session's first user message (a synthetic text part), if any."""
-    if session.history or not memory_option(session.settings, "inject"):
+    if session.history or not session.settings.memory.inject_on:
         return ()
     from ..memory import injection_part  # memory's modules load only when it is on
 
@@ -285,9 +277,8 @@ def memory_parts(session: SessionView, message_id: str, prompt: str) -> tuple:
 
 def memory_after_turn(session: SessionView) -> None:
     """Remember the session (``auto_remember``); embed the turn's passages (memory on)."""
-    if (getattr(session.settings, "memory", None) or {}).get("auto_remember") or any(
-        memory_option(session.settings, name) for name in ("tool", "inject")
-    ):
+    memory = session.settings.memory
+    if memory.auto_remember or memory.tool_on or memory.inject_on:
         from ..memory import after_turn  # memory's modules load only when it is on
 
         after_turn(session)
