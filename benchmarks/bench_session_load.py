@@ -9,6 +9,9 @@ same machine noise:
     time, median of ``--runs``;
 (b) importing the session API (``jupyter_session_agent.session.agent_session``: the session,
     the loop, compaction and what they import), median of ``--runs``;
+(b') the first ``%%agent`` turn of a kernel: importing the session API, creating a session and
+    its first two-step turn (below), wall time in a fresh interpreter, median of ``--runs``:
+    what moving imports to the top of a module moves, not adds;
 (c) one turn (``AgentSession.prompt``: the user message stored, a two-step turn — a ``python``
     tool call run in an IPython shell, then the answer — against the scripted server, store writes with fsync),
     CPU time of the process (every thread) per turn, median of ``--turns`` after a warm-up.
@@ -51,6 +54,32 @@ import jupyter_session_agent
 t = time.perf_counter()
 import jupyter_session_agent.session.agent_session
 print(time.perf_counter() - t)
+"""
+
+FIRST_TURN = """
+import os, tempfile, time
+from IPython.core.interactiveshell import InteractiveShell
+import jupyter_session_agent
+shell = InteractiveShell.instance()
+from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
+with ScriptedServer() as server, tempfile.TemporaryDirectory() as tmp:
+    os.environ["OPENAI_BASE_URL"] = server.base_url
+    os.environ["OPENAI_API_KEY"] = "sk-bench"
+    server.enqueue(Reply(tool_calls=[{"name": "python", "arguments": {"code": "print(2 * 2)"}}]))
+    server.enqueue(Reply(text="The answer is 4."))
+    t = time.perf_counter()
+    from jupyter_session_agent.core.settings import Settings
+    from jupyter_session_agent.session.agent_session import AgentSession
+    settings = Settings(
+        model="openai/scripted",
+        data_dir=tmp,
+        model_overrides={"openai/scripted": {"context": 128_000, "output": 4096}},
+        subagents=False,
+        permission={"python": "allow"},
+    )
+    session = AgentSession.create(settings, directory=tmp, shell=shell)
+    session.prompt("what is 2 squared?")
+    print(time.perf_counter() - t)
 """
 
 TURNS = """
@@ -109,6 +138,7 @@ def main() -> None:
         ("(a) import jupyter_session_agent", IMPORT),
         ("(a) %load_ext jupyter_session_agent", LOAD_EXT),
         ("(b) import session.agent_session", SESSION),
+        ("(b') import, create and first turn", FIRST_TURN),
     ):
         times: dict[str, list[float]] = {k: [] for k in trees}
         for _ in range(args.runs):
