@@ -757,7 +757,7 @@ def evaluate(
             if supersede
             else memory.MemoryIndex(store, settings.data_dir, ranking=memory.PLAIN_BM25)
         )
-        floor = memory.options(settings)["threshold"] if threshold is None else threshold
+        floor = settings.memory.threshold if threshold is None else threshold
 
         def ask(question: str):
             if plain is not None:  # the baseline: each passage alone, BM25 only, no supersession
@@ -907,7 +907,7 @@ def run(
             "updated": sum(len(f.values) > 1 for f in asked),
             "paraphrased": sum(f.paraphrase for f in asked),
             "no-answer": len(NO_ANSWER),
-            "threshold": memory.options(settings)["threshold"],
+            "threshold": settings.memory.threshold,
             "embeddings": embeddings,
             "documents indexed": memory.index_for(store, settings.data_dir).size,
             "notes extracted": sum(sum(r.counts.values()) for r in done),

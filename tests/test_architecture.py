@@ -241,3 +241,212 @@ def test_a_long_module_says_why_it_is_one_module():
         f"{ONE_MODULE!r} followed by why their content belongs together (or split them):\n"
         + "\n".join(wrong)
     )
+
+
+# -- the history has one owner --------------------------------------------------------------
+
+HISTORY_MODULE = ROOT / "loop" / "history.py"  # the History class: the only writer
+LIST_MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse"}
+# modules whose local variable named ``history`` is a plain list they build, not a session's
+HISTORY_NAME_ELSEWHERE = {
+    "exchange/transfer.py": "a bundle's messages, read into a list before a session holds them",
+    "analytics/replay.py": "a renumbered copy of a recorded turn, built as a list",
+    "ui/widgets.py": "``self.history`` is the budget widget's HTML pane, not messages",
+}
+
+
+def _is_history(node: ast.expr) -> bool:
+    """``history``, ``x.history``, ``x.y.history`` (an item or slice of one counts)."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return (isinstance(node, ast.Name) and node.id == "history") or (
+        isinstance(node, ast.Attribute) and node.attr == "history"
+    )
+
+
+def history_mutations(source: str) -> list[tuple[int, str]]:
+    """(line, code) of each in-place change of a history in ``source``: a list method that
+    mutates, item or slice assignment or deletion, ``+=``, attribute assignment on it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in LIST_MUTATORS
+            and _is_history(node.func.value)
+        ):
+            found.append((node.lineno, ast.unparse(node.func)))
+        targets: list[ast.expr] = []
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            for t in target.elts if isinstance(target, ast.Tuple) else [target]:
+                changed = (
+                    (isinstance(t, ast.Subscript) and _is_history(t.value))
+                    or (isinstance(t, ast.Attribute) and _is_history(t.value))
+                    or (isinstance(node, ast.AugAssign) and _is_history(t))
+                )
+                if changed:
+                    found.append((node.lineno, ast.unparse(t)))
+    return sorted(found)
+
+
+def test_the_history_scan_finds_what_it_is_meant_to_find():
+    bad = (
+        "def f(session, history, run):\n"
+        "    history.append(1)\n"
+        "    session.history[:] = []\n"
+        "    history[0] = 2\n"
+        "    run.history.extend([])\n"
+        "    del history[-1]\n"
+        "    history += [3]\n"
+        "    session.history._items = []\n"
+        "    a, history[1] = 1, 2\n"
+    )
+    assert [line for line, _ in history_mutations(bad)] == [2, 3, 4, 5, 6, 7, 8, 9]
+    fine = (
+        "def g(session, history):\n"
+        "    history.add(1)\n"
+        "    session.history.reset([])\n"
+        "    history = history[-3:]\n"
+        "    self.history = history\n"
+        "    x = [m for m in session.history]\n"
+    )
+    assert history_mutations(fine) == []
+
+
+def test_no_module_outside_the_history_object_mutates_a_history():
+    wrong = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if path == HISTORY_MODULE or rel in HISTORY_NAME_ELSEWHERE:
+            continue
+        for line, code in history_mutations(path.read_text(encoding="utf-8")):
+            wrong.append(f"{path.relative_to(ROOT.parent)}:{line}: {code}")
+    assert not wrong, (
+        "a history is changed in place outside loop/history.py; call the History's "
+        "methods (add, put_back, update_parts, reset) instead:\n" + "\n".join(wrong)
+    )
+
+
+# -- the turn is wired by types ---------------------------------------------------------------
+
+# the modules that wire a turn: what they take and build is typed, never ``Any``
+TURN_WIRING = ("session/wiring.py", "session/tool_calls.py", "session/turns.py", "loop/turn.py")
+# and the values the loop passes whole from the turn to each step
+STEP_CLASSES = {"loop/step.py": ("StepSetup", "StepProcessor")}
+
+
+def any_annotations(source: str, classes: tuple[str, ...] = ()) -> list[tuple[int, str]]:
+    """(line, annotation) of each annotation naming ``Any`` in ``source`` (in ``classes``
+    only, when given), and each import of ``Any``."""
+    tree = ast.parse(source)
+    scopes: list[ast.AST] = (
+        [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name in classes]
+        if classes
+        else [tree]
+    )
+    found = []
+    for scope in scopes:
+        for node in ast.walk(scope):
+            annotations: list[ast.expr | None] = []
+            if isinstance(node, ast.AnnAssign):
+                annotations = [node.annotation]
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+                every += [a for a in (args.vararg, args.kwarg) if a is not None]
+                annotations = [a.annotation for a in every] + [node.returns]
+            elif (
+                isinstance(node, ast.ImportFrom)
+                and not classes
+                and any(a.name == "Any" for a in node.names)
+            ):
+                found.append((node.lineno, "import Any"))
+            for annotation in annotations:
+                if annotation is None:
+                    continue
+                names = {n.id for n in ast.walk(annotation) if isinstance(n, ast.Name)}
+                names |= {
+                    n.value for n in ast.walk(annotation) if isinstance(n, ast.Constant)
+                }  # a quoted annotation
+                if "Any" in names or any("Any" in str(n).split("[") for n in names):
+                    found.append((annotation.lineno, ast.unparse(annotation)))
+    return sorted(found)
+
+
+def test_the_any_scan_finds_what_it_is_meant_to_find():
+    bad = (
+        "from typing import Any\n"
+        "def f(a: Any, *, b: list[Any] = (), **c: 'Any') -> dict[str, Any]: ...\n"
+        "class S:\n"
+        "    x: Any\n"
+    )
+    assert [line for line, _ in any_annotations(bad)] == [1, 2, 2, 2, 2, 4]
+    assert [line for line, _ in any_annotations(bad, ("S",))] == [4]
+    assert any_annotations("def f(a: int, b: object) -> str: ...\n") == []
+
+
+def test_no_any_in_the_turns_wiring():
+    wrong = []
+    for rel in TURN_WIRING:
+        for line, text in any_annotations((ROOT / rel).read_text(encoding="utf-8")):
+            wrong.append(f"{PACKAGE}/{rel}:{line}: {text}")
+    for rel, classes in STEP_CLASSES.items():
+        for line, text in any_annotations((ROOT / rel).read_text(encoding="utf-8"), classes):
+            wrong.append(f"{PACKAGE}/{rel}:{line}: {text}")
+    assert not wrong, (
+        "the turn's wiring names Any; give it the type it is (a Protocol when the "
+        "value comes from a higher layer):\n" + "\n".join(wrong)
+    )
+
+
+# -- imports at the top -----------------------------------------------------------------------
+
+TOP_IMPORT_FOLDERS = ("session", "loop")
+# (module, imported module) → why the import waits for the function that needs it
+LATE_IMPORTS = {
+    ("session/wiring.py", "..tools.mcp_client"): (
+        "the MCP SDK and its event loop load only when MCP servers are configured"
+    ),
+    # memory's index and search modules: the first %%agent cell does not load them unless
+    # memory is on (they were a third of the session's import time)
+    ("session/wiring.py", "..memory"): "memory's modules load only when memory is on",
+    ("session/wiring.py", "..memory.tool"): "memory's modules load only when memory is on",
+    ("session/agent_session.py", "..exchange"): "the exporters load when a session is exported",
+}
+
+
+def function_imports(source: str) -> list[tuple[int, str]]:
+    """(line, imported module as written) of each import inside a function."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.ImportFrom):
+                found.append((inner.lineno, "." * inner.level + (inner.module or "")))
+            elif isinstance(inner, ast.Import):
+                found += [(inner.lineno, a.name) for a in inner.names]
+    return sorted(set(found))
+
+
+def test_session_and_loop_import_at_the_top():
+    assert function_imports("import a\ndef f():\n    from .b import c\n    import d\n") == [
+        (3, ".b"),
+        (4, "d"),
+    ]
+    wrong = []
+    for folder in TOP_IMPORT_FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            for line, module in function_imports(path.read_text(encoding="utf-8")):
+                if (rel, module) not in LATE_IMPORTS:
+                    wrong.append(f"{PACKAGE}/{rel}:{line}: {module}")
+    assert not wrong, (
+        "imports inside functions in session/ or loop/ (move them to the top, or list the "
+        "import in LATE_IMPORTS with the heavy library or load time that needs it):\n"
+        + "\n".join(wrong)
+    )

@@ -49,6 +49,7 @@ from jupyter_session_agent.loop.compaction import (
     transcript,
     water_fill,
 )
+from jupyter_session_agent.loop.step import StepSetup
 from jupyter_session_agent.loop.turn import TurnSetup, run_turn
 from jupyter_session_agent.providers.openai_provider import ChatRequest, OpenAIProvider
 from jupyter_session_agent.store import Store
@@ -653,17 +654,17 @@ def _setup(server, store, tmp_path, compaction, context=12_000, strategy=None):
         return ChatRequest(model="scripted", messages=chat, max_tokens=1_000)
 
     return TurnSetup(
-        store=store,
+        step=StepSetup(store=store, model=info, tools={}, run_tool=_no_tool, max_retries=0),
         provider=provider,
         request_factory=factory,
-        model=info,
-        tools={},
-        run_tool=None,
         system_prompt="You help.",
         max_steps=5,
-        max_retries=0,
         compactor=compactor,
     )
+
+
+def _no_tool(tool, args, call):
+    raise AssertionError("no tool is offered")
 
 
 def test_auto_false_makes_a_provider_overflow_a_one_line_error(server, tmp_path):

@@ -36,7 +36,7 @@ from jupyter_session_agent.loop.compaction import (
     prune_selection,
 )
 from jupyter_session_agent.loop.compaction.events import CompactionEvent, CompactionResult
-from jupyter_session_agent.loop.step import StepResult
+from jupyter_session_agent.loop.step import StepResult, StepSetup
 from jupyter_session_agent.loop.turn import ContextLimitError, TurnSetup, run_turn
 from jupyter_session_agent.providers.openai_provider import ChatRequest, OpenAIProvider
 from jupyter_session_agent.store import Store
@@ -199,15 +199,11 @@ def test_a_strategy_the_loop_is_given_decides_the_turn(server, tmp_path):
         server.enqueue(*replies)
         history = [user("wrap up")]
         setup = TurnSetup(
-            store=store,
+            step=StepSetup(store=store, model=MODEL, tools={}, run_tool=_no_tool, max_retries=0),
             provider=OpenAIProvider(provider_id="openai", base_url=server.base_url, api_key="k"),
             request_factory=lambda chat, last: ChatRequest(model="scripted", messages=chat),
-            model=MODEL,
-            tools={},
-            run_tool=None,
             system_prompt="You help.",
             max_steps=5,
-            max_retries=0,
             compactor=compactor(tmp_path, store, strategy=strategy, server=server),
         )
         run_turn(setup, history)
@@ -238,15 +234,11 @@ def test_an_overflow_the_strategy_cannot_fix_is_one_line(server, tmp_path):
         )
     )
     setup = TurnSetup(
-        store=store,
+        step=StepSetup(store=store, model=MODEL, tools={}, run_tool=_no_tool, max_retries=0),
         provider=OpenAIProvider(provider_id="openai", base_url=server.base_url, api_key="k"),
         request_factory=lambda chat, last: ChatRequest(model="scripted", messages=chat),
-        model=MODEL,
-        tools={},
-        run_tool=None,
         system_prompt="You help.",
         max_steps=5,
-        max_retries=0,
         compactor=compactor(tmp_path, store, server=server),
     )
     with pytest.raises(ContextLimitError) as info:
@@ -282,3 +274,7 @@ def test_prune_due_is_exactly_what_the_prune_clears(tmp_path):
     base = compactor(tmp_path, store, OPENCODE.config, OPENCODE.strategy)
     assert base.prune_due(history) == ([], 0)
     store.close()
+
+
+def _no_tool(tool, args, call):
+    raise AssertionError("no tool is offered")

@@ -383,7 +383,12 @@ def test_values_that_are_allowed_are_kept(ip, magics):
         ip.run_line_magic("config", f"AgentMagics.{name} = {value!r}")
         assert getattr(magics, name) == value, name
     settings = magics.settings()
-    assert settings.request_timeout == 10 and settings.compaction["threshold"] == 0.8
+    assert settings.request_timeout == 10 and settings.compaction.threshold == 0.8
+    # the nested settings are typed values: the keys set, the rest their declared defaults
+    assert settings.compaction.model == "openai/gpt-4o-mini" and settings.compaction.auto is True
+    assert settings.snapshot.enabled is False and settings.snapshot.exclude == ("*.csv",)
+    assert settings.snapshot.max_files == 20_000
+    assert settings.memory.tool_on and settings.memory.embeddings is None
 
 
 def test_a_refused_value_leaves_the_next_turn_on_the_old_one(ip, server, store, magics):

@@ -467,10 +467,13 @@ def test_memory_settings_are_validated():
         Settings(memory={"inject_everything": True})
     with pytest.raises(ConfigError, match="extractor"):
         Settings(memory={"extractor": "magic"})
-    assert not memory.tool_enabled(Settings()) and not memory.inject_enabled(Settings())
-    assert memory.tool_enabled(Settings(memory={"enabled": True}))
-    assert memory.inject_enabled(Settings(memory={"inject": True}))
-    assert not memory.tool_enabled(Settings(memory={"inject": True}))
+    # the recall tool and the injection each follow enabled unless set
+    assert not Settings().memory.tool_on and not Settings().memory.inject_on
+    assert Settings(memory={"enabled": True}).memory.tool_on
+    assert Settings(memory={"enabled": True}).memory.inject_on
+    assert Settings(memory={"inject": True}).memory.inject_on
+    assert not Settings(memory={"inject": True}).memory.tool_on
+    assert not Settings(memory={"enabled": True, "tool": False}).memory.tool_on
 
 
 # --------------------------------------------------------------------------

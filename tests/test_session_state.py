@@ -134,7 +134,7 @@ def attribute_writes(source: str, names: set[str]) -> list[tuple[int, str]]:
 
 def test_the_scan_finds_what_it_is_meant_to_find():
     names = session_attributes()
-    assert {"info", "history", "providers", "approver", "_has_children"} <= names
+    assert {"info", "history", "providers", "approver", "turns", "_foreign"} <= names
     bad = (
         "def f(session, parent, child, other, m):\n"
         "    session.info = 1\n"

@@ -92,17 +92,27 @@ def test_a_dict_settings_keys_defaults_and_checks_are_its_dataclass(name):
     cls = KEYED[name]
     value = cls()
     declared = {f.name: getattr(value, f.name) for f in fields(cls)}
-    defaults = {"compaction": S.COMPACTION_DEFAULTS, "snapshot": S.SNAPSHOT_DEFAULTS}
-    defaults["memory"] = S.MEMORY_DEFAULTS
     schemas = {"compaction": S.COMPACTION_SCHEMA, "snapshot": S.SNAPSHOT_SCHEMA}
     schemas["memory"] = S.MEMORY_SCHEMA
-    assert dict(defaults[name]) == declared
+    assert dict(schemas[name].defaults) == declared
     assert list(schemas[name].fields) == list(declared)
     info = next(s for s in S.SETTINGS if s.name == name)
     assert [k.name for k in info.keys] == list(declared)
     assert all(key in info.help for key in declared)  # the help never omits a key
-    # the session's value is the defaults with the user's keys over them
-    assert getattr(S.Settings(), name) == declared
+    # the session's value is the typed value: the declared defaults with the user's keys over them
+    assert getattr(S.Settings(), name) == value and type(getattr(S.Settings(), name)) is cls
+    changed = {"compaction": ("auto", False), "snapshot": ("exclude", ["*.csv"])}
+    changed["memory"] = ("top_k", 9)
+    key, new = changed[name]
+    typed = getattr(S.Settings(**{name: {key: new}}), name)
+    assert isinstance(typed, cls) and typed == cls(**{key: new})
+    assert getattr(typed, key) == (tuple(new) if isinstance(new, list) else new)
+    others = {k: v for k, v in declared.items() if k != key}
+    assert {k: getattr(typed, k) for k in others} == others  # the rest keep their defaults
+    hash(typed)  # frozen all the way down: a list is kept as a tuple
+    # a typed value passes where the dict does, and a changed copy keeps it
+    assert replace(S.Settings(), **{name: typed}) == S.Settings(**{name: {key: new}})
+    assert getattr(replace(S.Settings(**{name: typed}), titles=False), name) is typed
     # as a value, a key is checked as the dict is
     bad = {"compaction": ("threshold", 5), "snapshot": ("max_files", 0)}
     bad["memory"] = ("top_k", 0)
@@ -155,7 +165,11 @@ def test_values_keep_their_declared_types(ip, magics):
     magics.compaction = {"threshold": 0.5}
     settings = magics.settings()
     magics.compaction["threshold"] = 0.25  # the session's value is a copy
-    assert settings.compaction["threshold"] == 0.5
+    assert settings.compaction.threshold == 0.5 and settings.compaction.auto is True
+    ip.run_line_magic("config", "AgentMagics.memory = {'enabled': True, 'inject': False}")
+    memory = magics.settings().memory
+    assert isinstance(memory, S.MemorySettings) and memory.enabled and memory.top_k == 5
+    assert memory.tool_on and not memory.inject_on  # each follows enabled unless set
 
 
 def test_help_lists_exactly_the_fields_with_their_defaults_and_docs(ip):

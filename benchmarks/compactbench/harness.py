@@ -36,6 +36,8 @@ from jupyter_session_agent.core.messages import (
     now_ms,
 )
 from jupyter_session_agent.loop.compaction import CompactionConfig, Compactor
+from jupyter_session_agent.loop.history import Calibration
+from jupyter_session_agent.loop.step import StepSetup
 from jupyter_session_agent.loop.turn import ContextLimitError, TurnSetup, run_turn, system_prompt
 from jupyter_session_agent.providers.openai_provider import ChatRequest, OpenAIProvider
 from jupyter_session_agent.store import Store
@@ -331,7 +333,7 @@ def run_scenario(
                         max_retries=0,
                         cwd=self.cwd,
                         sleep=self.sleep,
-                        state={"ratio": self.ratio},
+                        calibration=Calibration(self.ratio),
                         strategy=other.strategy,
                     )
                     overflows = server.overflows
@@ -352,7 +354,7 @@ def run_scenario(
                 paired.append(record)
                 return result
 
-        state: dict = {}
+        calibration = Calibration()
         history: list[WithParts] = []
         died = None
         completed = 0
@@ -387,21 +389,23 @@ def run_scenario(
                 max_retries=0,
                 cwd=str(workdir),
                 sleep=lambda s: None,
-                state=state,
+                calibration=calibration,
                 strategy=strategy,
             )
             setup = TurnSetup(
-                store=store,
+                step=StepSetup(
+                    store=store,
+                    model=info,
+                    tools=tools,
+                    run_tool=call_tool,
+                    max_retries=0,
+                    auto_compact=config.auto,
+                    reserved=config.reserved,
+                ),
                 provider=provider,
                 request_factory=request_factory,
-                model=info,
-                tools=tools,
-                run_tool=call_tool,
                 system_prompt=prompt,
                 max_steps=max_steps,
-                max_retries=0,
-                auto_compact=config.auto,
-                reserved=config.reserved,
                 cwd=str(workdir),
                 compactor=compactor,
             )

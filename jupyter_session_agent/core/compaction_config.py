@@ -1,23 +1,24 @@
-"""Compaction settings: :class:`CompactionConfig` (the user's ``compaction`` settings,
-validated, and the compactor's tuning numbers), the trigger threshold and the per-model
-limits (usable window, prune protect/minimum, tail, summary target), and their constants.
-How a compaction is done (the policy) is the compactor's strategy, not a setting."""
+"""Compaction settings for one model: :class:`CompactionConfig` is the ``compaction`` setting
+(:class:`~.settings.CompactionSettings`, whose fields it inherits, not restates) resolved for a
+model (its ``compaction_threshold`` override), with the compactor's arithmetic: the trigger
+threshold and the per-model limits (usable window, prune protect/minimum, tail, summary target),
+and their constants. How a compaction is done (the policy) is the compactor's strategy, not a
+setting."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from . import budget as B
-from .errors import ConfigError
-from .messages import Tokens, replace
-from .settings import COMPACTION_DEFAULTS, COMPACTION_SCHEMA
+from .messages import Tokens
+from .settings import COMPACTION_SCHEMA, CompactionSettings
 
-# The user's keys, their defaults and their checks are declared once (CompactionSettings)
-PRUNE_MINIMUM: int = COMPACTION_DEFAULTS["prune_minimum"]
-PRUNE_PROTECT: int = COMPACTION_DEFAULTS["prune_protect"]
-PRUNE_PROTECTED_TOOLS: tuple[str, ...] = COMPACTION_DEFAULTS["protected_tools"]
+_DEFAULT = CompactionSettings()
+PRUNE_MINIMUM: int = _DEFAULT.prune_minimum
+PRUNE_PROTECT: int = _DEFAULT.prune_protect
+PRUNE_PROTECTED_TOOLS: tuple[str, ...] = _DEFAULT.protected_tools
 TOOL_OUTPUT_MAX_CHARS = 2_000  # transcript cut, as OpenCode's
 TAIL_MIN, TAIL_MAX = 2_000, 15_000  # preserve_recent_tokens = clamp(usable × 0.25, …)
 OUTPUT_DIR = "tool-output"
@@ -27,46 +28,34 @@ SUMMARY_MIN = 300  # tokens: the smallest summary ours asks for
 
 
 @dataclass(frozen=True)
-class CompactionConfig:
-    """Resolved compaction settings. The first block are user settings
-    (``%config AgentMagics.compaction = {...}``); the second are the compactor's tuning
-    numbers (shares of the usable window)."""
+class CompactionConfig(CompactionSettings):
+    """The ``compaction`` setting resolved for one model (its fields are the setting's, checked
+    as the setting is), and the compactor's tuning numbers (shares of the usable window),
+    which are not settings."""
 
-    auto: bool = COMPACTION_DEFAULTS["auto"]
-    prune: bool = COMPACTION_DEFAULTS["prune"]
-    reserved: int | None = COMPACTION_DEFAULTS["reserved"]
-    threshold: float = COMPACTION_DEFAULTS["threshold"]  # compact at usable × threshold
-    prune_protect: int = PRUNE_PROTECT
-    prune_minimum: int = PRUNE_MINIMUM
-    protected_tools: tuple[str, ...] = PRUNE_PROTECTED_TOOLS
-    tail_turns: int = COMPACTION_DEFAULTS["tail_turns"]  # the latest request restated if cut
-    preserve_recent_tokens: int | None = COMPACTION_DEFAULTS["preserve_recent_tokens"]
-    model: str | None = COMPACTION_DEFAULTS["model"]  # "provider/model" for the summary calls
-
-    tail_output_share: float = 0.01  # the newest outputs kept verbatim ≈ usable × share (≤ 4000)
-    pin_requests: int = 0  # earlier requests (first sentence) pinned beside the rules
-    summary_share: float = 0.03  # summary target ≈ usable × share (clamped 300..4000)
+    tail_output_share: ClassVar[float] = 0.01  # newest outputs kept ≈ usable × share (≤ 4000)
+    pin_requests: ClassVar[int] = 0  # earlier requests (first sentence) pinned beside the rules
+    summary_share: ClassVar[float] = 0.03  # summary target ≈ usable × share (clamped 300..4000)
 
     USER_KEYS: ClassVar[tuple[str, ...]] = tuple(COMPACTION_SCHEMA.fields)
 
     @classmethod
     def from_settings(
-        cls, settings: Mapping[str, Any] | None, model: B.ModelInfo | None = None
+        cls,
+        settings: CompactionSettings | Mapping[str, Any] | None,
+        model: B.ModelInfo | None = None,
     ) -> CompactionConfig:
-        """``settings`` (``Settings.compaction``; a key set to None keeps its default) checked
-        as the ``compaction`` setting is; a model's ``compaction_threshold`` override wins."""
-        kw = {k: v for k, v in dict(settings or {}).items() if v is not None}
-        COMPACTION_SCHEMA.check(kw, "compaction")  # one line naming the key and the fix
+        """``settings`` (``Settings.compaction``, or a dict of its keys checked as the
+        ``compaction`` setting is, where a key set to None keeps its default) for ``model``: its
+        ``compaction_threshold`` override wins."""
+        if isinstance(settings, CompactionSettings):
+            kw = {f.name: getattr(settings, f.name) for f in fields(settings)}
+        else:
+            kw = {k: v for k, v in dict(settings or {}).items() if v is not None}
+            COMPACTION_SCHEMA.check(kw, "compaction")  # one line naming the key and the fix
         if model is not None and model.extra.get("compaction_threshold") is not None:
             kw["threshold"] = model.extra["compaction_threshold"]
-        if "threshold" in kw:
-            kw["threshold"] = _check_threshold(kw["threshold"], "compaction['threshold']")
-        if "protected_tools" in kw:
-            kw["protected_tools"] = tuple(kw["protected_tools"])
         return cls(**kw)
-
-    def with_changes(self, **changes: Any) -> CompactionConfig:
-        return replace(self, **changes)
 
     # -- numbers for one model ------------------------------------------------
 
@@ -102,11 +91,3 @@ class CompactionConfig:
 
     def tail_output_budget(self, model: B.ModelInfo) -> int:
         return min(4_000, int(self.budget(model).usable * self.tail_output_share))
-
-
-def _check_threshold(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ConfigError(
-            f"{what} must be a ratio of the usable window, 0 < r <= 1 (e.g. 0.8), got {value!r}"
-        )
-    return float(value)

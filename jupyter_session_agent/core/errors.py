@@ -8,6 +8,9 @@ nothing else; tests still get the full exception object.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from .redact import clean, clean_value
 
 
@@ -76,4 +79,13 @@ class ContextOverflowError(ProviderError):
 
 
 class ToolFailure(AgentError):
-    """Raised by a tool to report an error the model should see as ``state.error``."""
+    """Raised by a tool to report an error the model should see as ``state.error``;
+    ``metadata``: JSON-able details kept on the part's error state (an MCP call's server)."""
+
+    def __init__(self, message: str = "", metadata: Mapping[str, Any] | None = None):
+        super().__init__(message)
+        self._details = dict(metadata) if metadata is not None else None
+
+    @property
+    def metadata(self) -> dict[str, Any] | None:
+        return self._details

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import redact
 from .errors import ConfigError, ToolFailure
 
 DEFAULT_TIMEOUT = 30.0  # seconds: starting a server (connect + list tools) and each call
@@ -76,11 +77,9 @@ class ServerConfig:
     def describe(self) -> str:
         """The command or URL, for listings and logs, redacted (``?api_key=…``,
         ``--api-key …``, known token formats: ``core/redact.py``)."""
-        from .redact import redact
-
         if self.type == "local":
-            return redact(" ".join(self.command))
-        return redact(self.url)
+            return redact.redact(" ".join(self.command))
+        return redact.redact(self.url)
 
 
 def parse_servers(
@@ -224,8 +223,6 @@ def substitute(text: str, env: Mapping[str, str] | None = None) -> str:
 
 def register_secrets(configs: Any) -> None:
     """Keep every server's secrets out of outputs, errors, listings and the history."""
-    from . import redact
-
     for config in configs:
         for value, label in config.secrets():
             redact.remember(value, label)
@@ -245,5 +242,4 @@ class McpFailure(ToolFailure):
     """A failed MCP call; ``metadata`` (server, tool) goes on the part's error state."""
 
     def __init__(self, message: str, metadata: Mapping[str, Any] | None = None):
-        super().__init__(message)
-        self.metadata = dict(metadata or {})
+        super().__init__(message, dict(metadata or {}))

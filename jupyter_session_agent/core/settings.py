@@ -6,9 +6,11 @@ without IPython); :class:`NotebookSettings` is what only the magics read (how a 
 reads its prompt). Each field is declared with :func:`setting` (default, spec, one-line doc).
 From these declarations ``ui/magics.py`` generates the traitlets of ``AgentMagics``
 (``%config AgentMagics.<name> = …``), ``%agent help`` its settings list, and ``docs/settings.md``
-its table; :data:`SCHEMA` and :data:`EXAMPLES` are derived from them too. The dict settings'
-keys are declared the same way (:class:`CompactionSettings`, :class:`SnapshotSettings`,
-:class:`MemorySettings`), and their ``*_DEFAULTS`` and ``*_SCHEMA`` derived from those.
+its table; :data:`SCHEMA` and :data:`EXAMPLES` are derived from them too. The nested settings
+are declared the same way (:class:`CompactionSettings`, :class:`SnapshotSettings`,
+:class:`MemorySettings`, their ``*_SCHEMA`` derived from those): ``%config`` sets each as a
+dict of the keys it changes, and a :class:`Settings` holds it as that typed value, so code
+reads ``settings.compaction.auto`` and never restates a default.
 
 Every value is checked when it is set (:func:`check_setting`): a ``%config`` or Python
 assignment the spec refuses is one :class:`ConfigError` line that names the setting, what it
@@ -26,11 +28,13 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
 from .errors import ConfigError
+from .mcp_config import check_config
+from .permission import from_config
 
 DATA_DIR_ENV = "JUPYTER_SESSION_AGENT_DIR"
 REPLAY_ENV = "JUPYTER_SESSION_AGENT_REPLAY"
@@ -75,17 +79,21 @@ class Spec:
 @dataclass(frozen=True)
 class Table:
     """A dict setting with fixed keys, each value checked by its own spec; an error for a key
-    with a default shows that default as the example."""
+    with a default shows that default as the example. With ``cls`` (the dataclass that declares
+    the keys), an instance of it passes too: it was checked when it was built."""
 
     fields: Mapping[str, Any]  # key → Spec | Table | MapOf
     defaults: Mapping[str, Any] = field(default_factory=dict)
     keys: tuple[SettingInfo, ...] = ()  # the keys' declarations, when a dataclass declares them
+    cls: type | None = None
 
     @property
     def allowed(self) -> str:
         return "a dict with the keys " + ", ".join(self.fields)
 
     def check(self, value: Any, where: str) -> None:
+        if self.cls is not None and isinstance(value, self.cls):
+            return
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where} must be {self.allowed}, not {_show(value)}")
         unknown = [k for k in value if k not in self.fields]
@@ -173,20 +181,16 @@ def _is_folder(value: Any) -> bool:
 
 
 def _is_permission(value: Any) -> bool:
-    from .permission import from_config  # its ConfigError names the rule that is wrong
-
     if not isinstance(value, (str, Mapping)):
         return False
-    from_config(value)
+    from_config(value)  # its ConfigError names the rule that is wrong
     return True
 
 
 def _is_mcp(value: Any) -> bool:
-    from .mcp_config import check_config  # its ConfigError names the server and the key
-
     if not isinstance(value, Mapping):
         return False
-    check_config(value)
+    check_config(value)  # its ConfigError names the server and the key
     return True
 
 
@@ -261,10 +265,8 @@ def declared(cls: type) -> tuple[SettingInfo, ...]:
     for f in fields(cls):
         if "spec" not in f.metadata:
             raise TypeError(f"{cls.__name__}.{f.name} must be declared with setting(...)")
-        if f.default is not MISSING:
-            default = f.default
-        else:
-            default = f.default_factory()  # type: ignore[misc]
+        factory = f.default_factory
+        default = factory() if callable(factory) else f.default
         meta = f.metadata
         infos.append(
             SettingInfo(f.name, hints[f.name], default, meta["spec"], meta["doc"], meta["example"])
@@ -272,21 +274,34 @@ def declared(cls: type) -> tuple[SettingInfo, ...]:
     return tuple(infos)
 
 
+_TABLES: dict[type, Table] = {}
+
+
 def _table(cls: type) -> Table:
-    """The :class:`Table` a dict setting's key declaration describes (errors show defaults)."""
-    infos = declared(cls)
-    return Table({i.name: i.spec for i in infos}, {i.name: i.default for i in infos}, infos)
+    """The :class:`Table` a dict setting's key declaration describes (errors show defaults);
+    made once per class (every nested value built checks itself against it)."""
+    if cls not in _TABLES:
+        infos = declared(cls)
+        defaults = {i.name: i.default for i in infos}
+        _TABLES[cls] = Table({i.name: i.spec for i in infos}, defaults, infos, cls)
+    return _TABLES[cls]
 
 
 def _check_keys(value: Any, where: str) -> None:
     """Check every field of a dict setting's value as the dict is checked
-    (``compaction['threshold'] must be … — e.g. …``)."""
-    _table(type(value)).check({f.name: getattr(value, f.name) for f in fields(value)}, where)
+    (``compaction['threshold'] must be … — e.g. …``), and keep a list as a tuple (the value is
+    frozen: ``protected_tools``, ``exclude``)."""
+    values = {f.name: getattr(value, f.name) for f in fields(value)}
+    _table(type(value)).check(values, where)
+    for name, item in values.items():
+        if isinstance(item, list):
+            object.__setattr__(value, name, tuple(item))
 
 
 # --------------------------------------------------------------------------
-# The keys of the dict settings (each dict overrides the keys it names; the rest keep these
-# defaults). As values they are checked like the dicts.
+# The nested settings: ``%config`` sets each as a dict that overrides the keys it names (the rest
+# keep these defaults); a :class:`Settings` holds it as this value, read as attributes
+# (``settings.compaction.auto``). As values they are checked like the dicts.
 
 
 @dataclass(frozen=True)
@@ -414,13 +429,21 @@ class MemorySettings:
     def __post_init__(self) -> None:
         _check_keys(self, "memory")
 
+    @property
+    def tool_on(self) -> bool:
+        """Whether the recall tool is offered: ``tool``, or ``enabled`` when ``tool`` is None."""
+        return self.enabled if self.tool is None else self.tool
+
+    @property
+    def inject_on(self) -> bool:
+        """Whether memory is added to a new session's first message: ``inject``, or
+        ``enabled`` when ``inject`` is None."""
+        return self.enabled if self.inject is None else self.inject
+
 
 COMPACTION_SCHEMA = _table(CompactionSettings)
 SNAPSHOT_SCHEMA = _table(SnapshotSettings)
 MEMORY_SCHEMA = _table(MemorySettings)
-COMPACTION_DEFAULTS: Mapping[str, Any] = dict(COMPACTION_SCHEMA.defaults)
-SNAPSHOT_DEFAULTS: Mapping[str, Any] = dict(SNAPSHOT_SCHEMA.defaults)
-MEMORY_DEFAULTS: Mapping[str, Any] = dict(MEMORY_SCHEMA.defaults)
 MODEL_OVERRIDE_SCHEMA = Table(
     {
         "context": TOKENS,
@@ -499,7 +522,7 @@ class Settings:
         + ", ".join(MODEL_OVERRIDE_SCHEMA.fields),
         example={"openai/gpt-4o": {"context": 128_000, "output": 16_384}},
     )
-    compaction: Mapping[str, Any] = setting(
+    compaction: CompactionSettings = setting(
         {}, COMPACTION_SCHEMA, "pruning and summary compaction (docs/compaction.md)"
     )
     max_steps: int = setting(25, whole(1), "LLM calls per turn at most")
@@ -594,10 +617,10 @@ class Settings:
         "provider/model for subagents; '': the caller's model",
         example=EXAMPLE_MODEL,
     )
-    snapshot: Mapping[str, Any] = setting(
+    snapshot: SnapshotSettings = setting(
         {}, SNAPSHOT_SCHEMA, "file snapshots for revert (docs/lifecycle.md)"
     )
-    memory: Mapping[str, Any] = setting({}, MEMORY_SCHEMA, "cross-session memory (docs/memory.md)")
+    memory: MemorySettings = setting({}, MEMORY_SCHEMA, "cross-session memory (docs/memory.md)")
     mcp: Mapping[str, Any] = setting(
         {},
         Spec(
@@ -665,12 +688,20 @@ class Settings:
     def __post_init__(self) -> None:
         for f in fields(self):  # the checks of %config assignments, for the Python API too
             check_setting(f.name, getattr(self, f.name))
-        object.__setattr__(self, "compaction", {**COMPACTION_DEFAULTS, **self.compaction})
-        object.__setattr__(self, "snapshot", {**SNAPSHOT_DEFAULTS, **self.snapshot})
-        object.__setattr__(self, "memory", {**MEMORY_DEFAULTS, **self.memory})
+        for name, cls in _NESTED.items():  # a dict overrides the keys it names
+            value = getattr(self, name)
+            if not isinstance(value, cls):
+                object.__setattr__(self, name, cls(**value))
         object.__setattr__(self, "data_dir", resolve_data_dir(self.data_dir or None))
         object.__setattr__(self, "replay", resolve_replay(self.replay))
         object.__setattr__(self, "replay_rerun", tuple(self.replay_rerun))
+
+
+_NESTED: dict[str, type] = {
+    "compaction": CompactionSettings,
+    "snapshot": SnapshotSettings,
+    "memory": MemorySettings,
+}
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,8 @@ from dataclasses import replace as _replace
 from typing import Any
 
 from ..core import budget as _budget
+from ..core.compaction_config import CompactionConfig
+from ..core.errors import ConfigError
 from ..core.messages import (
     CompactionPart,
     StepFinishPart,
@@ -45,6 +47,8 @@ from ..core.messages import (
     UserMessage,
     WithParts,
 )
+from ..core.settings import CompactionSettings
+from .compaction.prune import prune_selection, walk_prune
 
 SPARK = "▁▂▃▄▅▆▇█"
 
@@ -149,7 +153,7 @@ class BudgetReport:
 def budget_report(
     history: Sequence[WithParts],
     model: _budget.ModelInfo,
-    compaction: Mapping[str, Any] | None = None,
+    compaction: CompactionSettings | Mapping[str, Any] | None = None,
 ) -> BudgetReport:
     """The budget of ``history`` (oldest first) for ``model`` and the compaction settings."""
     return BudgetTally().report(history, model, compaction)
@@ -192,7 +196,7 @@ class BudgetTally:
         self,
         history: Sequence[WithParts],
         model: _budget.ModelInfo,
-        compaction: Mapping[str, Any] | None = None,
+        compaction: CompactionSettings | Mapping[str, Any] | None = None,
     ) -> BudgetReport:
         """The budget of ``history`` (oldest first) for ``model`` and the compaction settings."""
         keep = self._unchanged(history)
@@ -290,23 +294,15 @@ class BudgetTally:
         history: Sequence[WithParts],
         run: _Running,
         model: _budget.ModelInfo,
-        compaction: Mapping[str, Any] | None,
+        compaction: CompactionSettings | Mapping[str, Any] | None,
     ) -> BudgetReport:
-        from ..core.compaction_config import CompactionConfig
-        from ..core.errors import ConfigError
-
         try:
-            config = CompactionConfig.from_settings(
-                {k: v for k, v in (compaction or {}).items() if k in CompactionConfig.USER_KEYS},
-                model,
-            )
+            config = CompactionConfig.from_settings(compaction, model)
         except ConfigError:  # a view never fails on a setting the loop would reject itself
             config = CompactionConfig()
         protect, minimum = config.prune_limits(model)
         limits = config.budget(model)
         # the loop's own prune walk and selection: "due" exactly when the loop's prune would clear
-        from .compaction.prune import prune_selection, walk_prune
-
         walk = walk_prune(history, protect=protect, protected_tools=config.protected_tools)
         due, _ = prune_selection(history, config, model, limits=(protect, minimum), walk=walk)
         last = run.last

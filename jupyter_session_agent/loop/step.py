@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from ..core import budget, ids, retry
 from ..core.errors import ContextOverflowError, ProviderError, ToolFailure
@@ -48,6 +49,11 @@ from ..core.messages import (
 from ..core.permission import RejectedError
 from ..core.redact import clean_record
 from ..core.stream import Finish, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolInputStart
+from ..tools.base import Tool, ToolResult
+from .history import History
+
+if TYPE_CHECKING:  # the store's modules load when a session opens one, not with the loop
+    from ..store.store import Store
 
 ABORTED_TOOL_ERROR = "Tool execution aborted"
 # tools that change no file: no snapshot around their calls
@@ -79,16 +85,30 @@ class StepResult:
     tool_calls: int = 0
 
 
-@dataclass
-class StepProcessor:
-    """Runs one assistant message (one step). Not reusable: one instance per step."""
+class Snapshots(Protocol):
+    """File snapshots of the session's folder (``session/snapshot.py``'s ``Snapshot``)."""
 
-    store: Any  # store.Store
-    stream: Callable[[], Iterable[StreamEvent]]  # opens a fresh stream per attempt
+    @property
+    def work_tree(self) -> Path: ...
+
+    def track(self) -> str | None: ...
+
+    def changed(self, before: str, after: str) -> list[str]: ...
+
+
+ToolRunner = Callable[[Tool, dict, ToolCall], ToolResult]  # (tool, args, call) → result
+# checked just before a tool runs: (tool name, args, call); raises a ToolFailure to refuse
+Permit = Callable[[str, dict, ToolCall], object]
+
+
+@dataclass(frozen=True)
+class StepSetup:
+    """What every step of a turn runs with (a turn's ``TurnSetup.step``, passed whole)."""
+
+    store: Store
     model: budget.ModelInfo
-    tools: dict[str, Any]  # name → tools.Tool
-    run_tool: Callable[[Any, dict, ToolCall], Any]  # (tool, args, call) → ToolResult
-    observer: Observer = field(default_factory=Observer)
+    tools: Mapping[str, Tool]  # name → tool
+    run_tool: ToolRunner
     max_retries: int = 4
     auto_compact: bool = True
     reserved: int | None = None
@@ -96,13 +116,27 @@ class StepProcessor:
     # Bounded waits: a server's retry-after beyond `max_retry_wait` seconds fails the step at once
     # (retry.next_wait) and the backoff never exceeds it; each attempt is bounded by the provider.
     max_retry_wait: float = 60.0
-    # Called just before a tool runs: (tool name, args, call); raises a ToolFailure to refuse
-    # (permission.Gate). A RejectedError also stops the turn after this step (OpenCode's "blocked").
-    permit: Callable[[str, dict, ToolCall], Any] | None = None
-    # snapshot.Snapshot of the session's directory: tree hashes on step-start/step-finish and a
-    # `patch` part when files changed (what revert restores); None: no snapshots. Failures
-    # never fail the step.
-    snapshot: Any = None
+    # permission.Gate (or None: every call runs). A RejectedError also stops the turn after this
+    # step (OpenCode's "blocked").
+    permit: Permit | None = None
+    # the session's folder: tree hashes on step-start/step-finish and a `patch` part when files
+    # changed (what revert restores); None: no snapshots. Failures never fail the step.
+    snapshot: Snapshots | None = None
+
+
+@dataclass
+class StepProcessor:
+    """Runs one assistant message (one step). Not reusable: one instance per step.
+    ``permit``: this step's, when it differs from the turn's (the last step refuses tools)."""
+
+    setup: StepSetup
+    stream: Callable[[], Iterable[StreamEvent]]  # opens a fresh stream per attempt
+    observer: Observer = field(default_factory=Observer)
+    permit: Permit | None = None
+
+    def __post_init__(self) -> None:
+        if self.permit is None:
+            self.permit = self.setup.permit
 
     def run(self, message: AssistantMessage) -> StepResult:
         self.message = message
@@ -131,7 +165,10 @@ class StepProcessor:
             if self.blocked:
                 outcome = "stop"
             if not message.summary and budget.is_overflow(
-                finish.tokens, self.model, auto=self.auto_compact, reserved=self.reserved
+                finish.tokens,
+                self.setup.model,
+                auto=self.setup.auto_compact,
+                reserved=self.setup.reserved,
             ):
                 outcome = "compact"
         except ContextOverflowError as err:
@@ -180,11 +217,14 @@ class StepProcessor:
                 time_next=created + int(delay * 1000),
             )
             self._add(part, write=True)
-            self.store.flush(sync=False)
+            self.setup.store.flush(sync=False)
             self._wait(attempt, delay, reason)
 
         return retry.with_retries(
-            attempt_once, retries=self.max_retries, max_wait=self.max_retry_wait, wait=wait
+            attempt_once,
+            retries=self.setup.max_retries,
+            max_wait=self.setup.max_retry_wait,
+            wait=wait,
         )
 
     def _wait(self, attempt: int, delay: float, reason: str) -> None:
@@ -197,11 +237,11 @@ class StepProcessor:
             if left <= 0:
                 return
             step = min(1.0, left)
-            self.sleep(step)
+            self.setup.sleep(step)
             # an injected sleep may not sleep: count what it was asked for
             left = max(0.0, min(left - step, until - time.monotonic()))
             if left < 0.05:  # not worth another update
-                self.sleep(left)
+                self.setup.sleep(left)
                 return
 
     def _consume(self, events: Iterable[StreamEvent]) -> Finish:
@@ -218,9 +258,10 @@ class StepProcessor:
                 if self._find_tool(event.call_id) is None:
                     self._tool_part(event.call_id, event.name)
                 if event.metadata:  # what the vendor needs back with the call (a signature)
-                    part = self._find_tool(event.call_id)
-                    merged = {**(part.metadata or {}), **event.metadata}
-                    self._add(replace(part, metadata=merged), write=True)
+                    found = self._find_tool(event.call_id)
+                    if found is not None:
+                        merged = {**(found.metadata or {}), **event.metadata}
+                        self._add(replace(found, metadata=merged), write=True)
             elif isinstance(event, Finish):
                 self._end_open()
                 return event
@@ -228,7 +269,12 @@ class StepProcessor:
 
     def _delta(self, event: TextDelta | ReasoningDelta) -> None:
         kind = TextPart if isinstance(event, TextDelta) else ReasoningPart
-        if isinstance(event, ReasoningDelta) and event.reclaim and isinstance(self._open, TextPart):
+        if (
+            isinstance(event, ReasoningDelta)
+            and event.reclaim
+            and isinstance(self._open, TextPart)
+            and self._open.time_start is not None
+        ):
             # the text streamed so far was reasoning: the same part, as reasoning
             self._open = ReasoningPart(
                 self._open.id,
@@ -265,7 +311,7 @@ class StepProcessor:
             tool=name,
         )
         self._add(part, write=True)
-        self.store.flush(sync=False)
+        self.setup.store.flush(sync=False)
 
     def _find_tool(self, call_id: str) -> ToolPart | None:
         for part in self.parts.values():
@@ -295,16 +341,19 @@ class StepProcessor:
                     write=True,
                 )
                 continue
-            self.store.flush(sync=False)  # a crash while the tool runs shows it as interrupted
+            self.setup.store.flush(
+                sync=False
+            )  # a crash while the tool runs shows it as interrupted
             decision = None  # the user's answer, when asked (recorded in the part)
             pre: str | None = None
+            state: ToolCompleted | ToolError
             try:
                 if self.permit is not None:
                     decision = self.permit(name, call.input, call)
                 if name not in READ_ONLY_TOOLS:  # what this call changes: the folder around it
                     pre = self._track()
                     self._running = (name, call.input, pre)
-                result = self.run_tool(self.tools[name], call.input, call)
+                result = self.setup.run_tool(self.setup.tools[name], call.input, call)
                 metadata = dict(result.metadata)
                 if decision:
                     metadata["approval"] = decision
@@ -315,10 +364,10 @@ class StepProcessor:
                     metadata=metadata,
                     time_start=start,
                     time_end=now_ms(),
-                    attachments=self._attachments(getattr(result, "attachments", ())),
+                    attachments=self._attachments(result.attachments),
                 )
             except ToolFailure as err:
-                failure = getattr(err, "metadata", None)
+                failure = err.metadata
                 if decision:  # allowed, then the tool failed: the answer stays recorded
                     failure = {**(failure or {}), "approval": decision}
                 state = ToolError(call.input, str(err), start, now_ms(), failure)
@@ -334,21 +383,22 @@ class StepProcessor:
         """Credit this step's patch with the files one tool call changed: what the folder's
         snapshot saw change during the call, and for ``write``/``edit`` only the file the call
         names — never what another process wrote while the model was thinking."""
-        if not post:
+        snapshot = self.setup.snapshot
+        if not post or snapshot is None:
             return  # (equal trees: the snapshot's changed() is empty, a replay's may not be)
         try:
-            files = self.snapshot.changed(pre, post)
+            files = snapshot.changed(pre, post)
         except Exception:
             return
         path = args.get("filePath") if name in PATH_TOOLS and isinstance(args, dict) else None
         if isinstance(path, str):
-            wanted = os.path.realpath(os.path.join(self.snapshot.work_tree, path))
+            wanted = os.path.realpath(os.path.join(snapshot.work_tree, path))
             files = [f for f in files if os.path.realpath(f) == wanted]
         if files and self._patch_base is None:
             self._patch_base = pre  # the tree before the first change: what revert restores
         self._changed.update(files)
 
-    def _attachments(self, files: Any) -> tuple | None:
+    def _attachments(self, files: Iterable[Mapping[str, str]] | None) -> tuple | None:
         """A tool's returned files as OpenCode's file parts (``state.attachments``)."""
         parts = tuple(
             FilePart(
@@ -364,13 +414,13 @@ class StepProcessor:
         return parts or None
 
     def _tool_name(self, name: str) -> str | None:
-        if name in self.tools:
+        if name in self.setup.tools:
             return name
-        return name.lower() if name.lower() in self.tools else None
+        return name.lower() if name.lower() in self.setup.tools else None
 
     def _call_problem(self, call: ToolCall, name: str | None) -> str:
         if name is None:
-            return f"Unknown tool '{call.name}'. Available tools: {', '.join(sorted(self.tools))}."
+            return f"Unknown tool '{call.name}'. Available tools: {', '.join(sorted(self.setup.tools))}."
         return (
             f"Invalid arguments for tool '{name}': {call.invalid}. "
             f"Send a JSON object matching the tool's parameters. Received: {call.raw[:500]!r}"
@@ -383,8 +433,8 @@ class StepProcessor:
         if finish.cost is not None:
             step_cost, cost_source = finish.cost, "server"
         else:
-            step_cost = budget.cost(finish.tokens, self.model)
-            cost_source = budget.price_source(self.model)
+            step_cost = budget.cost(finish.tokens, self.setup.model)
+            cost_source = budget.price_source(self.setup.model)
         reason = finish.reason
         if reason == "unknown" and self._calls:
             reason = "tool-calls"
@@ -417,10 +467,11 @@ class StepProcessor:
         )
 
     def _track(self) -> str | None:
-        if self.snapshot is None:
+        snapshot = self.setup.snapshot
+        if snapshot is None:
             return None
         try:
-            return self.snapshot.track()
+            return snapshot.track()
         except Exception:
             return None  # no snapshot for this step: revert cannot restore what it changes
 
@@ -457,13 +508,13 @@ class StepProcessor:
                 self._add(replace(part, state=state), write=True)
         self.message = replace(self.message, time_completed=now_ms())
         self._save_message()
-        self.store.flush(sync=True)
+        self.setup.store.flush(sync=True)
 
     def _add(self, part: Part, *, write: bool = False) -> None:
         part = clean_record(part)  # in memory and shown as the journal keeps it: no key, encodable
         self.parts[part.id] = part
         if write:
-            self.store.put(part)
+            self.setup.store.put(part)
             self._written.add(part.id)
         self.observer.on_part(part)
 
@@ -474,17 +525,20 @@ class StepProcessor:
             del self.parts[part_id]
             self.observer.on_part_removed(part_id)
             if part_id in self._written:
-                self.store.delete("part", part_id)
+                self.setup.store.delete("part", part_id)
                 self._written.discard(part_id)
 
     def _save_message(self) -> None:
         self.message = clean_record(self.message)
-        self.store.put(self.message)
+        self.setup.store.put(self.message)
         self.observer.on_message(self.message)
 
 
 def run_step(
-    processor: StepProcessor, message: AssistantMessage, history: list, added: list
+    processor: StepProcessor,
+    message: AssistantMessage,
+    history: History | list[WithParts],
+    added: list[WithParts],
 ) -> StepResult:
     """Run one step and append it to ``history`` and ``added`` even when it raises:
     an interrupted or failed step is part of the history too."""
@@ -492,7 +546,7 @@ def run_step(
         return processor.run(message)
     finally:
         item = WithParts(processor.message, tuple(processor.parts.values()))
-        history.append(item)
+        History.of(history).add(item)
         added.append(item)
 
 
@@ -506,4 +560,14 @@ def _api_error(err: ProviderError) -> dict:
     )
 
 
-__all__ = ["StepProcessor", "StepResult", "Observer", "Tokens", "run_step"]
+__all__ = [
+    "Observer",
+    "Permit",
+    "Snapshots",
+    "StepProcessor",
+    "StepResult",
+    "StepSetup",
+    "Tokens",
+    "ToolRunner",
+    "run_step",
+]

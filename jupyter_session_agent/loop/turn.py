@@ -22,62 +22,76 @@ from __future__ import annotations
 import dataclasses
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from ..core import ids
-from ..core.chat import (
-    MAX_STEPS_TEXT,
-    filter_compacted,
-    to_chat_messages,
-    without_failed_compactions,
-)
+from ..core.budget import ModelInfo
+from ..core.chat import MAX_STEPS_TEXT
 from ..core.errors import AgentError, ToolFailure
 from ..core.messages import AssistantMessage, UserMessage, WithParts, now_ms
-from .compaction import Compactor
+from ..core.stream import ToolCall
+from ..providers.base import Provider
+from ..providers.openai_provider import ChatRequest
 from .compaction.decision import CONTINUE_REASONS, NOTHING, Decision, overflow_text
-from .step import Observer, StepProcessor, StepResult, run_step
+from .compaction.events import CompactionEvent, CompactionResult
+from .history import History, model_chat, visible
+from .step import Observer, Permit, StepProcessor, StepResult, StepSetup, run_step
 
 
 class ContextLimitError(AgentError):
     """The conversation no longer fits the model's context window."""
 
 
-@dataclass
-class TurnSetup:
-    """What a turn needs; built by the session API, consumed here."""
+class TurnCompactor(Protocol):
+    """What the loop asks of a compactor (``compaction.Compactor``; a replay's records)."""
 
-    store: Any
-    provider: Any  # provider.OpenAIProvider
-    request_factory: Callable[[list[dict], bool], Any]  # (chat messages, last step?) → ChatRequest
-    model: Any  # budget.ModelInfo
-    tools: dict[str, Any]
-    run_tool: Callable[[Any, dict, Any], Any]
+    def before_turn(self, history: Sequence[WithParts]) -> Decision: ...
+
+    def after_step(self, chat: list[dict], step: StepResult, *, last_step: bool) -> Decision: ...
+
+    def apply(
+        self, decision: Decision, history: History, observer: Observer | None = None
+    ) -> CompactionResult: ...
+
+    def prune(self, history: History) -> CompactionEvent | None: ...
+
+
+# (chat messages, last step?) → the request sent (``session/wiring.py``'s ``TurnRequests``)
+RequestFactory = Callable[[list[dict], bool], ChatRequest]
+
+
+@dataclass(frozen=True)
+class TurnSetup:
+    """What a turn needs, built by the session (``session/wiring.py``), passed whole: what
+    every step runs with (``step``), where requests go and how they are made, the system
+    prompt, the step limit and the compactor (None: an overflow is a ``ContextLimitError``)."""
+
+    step: StepSetup
+    provider: Provider
+    request_factory: RequestFactory
     system_prompt: str
     max_steps: int
-    max_retries: int
-    auto_compact: bool = True
-    reserved: int | None = None
     cwd: str = "."
-    permit: Callable[[str, dict, Any], Any] | None = (
-        None  # permission.Gate: checked before each tool runs
-    )
-    snapshot: Any = None  # snapshot.Snapshot: file snapshots around each step, for revert
-    compactor: Compactor | None = None  # None: an overflow is a ContextLimitError
-    max_retry_wait: float = 60.0  # seconds a retry may wait; a longer retry-after fails at once
+    compactor: TurnCompactor | None = None
+
+    @property
+    def model(self) -> ModelInfo:
+        return self.step.model
 
 
 def run_turn(
-    setup: TurnSetup, history: list[WithParts], observer: Observer | None = None
+    setup: TurnSetup, history: History | list[WithParts], observer: Observer | None = None
 ) -> list[WithParts]:
     """Answer the newest user message in ``history``; returns the assistant messages added.
 
-    ``history`` is extended in place as steps finish. Raises ``ProviderError``
+    ``history`` grows as steps finish (a plain list is adopted: ``History.of``). Raises ``ProviderError``
     (after bounded retries), ``ContextLimitError`` or ``KeyboardInterrupt``; in
     every case what was produced is already stored.
     """
     observer = observer or Observer()
+    history = History.of(history)
     added: list[WithParts] = []
     step = 0
     compactor = setup.compactor
@@ -86,14 +100,14 @@ def run_turn(
         if decision.action == "summarise":  # one that fails: the turn still runs, uncompacted
             added.extend(compactor.apply(decision, history, observer).added)
     while True:
-        visible = without_failed_compactions(filter_compacted(history))
-        last_user = next(m.info for m in reversed(visible) if isinstance(m.info, UserMessage))
-        last = visible[-1].info
+        seen = visible(history)
+        last_user = next(m.info for m in reversed(seen) if isinstance(m.info, UserMessage))
+        last = seen[-1].info
         if isinstance(last, AssistantMessage) and _answered(last, last_user):
             break
         step += 1
         last_step = step >= setup.max_steps
-        chat, processor, message = _step(setup, visible, last_user, last_step, observer)
+        chat, processor, message = _step(setup, seen, last_user, last_step, observer)
         result = run_step(processor, message, history, added)
         decision = _decide(setup, processor, chat, result, last_step)
         if decision.action == "stop":
@@ -130,7 +144,7 @@ def _decide(
         if result.outcome == "compact":
             return Decision("stop", reason=overflow_text(result.message, setup.model))
         return NOTHING
-    if getattr(processor, "blocked", False):
+    if processor.blocked:
         return NOTHING
     return setup.compactor.after_step(chat, result, last_step=last_step)
 
@@ -143,16 +157,11 @@ def _step(
     observer: Observer,
 ) -> tuple[list[dict], StepProcessor, AssistantMessage]:
     """The chat sent, the processor and the new assistant message of the next step."""
-    # a model that takes no images gets "[Attached image/png: name]" in their place
-    images = bool(getattr(setup.model, "images", False))
-    chat = [
-        {"role": "system", "content": setup.system_prompt},
-        *to_chat_messages(visible, strip_media=not images),
-    ]
+    chat = model_chat(visible, setup.system_prompt, setup.model)
     if last_step:
         chat.append({"role": "assistant", "content": MAX_STEPS_TEXT})
     request = setup.request_factory(chat, last_step)
-    permit = setup.permit
+    permit: Permit | None = None  # the turn's
     if last_step:  # no tool on the last step: none offered, and a call made anyway never runs
         request = _without_tools(request)
         permit = _max_steps_refusal(setup.max_steps)
@@ -168,34 +177,20 @@ def _step(
         path={"cwd": setup.cwd, "root": setup.cwd},
     )
     processor = StepProcessor(
-        store=setup.store,
-        stream=lambda: setup.provider.stream(request),
-        model=setup.model,
-        tools=setup.tools,
-        run_tool=setup.run_tool,
-        observer=observer,
-        max_retries=setup.max_retries,
-        max_retry_wait=setup.max_retry_wait,
-        auto_compact=setup.auto_compact,
-        reserved=setup.reserved,
-        permit=permit,
-        snapshot=setup.snapshot,
+        setup.step, stream=lambda: setup.provider.stream(request), observer=observer, permit=permit
     )
     return chat, processor, message
 
 
-def _without_tools(request: Any) -> Any:
+def _without_tools(request: ChatRequest) -> ChatRequest:
     """``request`` offering no tools (the provider then sends no ``tools`` field)."""
-    fields = dataclasses.fields(request) if dataclasses.is_dataclass(request) else ()
-    if any(f.name == "tools" for f in fields):
-        return dataclasses.replace(request, tools=())
-    return request
+    return dataclasses.replace(request, tools=())
 
 
-def _max_steps_refusal(max_steps: int) -> Callable[[str, dict, Any], None]:
+def _max_steps_refusal(max_steps: int) -> Permit:
     """The permit of the last step: every tool call fails (recorded as its error) unrun."""
 
-    def refuse(tool: str, args: dict, call: Any = None) -> None:
+    def refuse(tool: str, args: dict, call: ToolCall | None = None) -> None:
         raise ToolFailure(
             f"max steps reached ({max_steps}): tools are disabled on the last step "
             f"of a turn, so {tool} did not run. Answer with text only; the user can "

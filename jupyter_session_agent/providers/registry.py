@@ -64,12 +64,12 @@ def _server_source(info: _budget.ModelInfo) -> str:
     return info.source if info.source in ("catalogue", "local") else "server"
 
 
-def local_server(name: str, settings: Any) -> tuple[Any, Any]:
+def local_server(name: str, settings: Settings) -> tuple[Any, Any]:
     """(``local.LocalServer``, ``local.Choice``) for ``local/<name>`` under ``settings``
     (``local_model``, ``local_context``, ``local_idle_timeout``); starts nothing."""
     from . import local
 
-    choice = local.choose(name, getattr(settings, "local_model", "") or None)
+    choice = local.choose(name, settings.local_model or None)
     server = local.LocalServer(
         choice.path,
         n_ctx=min(settings.local_context, choice.n_ctx),
@@ -84,7 +84,7 @@ def local_url(name: str, settings: Settings) -> str:
     return local_server(name, settings)[0].ensure().rstrip("/")
 
 
-def default_spec(settings: Any, env: Mapping[str, str] | None = None) -> str:
+def default_spec(settings: Settings, env: Mapping[str, str] | None = None) -> str:
     """The model a turn without ``model`` runs: OpenAI when a key or base URL is set; else a
     running Ollama or LM Studio on loopback (``local_detect``: its first model); else the
     embedded catalogue default (``presets.default_model``)."""
@@ -92,7 +92,7 @@ def default_spec(settings: Any, env: Mapping[str, str] | None = None) -> str:
 
     env = os.environ if env is None else env
     spec = presets.default_model(env)
-    if spec.startswith("local/") and getattr(settings, "local_detect", True):
+    if spec.startswith("local/") and settings.local_detect:
         found = detect_local_server(env)
         if found is not None:
             return found[0]

@@ -18,6 +18,7 @@ a model's ``task_id``) is checked against the id grammar first (``ids.check``).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ from ..core.messages import (
 )
 from ..store.schema import quote
 from ..store.tree import children
+from . import snapshot
+from .snapshot import SnapshotError
 
 FORK_TITLE = re.compile(r"^(.+) \(fork #(\d+)\)$")
 KERNEL_NOTE = "kernel variables are not reverted"
@@ -120,8 +123,6 @@ def fork(session, at: Any = None):
     ``forkedFrom = {sessionID, messageID}`` (``messageID`` is the fork point,
     absent for a whole-session fork). Returns the new ``AgentSession``.
     """
-    from . import snapshot
-
     session.wait_title()
     store = session.store
     source = session.info
@@ -205,8 +206,6 @@ class RevertResult:
 
 
 def _short(paths: Sequence[str], limit: int = 5) -> list[str]:
-    import os
-
     names = [os.path.basename(p) for p in paths[:limit]]
     return names + [f"… {len(paths) - limit} more"] if len(paths) > limit else names
 
@@ -296,8 +295,6 @@ def revert(
     Returns (what was done, the session's new ``revert`` state, the history it leaves
     visible); ``AgentSession.revert`` stores them.
     """
-    from .snapshot import SnapshotError
-
     session.wait_title()
     _not_busy(session)
     store = session.store
@@ -322,7 +319,7 @@ def revert(
             diff = snap.diff(saved, now) if saved and now else ""
         except SnapshotError as err:
             result.note = f"files could not be restored: {err}"
-    state = {"messageID": mid, **({"partID": pid} if pid else {})}
+    state: dict[str, Any] = {"messageID": mid, **({"partID": pid} if pid else {})}
     if saved:
         state["snapshot"] = saved
     if diff:
@@ -334,8 +331,6 @@ def revert(
 def unrevert(session) -> tuple[RevertResult, list[WithParts]]:
     """Undo the pending revert: messages visible again, reverted files back as they were.
     Returns (what was done, the whole history); ``AgentSession.unrevert`` stores them."""
-    from .snapshot import SnapshotError
-
     session.wait_title()
     _not_busy(session)
     state = session.info.revert
@@ -432,8 +427,6 @@ def delete(store, session_id: str, *, data_dir=None) -> list[str]:
     Returns the deleted session ids (the session first). Their snapshot
     repositories are removed too (forks keep their own copies of the objects).
     """
-    from . import snapshot
-
     root = store.session(ids.check_ref(session_id, "session")).id
     tree = list(
         store.sql(

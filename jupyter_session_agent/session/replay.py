@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core import ids
 from ..core.errors import ToolFailure, UsageError
 from ..core.messages import (
     AssistantMessage,
@@ -46,8 +47,15 @@ from ..core.messages import (
     UserMessage,
     WithParts,
 )
+from ..core.messages import replace as replace_part
 from ..core.permission import PermissionFailure, RejectedError
+from ..core.redact import clean_value
+from ..exchange import transfer
+from ..loop.compaction.decision import NOTHING, Decision
+from ..loop.history import History
+from ..loop.turn import TurnSetup
 from ..providers.replay import RERECORD, ReplayProvider
+from ..tools import ToolResult
 
 RECORD_FORMAT = "jupyter-session-agent/replay"
 RECORD_VERSION = 1
@@ -168,8 +176,6 @@ def compactions_of(
 
 def load_record(path: str | os.PathLike) -> list[RecordedSession]:
     """The sessions of a record (or of a single bundle), in order; bad input is one line."""
-    from ..exchange import transfer
-
     path = Path(path).expanduser()
     hint = "give a record from %agent record FILE or a bundle from %agent export --format json"
     try:
@@ -197,9 +203,6 @@ def load_record(path: str | os.PathLike) -> list[RecordedSession]:
 
 def write_record(store: Any, session_ids: Iterable[str], path: str | os.PathLike) -> Path:
     """Write the sessions ``session_ids`` (in this order) as one record file; returns its path."""
-    from ..core.redact import clean_value
-    from ..exchange import transfer
-
     data = {
         "format": RECORD_FORMAT,
         "version": RECORD_VERSION,
@@ -338,7 +341,11 @@ class NotebookRecord:
                 "replay is on but this notebook names no record — add %agent record FILE "
                 "before its %%agent cells, or %agent replay FILE"
             )
-        path = self.path if mode == "on" else Path(mode).expanduser().absolute()
+        if mode == "on":
+            assert self.path is not None  # refused above
+            path = self.path
+        else:
+            path = Path(mode).expanduser().absolute()
         if self.replayer is None or self.replayer.path != path:
             self.replayer = Replayer.open(path)
         return self.replayer
@@ -377,18 +384,16 @@ class TurnReplay:
     provider: ReplayProvider | None = None
     calls: int = 0  # tool calls run so far
 
-    def apply(self, setup: Any) -> Any:
-        """``setup`` (a ``loop.turn.TurnSetup``) answering from the record."""
+    def apply(self, setup: TurnSetup) -> TurnSetup:
+        """``setup`` answering from the record."""
         self.provider = ReplayProvider(self.turn.steps, self.turn.where)
-        real_run, real_permit = setup.run_tool, setup.permit
+        real_run, real_permit = setup.step.run_tool, setup.step.permit
 
         def permit(name: str, args: dict, call: Any) -> None:
             if name in self.rerun and real_permit is not None:
                 real_permit(name, args, call)  # only what runs for real is asked about
 
         def run_tool(tool: Any, args: dict, call: Any) -> Any:
-            from ..tools import ToolResult
-
             name = getattr(tool, "name", call.name)
             self.calls += 1
             recorded = self.turn.tool_state(call.call_id, self.step)
@@ -414,21 +419,23 @@ class TurnReplay:
         recorded_names = {
             p.tool for step in self.turn.steps for p in step.parts if isinstance(p, ToolPart)
         }
-        tools = dict(setup.tools)
+        tools = dict(setup.step.tools)
         for name in sorted(recorded_names - set(tools) - set(self.rerun)):
             tools[name] = RecordedTool(name)
-        snapshot = setup.snapshot
-        if snapshot is not None:
-            snapshot = RecordedChanges(snapshot, self)
-        return dataclasses.replace(
-            setup,
+        snapshot = setup.step.snapshot
+        step = dataclasses.replace(
+            setup.step,
             tools=tools,
-            snapshot=snapshot,
-            provider=self.provider,
+            snapshot=RecordedChanges(snapshot, self) if snapshot is not None else None,
             run_tool=run_tool,
             permit=permit,
             auto_compact=False,
-            compactor=RecordedCompaction(self, setup.store, setup.compactor),
+        )
+        return dataclasses.replace(
+            setup,
+            step=step,
+            provider=self.provider,
+            compactor=RecordedCompaction(self, setup.step.store, setup.compactor),
         )
 
     @property
@@ -496,8 +503,6 @@ class RecordedCompaction:
     due: int | None = None
 
     def _decision(self, steps: int) -> Any:
-        from ..loop.compaction.decision import NOTHING, Decision
-
         blocks = dict(self.replay.turn.compactions)
         if steps not in blocks or steps in self.done:
             return NOTHING
@@ -511,9 +516,9 @@ class RecordedCompaction:
     def after_step(self, chat: list[dict], step: Any, *, last_step: bool) -> Any:
         return self._decision(self.replay.step + 1)
 
-    def apply(self, decision: Any, history: list[WithParts], observer: Any = None) -> Any:
-        from ..core import ids
-
+    def apply(
+        self, decision: Decision, history: History | list[WithParts], observer: Any = None
+    ) -> Any:
         assert self.due is not None
         self.done.add(self.due)
         session = history[-1].info.session_id
@@ -528,7 +533,7 @@ class RecordedCompaction:
                 changes["parent_id"] = new_ids.get(info.parent_id, parent)
             copy = dataclasses.replace(info, **changes)
             parts = tuple(
-                dataclasses.replace(
+                replace_part(
                     p,
                     id=ids.ascending("part"),
                     session_id=session,
@@ -543,13 +548,13 @@ class RecordedCompaction:
             )
             self.store.put(copy, *parts)
             added.append(WithParts(copy, parts))
-            history.append(added[-1])
+            History.of(history).add(added[-1])
             for part in parts if observer is not None else ():
                 observer.on_part(part)
         self.store.flush(sync=True)
         return _Compacted(added)
 
-    def prune(self, history: list[WithParts], **_: Any) -> Any:
+    def prune(self, history: History | list[WithParts], **_: object) -> Any:
         """The end-of-loop prune, for real: it decides from the tool outputs in the history,
         which are the recorded ones, so it clears what the recording's prune cleared."""
         return self.real.prune(history) if self.real is not None else None
@@ -596,7 +601,7 @@ class RecordedChanges:
         return getattr(self.real, name)
 
 
-@dataclass(frozen=True)
+@dataclass
 class RecordedTool:
     """A tool known only from the record: its calls are answered by :class:`TurnReplay`."""
 
@@ -612,8 +617,7 @@ class RecordedFailure(ToolFailure):
     """A recorded tool error, raised again with its recorded metadata (a permission's outcome)."""
 
     def __init__(self, state: ToolError):
-        super().__init__(state.error)
-        self.metadata = dict(state.metadata) if state.metadata else None
+        super().__init__(state.error, state.metadata or None)
 
 
 class RecordedRejection(RejectedError):
@@ -629,7 +633,7 @@ class RecordedRejection(RejectedError):
         return self._metadata
 
 
-def _outcomes(cls: type) -> set[str]:
+def _outcomes(cls: type[PermissionFailure]) -> set[str]:
     return {cls.outcome, *(o for sub in cls.__subclasses__() for o in _outcomes(sub))}
 
 

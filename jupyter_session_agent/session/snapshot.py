@@ -60,9 +60,9 @@ from pathlib import Path
 
 from ..core import ids
 from ..core.errors import UsageError
-from ..core.settings import SNAPSHOT_DEFAULTS
+from ..core.settings import SnapshotSettings
 
-DEFAULTS: Mapping[str, object] = SNAPSHOT_DEFAULTS  # enabled, max_file_size, max_files, exclude
+DEFAULTS = SnapshotSettings()  # enabled, max_file_size, max_files, exclude
 GIT_TIMEOUT = 300.0
 DIFF_LIMIT = 200_000  # characters of revert.diff kept on the session
 # -c options on every git call: no configuration anywhere may run a command or read user files
@@ -154,9 +154,9 @@ class Snapshot:
         git_dir: str | os.PathLike,
         work_tree: str | os.PathLike,
         *,
-        max_file_size: int = int(DEFAULTS["max_file_size"]),
-        max_files: int = int(DEFAULTS["max_files"]),
-        exclude: Iterable[str] = DEFAULTS["exclude"],
+        max_file_size: int = DEFAULTS.max_file_size,
+        max_files: int = DEFAULTS.max_files,
+        exclude: Iterable[str] = DEFAULTS.exclude,
         private: Iterable[str | os.PathLike] = (),
         refused: str | None = None,
     ) -> None:
@@ -180,9 +180,9 @@ class Snapshot:
         data_dir: str | os.PathLike,
         session_id: str,
         directory: str | os.PathLike,
-        options: Mapping[str, object] | None = None,
+        options: SnapshotSettings | None = None,
     ) -> Snapshot:
-        opts = {**DEFAULTS, **(options or {})}
+        opts = options or DEFAULTS
         data_dir = Path(data_dir)
         try:
             git_dir, refused = repo_path(data_dir, session_id), None
@@ -191,9 +191,9 @@ class Snapshot:
         return cls(
             git_dir,
             directory,
-            max_file_size=int(opts["max_file_size"]),
-            max_files=int(opts["max_files"]),
-            exclude=tuple(opts["exclude"] or ()),
+            max_file_size=opts.max_file_size,
+            max_files=opts.max_files,
+            exclude=opts.exclude,
             private=(data_dir,),
             refused=refused,
         )
@@ -307,11 +307,12 @@ class Snapshot:
         return self._trees
 
     def _taken(self, tree: str) -> None:
-        if tree in self._tree_list():
+        trees = self._tree_list()
+        if tree in trees:
             return
         with open(self.git_dir / TREES, "a", encoding="ascii") as fh:
             fh.write(tree + "\n")
-        self._trees.add(tree)
+        trees.add(tree)
 
     def _write_exclude(self, large: Mapping[str, int]) -> None:
         lines = ["# written by jupyter-session-agent; rewritten on every change", *self.exclude]

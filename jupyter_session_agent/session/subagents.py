@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import ids
-from ..core.messages import ToolPart, WithParts, replace
+from ..core.errors import AgentError, ToolFailure
+from ..core.messages import ToolCompleted, ToolPart, WithParts, replace
+from . import snapshot
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,6 @@ class Inheritance:
 
 def subagent_runner(parent: Any):
     """The ``run_child`` callback of the parent's ``task`` tool (see tools/task.py)."""
-    from ..core.errors import AgentError, ToolFailure
 
     def run_child(description: str, prompt: str, model: str | None, task_id: str | None):
         settings = replace(parent.settings, subagents=False, titles=False)  # one level deep
@@ -61,8 +62,6 @@ def subagent_runner(parent: Any):
                 **options,
             )
             # the parent's snapshot index and objects: the child's first snapshot re-hashes nothing
-            from . import snapshot
-
             snapshot.copy_repo(parent.settings.data_dir, parent.info.id, child.info.id)
         parent.child_started()
         spec = (
@@ -85,7 +84,7 @@ def turn_children_cost(added: Iterable[WithParts]) -> float:
             if (
                 isinstance(part, ToolPart)
                 and part.tool == "task"
-                and part.state.status == "completed"
+                and isinstance(part.state, ToolCompleted)
             ):
                 total += float((part.state.metadata or {}).get("cost") or 0.0)
     return total

@@ -2,49 +2,135 @@
 prompt and compactor (``loop.turn.TurnSetup``), built from the session's settings and state.
 
 The session calls :func:`turn_setup` before each turn and :func:`compactor` for ``%agent
-compact``; both only read the session (its public attributes and methods) and return values.
+compact``. Both read the session through :class:`SessionView` (what they need of it, typed)
+and return values; what runs during the turn is typed objects passed whole: the model
+(:class:`TurnModel`), the requests (:class:`TurnRequests`, :class:`SummaryRequests`) and the
+tool calls (``tool_calls.ToolCaller``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
-from ..core.errors import ToolFailure
+from ..context import rules
+from ..core import budget as B
+from ..core import codeaction, ids
+from ..core import permission as P
+from ..core.budget import ModelInfo
+from ..core.compaction_config import CompactionConfig
+from ..core.messages import Session, now_ms
 from ..core.settings import Settings
+from ..loop.compaction import Compactor
+from ..loop.history import History
+from ..loop.step import StepSetup
 from ..loop.turn import TurnSetup, system_prompt
+from ..providers.base import Provider
+from ..providers.openai_provider import ChatRequest
+from ..providers.presets import Resolved
+from ..tools import BUILTIN_NAMES, builtin_tools, kernel, openai_schema
+from ..tools.base import Tool
+from ..tools.task import task_tool
+from .approval import Approver, default_approver
+from .snapshot import Snapshot
+from .subagents import subagent_runner
+from .tool_calls import ToolCaller
+
+if TYPE_CHECKING:  # the store's modules load when a session opens one
+    from ..store.store import Store
+
+
+class SessionView(Protocol):
+    """What the wiring reads of a session (``AgentSession``); it changes nothing of it."""
+
+    settings: Settings
+    store: Store
+    info: Session
+    history: History
+    shell: object
+    approver: Approver | None
+
+    @property
+    def permission_bounds(self) -> tuple[Callable[[], list[P.Rule]], ...]: ...
+
+    @property
+    def sandboxed(self) -> bool: ...
+
+    def provider(self, spec: str) -> tuple[Provider, ModelInfo, Resolved]: ...
+
+    def ruleset(self, cell: Sequence[P.Rule] = ()) -> list[P.Rule]: ...
+
+    def allow(self, rules: Sequence[P.Rule]) -> None: ...
+
+    def snapshot(self) -> Snapshot | None: ...
+
+
+@dataclass(frozen=True)
+class TurnModel:
+    """The model a turn runs with: who serves it (``provider``), its limits and prices
+    (``limits``) and where it is (``preset``: the provider's name for it, the server)."""
+
+    provider: Provider
+    limits: ModelInfo
+    preset: Resolved
+
+    @classmethod
+    def of(cls, entry: tuple[Provider, ModelInfo, Resolved]) -> TurnModel:
+        """From a provider cache's ``(provider, ModelInfo, Resolved)``."""
+        return cls(*entry)
+
+
+@dataclass(frozen=True)
+class TurnRequests:
+    """The turn's ``RequestFactory``: (chat messages, last step?) → the request sent."""
+
+    model_id: str
+    tools: tuple[dict, ...]
+    max_tokens: int | None
+    temperature: float | None
+    max_answer_chars: int | None
+    reasoning_effort: str | None
+
+    def __call__(self, chat: list[dict], last_step: bool) -> ChatRequest:
+        return ChatRequest(
+            model=self.model_id,
+            messages=chat,
+            tools=list(self.tools),
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            max_answer_chars=self.max_answer_chars,
+            reasoning_effort=self.reasoning_effort,
+        )
+
+
+@dataclass(frozen=True)
+class SummaryRequests:
+    """The compactor's summary requests: (chat, max tokens or None: the model's) → request."""
+
+    model_id: str
+    default_max: int | None
+    temperature: float | None
+
+    def __call__(self, chat: list[dict], max_tokens: int | None) -> ChatRequest:
+        return ChatRequest(
+            model=self.model_id,
+            messages=chat,
+            max_tokens=max_tokens or self.default_max,
+            temperature=self.temperature,
+        )
 
 
 def turn_setup(
-    session: Any, provider: Any, info: Any, spec: Any, permission: Any, state: dict
-) -> tuple[TurnSetup, Any]:
-    """(the ``TurnSetup`` of the next turn, its permission ``Gate``). ``state``: the
-    session's compaction state, kept between turns."""
-    from ..core import codeaction
-    from ..core import permission as P
-    from ..core.redact import redact, redact_value
-    from ..providers.openai_provider import ChatRequest
-    from ..tools import builtin_tools, kernel, run_tool
-    from .approval import default_approver
-
+    session: SessionView, model: TurnModel, permission: Sequence[P.Rule | Mapping] = ()
+) -> tuple[TurnSetup, P.Gate]:
+    """(the ``TurnSetup`` of the next turn, its permission ``Gate``); ``permission``: the
+    cell's rules."""
     settings = session.settings
-    tools = builtin_tools()
-    if settings.subagents:
-        from ..tools.task import task_tool
-        from .subagents import subagent_runner
-
-        tools["task"] = task_tool(subagent_runner(session))
-    if memory_option(settings, "tool"):  # cross-session memory (docs/memory.md)
-        from ..memory.tool import RecallTool
-
-        tools["recall"] = RecallTool(session.store, settings, session.info.directory)
-    if settings.mcp or settings.mcp_opencode:  # MCP servers' tools (docs/mcp.md)
-        from ..tools.mcp_client import mcp_tools
-
-        tools.update(mcp_tools(settings, session.info.directory, taken=set(tools)))
-    if settings.tools is not None:
-        tools = {k: v for k, v in tools.items() if k in settings.tools}
+    tools = offered_tools(session)
     cell_rules = tuple(P.Rule.of(r) for r in permission or ())
     # A subagent stays within its parent's rules (subagents.subagent_runner sets the bounds).
     bounds = session.permission_bounds
@@ -52,61 +138,26 @@ def turn_setup(
     hidden = P.disabled(tools, session.ruleset(cell_rules), *(bound() for bound in bounds))
     tools = {k: v for k, v in tools.items() if k not in hidden}
 
-    summary_provider = provider
-    code = codeaction.enabled(settings.code_actions, spec.provider_id, spec.model_id)
+    preset = model.preset
+    provider = model.provider
+    code = codeaction.enabled(settings.code_actions, preset.provider_id, preset.model_id)
     if code:  # the model writes ```python blocks (core/codeaction.py): python is its only tool
         tools = {k: v for k, v in tools.items() if k == codeaction.TOOL}
-        provider = codeaction.CodeActionProvider(provider, server_side=spec.provider_id == "local")
+        provider = codeaction.CodeActionProvider(
+            provider, server_side=preset.provider_id == "local"
+        )
     gate = P.Gate(
         session_id=session.info.id,
         directory=session.info.directory,
-        ruleset=lambda: session.ruleset(cell_rules),
+        ruleset=partial(session.ruleset, cell_rules),
         approver=session.approver or default_approver(session.shell),
         on_always=session.allow,
         bounds=bounds,
         contained=("bash",) if session.sandboxed else (),
     )
-    tool_list = list(tools.values())
-    schemas = [schema(t) for t in tool_list]
+    schemas = [openai_schema(t) for t in tools.values()]
     directory = Path(session.info.directory)
-    max_tokens = info.max_output_tokens if info.output else None
-
-    def request_factory(chat: list[dict], last_step: bool) -> ChatRequest:
-        return ChatRequest(
-            model=spec.model_id,
-            messages=chat,
-            tools=schemas,
-            max_tokens=max_tokens,
-            temperature=settings.temperature,
-            max_answer_chars=settings.max_answer_chars,
-            reasoning_effort=settings.reasoning_effort,
-        )
-
-    def call_tool(tool: Any, args: dict, call: Any):
-        from ..tools import ToolContext
-
-        ctx = ToolContext(
-            session_id=session.info.id,
-            message_id=session.history[-1].info.id,
-            call_id=call.call_id,
-            directory=directory,
-            data_dir=settings.data_dir,
-            shell=session.shell,
-            may_read=gate.reader(),
-            decide=gate.decides,
-            sandbox=confinement(settings, gate) if tool.name == "bash" else None,
-        )
-        try:
-            return run_tool(tool, args, ctx)
-        except ToolFailure as err:  # error texts reach the model and the history: no keys in them
-            failure = ToolFailure(redact(str(err), refresh=True))
-            if isinstance(getattr(err, "metadata", None), dict):  # e.g. an MCP call's server
-                failure.metadata = redact_value(err.metadata, refresh=True)
-            raise failure from None
-        except Exception as err:
-            raise ToolFailure(redact(f"{type(err).__name__}: {err}", refresh=True)) from None
-
-    compaction = settings.compaction
+    limits = model.limits
     prompt_text = settings.system_prompt or (
         codeaction.system_prompt(
             kernel.variables_line(
@@ -119,133 +170,113 @@ def turn_setup(
     )
     if settings.rules:  # AGENTS.md files (context/rules.py)
         prompt_text = rules_prompt(session, prompt_text, gate)
-    setup = TurnSetup(
+    step = StepSetup(
         store=session.store,
-        provider=provider,
-        request_factory=request_factory,
-        model=info,
+        model=limits,
         tools=tools,
-        run_tool=call_tool,
-        system_prompt=prompt_text,
-        max_steps=settings.max_steps,
+        run_tool=ToolCaller(
+            session.info.id, session.history, directory, settings, session.shell, gate
+        ),
         max_retries=settings.max_retries,
         max_retry_wait=settings.max_retry_wait,
-        auto_compact=bool(compaction.get("auto", True)),
-        reserved=compaction.get("reserved"),
-        cwd=str(directory),
+        auto_compact=settings.compaction.auto,
+        reserved=settings.compaction.reserved,
         permit=gate,
         snapshot=session.snapshot(),
-        compactor=compactor(session, (summary_provider, info, spec), prompt_text, schemas, state),
+    )
+    setup = TurnSetup(
+        step=step,
+        provider=provider,
+        request_factory=TurnRequests(
+            model_id=preset.model_id,
+            tools=tuple(schemas),
+            max_tokens=limits.max_output_tokens if limits.output else None,
+            temperature=settings.temperature,
+            max_answer_chars=settings.max_answer_chars,
+            reasoning_effort=settings.reasoning_effort,
+        ),
+        system_prompt=prompt_text,
+        max_steps=settings.max_steps,
+        cwd=str(directory),
+        compactor=compactor(session, model, prompt_text, schemas),
     )
     return setup, gate
 
 
-def rules_prompt(session: Any, prompt_text: str, gate: Any) -> str:
+def rules_prompt(session: SessionView, prompt_text: str, gate: P.Gate) -> str:
     """The system prompt with the rules files; at a root session's first turn, one line says
     which were used and the history keeps it (a ``rules`` event)."""
-    from ..context import rules
-
     found = rules.load(session.info.directory, may_read=lambda path: gate.reader()(path))
     if found and len(session.history) <= 1 and session.info.parent_id is None:
-        from ..core import ids
-        from ..core.messages import now_ms
-
         print(rules.line(found), flush=True)
         record = rules.RulesUsed(ids.ascending("event"), session.info.id, now_ms(), found)
         session.store.put(record)
     return rules.with_rules(prompt_text, found)
 
 
-def confinement(settings: Settings, gate: Any) -> Any:
-    """How the next bash call runs (``tools/sandbox.py``): writable are the session folder
-    and the folders the user allowed (``external_directory`` allow rules; the saved tool
-    outputs excluded), network only when the ``network`` permission allows it."""
-    import os
+def offered_tools(session: SessionView) -> dict[str, Tool]:
+    """The tools the settings offer, before the permission rules hide any."""
+    settings = session.settings
+    tools: dict[str, Tool] = dict(builtin_tools())
+    if settings.subagents:
+        tools["task"] = task_tool(subagent_runner(session))
+    if settings.memory.tool_on:  # cross-session memory (docs/memory.md)
+        from ..memory.tool import RecallTool  # memory's modules load only when it is on
 
-    from ..tools.sandbox import confinement_for, writable_from_rules
+        tools["recall"] = RecallTool(session.store, settings, session.info.directory)
+    if settings.mcp or settings.mcp_opencode:  # MCP servers' tools (docs/mcp.md)
+        from ..tools.mcp_client import mcp_tools  # the MCP SDK loads only when servers are set
 
-    outputs = os.path.realpath(os.path.join(os.path.abspath(settings.data_dir), "tool-output"))
-    writable = tuple(
-        w for w in writable_from_rules(gate.effective()) if os.path.realpath(w) != outputs
-    )
-    return confinement_for(settings.sandbox, writable, gate.allows("network"))
+        tools.update(mcp_tools(settings, session.info.directory, taken=set(tools)))
+    if settings.tools is not None:
+        tools = {k: v for k, v in tools.items() if k in settings.tools}
+    return tools
 
 
 def compactor(
-    session: Any,
-    main: Any,
+    session: SessionView,
+    main: TurnModel,
     prompt_text: str,
-    schemas: Any,
-    state: dict,
-    tool_names: Any = None,
-):
-    """A ``compaction.Compactor`` for one turn; ``main`` is the turn's (provider, ModelInfo,
-    spec); ``schemas`` None: those of the builtin tools named in ``tool_names``."""
-    from ..core import budget as B
-    from ..core.compaction_config import CompactionConfig
-    from ..loop.compaction import Compactor
-    from ..providers.openai_provider import ChatRequest
-
+    schemas: Sequence[dict] | None,
+    tool_names: Sequence[str] = (),
+) -> Compactor:
+    """A ``compaction.Compactor`` for one turn of ``main``; ``schemas`` None: those of the
+    builtin tools named in ``tool_names``. The summary model is ``compaction.model`` when
+    set, else the turn's (its provider before code actions wrap it)."""
     settings = session.settings
-    info = main[1]
-    config = CompactionConfig.from_settings(settings.compaction, info)
-    summary_provider, summary_info, summary_spec = (
-        session.provider(config.model) if config.model else main
-    )
-    default_max = summary_info.max_output_tokens if summary_info.output else None
-
-    def summary_request(chat: list[dict], max_tokens: int | None) -> ChatRequest:
-        return ChatRequest(
-            model=summary_spec.model_id,
-            messages=chat,
-            max_tokens=max_tokens or default_max,
-            temperature=settings.temperature,
-        )
-
+    config = CompactionConfig.from_settings(settings.compaction, main.limits)
+    summary = TurnModel.of(session.provider(config.model)) if config.model else main
     if schemas is None:
-        from ..tools import builtin_tools
-
-        schemas = [schema(t) for name, t in builtin_tools().items() if name in (tool_names or ())]
+        schemas = [openai_schema(t) for name, t in builtin_tools().items() if name in tool_names]
     return Compactor(
         config=config,
         store=session.store,
-        model=info,
+        model=main.limits,
         data_dir=Path(settings.data_dir),
         system_prompt=prompt_text,
         tools_tokens=B.estimate(json.dumps(schemas)) if schemas else 0,
-        summary_provider=summary_provider,
-        summary_model=summary_info,
-        summary_request=summary_request,
+        summary_provider=summary.provider,
+        summary_model=summary.limits,
+        summary_request=SummaryRequests(
+            model_id=summary.preset.model_id,
+            default_max=summary.limits.max_output_tokens if summary.limits.output else None,
+            temperature=settings.temperature,
+        ),
         max_retries=settings.max_retries,
         cwd=session.info.directory,
-        state=state,
+        calibration=session.history.calibration,
     )
 
 
-def schema(tool: Any) -> dict:
-    from ..tools import openai_schema
-
-    return openai_schema(tool)
-
-
 def tool_names(settings: Settings) -> list[str]:
-    from ..tools import BUILTIN_NAMES
-
     return [n for n in BUILTIN_NAMES if settings.tools is None or n in settings.tools]
 
 
-def memory_option(settings: Settings, name: str) -> bool:
-    """Whether cross-session memory's ``tool``/``inject`` is on (each follows ``enabled`` unless set)."""
-    memory = getattr(settings, "memory", None) or {}
-    value = memory.get(name)
-    return bool(memory.get("enabled") if value is None else value)
-
-
-def memory_parts(session: Any, message_id: str, prompt: str) -> tuple:
+def memory_parts(session: SessionView, message_id: str, prompt: str) -> tuple:
     """The memory injected into a new session's first user message (a synthetic text part), if any."""
-    if session.history or not memory_option(session.settings, "inject"):
+    if session.history or not session.settings.memory.inject_on:
         return ()
-    from ..memory import injection_part
+    from ..memory import injection_part  # memory's modules load only when it is on
 
     part = injection_part(
         session.store,
@@ -258,11 +289,10 @@ def memory_parts(session: Any, message_id: str, prompt: str) -> tuple:
     return (part,) if part is not None else ()
 
 
-def memory_after_turn(session: Any) -> None:
+def memory_after_turn(session: SessionView) -> None:
     """Remember the session (``auto_remember``); embed the turn's passages (memory on)."""
-    if (getattr(session.settings, "memory", None) or {}).get("auto_remember") or any(
-        memory_option(session.settings, name) for name in ("tool", "inject")
-    ):
-        from ..memory import after_turn
+    memory = session.settings.memory
+    if memory.auto_remember or memory.tool_on or memory.inject_on:
+        from ..memory import after_turn  # memory's modules load only when it is on
 
         after_turn(session)

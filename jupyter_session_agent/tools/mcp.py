@@ -38,6 +38,7 @@ from typing import Any
 from ..core import ids
 from ..core.errors import ConfigError
 from ..core.mcp_config import McpFailure, ServerConfig, parse_servers, register_secrets, sanitise
+from ..core.settings import Settings
 from .base import ToolContext, ToolResult
 from .truncation import MAX_BYTES, OUTPUT_DIR, truncate
 
@@ -107,7 +108,7 @@ def strip_jsonc(text: str) -> str:
 
 
 def resolve(
-    settings: Any, directory: str | os.PathLike
+    settings: Settings, directory: str | os.PathLike
 ) -> tuple[dict[str, ServerConfig], list[str]]:
     """The servers in force for a session in ``directory``, and one line per opencode.json
     that could not be read (it is skipped; the turn goes on).
@@ -117,13 +118,13 @@ def resolve(
     same name, and a bare ``{"enabled": false}`` switches one off. The servers' secrets are
     registered for redaction."""
     layers: list[tuple[str, Any, bool]] = []
-    wanted = getattr(settings, "mcp_opencode", False)
+    wanted = settings.mcp_opencode
     if wanted:
         files = (
             [Path(wanted).expanduser()] if isinstance(wanted, str) else opencode_files(directory)
         )
         layers += [(str(path), path, True) for path in files]
-    layers.append(("%config", getattr(settings, "mcp", None) or {}, False))
+    layers.append(("%config", settings.mcp, False))
     merged: dict[str, ServerConfig] = {}
     problems: list[str] = []
     for source, data, ms in layers:

@@ -10,6 +10,7 @@ refused ``%config`` line or ``ipython_config.py`` entry never breaks the next ``
 from __future__ import annotations
 
 import copy
+import dataclasses
 import types
 import typing
 from collections.abc import Mapping
@@ -48,7 +49,7 @@ class _Names(List):
 def _typed_trait(hint: Any, **kwargs: Any) -> TraitType:
     """The trait for a field annotation: ``str``/``Path`` → ``Unicode``, ``int`` → ``Int``,
     ``float`` → a number, ``bool`` → ``Bool``, a mapping → ``Dict``, a list or tuple of
-    strings → a list of ``Unicode``; ``X | None`` allows ``None``, ``X | Y`` is a ``Union``."""
+    strings → a list of ``Unicode``, a nested settings dataclass → ``Dict``; ``X | None`` allows ``None``, ``X | Y`` is a ``Union``."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         members = [a for a in typing.get_args(hint) if a is not type(None)]
         if len(members) < len(typing.get_args(hint)):
@@ -65,8 +66,8 @@ def _typed_trait(hint: Any, **kwargs: Any) -> TraitType:
         return _Number(**kwargs)
     if kind in (str, Path):
         return Unicode(**kwargs)
-    if isinstance(kind, type) and issubclass(kind, Mapping):
-        return Dict(**kwargs)
+    if isinstance(kind, type) and (issubclass(kind, Mapping) or dataclasses.is_dataclass(kind)):
+        return Dict(**kwargs)  # a nested setting (compaction, …) is set as a dict of its keys
     if kind in (list, tuple):
         return _Names(Unicode(), **kwargs)
     raise TypeError(f"no trait for a setting of type {hint!r} — add one to _typed_trait")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core import budget as B
-from ...core.chat import filter_compacted, to_chat_messages, without_failed_compactions
+from ...core.chat import filter_compacted, to_chat_messages
 from ...core.compaction_config import CompactionConfig
 from ...core.messages import (
     AssistantMessage,
@@ -30,11 +30,12 @@ from ...core.messages import (
     WithParts,
     replace,
 )
+from ..history import Calibration, History, model_chat, visible
 from ..step import Observer, StepResult
 from .decision import CONTINUE_REASONS, NOTHING, Decision, overflow_text, server_reason
 from .events import CompactionEvent, CompactionResult, EventLog
 from .followups import compaction_request, continue_message, reject, replayed_request
-from .items import is_real_user, is_request, is_summary, put_back
+from .items import is_real_user, is_request, is_summary
 from .pinned import Pinner
 from .prune import Pruner
 from .strategy import CompactionStrategy, PinInput, ProductStrategy
@@ -57,7 +58,8 @@ class CompactionPlan:
 
 @dataclass
 class Compactor:
-    """Prune and compact one session's history (a list of ``WithParts``, mutated in place).
+    """Prune and compact one session's history (a :class:`~..history.History`, changed through
+    its methods; a plain list is adopted by ``History.of``).
 
     The next request's size is estimated (system message, chat, tool schemas) and calibrated
     by :meth:`observe` against the usage the server reports.
@@ -75,7 +77,9 @@ class Compactor:
     max_retries: int = 2
     cwd: str = "."
     sleep: Callable[[float], None] = time.sleep
-    state: dict = field(default_factory=dict)  # kept by the session between turns: the ratio
+    calibration: Calibration = field(
+        default_factory=Calibration
+    )  # the session's, kept between turns
     strategy: CompactionStrategy = field(default_factory=ProductStrategy)
     consecutive: int = 0  # auto compactions since the last step that stayed under the trigger
     server_said: str = ""  # the server's own words for the last context overflow
@@ -111,22 +115,14 @@ class Compactor:
 
     @property
     def ratio(self) -> float:
-        return self.state.get("ratio", 1.0)
-
-    @ratio.setter
-    def ratio(self, value: float) -> None:
-        self.state["ratio"] = value
+        return self.calibration.ratio
 
     def raw_tokens(self, chat: list[dict]) -> int:
         return B.estimate_chat(chat) + self.tools_tokens  # an image counts as an image, not its URL
 
     def chat(self, history: Sequence[WithParts]) -> list[dict]:
-        """What the main model would be sent next (the loop builds the same list)."""
-        visible = without_failed_compactions(filter_compacted(history))
-        return [
-            {"role": "system", "content": self.system_prompt},
-            *to_chat_messages(visible, strip_media=not getattr(self.model, "images", False)),
-        ]
+        """What the main model would be sent next (``history.model_chat``, as the loop sends)."""
+        return model_chat(visible(history), self.system_prompt, self.model)
 
     def context_tokens(self, history: Sequence[WithParts]) -> int:
         """The next main request's size, estimated and calibrated."""
@@ -138,7 +134,7 @@ class Compactor:
             return
         est = self.raw_tokens(chat)
         if est > 0:
-            self.ratio = min(2.0, max(0.5, tokens.prompt / est))
+            self.calibration.set(tokens.prompt / est)
 
     def is_overflow(self, tokens: Tokens) -> bool:
         """Auto compaction is due (and not switched off for this turn by one that failed)."""
@@ -174,7 +170,7 @@ class Compactor:
         may not fix: auto off, or switched off for this turn)."""
         message = step.message
         self.observe(chat, None if message.error else message.tokens)
-        overflow = bool(message.error) and message.error.get("name") == "ContextOverflowError"
+        overflow = (message.error or {}).get("name") == "ContextOverflowError"
         self.server_said = server_reason(message) if overflow else ""
         if overflow and (not self.config.auto or self.disabled):
             return Decision(
@@ -197,7 +193,10 @@ class Compactor:
         )
 
     def apply(
-        self, decision: Decision, history: list[WithParts], observer: Observer | None = None
+        self,
+        decision: Decision,
+        history: History | list[WithParts],
+        observer: Observer | None = None,
     ) -> CompactionResult:
         """Run the summary ``decision`` asked for; one that fails switches auto compaction off
         for the rest of the turn (it would not make room: never a loop)."""
@@ -217,7 +216,9 @@ class Compactor:
         """The tool outputs :meth:`prune` would clear now, and their estimated tokens."""
         return self.pruner.due(history)
 
-    def prune(self, history: list[WithParts], *, cause: str = "auto") -> CompactionEvent | None:
+    def prune(
+        self, history: History | list[WithParts], *, cause: str = "auto"
+    ) -> CompactionEvent | None:
         """OpenCode's end-of-loop prune; records an event when something was cleared."""
         return self.pruner.prune(history, cause=cause)
 
@@ -225,7 +226,7 @@ class Compactor:
 
     def compact(
         self,
-        history: list[WithParts],
+        history: History | list[WithParts],
         *,
         cause: str,
         auto: bool,
@@ -238,6 +239,7 @@ class Compactor:
         failed compaction (the result says why); a provider error is re-raised after the
         event is recorded."""
         observer = observer or Observer()
+        history = History.of(history)
         run = _Run(self, history, cause, before=self.context_tokens(history))
         run.values["step_tokens"] = step_tokens
         fixed = self.raw_tokens([{"role": "system", "content": self.system_prompt}])
@@ -294,15 +296,13 @@ class Compactor:
             return run.finish("no-gain", message=self.limit_text(after, why), tokens_after=after)
         return run.finish("ok", tokens_after=after)
 
-    def plan(
-        self, history: list[WithParts], *, cause: str, auto: bool, fixed: int
-    ) -> CompactionPlan:
+    def plan(self, history: History, *, cause: str, auto: bool, fixed: int) -> CompactionPlan:
         """Split the visible history: previous summary / head / tail / replay; the outputs the
         strategy clears at a summary are cleared now (recoverably). ``fixed``: the system
         prompt's and tools' tokens."""
-        visible = without_failed_compactions(filter_compacted(history))
-        previous = next((m for m in visible if is_summary(m)), None)
-        items = [m for m in visible if not is_request(m) and not is_summary(m)]
+        seen = visible(history)
+        previous = next((m for m in seen if is_summary(m)), None)
+        items = [m for m in seen if not is_request(m) and not is_summary(m)]
         replay = self.strategy.replay_target(items) if cause == "overflow" else None
         if replay is not None:
             idx = items.index(replay)
@@ -331,7 +331,7 @@ class Compactor:
             cut = select_tail(items, turns=tail_turns, budget=budget, size=self._size)
         return CompactionPlan(
             previous=previous,
-            pair=[m for m in visible if is_request(m) or is_summary(m)],
+            pair=[m for m in seen if is_request(m) or is_summary(m)],
             head=items[:cut],
             tail=items[cut:],
             replay=replay,
@@ -417,7 +417,7 @@ class Compactor:
 
     def _mark_tail(
         self,
-        history: list[WithParts],
+        history: History,
         request: WithParts,
         tail: Sequence[WithParts],
         observer: Observer,
@@ -430,12 +430,12 @@ class Compactor:
         self.store.put(part)
         observer.on_part(part)
         request = WithParts(request.info, (part, *request.parts[1:]))
-        put_back(history, request)
+        history.put_back(request)
         return request
 
     def _follow_up(
         self,
-        history: list[WithParts],
+        history: History,
         run: _Run,
         request: WithParts,
         plan: CompactionPlan,
@@ -458,17 +458,18 @@ class Compactor:
 class _Run:
     """One compaction in progress: the messages it added and the event's values so far."""
 
-    def __init__(self, compactor: Compactor, history: list[WithParts], cause: str, *, before: int):
+    def __init__(self, compactor: Compactor, history: History, cause: str, *, before: int):
         self.compactor, self.history, self.cause, self.before = compactor, history, cause, before
         self.start = time.monotonic()
         self.added: list[WithParts] = []
         self.values: dict[str, Any] = {"tokens_before": before}
 
     def add(self, item: WithParts, observer: Observer | None = None) -> None:
-        self.history.append(item)
+        self.history.add(item)
         self.added.append(item)
-        for part in item.parts if observer is not None else ():
-            observer.on_part(part)
+        if observer is not None:
+            for part in item.parts:
+                observer.on_part(part)
 
     def finish(
         self, outcome: str, *, message: str = "", tokens_after: int | None = None

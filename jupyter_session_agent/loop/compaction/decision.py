@@ -45,7 +45,8 @@ def server_reason(message: AssistantMessage) -> str:
     error = message.error or {}
     if error.get("name") != "ContextOverflowError":
         return ""
-    data = error.get("data") if isinstance(error.get("data"), dict) else error
+    detail = error.get("data")
+    data = detail if isinstance(detail, dict) else error
     text = str(data.get("message") or "")
     # "context overflow: HTTP 400 Bad Request from URL: <the server's detail>"
     for prefix in ("context overflow: ",):

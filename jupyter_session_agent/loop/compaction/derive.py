@@ -34,7 +34,7 @@ from ...core.messages import (
 from .events import CompactionEvent
 from .items import is_real_user, is_request, is_summary
 
-Steps = list[tuple[int, WithParts]]  # (index in the history, an assistant step with usage)
+Steps = list[tuple[int, AssistantMessage]]  # (index in the history, a step with usage)
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -55,7 +55,7 @@ def events_from_history(history: Sequence[WithParts], *, source: str) -> list[Co
         return []
     session_id = items[0].info.session_id
     steps = [
-        (i, m)
+        (i, m.info)
         for i, m in enumerate(items)
         if isinstance(m.info, AssistantMessage) and not m.info.summary and m.info.tokens.count > 0
     ]
@@ -64,24 +64,24 @@ def events_from_history(history: Sequence[WithParts], *, source: str) -> list[Co
 
 
 def _count_before(steps: Steps, index: int) -> int:
-    return next((m.info.tokens.count for i, m in reversed(steps) if i < index), 0)
+    return next((info.tokens.count for i, info in reversed(steps) if i < index), 0)
 
 
 def _prompt_after(steps: Steps, index: int) -> int:
-    return next((m.info.tokens.prompt for i, m in steps if i > index), 0)
+    return next((info.tokens.prompt for i, info in steps if i > index), 0)
 
 
-def _answer(items: list[WithParts], i: int) -> tuple[int | None, WithParts | None]:
-    """(index, message) of the summary answering the request at ``i``, else (None, None)."""
+def _answer(items: list[WithParts], i: int) -> tuple[int, WithParts, AssistantMessage] | None:
+    """(index, message, its info) of the summary answering the request at ``i``, else None."""
     request_id = items[i].info.id
-    return next(
-        (
-            (j, m)
-            for j, m in enumerate(items[i + 1 :], i + 1)
-            if is_summary(m) and m.info.parent_id == request_id
-        ),
-        (None, None),
-    )
+    for j, m in enumerate(items[i + 1 :], i + 1):
+        if (
+            is_summary(m)
+            and isinstance(m.info, AssistantMessage)
+            and m.info.parent_id == request_id
+        ):
+            return j, m, m.info
+    return None
 
 
 def _summaries(
@@ -94,7 +94,7 @@ def _summaries(
             continue
         part = next(p for p in item.parts if isinstance(p, CompactionPart))
         cause = "overflow" if part.overflow else "auto" if part.auto else "manual"
-        j, summary = _answer(items, i)
+        answer = _answer(items, i)
         tail_at = next((k for k in range(i) if items[k].info.id == part.tail_start_id), i)
         kept = [k for k in range(visible, i) if not (is_request(items[k]) or is_summary(items[k]))]
         head = sum(1 for k in kept if k < tail_at)
@@ -105,9 +105,10 @@ def _summaries(
             tail_start_id=part.tail_start_id,
             request_id=item.info.id,
         )
-        outcome, error = "failed", "no summary message answers this compaction request"
-        if summary is not None:
-            info = summary.info
+        outcome = "failed"
+        error: str | None = "no summary message answers this compaction request"
+        if answer is not None:
+            j, summary, info = answer
             text = "".join(
                 p.text for p in summary.parts if isinstance(p, TextPart) and not p.synthetic
             )
@@ -156,7 +157,8 @@ def _prunes(
 ) -> list[CompactionEvent]:
     """One event per loop end: the cleared outputs before the same next user message."""
     turns = [m.info.time_created for m in items if is_real_user(m)]
-    buckets: dict[int, list[ToolPart]] = {}
+    # (when it was cleared, the part id, its output) per loop end
+    buckets: dict[int, list[tuple[int, str, str]]] = {}
     for item in items:
         for p in item.parts:
             if (
@@ -165,15 +167,16 @@ def _prunes(
                 and p.state.time_compacted
             ):
                 at = p.state.time_compacted
-                buckets.setdefault(next((t for t in turns if t > at), 1 << 62), []).append(p)
+                cleared = (at, p.id, p.state.output)
+                buckets.setdefault(next((t for t in turns if t > at), 1 << 62), []).append(cleared)
     out = []
     for _, parts in sorted(buckets.items()):
-        parts.sort(key=lambda p: (p.state.time_compacted, p.id))
-        at = parts[0].state.time_compacted
+        parts.sort(key=lambda c: (c[0], c[1]))
+        at = parts[0][0]
         index = max((k for k, m in enumerate(items) if m.info.time_created <= at), default=0)
         out.append(
             CompactionEvent(
-                id=stable_event_id(at, f"{session_id}:{parts[0].id}:prune"),
+                id=stable_event_id(at, f"{session_id}:{parts[0][1]}:prune"),
                 session_id=session_id,
                 kind="prune",
                 cause="auto",
@@ -185,7 +188,7 @@ def _prunes(
                 tokens_before=_count_before(steps, index + 1),
                 tokens_after=_prompt_after(steps, index),
                 parts_pruned=len(parts),
-                tokens_pruned=B.estimate_sum(part.state.output for part in parts),
+                tokens_pruned=B.estimate_sum(output for _, _, output in parts),
             )
         )
     return out

@@ -80,7 +80,7 @@ class CompactionEvent:
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> CompactionEvent:
-        kw = {}
+        kw: dict[str, Any] = {}
         for f in fields(cls):
             key = _EVENT_KEYS.get(f.name) or _camel(f.name)
             if key in data:

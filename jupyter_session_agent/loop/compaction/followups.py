@@ -20,7 +20,7 @@ from ...core.messages import (
     now_ms,
     replace,
 )
-from .items import put_back
+from ..history import History
 
 
 def compaction_request(
@@ -95,7 +95,7 @@ def replayed_request(store: Any, original: WithParts) -> WithParts:
 
 def reject(
     store: Any,
-    history: list[WithParts],
+    history: History | list[WithParts],
     item: WithParts,
     why: str,
     *,
@@ -105,4 +105,5 @@ def reject(
     info = replace(item.info, error=error_data(name, why))
     store.put(info)
     store.flush(sync=False)
-    put_back(history, WithParts(info, next(m.parts for m in history if m.info.id == info.id)))
+    history = History.of(history)
+    history.put_back(WithParts(info, next(m.parts for m in history if m.info.id == info.id)))

@@ -1,5 +1,5 @@
 """What a history item is, for compaction: a compaction request, a summary, a message
-the user wrote (and its text); and putting an updated message back into the history."""
+the user wrote (and its text)."""
 
 from __future__ import annotations
 
@@ -37,11 +37,3 @@ def user_text(item: WithParts) -> str:
 
 def is_summary(item: WithParts) -> bool:
     return isinstance(item.info, AssistantMessage) and bool(item.info.summary)
-
-
-def put_back(history: list[WithParts], item: WithParts) -> None:
-    """Replace the message with ``item``'s id in ``history`` (newest first: it is usually recent)."""
-    for i in range(len(history) - 1, -1, -1):
-        if history[i].info.id == item.info.id:
-            history[i] = item
-            return

@@ -26,8 +26,9 @@ from typing import Any
 from ...core import ids
 from ...core.compaction_config import OUTPUT_DIR
 from ...core.messages import AssistantMessage, TextPart, ToolCompleted, ToolPart, WithParts
+from ..history import History
 from ..step import Observer
-from .items import is_real_user, is_summary, put_back, user_text
+from .items import is_real_user, is_summary, user_text
 
 CHANGE_TOOLS = ("edit", "write")  # their filePath goes into the pinned "files changed" list
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -197,7 +198,7 @@ class Pinner:
 
     def pin(
         self,
-        history: list[WithParts],
+        history: History | list[WithParts],
         summary: WithParts,
         *,
         head: Sequence[WithParts],
@@ -327,5 +328,5 @@ class Pinner:
         self.store.put(part)
         observer.on_part(part)
         new = WithParts(summary.info, (*summary.parts, part))
-        put_back(history, new)
+        History.of(history).put_back(new)
         return new

@@ -22,6 +22,7 @@ from ...core.compaction_config import (
     CompactionConfig,
 )
 from ...core.messages import ToolCompleted, ToolPart, UserMessage, WithParts, now_ms, replace
+from ..history import History
 from .events import CompactionEvent, EventLog
 from .items import is_summary
 
@@ -128,7 +129,9 @@ class Pruner:
         """What :meth:`prune` would clear now (parts, estimated tokens)."""
         return prune_selection(history, self.config, self.model, limits=self.limits)
 
-    def prune(self, history: list[WithParts], *, cause: str = "auto") -> CompactionEvent | None:
+    def prune(
+        self, history: History | list[WithParts], *, cause: str = "auto"
+    ) -> CompactionEvent | None:
         """OpenCode's end-of-loop prune; records an event when something was cleared."""
         start = time.monotonic()
         parts, tokens = self.due(history)
@@ -149,7 +152,7 @@ class Pruner:
         )
         return self.log.record(event)
 
-    def clear(self, history: list[WithParts], parts: Sequence[ToolPart]) -> int:
+    def clear(self, history: History | list[WithParts], parts: Sequence[ToolPart]) -> int:
         """Mark ``parts`` pruned (saving their output once) and write them; returns tokens cleared."""
         if not parts:
             return 0
@@ -157,10 +160,9 @@ class Pruner:
         wanted = {p.id for p in parts}
         updated: dict[str, ToolPart] = {}
         cleared = 0
-        for i, item in enumerate(history):
+        for item in history:
             if not any(p.id in wanted for p in item.parts):
                 continue
-            new_parts = []
             for part in item.parts:
                 if (
                     part.id in wanted
@@ -176,8 +178,7 @@ class Pruner:
                     )
                     updated[part.id] = part
                     cleared += B.estimate(part.state.output)
-                new_parts.append(part)
-            history[i] = WithParts(item.info, tuple(new_parts))
+        History.of(history).update_parts(updated.values())
         if updated:
             self.store.put(*updated.values())
             self.store.flush(sync=False)

@@ -21,6 +21,7 @@ from ...core import budget as B
 from ...core import compaction_config as C
 from ...core.compaction_config import MAX_CONSECUTIVE, SUMMARY_MIN, TOOL_OUTPUT_MAX_CHARS
 from ...core.messages import AssistantMessage, TextPart, ToolCompleted, ToolPart, WithParts
+from ..history import History
 from ..step import Observer
 from .items import is_real_user, user_text
 from .pinned import Pinner
@@ -47,7 +48,7 @@ class SummaryInput:
 class PinInput:
     """What the pinned section of a summary is written from."""
 
-    history: list[WithParts]
+    history: History | list[WithParts]
     head: Sequence[WithParts]
     tail: Sequence[WithParts]
     replay: WithParts | None

@@ -15,7 +15,8 @@ from ...core import budget as B
 from ...core import ids
 from ...core.compaction_config import SUMMARY_AGENT
 from ...core.messages import AssistantMessage, TextPart, WithParts, now_ms
-from ..step import Observer, StepProcessor, run_step
+from ..history import History
+from ..step import Observer, StepProcessor, StepSetup, run_step
 from .followups import reject
 from .prompts import PINNED_NOTE, SUMMARY_TEMPLATE
 from .strategy import CompactionStrategy, SummaryInput
@@ -64,7 +65,7 @@ class Summariser:
     def summarise(
         self,
         job: SummaryJob,
-        history: list[WithParts],
+        history: History | list[WithParts],
         added: list[WithParts],
         observer: Observer,
     ) -> SummaryOutcome:
@@ -94,6 +95,7 @@ class Summariser:
                 )
                 continue
             item, outcome = self._call(history, added, job, chat, observer)
+            assert isinstance(item.info, AssistantMessage)  # the step's message
             tokens = item.info.tokens
             attempts.append(
                 {
@@ -115,7 +117,7 @@ class Summariser:
 
     def _call(
         self,
-        history: list[WithParts],
+        history: History | list[WithParts],
         added: list[WithParts],
         job: SummaryJob,
         chat: list[dict],
@@ -139,16 +141,17 @@ class Summariser:
         if job.target and model.output:
             max_tokens = min(model.max_output_tokens, max(1_024, job.target * 2))
         chat_request = self.request_factory(chat, max_tokens)
-        processor = StepProcessor(
+        setup = StepSetup(
             store=self.store,
-            stream=lambda: self.provider.stream(chat_request),
             model=model,
             tools={},
             run_tool=_no_tool,
-            observer=observer,
             max_retries=self.max_retries,
             auto_compact=False,
             sleep=self.sleep,
+        )
+        processor = StepProcessor(
+            setup, stream=lambda: self.provider.stream(chat_request), observer=observer
         )
         result = run_step(processor, info, history, added)
         item = history[-1]

@@ -114,11 +114,10 @@ def recall(magics, args, raw):
     )
     how = _ranked_by(memory.index_for(store, settings.data_dir).status, hits)
     if not hits:
-        opts = memory.options(settings)
-        floor = f"{opts['threshold']}"
+        floor = f"{settings.memory.threshold}"
         model = memory.embedder(settings) if "cosine" in how else None
         if model is not None:
-            cosine = opts["cosine_threshold"]
+            cosine = settings.memory.cosine_threshold
             floor += f" in bm25 or {model.threshold if cosine is None else cosine} in cosine"
         return Markdown(
             f"*(nothing in {'any project' if ns.all else 'this project'} scores above "
