@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..core import ids
-from ..core.errors import UsageError
+from ..core.errors import SessionNotFoundError, UsageError
 from ..core.messages import Session, message_from_data, part_from_data, replace
 from ..loop.compaction import events_from_history, stable_event_id
 from .transfer import (
@@ -257,8 +257,6 @@ def _from_opencode(info: Session) -> bool:
 
 
 def _stored(store, session_id: str) -> Session | None:
-    from ..core.errors import SessionNotFoundError
-
     try:
         info = store.session(session_id)
     except SessionNotFoundError:
