@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..core.redact import clean, clean_value
+
 if TYPE_CHECKING:
     from .base import Tool, ToolContext, ToolResult
     from .truncation import MAX_BYTES, MAX_LINES, truncate
@@ -109,7 +111,6 @@ def redact_result(result: ToolResult) -> ToolResult:
     """The result with API keys replaced by ``[REDACTED:<kind>]`` and lone surrogates (latin-1
     file names) escaped (``redact.clean``), before anything is saved (full outputs of
     truncated calls included), shown or sent to the model."""
-    from ..core.redact import clean, clean_value
     from .base import ToolResult
 
     return ToolResult(

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.errors import ToolFailure
+from ..core.redact import remember, secret_name
 from . import kernel
 from .base import ToolContext, ToolResult
 
@@ -184,8 +185,6 @@ def _remember_secrets(namespace: dict) -> None:
     """Text values of secret-looking names (``db_password``, ``hf_token``, ``API_KEY``: the
     environment's rule, ``redact.secret_name``) are redacted from everything this call shows,
     the cells that assigned them included."""
-    from ..core.redact import remember, secret_name
-
     for name, value in list(namespace.items()):
         if isinstance(value, str) and not name.startswith("_") and secret_name(name):
             remember(value, name)
