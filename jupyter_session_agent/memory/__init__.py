@@ -40,8 +40,14 @@ from typing import Any
 
 from ..core import ids
 from ..core.budget import estimate
+from ..core.chat import history_model
+from ..core.errors import UsageError
 from ..core.messages import ModelRef, TextPart, WithParts, now_ms
 from ..core.settings import MEMORY_DEFAULTS
+from ..providers import presets
+from ..providers.base import AUX_MAX_WAIT, AUX_RETRIES, call
+from ..providers.openai_provider import ChatRequest
+from ..providers.registry import resolve
 from .embed import Embedder, Endpoint, MemoryWarning, warn_once
 from .embed import resolve as resolve_embedder
 from .extract import KINDS, TITLES, Extraction, extract_llm, extract_rules, render_sections
@@ -141,11 +147,6 @@ def llm_complete(
     Each call is retried as the loop's policy says (``providers.base.call``); with a
     ``store``, its usage and cost are stored for ``session_id`` (``llm_call`` in SQL).
     """
-    from ..providers import presets
-    from ..providers.base import AUX_MAX_WAIT, AUX_RETRIES, call
-    from ..providers.openai_provider import ChatRequest
-    from ..providers.registry import resolve
-
     spec = model or getattr(settings, "model", "") or presets.default_model(os.environ)
     if ModelRef.parse(spec).provider_id == "local" and not explicit:
         return None, "the embedded local model is too small to extract reliably"
@@ -197,8 +198,6 @@ def remember(
     """
     mode = extractor or options(settings)["extractor"]
     if mode not in EXTRACTORS:
-        from ..core.errors import UsageError
-
         raise UsageError(f"unknown extractor {mode!r} — use one of {', '.join(EXTRACTORS)}")
     info = info or store.session(session_id)
     history = list(history) if history is not None else store.messages(info.id)
@@ -208,8 +207,6 @@ def remember(
         try:
             label = "llm"
             if complete is None:
-                from ..core.chat import history_model
-
                 spec = model or getattr(settings, "model", "") or history_model(history)
                 complete, label = llm_complete(
                     settings, spec, explicit=mode == "llm", store=store, session_id=info.id
@@ -327,7 +324,7 @@ _INDEXES: weakref.WeakKeyDictionary[Any, dict[str, MemoryIndex]] = weakref.WeakK
 _INDEX_LOCK = threading.Lock()
 
 
-def index_for(store: Any, data_dir: str | os.PathLike) -> MemoryIndex:
+def index_for(store: Any, data_dir: str | Path) -> MemoryIndex:
     """The (cached) search index of ``store`` and the memory under ``data_dir``."""
     with _INDEX_LOCK:
         try:
@@ -382,7 +379,7 @@ def recall(
     elif not isinstance(embed, Embedder):
         embed = Endpoint(embed, embed_model or "default")
     index = index_for(store, settings.data_dir)
-    args = dict(
+    args: dict[str, Any] = dict(
         project=project,
         k=int(k or opts["top_k"]),
         threshold=float(opts["threshold"] if threshold is None else threshold),
