@@ -19,7 +19,15 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ..core.errors import UsageError
+from ..core.settings import resolve_data_dir
+from ..store import Store, shared
+from ..store import open_export as open_store_export
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 __all__ = [
     "steps",
@@ -39,9 +47,6 @@ __all__ = [
 
 
 def _store(store: Any = None):
-    from ..core.settings import resolve_data_dir
-    from ..store import Store, shared
-
     if isinstance(store, Store):
         return store
     return shared(resolve_data_dir(store))
@@ -56,8 +61,6 @@ def _session_id(store, session_id: str | None) -> str:
         "ORDER BY time_updated DESC LIMIT 1"
     )
     if frame.empty:
-        from ..core.errors import UsageError
-
         raise UsageError("no session with LLM calls yet — run a %%agent cell first")
     return str(frame.session_id[0])
 
@@ -139,8 +142,6 @@ def cache_hit_ratio(store: Any = None, by: str = "model"):
         "session": "session_id",
     }
     if by not in groups:
-        from ..core.errors import UsageError
-
         raise UsageError(f"cache_hit_ratio(by={by!r}) — by is 'model', 'day' or 'session'")
     return _store(store).sql(f"""
         SELECT {groups[by]}, count(*) AS steps, sum(prompt_tokens)::BIGINT AS prompt_tokens,
@@ -196,7 +197,7 @@ def _figure(width: float = 8.0, height: float = 3.6):
 # the plots' colours: a mid grey for text, ticks, frame and grid that reads on JupyterLab's
 # light and dark themes alike, on a transparent background
 INK = "#8a8a8a"
-THEME = {
+THEME: dict[RcKeyType, Any] = {
     "text.color": INK,
     "axes.labelcolor": INK,
     "axes.edgecolor": INK,
@@ -410,6 +411,4 @@ def export_duckdb(path: str | os.PathLike, store: Any = None) -> dict[str, int]:
 
 def open_export(directory: str | os.PathLike):
     """A DuckDB connection with every view defined over an export directory (all users' files)."""
-    from ..store import open_export
-
-    return open_export(directory)
+    return open_store_export(directory)
