@@ -30,9 +30,14 @@ it are one contract with the JupyterLab renderer (the schema version above).
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
+
+from IPython.display import clear_output, display
 
 from ..core.messages import (
     AssistantMessage,
@@ -53,6 +58,7 @@ from ..core.redact import before_cut, clean, clean_value, secret_env_values
 from ..loop.step import Observer
 from ..render import compact, markdown, plain
 from ..render import words as W
+from ..session.approval import StdinApprover, pending
 
 MIME_TYPE = "application/vnd.jupyter.session-agent+json"
 SCHEMA_VERSION = 1
@@ -127,7 +133,10 @@ def message_data(item: WithParts, unsaved: frozenset = frozenset()) -> dict[str,
     flag = W.is_unsaved(item, unsaved)
 
     def make() -> dict[str, Any]:
-        data = {"info": item.info.to_data(), "parts": [part_data(p) for p in item.parts]}
+        data: dict[str, Any] = {
+            "info": item.info.to_data(),
+            "parts": [part_data(p) for p in item.parts],
+        }
         if flag and not data["info"].get("error"):  # shown, never stored
             data["info"]["error"] = {"name": W.NOT_SAVED, "data": {"message": W.NOT_SAVED_WHY}}
         return clean_value(data)
@@ -158,9 +167,6 @@ class _Memo:
     when a new secret becomes known (what was clean may hold it) and beyond ``size`` entries."""
 
     def __init__(self, size: int = 4_096) -> None:
-        import threading
-        from collections import OrderedDict
-
         self._size = size
         self._entries: OrderedDict[tuple, tuple[tuple, Any]] = OrderedDict()
         self._secrets: Any = None
@@ -666,7 +672,9 @@ class LiveView(Observer):
     def view(self, final: bool = False) -> TranscriptView:
         turn = self.turn()
         info = self.session.info if self.session is not None else None
-        unsaved = getattr(getattr(self.session, "store", None), "unsaved", frozenset)()
+        unsaved: frozenset[str] = getattr(
+            getattr(self.session, "store", None), "unsaved", frozenset
+        )()
         return TranscriptView(
             turn,
             session=info,
@@ -694,8 +702,6 @@ class LiveView(Observer):
         buttons that answer the stdin prompt. The stdin prompt then only asks (the code is in
         the view), and its echo (the keystroke) is cleared from the cell once answered: the
         saved output says what was decided (the tool part's ``state.metadata.approval``)."""
-        from ..session.approval import StdinApprover, pending
-
         stdin = isinstance(inner, StdinApprover) and self.live
         ask = StdinApprover(inner.shell, inner.read, show_code=False) if stdin else inner
 
@@ -711,8 +717,6 @@ class LiveView(Observer):
             finally:
                 self._asking = None
                 if answered and stdin and self._handle is not None:
-                    from IPython.display import clear_output
-
                     clear_output(wait=True)  # the echoed answer goes; the view is shown again
                     self._handle = None
                     if self.banner:
@@ -743,8 +747,6 @@ class LiveView(Observer):
         wait = getattr(session, "wait_title", None)
         if wait is None:
             return
-        import contextvars
-        import threading
 
         def follow() -> None:
             wait(TITLE_WAIT)
@@ -768,8 +770,6 @@ class LiveView(Observer):
         if not force and now - self._last < self._interval:
             return
         self._last = now
-        from IPython.display import display
-
         view = self.view(final=final)
         if final:
             self._final = view
