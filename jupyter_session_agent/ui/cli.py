@@ -75,7 +75,6 @@ def quickstart(out_dir: Path, timeout: int) -> Path:
 
 
 def _model_line() -> str:
-
     model = default_spec(Settings())
     if model.startswith("local/"):
         known = CATALOGUE.get(model.partition("/")[2])
