@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..store import open_export as open_store_export
 from .plots import plot_cache, plot_context, plot_cost, plot_tools
 from .reports import (
     cache_hit_ratio,
@@ -65,6 +66,4 @@ def export_duckdb(path: str | os.PathLike, store: Any = None) -> dict[str, int]:
 
 def open_export(directory: str | os.PathLike):
     """A DuckDB connection with every view defined over an export directory (all users' files)."""
-    from ..store import open_export
-
-    return open_export(directory)
+    return open_store_export(directory)

@@ -50,11 +50,15 @@ from ..core.messages import (
     now_ms,
     replace,
 )
+from ..core.settings import Settings
 from ..core.stream import Finish, StreamEvent, TextDelta
 from ..loop.compaction import Compactor
 from ..loop.compaction.items import is_real_user, is_request, is_summary
 from ..loop.compaction.prompts import SUMMARY_TEMPLATE
 from ..loop.compaction.strategy import ProductStrategy, SummaryInput
+from ..providers.openai_provider import ChatRequest
+from ..providers.registry import resolve, settings_model_info
+from ..store import Store
 
 # what --policy may set beside the compaction settings
 POLICY_KEYS = ("name", "context", "output", "model", "template")
@@ -116,10 +120,10 @@ class ReplayPolicy:
                 raise UsageError(f"--policy: {key} must be a whole number of tokens above 0")
         _check_window(values.get("context"), values.get("output"))
         CompactionConfig.from_settings(compaction)  # validates, one line
-        return cls(
-            compaction=compaction,
-            **{k: (str(v) if k in ("name", "model", "template") else v) for k, v in values.items()},
-        )
+        given: dict[str, Any] = {
+            k: (str(v) if k in ("name", "model", "template") else v) for k, v in values.items()
+        }
+        return cls(compaction=compaction, **given)
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -307,6 +311,12 @@ def _is_step(item: WithParts) -> bool:
     return isinstance(info, AssistantMessage) and not info.summary and info.tokens.count > 0
 
 
+def _tokens(step: WithParts) -> Tokens:
+    """What a step (:func:`_is_step`) recorded it used."""
+    assert isinstance(step.info, AssistantMessage)
+    return step.info.tokens
+
+
 def _recorded_actions(recorded: Sequence[WithParts]) -> dict[str, str]:
     """Recorded step id → the compaction that followed it (a summary), read from the history."""
     out: dict[str, str] = {}
@@ -320,8 +330,6 @@ def _recorded_actions(recorded: Sequence[WithParts]) -> dict[str, str]:
 
 
 def _model_info(store: Any, session_id: str, policy: ReplayPolicy, settings: Any) -> B.ModelInfo:
-    from ..providers.registry import settings_model_info
-
     first = next(
         (m.info for m in store.messages(session_id) if isinstance(m.info, AssistantMessage)),
         None,
@@ -358,9 +366,7 @@ def replay(
     if isinstance(policy, str) or policy is None:
         policy = ReplayPolicy.parse(policy or "")
     if settings is None:
-        from ..core.settings import Settings
-
-        settings = Settings(data_dir=str(store.data_dir))
+        settings = Settings(data_dir=store.data_dir)
     session_id = store.session(session_id).id
     recorded = store.messages(session_id)
     if not any(_is_step(m) for m in recorded):
@@ -368,8 +374,6 @@ def replay(
     info = _model_info(store, session_id, policy, settings)
     config = CompactionConfig.from_settings(policy.compaction, info)
     if summariser is None and policy.model:
-        from ..providers.registry import resolve
-
         provider, sinfo, resolved = resolve(policy.model, settings)
         summariser = (provider, sinfo, resolved.model_id)
     recorded_sizes = [
@@ -417,9 +421,6 @@ def _run(
     replay_id: str,
     scratch: Path,
 ) -> list[ReplayRow]:
-    from ..providers.openai_provider import ChatRequest
-    from ..store import Store
-
     sstore = Store(scratch / "data")
     strategy = _TemplateStrategy(template=policy.template) if policy.template else ProductStrategy()
     if summariser is not None:
@@ -454,7 +455,7 @@ def _run(
     )
     # what the recorded first step was sent beyond the history: system prompt and tools
     compactor.tools_tokens = max(
-        0, first.info.tokens.prompt - compactor.raw_tokens(compactor.chat(head))
+        0, _tokens(first).prompt - compactor.raw_tokens(compactor.chat(head))
     )
     actions = _recorded_actions(recorded)
     parents: dict[str, str] = {}
@@ -474,7 +475,7 @@ def _run(
             step=step,
             turn=max(0, turn),
             message_id=item.info.id,
-            recorded_tokens=item.info.tokens.count,
+            recorded_tokens=_tokens(item).count,
             replay_tokens=tokens,
             recorded_action=actions.get(item.info.id),
             usable=compactor.usable,
@@ -514,8 +515,8 @@ def _run(
             continue
         chat = compactor.chat(history)
         if same:
-            compactor.observe(chat, item.info.tokens)
-        tokens = int(compactor.raw_tokens(chat) * compactor.ratio) + item.info.tokens.output
+            compactor.observe(chat, _tokens(item))
+        tokens = int(compactor.raw_tokens(chat) * compactor.ratio) + _tokens(item).output
         history.append(_renumbered(item, parents))
         pending_prune = True
         if item.info.id in actions:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.errors import UsageError
+from ..core.settings import resolve_data_dir
+from ..store import Store, shared
+
 
 def store_of(store: Any = None):
-    from ..core.settings import resolve_data_dir
-    from ..store import Store, shared
-
     if isinstance(store, Store):
         return store
     return shared(resolve_data_dir(store))
@@ -28,8 +29,6 @@ def session_id_of(store, session_id: str | None) -> str:
         "ORDER BY time_updated DESC LIMIT 1"
     )
     if frame.empty:
-        from ..core.errors import UsageError
-
         raise UsageError("no session with LLM calls yet — run a %%agent cell first")
     return str(frame.session_id[0])
 
@@ -111,8 +110,6 @@ def cache_hit_ratio(store: Any = None, by: str = "model"):
         "session": "session_id",
     }
     if by not in groups:
-        from ..core.errors import UsageError
-
         raise UsageError(f"cache_hit_ratio(by={by!r}) — by is 'model', 'day' or 'session'")
     return store_of(store).sql(f"""
         SELECT {groups[by]}, count(*) AS steps, sum(prompt_tokens)::BIGINT AS prompt_tokens,

@@ -34,13 +34,18 @@ import base64
 import glob
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import ToolFailure
+from ..core.redact import clean
+from ..tools import kernel
 from ..tools.kernel import human
+from ..tools.paths import is_binary, open_regular
 from . import ContextError
+from .interpolate import is_reference, resolve
 from .markdown import code_spans
 
 MAX_FILES = 20  # attachments per prompt
@@ -127,9 +132,6 @@ def from_path(
     path: Path, cwd: Path, *, given: str | None = None, mention: Mapping[str, Any] | None = None
 ) -> Attachment:
     """The attachment for one existing file (its kind found from its bytes)."""
-    from ..core.errors import ToolFailure
-    from ..tools.paths import is_binary, open_regular
-
     real = Path(os.path.realpath(path))
     shown = _shown(path, cwd)
     given = given or f"@{shown}"
@@ -189,8 +191,6 @@ def from_path(
 
 
 def _read(path: Path, given: str) -> bytes:
-    from ..tools.paths import open_regular
-
     try:
         with open_regular(path, "attach") as fh:
             return fh.read(MAX_FILE_BYTES + 1) or b""
@@ -281,7 +281,7 @@ def _pdf_text(path: Path, given: str) -> tuple[str, int]:
 # @path mentions
 
 
-def mentions(template: str, cwd: Path, skip: list[tuple[int, int]] = ()) -> list[Attachment]:
+def mentions(template: str, cwd: Path, skip: Sequence[tuple[int, int]] = ()) -> list[Attachment]:
     """The files ``@path`` mentions in ``template`` name (see the module docstring); spans in
     ``skip`` (interpolation fields) and code are not read."""
     blocked = sorted([*code_spans(template), *skip])
@@ -336,10 +336,6 @@ def from_value(
 ) -> Attachment:
     """``-a ref``: the value ``ref`` names (a name, ``.attr``/``[index]`` lookups) as an
     attachment: a figure or an image as a PNG, anything else as its description."""
-    from ..core.redact import clean
-    from ..tools import kernel
-    from .interpolate import is_reference, resolve
-
     if not is_reference(ref):
         raise ContextError(
             f"-a takes a variable name (or name.attr, name[0]), not {ref!r} — e.g. %%agent -a df"

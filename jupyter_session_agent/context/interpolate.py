@@ -68,7 +68,7 @@ def interpolate(
     template: str,
     namespace: Mapping[str, Any],
     *,
-    extra: Mapping[str, Any] = None,
+    extra: Mapping[str, Any] | None = None,
     max_chars: int = MAX_VALUE_CHARS,
 ) -> Interpolated:
     """``template`` with its references filled in from ``extra`` (``Err``: it wins) then
@@ -135,7 +135,10 @@ def resolve(
     ``where`` names it in an error (default ``{ref} in the prompt``); ``fix`` ends the line."""
     extra = extra or {}
     head = where or f"{{{ref}}} in the prompt"
-    name = re.match(_NAME, ref).group(0)
+    match = re.match(_NAME, ref)
+    if match is None:
+        raise ContextError(f"{head}: {ref!r} is not a name with lookups — {fix}")
+    name = match.group(0)
     if name in extra:
         value = extra[name]
     elif name in namespace:

@@ -20,7 +20,7 @@ PYTHON_INFO = ("python", "py", "python3", "ipython", "ipython3", "pycon")
 
 def fenced_blocks(text: str) -> list[tuple[int, int, str, str]]:
     """``(start, end, info, body)`` of each fenced block (``end`` after its closing fence)."""
-    blocks = []
+    blocks: list[tuple[int, int, str, str]] = []
     pos = 0
     while True:
         opening = _FENCE.search(text, pos)
@@ -52,7 +52,7 @@ def code_spans(text: str) -> list[tuple[int, int]]:
 
 
 def _inline(text: str, start: int, stop: int) -> list[tuple[int, int]]:
-    spans = []
+    spans: list[tuple[int, int]] = []
     pos = start
     while True:
         opening = _TICKS.search(text, pos, stop)

@@ -18,8 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import ContextError
+from ..core import ids
+from ..core.messages import FilePart, TextPart
+from ..core.redact import clean, clean_value
+from ..tools.kernel import ErrorTable, cell_log
+from . import ContextError, attach
 from .attach import MAX_FILES, Attachment
+from .interpolate import fields
+from .interpolate import interpolate as fill
+from .markdown import last_python_block
 
 
 @dataclass(frozen=True)
@@ -39,8 +46,6 @@ class Prompt:
 def namespace_of(shell: Any) -> tuple[dict, dict]:
     """The user's namespace and what interpolation adds: ``Err`` (the cell log's errors) and
     ``In`` (what each cell's user typed, magics as typed)."""
-    from ..tools.kernel import ErrorTable, cell_log
-
     if shell is None:
         return {}, {}
     log = cell_log(shell)
@@ -62,10 +67,6 @@ def build(
     cwd: str | os.PathLike | None = None,
 ) -> Prompt:
     """The :class:`Prompt` for a cell; every problem is one :class:`ContextError` line."""
-    from . import attach
-    from .interpolate import fields
-    from .interpolate import interpolate as fill
-
     namespace, extra = namespace_of(shell)
     where = Path(cwd or os.getcwd())
     if interpolate:
@@ -101,10 +102,6 @@ def _unquote(word: str) -> str:
 
 def parts(prompt: Prompt | None, session_id: str, message_id: str) -> tuple:
     """The parts ``prompt``'s attachments add to its user message (after its text part)."""
-    from ..core import ids
-    from ..core.messages import FilePart, TextPart
-    from ..core.redact import clean, clean_value
-
     out: list = []
     for item in prompt.attachments if prompt is not None else ():
         file = FilePart(
@@ -134,8 +131,6 @@ def parts(prompt: Prompt | None, session_id: str, message_id: str) -> tuple:
 def code_to_next_cell(shell: Any, answer: str) -> str | None:
     """Put the last python block of ``answer`` into the next cell (``set_next_input``: a new
     cell below, for the user to review and run); say so when there is none."""
-    from .markdown import last_python_block
-
     code = last_python_block(answer)
     if code is None:
         print("the answer has no python code block — nothing was put into the next cell")

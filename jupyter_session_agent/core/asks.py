@@ -14,14 +14,17 @@ One module: every tool's asks are built from the same path resolution and the sa
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import posixpath
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import bashparse
 from .redact import before_cut
 
 # Tools whose calls ask another tool's permission (OpenCode: the edit family).
@@ -253,8 +256,6 @@ GLOB_SECONDS = 0.5  # time one glob word may take to expand; more: unresolved
 
 def bash_prefix(command: str) -> str:
     """The command's arity prefix: ``git checkout main`` → ``git checkout``, ``ls -la`` → ``ls``."""
-    from . import bashparse
-
     commands = bashparse.analyse(command).commands
     return commands[0].prefix if commands else command.strip()
 
@@ -266,8 +267,6 @@ def split_commands(command: str) -> list[str]:
     A rule like ``"echo *"`` must not allow ``echo hi && rm -rf ~``: each part
     is its own pattern, and every pattern must be allowed.
     """
-    from . import bashparse
-
     return [c.text for c in bashparse.analyse(command).commands]
 
 
@@ -275,17 +274,15 @@ def _bash_asks(command: str, directory: str, tool: str) -> list[Ask]:
     """``external_directory`` for the paths outside ``directory`` (and words that cannot be
     resolved), then ``bash`` for every simple command; unsure when the parser could not
     account for the whole line."""
-    from . import bashparse
-
     analysis = bashparse.analyse(command, pwd=directory)
     asks: list[Ask] = []
     outside: list[str] = []
     existing: list[str] = []
     unresolved = [f"`{short_text(w, 60)}`" for w in analysis.unresolved]
     for word in analysis.paths:
-        found, complete, files = _path_targets(directory, word)
+        found, complete, named = _path_targets(directory, word)
         outside += found
-        existing += files
+        existing += named
         if not complete:
             unresolved.append(f"`{short_text(word.value, 60)}` (a glob the checker cannot expand)")
     globs = _covering(outside)
@@ -393,9 +390,6 @@ def _glob_matches(pattern: str) -> tuple[list[str], bool]:
     that cannot be known: too many matches, a segment that may match ``..``, or more than
     :data:`GLOB_ENTRIES` directory entries or :data:`GLOB_SECONDS` seconds to find out
     (``ls /*/*/*/*/*/*/*/nomatch`` would walk the whole disk)."""
-    import fnmatch
-    import time
-
     parts = pattern.split("/")
     for part in parts:
         if part.startswith(".") and any(c in part for c in "*?["):

@@ -10,6 +10,7 @@ price), including the >200k tier.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -43,8 +44,6 @@ def estimate_sum(texts: Iterable[str]) -> int:
 def estimate_chat(value: Any) -> int:
     """``estimate`` of a chat list (or any JSON value) serialised, each image content part
     counted as :data:`IMAGE_TOKENS` rather than by the length of its base64 data URL."""
-    import json
-
     text = json.dumps(value, ensure_ascii=False, default=str)
     if '"image_url"' not in text:
         return estimate(text)

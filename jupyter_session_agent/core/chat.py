@@ -193,7 +193,7 @@ def attached_placeholder(part: FilePart) -> str:
 def _keep_assistant(item: WithParts) -> bool:
     """Errored assistants are dropped, except aborted ones that produced content."""
     info = item.info
-    if not info.error:
+    if not isinstance(info, AssistantMessage) or not info.error:
         return True
     if info.error.get("name") != "MessageAbortedError":
         return False
@@ -259,7 +259,7 @@ def visible(history: Iterable[WithParts], revert: dict | None) -> list[WithParts
     """``history`` without what a pending revert hides (OpenCode hides it until the next prompt)."""
     if not revert:
         return list(history)
-    mid, pid = revert.get("messageID"), revert.get("partID")
+    mid, pid = revert["messageID"], revert.get("partID")
     out = []
     for item in history:
         if item.info.id < mid:

@@ -61,7 +61,8 @@ class ProviderError(AgentError):
         headers: dict[str, str] | None = None,
         body: str | None = None,
     ) -> None:
-        message, body = clean(message), clean(body)  # what is stored and shown holds no key
+        message = clean(message)  # what is stored and shown holds no key
+        body = clean(body) if body is not None else None
         super().__init__(message)
         self.message = message
         self.status = status

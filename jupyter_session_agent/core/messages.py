@@ -86,6 +86,7 @@ class _Value:
 
     _KEYS: ClassVar[dict[str, str]] = {}
     _CONVERT: ClassVar[dict[str, Any]] = {}  # field → callable(json) -> value
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every subclass is a dataclass
 
     def to_data(self) -> Json:
         out: Json = {}
@@ -108,7 +109,7 @@ _PLANS: dict[type, Any] = {}  # class → its compiled field plan (what _Value.f
 _DECODERS: dict[type, Any] = {}
 
 
-def decoder(cls: type) -> Any:
+def decoder(cls: type[_Value]) -> Any:
     """``cls.from_data`` as a function compiled once per class (the field plan, cached).
 
     For ``_Value`` classes that keep the inherited ``from_data``, the plan
@@ -122,7 +123,7 @@ def decoder(cls: type) -> Any:
     """
     found = _DECODERS.get(cls)
     if found is None:
-        if getattr(cls.from_data, "__func__", None) is _Value.from_data.__func__:
+        if getattr(cls.from_data, "__func__", None) is vars(_Value)["from_data"].__func__:
             found = _PLANS.get(cls) or _PLANS.setdefault(cls, _compile_decoder(cls))
         else:
             found = cls.from_data
@@ -134,7 +135,7 @@ def _nested(value: Any, key: str) -> Any:
     return value.get(key) if isinstance(value, _abc.Mapping) else None
 
 
-def _compile_decoder(cls: type) -> Any:
+def _compile_decoder(cls: type[_Value]) -> Any:
     ns: dict[str, Any] = {
         "cls": cls,
         "new": object.__new__,
@@ -144,7 +145,7 @@ def _compile_decoder(cls: type) -> Any:
         "list": list,
     }
     flds = fields(cls)
-    slots = {
+    slots: dict[str, Any] = {
         f.name: next((c.__dict__[f.name] for c in cls.__mro__ if f.name in c.__dict__), None)
         for f in flds
     }

@@ -197,8 +197,8 @@ class Broker:
         return list(self.pending.values())
 
     def reply(
-        self, request_id: str, reply: Reply, message: str | None = None
-    ) -> dict[str, ToolFailure | None]:
+        self, request_id: str, reply: Reply | str, message: str | None = None
+    ) -> dict[str, PermissionFailure | None]:
         """Answer a request. Returns what each request it settles must do: ``None``
         = go ahead, an exception = fail with it.
 
@@ -213,10 +213,10 @@ class Broker:
             raise UsageError(f"no pending permission request {request_id!r}")
         if reply not in ("once", "always", "reject"):
             raise UsageError(f"reply must be once, always or reject, not {reply!r}")
-        outcome: dict[str, ToolFailure | None] = {}
+        outcome: dict[str, PermissionFailure | None] = {}
         same = [r for r in self.pending.values() if r.session_id == request.session_id]
         if reply == "reject":
-            where = {"permission": request.permission, "patterns": request.patterns}
+            where: dict[str, Any] = {"permission": request.permission, "patterns": request.patterns}
             outcome[request.id] = (
                 CorrectedError(message, **where) if message else RejectedError(**where)
             )
@@ -491,7 +491,7 @@ class Gate:
         if error is not None:
             if isinstance(error, PermissionFailure):
                 error.approval = self.decision
-            if not isinstance(error, CorrectedError):
+            if isinstance(error, RejectedError):
                 self.stopped = error  # a plain reject ends the turn
             raise error
 

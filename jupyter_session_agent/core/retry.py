@@ -24,6 +24,7 @@ owns that decision and the user can interrupt the wait.
 
 from __future__ import annotations
 
+import datetime as _dt
 import email.utils
 import json
 import math
@@ -172,7 +173,8 @@ def retry_message(err: BaseException) -> str | None:
     if isinstance(data, list):
         return _js_json(data)  # an array is an "object" upstream: retried as text
 
-    code = data.get("code") if isinstance(data.get("code"), str) else ""
+    code = data.get("code")
+    code = code if isinstance(code, str) else ""
     inner = data.get("error")
     if (
         data.get("type") == "error"
@@ -237,8 +239,6 @@ def _hinted_ms(headers: Mapping[str, Any], now: float) -> float | None:
             when = None
         if when is not None:
             if when.tzinfo is None:  # "-0000" parses naive; HTTP dates are GMT
-                import datetime as _dt
-
                 when = when.replace(tzinfo=_dt.UTC)
             delta_ms = when.timestamp() * 1000 - now * 1000
             if delta_ms > 0:

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import ids
-from ..core.errors import UsageError
+from ..core.errors import SessionNotFoundError, UsageError
 from ..core.messages import Session, message_from_data, part_from_data, replace
 from ..loop.compaction import events_from_history, stable_event_id
 from .opencode_read import (
@@ -159,8 +159,6 @@ def _from_opencode(info: Session) -> bool:
 
 
 def _stored(store, session_id: str) -> Session | None:
-    from ..core.errors import SessionNotFoundError
-
     try:
         info = store.session(session_id)
     except SessionNotFoundError:

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import ids
+from ..core.chat import visible
 from ..core.errors import AgentError, SessionNotFoundError, UsageError
 from ..core.messages import (
     AssistantMessage,
@@ -65,6 +66,7 @@ from ..core.redact import clean, clean_value
 from ..render import html as H
 from ..render import markdown as M
 from ..render.words import clock
+from ..store.tree import children, children_cost
 
 BUNDLE_FORMAT = "jupyter-session-agent/session"
 BUNDLE_VERSION = 1
@@ -108,8 +110,6 @@ def default_name(info: Session, format: str) -> str:
 
 def bundle(store, session_id: str, depth: int = 0) -> dict:
     """The JSON bundle of a session and (recursively) its subagent sessions."""
-    from ..store.tree import children
-
     info = store.session(session_id)
     out: dict[str, Any] = {}
     if depth == 0:
@@ -125,8 +125,6 @@ def bundle(store, session_id: str, depth: int = 0) -> dict:
 
 
 def _totals(store, info: Session, history: Sequence[WithParts]) -> dict:
-    from ..store.tree import children_cost
-
     own = sum(m.info.cost for m in history if isinstance(m.info, AssistantMessage))
     title = float((info.title_usage or {}).get("cost") or 0.0)
     kids = children_cost(store, info.id)
@@ -157,8 +155,6 @@ def _totals(store, info: Session, history: Sequence[WithParts]) -> dict:
 
 
 def _visible(info: Session, history: list[WithParts]) -> list[WithParts]:
-    from ..core.chat import visible
-
     return visible(history, info.revert)
 
 
@@ -426,7 +422,7 @@ def keep_paths_inside(part, data_dir: str | os.PathLike):
     removed (a path from outside is never read: it could name any file)."""
     metadata = getattr(getattr(part, "state", None), "metadata", None)
     path = metadata.get("outputPath") if isinstance(metadata, dict) else None
-    if path is None:
+    if path is None or metadata is None:
         return part, False
     root = (Path(data_dir) / "tool-output").resolve()
     try:

@@ -40,8 +40,13 @@ from typing import Any
 
 from ..core import ids
 from ..core.budget import estimate
+from ..core.chat import history_model
+from ..core.errors import UsageError
 from ..core.messages import ModelRef, TextPart, WithParts, now_ms
 from ..core.settings import Settings
+from ..providers import presets
+from ..providers.base import chat_call
+from ..providers.registry import resolve
 from .embed import Embedder, Endpoint, MemoryWarning, warn_once
 from .embed import resolve as resolve_embedder
 from .extract import KINDS, TITLES, Extraction, extract_llm, extract_rules, render_sections
@@ -122,10 +127,6 @@ def llm_complete(
     Each call is retried as the loop's policy says (``providers.base.call``); with a
     ``store``, its usage and cost are stored for ``session_id`` (``llm_call`` in SQL).
     """
-    from ..providers import presets
-    from ..providers.base import chat_call
-    from ..providers.registry import resolve
-
     spec = model or settings.model or presets.default_model(os.environ)
     if ModelRef.parse(spec).provider_id == "local" and not explicit:
         return None, "the embedded local model is too small to extract reliably"
@@ -172,8 +173,6 @@ def remember(
     """
     mode = extractor or settings.memory.extractor
     if mode not in EXTRACTORS:
-        from ..core.errors import UsageError
-
         raise UsageError(f"unknown extractor {mode!r} — use one of {', '.join(EXTRACTORS)}")
     info = info or store.session(session_id)
     history = list(history) if history is not None else store.messages(info.id)
@@ -183,8 +182,6 @@ def remember(
         try:
             label = "llm"
             if complete is None:
-                from ..core.chat import history_model
-
                 spec = model or settings.model or history_model(history)
                 complete, label = llm_complete(
                     settings, spec, explicit=mode == "llm", store=store, session_id=info.id
@@ -300,7 +297,7 @@ _INDEXES: weakref.WeakKeyDictionary[Any, dict[str, MemoryIndex]] = weakref.WeakK
 _INDEX_LOCK = threading.Lock()
 
 
-def index_for(store: Any, data_dir: str | os.PathLike) -> MemoryIndex:
+def index_for(store: Any, data_dir: str | Path) -> MemoryIndex:
     """The (cached) search index of ``store`` and the memory under ``data_dir``."""
     with _INDEX_LOCK:
         try:

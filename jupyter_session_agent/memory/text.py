@@ -13,6 +13,7 @@ tokenises documents and queries, so they always agree.
 
 from __future__ import annotations
 
+import calendar
 import re
 import time
 
@@ -429,8 +430,6 @@ def iso_time(ms: int | None) -> str:
 
 def parse_time(text: str) -> int | None:
     """Milliseconds from ``YYYY-MM-DD``, ``YYYY-MM-DDTHH:MM:SSZ`` or ``…SS.mmmZ`` (UTC), None if none."""
-    import calendar
-
     text = text.strip()
     millis = 0
     match = re.fullmatch(r"(.*T\d\d:\d\d:\d\d)\.(\d{1,3})Z", text)

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..core.errors import ToolFailure
 from ..tools.base import ToolContext, ToolResult
+from . import recall
 
 MAX_K = 20
 
@@ -45,8 +46,6 @@ class RecallTool:
         self.directory = directory
 
     def run(self, args: dict, ctx: ToolContext) -> ToolResult:
-        from . import recall
-
         query = args["query"].strip()
         if not query:
             raise ToolFailure(

@@ -25,6 +25,7 @@ only up to ``memory.embeddings_wait`` seconds and ranks the rest by BM25.
 from __future__ import annotations
 
 import atexit
+import fcntl  # POSIX only, as the store's journals are
 import hashlib
 import os
 import re
@@ -37,11 +38,6 @@ from pathlib import Path
 from typing import Any
 
 from .embed import Embedder, warn_once
-
-try:
-    import fcntl
-except ImportError:  # not POSIX: appends are still whole records, without the lock
-    fcntl = None
 
 MAGIC = b"JSAVEC1\n"
 HEADER = struct.Struct("<8sI20s")  # magic, dimension, sha1(model name)
@@ -193,13 +189,11 @@ class VectorFile:
 
 
 def _lock(fd: int, *, shared: bool) -> None:
-    if fcntl is not None:
-        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+    fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
 
 
 def _unlock(fd: int) -> None:
-    if fcntl is not None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+    fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 _files: dict[tuple, VectorFile] = {}

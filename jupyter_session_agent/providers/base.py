@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from ..core import budget, ids
+from ..core import budget, ids, retry
 from ..core.messages import Tokens, now_ms
 from ..core.stream import Finish, ReasoningDelta, StreamEvent, TextDelta
 from .openai_provider import ChatRequest
@@ -106,8 +106,6 @@ def call(
     Retries at most ``retries`` times, as ``core.retry`` decides and waits; what is not
     retryable, or the last failure, is raised (a ``ProviderError``).
     """
-    from ..core import retry
-
     started = time.monotonic()
     attempts = 0
     tokens: Tokens | None = None

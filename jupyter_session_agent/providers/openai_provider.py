@@ -23,6 +23,7 @@ with backoff and a visible status, is the agent loop's job.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -68,8 +69,6 @@ _REASONING_MODEL = re.compile(r"(?:o\d|gpt-5)(?:\b|[-_.])", re.IGNORECASE)
 
 def _http_module(obj: Any) -> Any:
     """The module (``httpx``, ``httpx2``…) an HTTP response or exception comes from."""
-    import importlib
-
     return importlib.import_module(type(obj).__module__.split(".")[0])
 
 

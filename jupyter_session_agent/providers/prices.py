@@ -37,7 +37,7 @@ import dataclasses
 import re
 import threading
 from collections.abc import Mapping
-from datetime import UTC
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -334,8 +334,6 @@ def _tier_prices(model_price: Any, start: int) -> Prices:
 
 
 def _from_genai(provider_id: str, model_id: str, provider: Any, model: Any) -> ModelInfo:
-    from datetime import datetime
-
     mp = model.get_prices(datetime.now(tz=UTC))  # time-conditional prices: today's
     fields = (mp.input_mtok, mp.output_mtok, mp.cache_read_mtok, mp.cache_write_mtok)
     prices = Prices(*(_price(v) for v in fields))

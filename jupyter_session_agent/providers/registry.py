@@ -7,13 +7,20 @@ and its subagents; :func:`model_info_for` finds the limits without starting anyt
 
 from __future__ import annotations
 
+import json
 import os
+import time
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from ..core import budget as _budget
+from ..core.errors import AgentError
 from ..core.settings import Settings
+from . import local, presets, prices
+from .openai_provider import OpenAIProvider
 
 if TYPE_CHECKING:
     from .base import Provider
@@ -24,9 +31,6 @@ if TYPE_CHECKING:
 
 def resolve(spec: str, settings: Settings) -> Entry:
     """(provider, ModelInfo, resolved preset) for a ``provider/model`` id."""
-    from . import presets, prices
-    from .openai_provider import OpenAIProvider
-
     resolved = presets.resolve(spec, os.environ)
     base_url = resolved.base_url
     if resolved.provider_id == "local":
@@ -67,8 +71,6 @@ def _server_source(info: _budget.ModelInfo) -> str:
 def local_server(name: str, settings: Settings) -> tuple[Any, Any]:
     """(``local.LocalServer``, ``local.Choice``) for ``local/<name>`` under ``settings``
     (``local_model``, ``local_context``, ``local_idle_timeout``); starts nothing."""
-    from . import local
-
     choice = local.choose(name, settings.local_model or None)
     server = local.LocalServer(
         choice.path,
@@ -88,8 +90,6 @@ def default_spec(settings: Settings, env: Mapping[str, str] | None = None) -> st
     """The model a turn without ``model`` runs: OpenAI when a key or base URL is set; else a
     running Ollama or LM Studio on loopback (``local_detect``: its first model); else the
     embedded catalogue default (``presets.default_model``)."""
-    from . import presets
-
     env = os.environ if env is None else env
     spec = presets.default_model(env)
     if spec.startswith("local/") and settings.local_detect:
@@ -117,13 +117,6 @@ def detect_local_server(
     ``GET /v1/models`` with a model on loopback (their usual ports, or ``OLLAMA_BASE_URL`` /
     ``LMSTUDIO_BASE_URL`` when those point to loopback), else None. Probes are cached for
     ``DETECT_TTL`` seconds; a refused port costs about a millisecond."""
-    import json
-    import time
-    import urllib.request
-    from urllib.parse import urlsplit
-
-    from . import presets
-
     env = os.environ if env is None else env
     urls = tuple(
         presets.resolve(f"{provider}/probe", env).base_url or ""
@@ -173,13 +166,9 @@ def model_info_for(
     Never starts the embedded server (its limits follow from ``local_context``).
     An empty ``spec`` means the default model for ``env``.
     """
-    from . import presets, prices
-
     env = os.environ if env is None else env
     resolved = presets.resolve(spec or presets.default_model(env), env)
     if resolved.provider_id == "local":
-        from . import local
-
         name = resolved.model_id
         model = local.CATALOGUE.get(name)
         n_ctx = min(local_context, model.n_ctx) if model else local_context
@@ -194,8 +183,6 @@ def settings_model_info(spec: str, settings: Any) -> _budget.ModelInfo:
     provider, a missing key) still shows its tokens and cost, with the window
     reported as unknown instead of an error.
     """
-    from ..core.errors import AgentError
-
     try:
         return model_info_for(
             spec, model_overrides=settings.model_overrides, local_context=settings.local_context

@@ -29,6 +29,7 @@ from ..core.messages import (
     now_ms,
 )
 from ..core.redact import before_cut
+from ..tools.kernel import human
 
 MAX_FIELD_CHARS = 20_000  # per string shown from a part (tool input/output/error, urls)
 MAX_TEXT_CHARS = 100_000  # per text / reasoning part
@@ -93,8 +94,6 @@ def attachment_details(part: FilePart) -> list[str]:
     bits = [part.mime]
     size = source.get("size")
     if isinstance(size, int) and not isinstance(size, bool):
-        from ..tools.kernel import human  # (the tools package is not loaded to render)
-
         bits.append(human(size))
     if source.get("type") == "variable":
         bits.append(f"notebook value ({source.get('kind', '?')})")

@@ -11,6 +11,7 @@ Parquet export's layout.
 
 from __future__ import annotations
 
+import getpass
 import glob
 import json
 import os
@@ -334,8 +335,6 @@ def open_export(directory: str | os.PathLike):
 
 def _login() -> str:
     try:
-        import getpass
-
         return getpass.getuser()
     except Exception:
         return "unknown"

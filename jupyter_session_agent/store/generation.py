@@ -93,7 +93,7 @@ def read_manifest(path: str) -> Generation | None:
 
 def list_manifests(folder: Path, cache: dict) -> dict:
     """generation → manifest (None if damaged) in ``folder``; ``cache``: path → (stat, it)."""
-    found = {}
+    found: dict[int, Generation | None] = {}
     try:
         names = os.listdir(folder)
     except OSError:
@@ -138,7 +138,8 @@ def plan(
     """
     current = current_generation(manifests, names)
     by_name = {os.path.basename(p): p for p in parquet}
-    base, ignored = [], set()
+    base: list[Partition] = []
+    ignored: set[str] = set()
     if current is not None:
         ignored |= current.consumed
         for f in current.files:

@@ -43,6 +43,7 @@ import os
 import secrets
 import shutil
 from pathlib import Path
+from typing import Any
 
 from .generation import (
     MERGED,
@@ -296,7 +297,8 @@ class _Merge:
                     f"history merge: no file of generation {now.generation} holds {key!r}"
                 )
             affected.setdefault(index, []).append(key)
-        written, consumed = [], {os.path.basename(p) for p in inputs}
+        written: list[dict] = []
+        consumed = {os.path.basename(p) for p in inputs}
         token = secrets.token_hex(3)
         for index in sorted(affected):
             part = parts[index]
@@ -313,7 +315,7 @@ class _Merge:
                 consumed |= {os.path.basename(path) for _, path in part.derived}
             for lo, hi in self._ranges(old, part):
                 stem = f"{MERGED}{number}-{token}-{len(written)}"
-                entry = {
+                entry: dict[str, Any] = {
                     "name": f"{stem}.parquet",
                     "lo": lo,
                     "hi": hi,

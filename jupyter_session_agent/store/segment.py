@@ -30,7 +30,7 @@ def connect(memory_limit: str | None = None, temp: Path | None = None):
     """A private in-memory DuckDB for writing segments (offline settings)."""
     import duckdb
 
-    config = {
+    config: dict[str, str | bool | int | float | list[str]] = {
         "autoinstall_known_extensions": "false",
         "autoload_known_extensions": "false",
         "preserve_insertion_order": "false",

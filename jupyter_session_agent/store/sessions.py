@@ -13,7 +13,7 @@ of other sessions.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.errors import SessionNotFoundError, UsageError
@@ -119,6 +119,7 @@ class SessionReader:
         infos: dict[str, Any] = {}
         parts: dict[str, list] = {}
         unfinished: list[ToolPart] = []
+        stale: Sequence[int]
         with gc_paused():  # tens of thousands of acyclic objects: collection passes are pure cost
             if cache:
                 values = [

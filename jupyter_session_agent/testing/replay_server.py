@@ -125,6 +125,7 @@ class ReplayServer:
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server's address
         return f"http://{host}:{port}"
 
     def start(self) -> ReplayServer:

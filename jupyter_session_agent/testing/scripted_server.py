@@ -22,12 +22,15 @@ SIGTERM/SIGINT.
 
 from __future__ import annotations
 
+import argparse
 import collections
 import contextlib
 import dataclasses
 import json
 import math
+import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -112,7 +115,7 @@ def _as_reply(value: Reply | dict | str) -> Reply:
     return Reply.from_dict(value)
 
 
-def _user_text(messages: list) -> str:
+def _user_text(messages: list | None) -> str:
     """Text of the last user message (content string or joined text parts)."""
     for msg in reversed(messages or []):
         if isinstance(msg, dict) and msg.get("role") == "user":
@@ -158,7 +161,7 @@ def _usage(reply: Reply, body: dict, calls: list) -> dict:
     )
     generated = len(reply.reasoning) + len(reply.text) + sum(len(a) for _, _, a in calls)
     completion = math.ceil(generated / 4)
-    usage = {
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
@@ -452,6 +455,7 @@ class ScriptedServer:
         if self._httpd is None:
             raise RuntimeError("ScriptedServer is not running; call start()")
         host, port = self._httpd.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server's address
         return f"http://{host}:{port}/v1"
 
     @property
@@ -542,10 +546,6 @@ class ScriptedServer:
 
 def main(argv: list[str] | None = None) -> None:
     """CLI entry point: print the base URL (flushed), serve until SIGTERM/SIGINT."""
-    import argparse
-    import signal
-    import sys
-
     parser = argparse.ArgumentParser(prog="python -m jupyter_session_agent.testing.scripted_server")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)

@@ -17,7 +17,10 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
+
+from ..core.redact import clean, clean_value
 
 if TYPE_CHECKING:
     from .base import Tool, ToolContext, ToolResult
@@ -40,8 +43,6 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     globals()[name] = value
     return value
@@ -125,7 +126,6 @@ def redact_result(result: ToolResult) -> ToolResult:
     """The result with API keys replaced by ``[REDACTED:<kind>]`` and lone surrogates (latin-1
     file names) escaped (``redact.clean``), before anything is saved (full outputs of
     truncated calls included), shown or sent to the model."""
-    from ..core.redact import clean, clean_value
     from .base import ToolResult
 
     return ToolResult(

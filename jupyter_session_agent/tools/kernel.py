@@ -23,6 +23,7 @@ imported), so ``%load_ext`` stays cheap.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import reprlib
@@ -253,12 +254,8 @@ def _message(error: BaseException) -> str:
 def _drop_ipython_frames(exc: traceback.TracebackException, depth: int = 0) -> None:
     """Leave IPython's own frames (``run_code``, ``run_cell_async`` …) out of every exception
     of the chain: the user's frames are what explains the error."""
-    module = sys.modules.get("IPython")
-    root = (
-        os.path.dirname(os.path.abspath(module.__file__)) + os.sep
-        if getattr(module, "__file__", None)
-        else None
-    )
+    file = getattr(sys.modules.get("IPython"), "__file__", None)
+    root = os.path.dirname(os.path.abspath(file)) + os.sep if file else None
     if root:
         kept = [f for f in exc.stack if not (f.filename or "").startswith(root)]
         exc.stack = traceback.StackSummary.from_list(kept)
@@ -329,8 +326,6 @@ def _module(value: Any) -> str:
 
 def png(value: Any) -> bytes:
     """A matplotlib figure (or axes) or a PIL image as PNG bytes."""
-    import io
-
     buffer = io.BytesIO()
     if is_figure(value):
         _figure_of(value).savefig(buffer, format="png", dpi=100, bbox_inches="tight")

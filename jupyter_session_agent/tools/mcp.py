@@ -30,8 +30,8 @@ import json
 import mimetypes
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -150,8 +150,6 @@ def resolve(
 
 
 def _replace(config: ServerConfig, **changes: Any) -> ServerConfig:
-    from dataclasses import replace
-
     return replace(config, **changes)
 
 
@@ -183,7 +181,7 @@ class McpTool:
     tool: str  # the server's own name for it
 
     def run(self, args: dict, ctx: ToolContext) -> ToolResult:
-        meta = {"mcp": {"server": self.server.name, "tool": self.tool}}
+        meta: dict[str, Any] = {"mcp": {"server": self.server.name, "tool": self.tool}}
         result = self.server.call(self.tool, args, meta)
         text, attachments = convert(result, ctx.data_dir)
         if result.get("isError"):
@@ -213,7 +211,9 @@ def schema(tool: Mapping[str, Any]) -> dict:
     }
 
 
-def tools_of(server: Any, listing: list[Mapping[str, Any]], taken: set[str]) -> dict[str, McpTool]:
+def tools_of(
+    server: Any, listing: Sequence[Mapping[str, Any]], taken: set[str]
+) -> dict[str, McpTool]:
     """:class:`McpTool` per listed tool; a name already ``taken`` (a built-in or an earlier
     server's) is skipped."""
     out: dict[str, McpTool] = {}

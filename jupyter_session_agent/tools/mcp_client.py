@@ -31,11 +31,13 @@ import os
 import sys
 import threading
 import time
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import AgentError
 from ..core.mcp_config import McpFailure, ServerConfig, sanitise
+from ..core.redact import redact
 from .mcp import McpTool, resolve, tools_of
 
 LOG_DIR = "mcp"
@@ -207,8 +209,6 @@ class Server:
         self._client = None
 
     def _line(self, what: str, error: str | None) -> str:
-        from ..core.redact import redact
-
         reason = f": {redact(error)}" if error else ""
         return (
             f"mcp server '{self.name}' {what}{reason} — log: {self.log_path}; "
@@ -217,8 +217,6 @@ class Server:
 
     def _tail(self) -> str:
         """The last non-empty line the server wrote since its latest start (redacted), or ""."""
-        from ..core.redact import redact
-
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(max(0, os.path.getsize(self.log_path) - 4096))
@@ -257,8 +255,6 @@ class Server:
 
     async def _own(self, ready: asyncio.Future, stop: asyncio.Event, dead: asyncio.Event) -> None:
         """The owner task: connect, list the tools, then hold the session until stopped or dead."""
-        from ..core.redact import redact
-
         log = open(self.log_path, "a", encoding="utf-8", buffering=1)
         log.write(
             f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} start {self.config.type}: "
@@ -382,7 +378,7 @@ async def _watched(transport: Any, dead: asyncio.Event):
     import anyio
 
     async with transport as (read, write):
-        send, receive = anyio.create_memory_object_stream(0)
+        send, receive = anyio.create_memory_object_stream[Any](0)
 
         async def relay() -> None:
             try:
@@ -403,8 +399,6 @@ async def _watched(transport: Any, dead: asyncio.Event):
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("jupyter-session-agent")
     except PackageNotFoundError:
@@ -512,6 +506,7 @@ class Hub:
                 )
                 thread.start()
                 self._loop, self._thread = loop, thread
+            assert self._loop is not None  # started above when it was not running
             return self._loop
 
 

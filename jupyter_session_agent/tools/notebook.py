@@ -23,8 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.errors import ToolFailure
+from ..core.redact import remember, secret_name
 from . import kernel
 from .base import ToolContext, ToolResult
+from .notebook_doc import read as read_notebook
 
 MAX_VARIABLES = 200
 MAX_CELLS = 20
@@ -79,9 +81,7 @@ class NotebookTool:
         _remember_secrets(shell.user_ns)
         action = args.get("action") or "variables"
         if action == "read":
-            from .notebook_doc import read
-
-            return read(shell, args.get("cell"))
+            return read_notebook(shell, args.get("cell"))
         if action == "cells":
             return self._cells(shell, args)
         if action != "variables":
@@ -198,8 +198,6 @@ def _remember_secrets(namespace: dict) -> None:
     """Text values of secret-looking names (``db_password``, ``hf_token``, ``API_KEY``: the
     environment's rule, ``redact.secret_name``) are redacted from everything this call shows,
     the cells that assigned them included."""
-    from ..core.redact import remember, secret_name
-
     for name, value in list(namespace.items()):
         if isinstance(value, str) and not name.startswith("_") and secret_name(name):
             remember(value, name)

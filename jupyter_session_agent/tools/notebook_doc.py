@@ -37,6 +37,7 @@ from typing import Any
 from ..core.errors import ToolFailure
 from . import frontend
 from .base import ToolContext, ToolResult
+from .python import PythonTool
 
 MAX_SOURCE_CHARS = 8_000  # per cell, shown to the model
 MAX_OUTPUT_CHARS = 1_500  # per cell, the outputs' summary
@@ -377,8 +378,6 @@ class NotebookRunTool:
     }
 
     def run(self, args: dict, ctx: ToolContext) -> ToolResult:
-        from .python import PythonTool
-
         cells, note = read_cells(ctx.shell)
         if note:
             raise ToolFailure(

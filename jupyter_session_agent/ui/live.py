@@ -12,6 +12,8 @@ render, and the helpers below only serve that render.
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -31,6 +33,7 @@ from ..core.messages import (
     replace,
 )
 from ..loop.step import Observer
+from ..session.approval import StdinApprover, pending
 from ..tools import frontend
 from .display import MIME_TYPE, TranscriptView
 
@@ -236,8 +239,6 @@ class LiveView(Observer):
         buttons that answer the stdin prompt. The stdin prompt then only asks (the code is in
         the view), and its echo (the keystroke) is cleared from the cell once answered: the
         saved output says what was decided (the tool part's ``state.metadata.approval``)."""
-        from ..session.approval import StdinApprover, pending
-
         stdin = isinstance(inner, StdinApprover) and self.live
         ask = StdinApprover(inner.shell, inner.read, show_code=False) if stdin else inner
 
@@ -285,8 +286,6 @@ class LiveView(Observer):
         wait = getattr(session, "wait_title", None)
         if wait is None:
             return
-        import contextvars
-        import threading
 
         def follow() -> None:
             wait(TITLE_WAIT)

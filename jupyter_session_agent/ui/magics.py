@@ -25,15 +25,21 @@ import copy
 import keyword
 import sys
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.utils.text import DollarFormatter
 from traitlets import TraitError, validate
 
 from ..core.errors import AgentError, UsageError
-from ..core.settings import SETTINGS, NotebookSettings, Settings
+from ..core.settings import SETTINGS, NotebookSettings, Settings, is_model_id
+from ..tools.kernel import install, uninstall
 from .setting_traits import SettingError, check_assignment, drop_refused, setting_trait
+
+if TYPE_CHECKING:  # imported by the magics that use them, so that %load_ext stays cheap
+    from ..session.agent_session import AgentSession
+    from ..store import Store
 
 
 class TurnInterrupted(AgentError):
@@ -63,13 +69,13 @@ class AgentMagics(Magics):
     # for each; the class namespace is the only place traitlets reads traits from.
     vars().update({info.name: setting_trait(info) for info in SETTINGS})
 
-    def __init__(self, shell=None, **kwargs):
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         config = kwargs.get("config", getattr(shell, "config", None))
         for message in drop_refused(type(self), config):  # e.g. from ipython_config.py
             print(f"SettingError: {message} — the default is used", file=sys.stderr)
         super().__init__(shell=shell, **kwargs)
-        self.session = None
-        self._store = None
+        self.session: AgentSession | None = None
+        self._store: Store | None = None
         self.records: Any = None  # session.replay.NotebookRecord, made by the first cell
 
     # -- settings: checked when assigned ---------------------------------------------
@@ -129,13 +135,9 @@ class AgentMagics(Magics):
         """``%config AgentMagics.<name> = value``: a refused value is one line on stderr, as any
         of our errors reads (IPython would log it through the root logger, as
         ``ERROR:root:…``); the setting keeps its value. Assigning in Python still raises."""
-        from ..core.errors import AgentError
-
         try:
             super().update_config(config)
         except AgentError as err:
-            import sys
-
             print(err, file=sys.stderr)  # the line names the setting and the fix
 
     @validate(*(info.name for info in SETTINGS))
@@ -150,8 +152,6 @@ class AgentMagics(Magics):
         takes a stack depth): the user's namespace and the locals of ``frame``."""
         if frame is None or self.shell is None:
             return text
-        from IPython.utils.text import DollarFormatter
-
         try:
             names = {**self.shell.user_ns, **frame.f_locals}
             return DollarFormatter().vformat(text, args=[], kwargs=names)
@@ -212,14 +212,11 @@ class AgentMagics(Magics):
             raise UsageError(
                 f"-o takes a Python variable name, not {args.output!r} — e.g. %%agent -o answer"
             )
-        if args.model is not None:
-            from ..core.settings import is_model_id
-
-            if not is_model_id(args.model):
-                raise UsageError(
-                    f"-m takes a 'provider/model' id, not {args.model!r} — "
-                    "e.g. %%agent -m openai/gpt-4o-mini"
-                )
+        if args.model is not None and not is_model_id(args.model):
+            raise UsageError(
+                f"-m takes a 'provider/model' id, not {args.model!r} — "
+                "e.g. %%agent -m openai/gpt-4o-mini"
+            )
         if args.fork and (args.new or (self.session is None and not args.session)):
             raise UsageError(
                 "--fork copies an existing session — run a %%agent cell first, or add -s ID (not --new)"
@@ -272,6 +269,7 @@ class AgentMagics(Magics):
             if replay is None:
                 self.records.after_turn(session, self.store())
         if args.output:
+            assert self.shell is not None  # a registered magic runs in its shell
             self.shell.user_ns[args.output] = result.text
         if args.code:
             from ..context.prompt import code_to_next_cell
@@ -299,6 +297,7 @@ class AgentMagics(Magics):
             target = line.split("<<", 1)[0].strip() or None
         frame = self.store().sql(cell)
         if target:
+            assert self.shell is not None  # a registered magic runs in its shell
             self.shell.user_ns[target] = frame
         return frame
 
@@ -311,8 +310,6 @@ def is_kernel(shell) -> bool:
 def load(ipython) -> None:
     magics = AgentMagics(shell=ipython)
     ipython.register_magics(magics)
-    from ..tools.kernel import install
-
     install(ipython)  # each cell's error, for {Err[n]}, %agent fix and the notebook tool
     # `%%agent` is the cell form of the line/cell `agent` magic; `agent_cell` is internal.
     ipython.magics_manager.magics["cell"].pop("agent_cell", None)
@@ -330,8 +327,6 @@ def unload(ipython) -> None:
     from ..tools import mcp_client  # cheap: the mcp SDK is imported only by a running server
 
     mcp_client.shutdown()  # MCP servers started by this extension stop with it (and at exit)
-    from ..tools.kernel import uninstall
-
     uninstall(ipython)
     for kind, name in (("line", "agent"), ("cell", "agent"), ("cell", "agent_sql")):
         ipython.magics_manager.magics[kind].pop(name, None)

@@ -20,9 +20,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import ipywidgets as W
+from IPython.display import display
 
 from ..analytics.sessions import SessionRow, session_rows
 from ..core.chat import history_model
+from ..core.settings import Settings
 from ..loop.budget_report import BudgetReport, budget_report
 from ..providers.registry import settings_model_info
 from ..render import escape as X
@@ -150,8 +152,6 @@ class SessionBrowser(W.VBox):
         limit: int = 500,
         **kwargs: Any,
     ):
-        from ..core.settings import Settings
-
         self.store = store
         self.settings = settings or Settings(data_dir=store.data_dir)
         self.limit = limit
@@ -204,8 +204,6 @@ class SessionBrowser(W.VBox):
 
     def _ipython_display_(self) -> None:
         """The widget, then its static fallback (shown only where the widget cannot be)."""
-        from IPython.display import display
-
         display(self._repr_mimebundle_(), raw=True)
         display(self.fallback())
 
