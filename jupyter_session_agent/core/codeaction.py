@@ -56,6 +56,7 @@ CUT_TEXT = (
     "the code block was cut off at the output limit before its closing ``` — write shorter code"
 )
 VARIABLES_HEAD = "Variables in the kernel:"
+FILES_HEAD = "Files in the working folder:"
 MAX_RESULT_CHARS = 1500
 HUGE_RANGE = 10**8  # a range this long would hold the kernel for minutes (a C loop: no interrupt)
 HOURS = "would run for hours"
@@ -238,7 +239,11 @@ def kernel_words(messages: list[dict]) -> set[str]:
         for line in _text(messages[0].get("content")).splitlines():
             if line.startswith(VARIABLES_HEAD):
                 for match in re.finditer(r"columns ([^()]*)\)", line):
-                    words |= {c.strip() for c in match.group(1).split(",") if c.strip()}
+                    words |= {
+                        c.split(":")[0].strip()
+                        for c in match.group(1).split(", ")
+                        if c.split(":")[0].strip()
+                    }
     return words
 
 
@@ -295,10 +300,96 @@ def enabled(setting: Any, provider_id: str, model_id: str) -> bool:
 # the prompt
 
 
-def system_prompt(variables: str = "") -> str:
+def system_prompt(variables: str = "", files: Iterable[str] = ()) -> str:
     """The short system prompt, plus one line naming the user's kernel variables (``variables``
-    as ``tools.kernel.variables_line`` writes it; none when empty)."""
-    return PROMPT + (f"\n{VARIABLES_HEAD} {variables}." if variables else "")
+    as ``tools.kernel.variables_line`` writes it; none when empty) and one naming the files of
+    the working folder (``files``; none when empty)."""
+    names = ", ".join(files)
+    return (
+        PROMPT
+        + (f"\n{VARIABLES_HEAD} {variables}." if variables else "")
+        + (f"\n{FILES_HEAD} {names}." if names else "")
+    )
+
+
+def _kernel_lines(messages: list[dict]) -> list[str]:
+    """The system message's lines about the kernel (variables, files)."""
+    if not messages or messages[0].get("role") != "system":
+        return []
+    lines = _text(messages[0].get("content")).splitlines()
+    return [ln for ln in lines if ln.startswith((VARIABLES_HEAD, FILES_HEAD))]
+
+
+_FUNCTION = " (a function)"
+
+
+def described(messages: list[dict]) -> dict[str, str]:
+    """Each variable the variables line describes, and functions by their parameters, as
+    ``{name: "orders (DataFrame, 20 × 7, columns …)"}``."""
+    out: dict[str, str] = {}
+    for line in _kernel_lines(messages):
+        if not line.startswith(VARIABLES_HEAD):
+            continue
+        body = line[len(VARIABLES_HEAD) :].strip().rstrip(".")
+        data, _, older = body.partition("; also ")
+        starts = [m for m in re.finditer(r"(?:^|(?<=\), ))([A-Za-z_]\w*) \(", data)]
+        for i, match in enumerate(starts):
+            end = starts[i + 1].start() - 2 if i + 1 < len(starts) else len(data)
+            out[match.group(1)] = data[match.start() : end].strip()
+        for match in re.finditer(r"([A-Za-z_]\w*)(\([^()]*\))?", older):
+            if match.group(2):  # a function, with its parameters
+                out.setdefault(match.group(1), match.group(0) + _FUNCTION)
+    return out
+
+
+def in_kernel(description: str) -> str:
+    """``orders (DataFrame, 20 × 7, columns …)`` as ``orders is in the kernel already:
+    DataFrame, 20 × 7, columns …`` (a comment above the code: use it, do not build it)."""
+    name, _, rest = description.partition(" (")
+    if description.endswith(_FUNCTION):
+        return f"{name} is a function defined in the notebook"
+    return f"{name} is in the kernel already: {rest[:-1]}" if rest.endswith(")") else description
+
+
+def relevant(request: str, messages: list[dict]) -> list[str]:
+    """The kernel's variables a request is about, described: those it names (``orders``,
+    ``clean_name``), else those whose name or columns its words name (``order`` for
+    ``orders``, ``amount`` for a column of ``orders``). What a data scientist looks at before
+    writing the code, put where the model writes it."""
+    table = described(messages)
+    if not table:
+        return []
+
+    def stem(word: str) -> str:
+        word = word.lower()
+        return word[:-1] if len(word) > 3 and word.endswith("s") else word
+
+    text = request or ""
+    words = set(re.findall(r"[A-Za-z_]\w*", text))
+
+    def named(name: str) -> bool:  # a function named like a word ("average") is named as one
+        if name not in words:
+            return False
+        if not table[name].endswith(_FUNCTION):
+            return True
+        return "_" in name or bool(re.search(rf"\b{name}\s*\(|\bfunction", text))
+
+    chosen = [n for n in table if named(n)]
+    if chosen:
+        return [table[n] for n in chosen]
+    stems = {stem(w) for w in words if len(w) > 2} - {stem(w) for w in _STOP_WORDS}
+    scored = []  # the data variables sharing the most words with the request
+    for name, text in table.items():
+        if text.endswith(_FUNCTION):
+            continue
+        columns = re.search(r"columns ([^()]*)", text)
+        keys = {stem(name)} | {
+            stem(c.split(":")[0].strip()) for c in (columns.group(1) if columns else "").split(", ")
+        }
+        if keys & stems:
+            scored.append((len(keys & stems), text))
+    best = max((n for n, _ in scored), default=0)
+    return [text for n, text in scored if n == best][:2]
 
 
 def known_names(messages: list[dict]) -> set[str]:
@@ -313,6 +404,7 @@ def known_names(messages: list[dict]) -> set[str]:
                 body = line[len(VARIABLES_HEAD) :].strip().rstrip(".")
                 described, _, older = body.partition("; also ")
                 known |= set(re.findall(r"(?:^|\), )([A-Za-z_]\w*) \(", described))
+                older = re.sub(r"\([^()]*\)", "", older)  # a function's parameters
                 known |= {n.strip() for n in older.split(",") if n.strip().isidentifier()}
     for msg in messages:
         for call in msg.get("tool_calls") or ():
@@ -378,6 +470,51 @@ MODULES = {
 }
 #: Modules whose public functions a small model calls bare (``factorial(6)``, ``sqrt(2)``).
 FROM_MODULES = ("math", "statistics")
+
+
+_ASKED_NAME = re.compile(
+    r"\b(?:called|named|call it|name it|save it as|store it as|keep it as|as a variable|"
+    r"in a variable|into a variable|variable)\s+[`'\"]?([A-Za-z_]\w*)[`'\"]?"
+)
+
+
+def bind_asked(code: str, request: str, known: Iterable[str] = ()) -> str:
+    """``code`` binding the variable the request names (``… in a dataframe called lyon``): when
+    the request asks for a name the code never binds, and the code binds exactly one new name at
+    its top level (``lyon_orders = …``), that name is renamed to the asked one everywhere in the
+    code. Anything else (unparsable code, several candidates) comes back unchanged."""
+    import ast
+    import io
+    import tokenize
+
+    asked = {m.group(1) for m in _ASKED_NAME.finditer(request or "")} - {"a", "the", "it"}
+    if len(asked) != 1:
+        return code
+    (want,) = asked
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return code
+    if want in _bound(tree):
+        return code
+    top = set()
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            top |= {t.id for t in targets if isinstance(t, ast.Name)}
+    new = top - set(known)
+    if len(new) != 1:
+        return code
+    (old,) = new
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return code
+    out = [
+        t._replace(string=want) if t.type == tokenize.NAME and t.string == old else t
+        for t in tokens
+    ]
+    return tokenize.untokenize(out)
 
 
 def add_imports(code: str, known: Iterable[str] = ()) -> str:
@@ -523,8 +660,8 @@ def code_messages(messages: list[dict], select: bool = True) -> list[dict]:
     variables: list[str] = []
     if msgs and msgs[0].get("role") == "system":
         lines = _text(msgs[0].get("content")).split("\n")
-        variables = [ln for ln in lines if ln.startswith(VARIABLES_HEAD)]
-        kept = "\n".join(ln for ln in lines if not ln.startswith(VARIABLES_HEAD))
+        variables = [ln for ln in lines if ln.startswith((VARIABLES_HEAD, FILES_HEAD))]
+        kept = "\n".join(ln for ln in lines if not ln.startswith((VARIABLES_HEAD, FILES_HEAD)))
         out.append({"role": "system", "content": kept})
         msgs = msgs[1:]
     at = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].get("role") == "user"), -1)

@@ -447,6 +447,34 @@ def _last_user(messages: list[dict]) -> int:
     )
 
 
+_AGAIN = "the same code already failed"
+
+
+def _bare(code: str) -> str:
+    """Code without its comment lines and blank lines (to recognise the same code again)."""
+    lines = (ln.rstrip() for ln in code.splitlines())
+    return "\n".join(ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#"))
+
+
+def _runs(messages: list[dict]) -> list[tuple[str, str]]:
+    """(code, result text) of each python call in ``messages`` that has a result."""
+    codes: dict[str, str] = {}
+    runs = []
+    for msg in messages:
+        for call in msg.get("tool_calls") or ():
+            fn = call.get("function") or {}
+            if fn.get("name") == codeaction.TOOL:
+                try:
+                    code = json.loads(fn.get("arguments") or "{}").get("code")
+                except (TypeError, ValueError, AttributeError):
+                    code = None
+                if isinstance(code, str):
+                    codes[str(call.get("id"))] = code
+        if msg.get("role") in ("tool", "function") and str(msg.get("tool_call_id")) in codes:
+            runs.append((codes[str(msg.get("tool_call_id"))], _text(msg.get("content"))))
+    return runs
+
+
 def _code_chat(
     llama: Any,
     messages: list[dict],
@@ -513,6 +541,16 @@ def _code_chat(
     )
 
     known = codeaction.known_names(messages)
+    # The code of this turn's runs that failed: a repair that writes it again is no repair.
+    failed = {_bare(code) for code, result in _runs(turn) if codeaction.is_error(result)}
+
+    def trouble(code: str) -> str:
+        """Why ``code`` should not be sent: ``codeaction.problem``, or it is a failed run again."""
+        found = codeaction.problem(code, known)
+        if not found and _bare(code) in failed:
+            return _AGAIN
+        return found
+
     request = next(
         (codeaction.plain(m.get("content")) for m in reversed(messages) if m.get("role") == "user"),
         "",
@@ -523,10 +561,19 @@ def _code_chat(
         and not after_result
         and codeaction.needs_code(request, codeaction.kernel_words(messages))
     )
+    # The comment is the request's first line: a request that carries a cell and its
+    # traceback (``%agent fix``) flattened into one comment line left the model nothing to add.
+    first = next((ln.strip() for ln in request.splitlines() if ln.strip()), "")[:200]
+    request_all = request
     request = " ".join(request.split())[:200]
     comment = ""
     if CODE_COMMENT and offered and (not after_result or retry):
-        comment = f"# {request}\n" if request else ""
+        comment = f"# {first}\n" if first else ""
+        if comment and not retry:  # the variables it is about, as the kernel describes them
+            comment += "".join(
+                f"# {codeaction.in_kernel(text)}\n"
+                for text in codeaction.relevant(request_all, messages)
+            )
 
     def generate(
         text: str | list[int], temperature: float | None = None, seed: int | None = None
@@ -604,6 +651,7 @@ def _code_chat(
         def keep(kind: str, code: str) -> None:
             if kind == "close" and CODE_REPAIR:  # the quotes and imports it forgot
                 code = codeaction.add_imports(codeaction.quote_names(code, request, known), known)
+                code = codeaction.bind_asked(code, request, known)
             candidates.append((kind, code))
 
         def candidate(
@@ -639,17 +687,15 @@ def _code_chat(
             elif kind == "end":
                 finish = text
         for attempt in range(1, CODE_RESAMPLES + 1):
-            if not candidates or (
-                candidates[-1][0] == "close" and not codeaction.problem(candidates[-1][1], known)
-            ):
+            if not candidates or (candidates[-1][0] == "close" and not trouble(candidates[-1][1])):
                 break
-            empty = codeaction.problem(candidates[-1][1], known) == codeaction.EMPTY
+            empty = trouble(candidates[-1][1]) == codeaction.EMPTY
             if attempt == 1 and CODE_FIRST_TOKEN and empty:
                 candidate(code_first=True)  # only the comment: greedy again, starting with code
             else:
                 candidate(CODE_RESAMPLE_TEMPERATURE, CODE_SEED + attempt, CODE_FIRST_TOKEN)
         if candidates:
-            checked = [(kind, code, codeaction.problem(code, known)) for kind, code in candidates]
+            checked = [(kind, code, trouble(code)) for kind, code in candidates]
             safe = [c for c in checked if not c[2].endswith(codeaction.HOURS)]  # a hang is worse
             if not safe:  # every candidate would hold the kernel: show the code, run nothing
                 kind, code, problem = checked[0]
@@ -657,9 +703,11 @@ def _code_chat(
                 yield "finish", "stop"
                 yield "usage", "".join(spent)
                 return
-            ranked = [c for c in safe if c[0] == "close" and not c[2]] or [
-                c for c in safe if c[0] == "close"
-            ]
+            ranked = (
+                [c for c in safe if c[0] == "close" and not c[2]]
+                or [c for c in safe if c[0] == "close" and c[2] != _AGAIN]
+                or [c for c in safe if c[0] == "close"]
+            )
             kind, code, _ = (ranked or safe)[0]
             yield "open", ""
             yield "args", '{"code": ' + json.dumps(code, ensure_ascii=False)[:-1]

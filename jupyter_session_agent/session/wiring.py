@@ -111,7 +111,8 @@ def turn_setup(
             kernel.variables_line(
                 getattr(session.shell, "user_ns", None) or {},
                 getattr(session.shell, "user_ns_hidden", ()),
-            )
+            ),
+            kernel.folder_files(directory),
         )
         if code
         else system_prompt(str(directory), list(tools))
