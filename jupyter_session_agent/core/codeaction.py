@@ -38,6 +38,7 @@ writes more). A block still open when the reply ends is a call if the model ende
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import json
 import re
@@ -62,6 +63,8 @@ HUGE_RANGE = 10**8  # a range this long would hold the kernel for minutes (a C l
 HOURS = "would run for hours"
 EMPTY = "the block has no code (only comments)"
 ASKS_USER = frozenset({"input", "breakpoint"})  # calls that wait for someone to type
+NO_OUTPUT = "(no output)"  # what the python tool returns for code that shows nothing
+RAN_SILENTLY = "(nothing printed: the code ran without an error)"
 STOP_TEXT = "Stop running code now: answer in one short sentence."  # the max-steps step
 
 _FENCE = re.compile(r"^ {0,3}```[ \t]*([\w+.-]*)[ \t]*$")
@@ -321,6 +324,7 @@ def _kernel_lines(messages: list[dict]) -> list[str]:
 
 
 _FUNCTION = " (a function)"
+_FILE = " is a file here"
 
 
 def described(messages: list[dict]) -> dict[str, str]:
@@ -328,7 +332,13 @@ def described(messages: list[dict]) -> dict[str, str]:
     ``{name: "orders (DataFrame, 20 × 7, columns …)"}``."""
     out: dict[str, str] = {}
     for line in _kernel_lines(messages):
-        if not line.startswith(VARIABLES_HEAD):
+        if line.startswith(FILES_HEAD):  # files: ``name.csv (columns a, b)``
+            body = line[len(FILES_HEAD) :].strip().rstrip(".")
+            for match in re.finditer(r"(?:^|, )([^\s,()]+\.\w+)( \([^()]*\))?", body):
+                facts = (match.group(2) or "")[2:-1]
+                out.setdefault(
+                    match.group(1), match.group(1) + _FILE + (f": {facts}" if facts else "")
+                )
             continue
         body = line[len(VARIABLES_HEAD) :].strip().rstrip(".")
         data, _, older = body.partition("; also ")
@@ -342,10 +352,65 @@ def described(messages: list[dict]) -> dict[str, str]:
     return out
 
 
+_READERS = frozenset(
+    {"read_csv", "read_table", "read_json", "read_excel", "read_parquet", "open", "loadtxt"}
+    | {"genfromtxt", "load"}
+)
+
+
+def folder_names(messages: list[dict]) -> set[str] | None:
+    """The files of the working folder as the files line lists them; ``None`` when there is
+    no such line or it is cut (``…``): then nothing is known about a file's absence."""
+    for line in _kernel_lines(messages):
+        if line.startswith(FILES_HEAD):
+            body = re.sub(r"\s*\([^()]*\)", "", line[len(FILES_HEAD) :].strip().rstrip("."))
+            names = {n.strip() for n in body.split(", ") if n.strip()}
+            return None if "…" in names else names
+    return None
+
+
+def missing_file(code: str, messages: list[dict]) -> str:
+    """Why ``code`` would fail on a file: it reads (``pd.read_csv('x.csv')``, ``open('x.txt')``)
+    a file the working folder does not hold, going by the files line ("" when it reads none,
+    or when the folder is not known); a file the code writes itself is not missing."""
+    import ast
+
+    here = folder_names(messages)
+    if here is None:
+        return ""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return ""
+    written = set()
+    read: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        first = node.args[0]
+        if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+            continue
+        mode = node.args[1] if len(node.args) > 1 else None
+        mode = next((k.value for k in node.keywords if k.arg == "mode"), mode)
+        writes = isinstance(mode, ast.Constant) and any(c in str(mode.value) for c in "wax")
+        if name in _READERS and not writes:
+            read.append(first.value)
+        else:
+            written.add(first.value)
+    for path in read:
+        if "/" not in path and path not in here and path not in written:
+            return f"FileNotFoundError: {path!r} is not in the working folder"
+    return ""
+
+
 def in_kernel(description: str) -> str:
     """``orders (DataFrame, 20 × 7, columns …)`` as ``orders is in the kernel already:
     DataFrame, 20 × 7, columns …`` (a comment above the code: use it, do not build it)."""
     name, _, rest = description.partition(" (")
+    if _FILE in description:
+        return description
     if description.endswith(_FUNCTION):
         return f"{name} is a function defined in the notebook"
     return f"{name} is in the kernel already: {rest[:-1]}" if rest.endswith(")") else description
@@ -368,6 +433,8 @@ def relevant(request: str, messages: list[dict]) -> list[str]:
     words = set(re.findall(r"[A-Za-z_]\w*", text))
 
     def named(name: str) -> bool:  # a function named like a word ("average") is named as one
+        if _FILE in table[name]:
+            return bool(re.search(rf"(?<![\w.]){re.escape(name)}\b", text))
         if name not in words:
             return False
         if not table[name].endswith(_FUNCTION):
@@ -375,12 +442,16 @@ def relevant(request: str, messages: list[dict]) -> list[str]:
         return "_" in name or bool(re.search(rf"\b{name}\s*\(|\bfunction", text))
 
     chosen = [n for n in table if named(n)]
+    files = [n for n in table if _FILE in table[n]]
+    for path in _PATH.findall(text):  # a file that is not here: the nearest one that is
+        if path not in table:
+            chosen += difflib.get_close_matches(path, files, n=1, cutoff=0.75)
     if chosen:
-        return [table[n] for n in chosen]
+        return [table[n] for n in dict.fromkeys(chosen)]
     stems = {stem(w) for w in words if len(w) > 2} - {stem(w) for w in _STOP_WORDS}
     scored = []  # the data variables sharing the most words with the request
     for name, text in table.items():
-        if text.endswith(_FUNCTION):
+        if text.endswith(_FUNCTION) or _FILE in text:
             continue
         columns = re.search(r"columns ([^()]*)", text)
         keys = {stem(name)} | {
@@ -472,10 +543,11 @@ MODULES = {
 FROM_MODULES = ("math", "statistics")
 
 
-_ASKED_NAME = re.compile(
-    r"\b(?:called|named|call it|name it|save it as|store it as|keep it as|as a variable|"
-    r"in a variable|into a variable|variable)\s+[`'\"]?([A-Za-z_]\w*)[`'\"]?"
+_ASKED_NAME = re.compile(  # overlapping: "in a variable called x" is found at "called"
+    r"(?=\b(?:called|named|call it|name it|save it as|store it as|keep it as|as a variable|"
+    r"in a variable|into a variable|variable)\s+[`'\"]?([A-Za-z_]\w*))"
 )
+_NOT_NAMES = frozenset({"a", "an", "the", "it", "called", "named", "as", "in", "to", "of"})
 
 
 def bind_asked(code: str, request: str, known: Iterable[str] = ()) -> str:
@@ -487,7 +559,7 @@ def bind_asked(code: str, request: str, known: Iterable[str] = ()) -> str:
     import io
     import tokenize
 
-    asked = {m.group(1) for m in _ASKED_NAME.finditer(request or "")} - {"a", "the", "it"}
+    asked = {m.group(1) for m in _ASKED_NAME.finditer(request or "")} - _NOT_NAMES
     if len(asked) != 1:
         return code
     (want,) = asked
@@ -731,7 +803,9 @@ def result_text(content: str) -> str:
     if len(text) > MAX_RESULT_CHARS:
         half = MAX_RESULT_CHARS // 2
         text = text[:half] + "\n…\n" + text[-half:]
-    return "Output:\n" + (text or "(no output)")
+    if not text or text == NO_OUTPUT:  # an assignment: say it worked, not "no output"
+        return "Output:\n" + RAN_SILENTLY
+    return "Output:\n" + text
 
 
 def is_error(content: str) -> bool:

@@ -451,9 +451,12 @@ _AGAIN = "the same code already failed"
 
 
 def _bare(code: str) -> str:
-    """Code without its comment lines and blank lines (to recognise the same code again)."""
+    """Code without its comments, blank lines and imports (to recognise the same code again:
+    a repair does not import again what the failed run imported)."""
     lines = (ln.rstrip() for ln in code.splitlines())
-    return "\n".join(ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#"))
+    return "\n".join(
+        ln for ln in lines if ln.strip() and not ln.lstrip().startswith(("#", "import ", "from "))
+    )
 
 
 def _runs(messages: list[dict]) -> list[tuple[str, str]]:
@@ -546,7 +549,7 @@ def _code_chat(
 
     def trouble(code: str) -> str:
         """Why ``code`` should not be sent: ``codeaction.problem``, or it is a failed run again."""
-        found = codeaction.problem(code, known)
+        found = codeaction.problem(code, known) or codeaction.missing_file(code, messages)
         if not found and _bare(code) in failed:
             return _AGAIN
         return found

@@ -553,15 +553,55 @@ def variables_line(
 
 
 def folder_files(folder: Any, limit: int = 20) -> list[str]:
-    """The names of the files in ``folder`` (not hidden ones), sorted, at most ``limit`` (then
-    ``…``): what ``ls`` shows a data scientist before reading one."""
+    """The files in ``folder`` (not hidden ones), sorted, at most ``limit`` (then ``…``): what
+    ``ls`` shows a data scientist before reading one; a table's columns with it
+    (:func:`file_facts`)."""
     try:
-        names = sorted(
-            e.name for e in os.scandir(folder) if e.is_file() and not e.name.startswith(".")
+        entries = sorted(
+            (e for e in os.scandir(folder) if e.is_file() and not e.name.startswith(".")),
+            key=lambda e: e.name,
         )
     except OSError:
         return []
-    return names[:limit] + (["…"] if len(names) > limit else [])
+    names = []
+    for entry in entries[:limit]:
+        facts = file_facts(entry.path)
+        names.append(f"{entry.name} ({facts})" if facts else entry.name)
+    return names + (["…"] if len(entries) > limit else [])
+
+
+def file_facts(path: str, limit: int = 120) -> str:
+    """What the first look at a data file shows: a CSV's or TSV's header (``columns a, b``), a
+    small JSON file's shape (``list of 7 records with keys ts, level``); else ``""``. Reads at
+    most a few kilobytes (a JSON file only when it is under 64 kB)."""
+    import json
+
+    lower = path.lower()
+    try:
+        if lower.endswith((".csv", ".tsv")):
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                header = fh.readline(2048).strip()
+            sep = "\t" if lower.endswith(".tsv") else ","
+            columns = [c.strip().strip('"') for c in header.split(sep)]
+            text = "columns " + ", ".join(columns)
+        elif lower.endswith(".json") and os.path.getsize(path) < 65536:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+            if isinstance(data, list):
+                keys = list(data[0]) if data and isinstance(data[0], dict) else []
+                text = f"list of {len(data)} " + (
+                    f"records with keys {', '.join(map(str, keys))}" if keys else "items"
+                )
+            elif isinstance(data, dict):
+                text = "object with keys " + ", ".join(map(str, list(data)[:12]))
+            else:
+                return ""
+        else:
+            return ""
+    except (OSError, ValueError):
+        return ""
+    text = text.replace("(", "[").replace(")", "]")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def columns_text(frame: Any, limit: int = 12) -> str:
