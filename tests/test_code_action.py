@@ -372,9 +372,9 @@ def test_the_code_starts_below_what_the_kernel_holds_about_the_request(tmp_path)
         "mean": scale,
     }
     files = kernel.folder_files(tmp_path)
-    assert files == ["sales.csv"]  # no hidden files
+    assert files == ["sales.csv (columns a, b)"]  # its header; no hidden files
     text = codeaction.system_prompt(kernel.variables_line(namespace), files)
-    assert text.endswith("\nFiles in the working folder: sales.csv.")
+    assert text.endswith("\nFiles in the working folder: sales.csv (columns a, b).")
     messages = [{"role": "system", "content": text}]
 
     def about(request):
@@ -390,7 +390,13 @@ def test_the_code_starts_below_what_the_kernel_holds_about_the_request(tmp_path)
     # the variables line moves to the request with the files line (the prompt prefix is shared)
     out = codeaction.code_messages(messages + [{"role": "user", "content": "units?"}])
     assert "Files in the working folder" not in out[0]["content"]
-    assert "Files in the working folder: sales.csv." in out[-1]["content"]
+    assert "Files in the working folder: sales.csv (columns a, b)." in out[-1]["content"]
+    assert codeaction.relevant("plot sales.csv", messages) == [
+        "sales.csv is a file here: columns a, b"
+    ]
+    assert codeaction.relevant("read sale.csv", messages) == codeaction.relevant(
+        "sales.csv", messages
+    )
 
 
 def test_the_variable_the_user_asked_for_is_the_one_bound():

@@ -255,7 +255,7 @@ def needs_code(request: str, known: Iterable[str] = ()) -> bool:
     code: it names a variable, function or DataFrame column the kernel holds (``known``, e.g.
     :func:`kernel_words`), a file, or an error."""
     text = request or ""
-    words = set(re.findall(r"[A-Za-z_]\w*", text))
+    words = set(re.findall(r"[A-Za-z_]\w*", _PATH.sub(" ", text)))  # a file's name is no variable
     return bool(words & set(known)) or bool(_PATH.search(text)) or bool(_ERROR.search(text))
 
 
@@ -430,7 +430,7 @@ def relevant(request: str, messages: list[dict]) -> list[str]:
         return word[:-1] if len(word) > 3 and word.endswith("s") else word
 
     text = request or ""
-    words = set(re.findall(r"[A-Za-z_]\w*", text))
+    words = set(re.findall(r"[A-Za-z_]\w*", _PATH.sub(" ", text)))  # a file's name is no variable
 
     def named(name: str) -> bool:  # a function named like a word ("average") is named as one
         if _FILE in table[name]:
