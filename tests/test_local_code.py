@@ -131,7 +131,9 @@ def test_the_blocks_comment_is_the_requests_first_line_and_what_it_is_about(clie
     (call,) = reply.choices[0].message.tool_calls
     lines = json.loads(call.function.arguments)["code"].splitlines()
     assert lines[0] == "# Explain the cause of this error and propose a fix."
-    assert lines[1] == "# values is in the kernel already: list, len 3, [3, 0, 4]"
+    assert lines[1] == "# ZeroDivisionError: division by zero"  # the error's last line
+    assert lines[2] == "# values is in the kernel already: list, len 3, [3, 0, 4]"
+    assert lines[3:] != [cell]  # the failed cell again is no fix
     assert not any("Traceback" in line or "In [4]" in line for line in lines)
 
 

@@ -405,6 +405,21 @@ def missing_file(code: str, messages: list[dict]) -> str:
     return ""
 
 
+_ERROR_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit)): .*$")
+
+
+def reported_error(request: str) -> tuple[list[str], str]:
+    """What a request about an error (``%agent fix``) quotes: its python blocks (the code that
+    failed) and the error's last line (``KeyError: 'amout'``); ``([], "")`` when it reports
+    none."""
+    lines = [m.group(0).strip() for m in map(_ERROR_LINE.match, (request or "").splitlines()) if m]
+    if not lines:
+        return [], ""
+    parser = BlockParser()
+    events = parser.feed(request) + parser.end()
+    return [text for kind, text in events if kind == "close"], lines[-1][:200]
+
+
 def in_kernel(description: str) -> str:
     """``orders (DataFrame, 20 × 7, columns …)`` as ``orders is in the kernel already:
     DataFrame, 20 × 7, columns …`` (a comment above the code: use it, do not build it)."""

@@ -569,9 +569,13 @@ def _code_chat(
     first = next((ln.strip() for ln in request.splitlines() if ln.strip()), "")[:200]
     request_all = request
     request = " ".join(request.split())[:200]
+    quoted, error_line = codeaction.reported_error(request_all)
+    failed.update(_bare(code) for code in quoted)  # the cell that failed: running it is no fix
     comment = ""
     if CODE_COMMENT and offered and (not after_result or retry):
         comment = f"# {first}\n" if first else ""
+        if comment and error_line:  # the error, where the fix is written
+            comment += f"# {error_line}\n"
         if comment and not retry:  # the variables it is about, as the kernel describes them
             comment += "".join(
                 f"# {codeaction.in_kernel(text)}\n"
