@@ -17,6 +17,7 @@ import pytest
 from jupyter_session_agent.core import codeaction
 from jupyter_session_agent.core.chat import MAX_STEPS_TEXT
 from jupyter_session_agent.core.codeaction import BlockParser, code_messages, enabled
+from jupyter_session_agent.providers.codeactions import CodeActionProvider
 from jupyter_session_agent.session.approval import ScriptedApprover
 from jupyter_session_agent.testing.scripted_server import Reply
 from jupyter_session_agent.tools import kernel
@@ -81,7 +82,7 @@ def test_the_call_starts_while_the_block_streams(server, magics, cip):
         Reply(text=f"```python\n{code}\n```\n", chunk_chars=4, delay=0.02), Reply(text="done")
     )
     provider = magics.current().provider("openai/scripted")[0]
-    wrapped = codeaction.CodeActionProvider(provider, server_side=False)
+    wrapped = CodeActionProvider(provider, server_side=False)
     from jupyter_session_agent.providers.openai_provider import ChatRequest
 
     tool = [{"type": "function", "function": {"name": "python", "parameters": {}}}]

@@ -24,6 +24,7 @@ def turn_setup(
     from ..core import codeaction
     from ..core import permission as P
     from ..core.redact import redact, redact_value
+    from ..providers.codeactions import CodeActionProvider
     from ..providers.openai_provider import ChatRequest
     from ..tools import builtin_tools, kernel, run_tool
     from .approval import default_approver
@@ -54,9 +55,9 @@ def turn_setup(
 
     summary_provider = provider
     code = codeaction.enabled(settings.code_actions, spec.provider_id, spec.model_id)
-    if code:  # the model writes ```python blocks (core/codeaction.py): python is its only tool
+    if code:  # the model writes ```python blocks (core/codeaction.py, providers/codeactions.py): python is its only tool
         tools = {k: v for k, v in tools.items() if k == codeaction.TOOL}
-        provider = codeaction.CodeActionProvider(provider, server_side=spec.provider_id == "local")
+        provider = CodeActionProvider(provider, server_side=spec.provider_id == "local")
     gate = P.Gate(
         session_id=session.info.id,
         directory=session.info.directory,
