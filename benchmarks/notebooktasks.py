@@ -1,11 +1,15 @@
 """Realistic notebook tasks: what a data scientist types into ``%%agent`` mid-analysis.
 
 Unlike ``tasksuite.TASKS`` (one-liners that name their data), these run in a kernel that
-already holds an analysis (:data:`SETUP`: an ``orders`` DataFrame, a list of ``scores``, a
-``review`` text, functions defined in earlier cells) next to files on disk
-(``measurements.csv``, ``notes.txt``), and the prompts are written as people write them: short,
-lower case, naming their own variables and never saying "use python". Four tasks are real
-errors sent with ``%agent fix`` (the failing cell is run first, :attr:`NotebookTask.cell`).
+already holds an analysis (:data:`SETUP`: an ``orders`` DataFrame, a ``regions`` lookup table,
+a ``products`` table whose prices are text, a list of ``scores``, a ``review`` text, names
+typed by hand, functions defined in earlier cells) next to files on disk (``measurements.csv``,
+``visits.csv`` with dates as text, ``events.json``, ``notes.txt``), and the prompts are written
+as people write them: short, lower case, naming their own variables and never saying "use
+python". Four tasks are real errors sent with ``%agent fix`` (the failing cell is run first,
+:attr:`NotebookTask.cell`). The eight tasks of other shapes (merge, group, missing values, text
+to numbers, dates as text, JSON, a plot saved to a file, cleaning strings) were written before
+any tuning on this suite, to keep the tuning honest.
 
 Judged strictly (``tasksuite.shows_number`` / ``shows_text`` / ``kernel``): a value counts only
 from the output of code that ran without an error, or as the answer's last number when the

@@ -580,3 +580,20 @@ def test_code_that_reads_a_file_the_folder_does_not_hold_is_recognised():
     assert codeaction.missing_file("plt.savefig('plot.png')", messages) == ""
     cut = [{"role": "system", "content": codeaction.system_prompt("", files + ["…"])}]
     assert codeaction.missing_file("open('other.txt')", cut) == ""  # the listing is cut: unknown
+
+
+def test_a_kernel_variable_is_not_read_again_from_a_file_that_is_not_there():
+    files = ["sales.csv (columns a, b)"]
+    variables = "orders (DataFrame, 2 × 1, columns city: object e.g. 'Lyon')"
+    messages = [{"role": "system", "content": codeaction.system_prompt(variables, files)}]
+    code = (
+        "import pandas as pd\norders = pd.read_csv('orders.csv')\n"
+        "print(orders['city'].value_counts().idxmax())"
+    )
+    assert codeaction.drop_reloads(code, messages, {"orders"}) == (
+        "import pandas as pd\nprint(orders['city'].value_counts().idxmax())"
+    )
+    there = "orders = pd.read_csv('sales.csv')"  # a file the folder holds: the user may mean it
+    assert codeaction.drop_reloads(there, messages, {"orders"}) == there
+    new = "other = pd.read_csv('orders.csv')"  # not a kernel variable: left to fail and be read
+    assert codeaction.drop_reloads(new, messages, {"orders"}) == new

@@ -418,6 +418,35 @@ def reported_error(request: str) -> tuple[list[str], str]:
     return [text for kind, text in events if kind == "close"], lines[-1][:200]
 
 
+def drop_reloads(code: str, messages: list[dict], known: Iterable[str] = ()) -> str:
+    """``code`` without the statements that build again a variable the kernel holds from a file
+    the folder does not hold (``orders = pd.read_csv('orders.csv')`` when ``orders`` is a
+    DataFrame in the kernel and there is no ``orders.csv``): the kernel's value is the one the
+    user means. Anything else comes back unchanged."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return code
+    held = set(known)
+    drop: list[tuple[int, int]] = []
+    for node in tree.body:
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target = node.targets[0]
+        if not (isinstance(target, ast.Name) and target.id in held):
+            continue
+        segment = ast.get_source_segment(code, node) or ""
+        if missing_file(segment, messages):
+            drop.append((node.lineno, node.end_lineno or node.lineno))
+    if not drop:
+        return code
+    lines = code.split("\n")
+    kept = [ln for i, ln in enumerate(lines, 1) if not any(a <= i <= b for a, b in drop)]
+    return "\n".join(kept)
+
+
 def in_kernel(description: str) -> str:
     """``orders (DataFrame, 20 × 7, columns …)`` as ``orders is in the kernel already:
     DataFrame, 20 × 7, columns …`` (a comment above the code: use it, do not build it)."""

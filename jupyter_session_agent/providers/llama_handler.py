@@ -726,6 +726,7 @@ def _code_chat(
             if kind == "close" and CODE_REPAIR:  # the quotes and imports it forgot
                 code = codeaction.add_imports(codeaction.quote_names(code, request, known), known)
                 code = codeaction.bind_asked(code, request, known)
+                code = codeaction.drop_reloads(code, messages, known)
             candidates.append((kind, code))
 
         def candidate(
