@@ -1,11 +1,15 @@
 """Realistic notebook tasks: what a data scientist types into ``%%agent`` mid-analysis.
 
 Unlike ``tasksuite.TASKS`` (one-liners that name their data), these run in a kernel that
-already holds an analysis (:data:`SETUP`: an ``orders`` DataFrame, a list of ``scores``, a
-``review`` text, functions defined in earlier cells) next to files on disk
-(``measurements.csv``, ``notes.txt``), and the prompts are written as people write them: short,
-lower case, naming their own variables and never saying "use python". Four tasks are real
-errors sent with ``%agent fix`` (the failing cell is run first, :attr:`NotebookTask.cell`).
+already holds an analysis (:data:`SETUP`: an ``orders`` DataFrame, a ``regions`` lookup table,
+a ``products`` table whose prices are text, a list of ``scores``, a ``review`` text, names
+typed by hand, functions defined in earlier cells) next to files on disk (``measurements.csv``,
+``visits.csv`` with dates as text, ``events.json``, ``notes.txt``), and the prompts are written
+as people write them: short, lower case, naming their own variables and never saying "use
+python". Four tasks are real errors sent with ``%agent fix`` (the failing cell is run first,
+:attr:`NotebookTask.cell`). The eight tasks of other shapes (merge, group, missing values, text
+to numbers, dates as text, JSON, a plot saved to a file, cleaning strings) were written before
+any tuning on this suite, to keep the tuning honest.
 
 Judged strictly (``tasksuite.shows_number`` / ``shows_text`` / ``kernel``): a value counts only
 from the output of code that ran without an error, or as the answer's last number when the
@@ -17,9 +21,11 @@ content. Expected values are computed here from the same data, never typed in.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tasksuite import Outcome, kernel, shows_number, shows_text
@@ -56,6 +62,23 @@ NOTES = [
 ]
 
 _NOTES_TEXT = "\n".join(NOTES) + "\n"
+# more shapes of data: a lookup table to merge, prices typed as text, dates as text in a CSV,
+# JSON records, names typed by hand
+REGIONS = {"Lyon": "south", "Paris": "north", "Nantes": "west", "Lille": "north"}
+PRICE_TEXT = ["$1,299.00", "$24.50", "$310.75", "$8.99", "$1,050.00", "$72.30"]
+DAYS = ["2024-03-28", "2024-03-30", "2024-04-02", "2024-04-09", "2024-04-15", "2024-04-21"]
+DAYS += ["2024-04-30", "2024-05-01", "2024-05-06", "2024-05-19"]
+VISITORS = [140, 95, 210, 188, 132, 240, 175, 160, 205, 99]
+EVENTS = [
+    {"ts": "2024-03-01T10:00:00", "level": "info", "msg": "started"},
+    {"ts": "2024-03-01T10:05:12", "level": "error", "msg": "timeout on fetch"},
+    {"ts": "2024-03-01T10:07:40", "level": "warning", "msg": "slow response"},
+    {"ts": "2024-03-01T10:09:02", "level": "error", "msg": "disk full"},
+    {"ts": "2024-03-01T10:15:33", "level": "info", "msg": "retry ok"},
+    {"ts": "2024-03-01T10:16:01", "level": "error", "msg": "timeout on fetch"},
+    {"ts": "2024-03-01T10:20:45", "level": "info", "msg": "done"},
+]
+RAW_CITIES = ["Lyon", " lyon", "PARIS", "Paris ", "paris", "Nantes", "  nantes ", "Lille", "Brest"]
 SETUP = f"""\
 import pandas as pd
 import numpy as np
@@ -94,7 +117,14 @@ pd.DataFrame({{"station": {STATIONS!r}, "temp_c": {TEMPS!r}, "humidity": {HUMIDI
 )
 with open("notes.txt", "w") as fh:
     fh.write({_NOTES_TEXT!r})
+pd.DataFrame({{"day": {DAYS!r}, "visitors": {VISITORS!r}}}).to_csv("visits.csv", index=False)
+with open("events.json", "w") as fh:
+    fh.write({json.dumps(EVENTS, indent=1)!r})
 del fh
+regions = pd.DataFrame({{"city": {list(REGIONS)!r}, "region": {list(REGIONS.values())!r}}})
+products = pd.DataFrame({{"item": ["laptop", "mouse", "chair", "cable", "desk", "lamp"],
+                         "price": {PRICE_TEXT!r}}})
+raw_cities = {RAW_CITIES!r}
 """
 
 
@@ -154,6 +184,38 @@ def _stdev(o: Outcome) -> bool:  # sample or population: both are right answers
     return shows_number(statistics.stdev(SCORES), 1e-3)(o) or shows_number(
         statistics.pstdev(SCORES), 1e-3
     )(o)
+
+
+def _png(name: str) -> Callable[[Outcome], bool]:
+    """The turn wrote a PNG image to ``name`` in the task's folder (the judge runs there)."""
+
+    def check(o: Outcome) -> bool:
+        path = Path(name)
+        return path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    return check
+
+
+def _by_city_means(v: Any) -> bool:
+    """A Series, a one-column DataFrame or a dict: city → mean quantity."""
+    want = _by(CITIES, [float(q) for q in QUANTITIES], _mean)
+    if type(v).__name__ == "DataFrame":
+        v = v.set_index("city") if "city" in v.columns else v
+        numeric = [c for c in v.columns if str(v[c].dtype) != "object"]
+        if len(numeric) != 1:
+            return False
+        v = v[numeric[0]]
+    got = dict(v.items()) if hasattr(v, "items") else {}
+    return set(got) == set(want) and all(abs(float(got[k]) - want[k]) < 1e-6 for k in want)
+
+
+def _filled(v: Any) -> bool:
+    column = list(v["discount"])
+    return (
+        len(v) == len(DISCOUNTS)
+        and all(c == c and c is not None for c in column)  # no NaN, no None
+        and all(abs(c - (d or 0.0)) < 1e-9 for c, d in zip(column, DISCOUNTS))
+    )
 
 
 def _fixed_average(v: Any) -> bool:
@@ -282,6 +344,55 @@ TASKS: tuple[NotebookTask, ...] = (
         "text",
         "store the three highest scores in a list called top3, highest first",
         kernel("top3", lambda v: list(v) == sorted(SCORES, reverse=True)[:3]),
+    ),
+    # more shapes: merge, group, missing values, text to numbers, dates as text, JSON, plots
+    NotebookTask(
+        "merge_region",
+        "pandas",
+        "merge orders with regions on city. total amount for the north region?",
+        shows_number(sum(a for a, c in zip(AMOUNTS, CITIES) if REGIONS[c] == "north"), 1e-4),
+    ),
+    NotebookTask(
+        "group_qty",
+        "pandas",
+        "mean quantity per city in orders, save it as qty_by_city",
+        kernel("qty_by_city", _by_city_means),
+    ),
+    NotebookTask(
+        "fill_na",
+        "pandas",
+        "fill the missing discounts in orders with 0",
+        kernel("orders", _filled),
+    ),
+    NotebookTask(
+        "price_text",
+        "pandas",
+        "what's the total of the price column in products?",
+        shows_number(sum(float(p.strip("$").replace(",", "")) for p in PRICE_TEXT), 1e-4),
+    ),
+    NotebookTask(
+        "visits_april",
+        "csv",
+        "how many visitors in april? data is in visits.csv",
+        shows_number(sum(v for d, v in zip(DAYS, VISITORS) if d[5:7] == "04")),
+    ),
+    NotebookTask(
+        "json_errors",
+        "text",
+        "how many events in events.json have level error?",
+        shows_number(sum(e["level"] == "error" for e in EVENTS)),
+    ),
+    NotebookTask(
+        "plot_png",
+        "csv",
+        "bar chart of the total amount per city in orders, save it to city_amount.png",
+        _png("city_amount.png"),
+    ),
+    NotebookTask(
+        "raw_cities",
+        "text",
+        "how many different cities are in raw_cities if you ignore case and extra spaces?",
+        shows_number(len({c.strip().lower() for c in RAW_CITIES})),
     ),
     # real errors, sent with %agent fix
     NotebookTask(

@@ -17,6 +17,7 @@ import pytest
 from jupyter_session_agent.core import codeaction
 from jupyter_session_agent.core.chat import MAX_STEPS_TEXT
 from jupyter_session_agent.core.codeaction import BlockParser, code_messages, enabled
+from jupyter_session_agent.providers.codeactions import CodeActionProvider
 from jupyter_session_agent.session.approval import ScriptedApprover
 from jupyter_session_agent.testing.scripted_server import Reply
 from jupyter_session_agent.tools import kernel
@@ -81,7 +82,7 @@ def test_the_call_starts_while_the_block_streams(server, magics, cip):
         Reply(text=f"```python\n{code}\n```\n", chunk_chars=4, delay=0.02), Reply(text="done")
     )
     provider = magics.current().provider("openai/scripted")[0]
-    wrapped = codeaction.CodeActionProvider(provider, server_side=False)
+    wrapped = CodeActionProvider(provider, server_side=False)
     from jupyter_session_agent.providers.openai_provider import ChatRequest
 
     tool = [{"type": "function", "function": {"name": "python", "parameters": {}}}]
@@ -338,16 +339,76 @@ def test_the_system_prompt_names_the_users_variables():
     def double(n):
         return 2 * n
 
-    frame = pd.DataFrame({"name": ["a", "b"], "age": [1, 2]})
+    frame = pd.DataFrame({"name": ["a", "b"], "age": [1, None], "price": ["$1,200", "$3"]})
     namespace = {"df": frame, "x": 42, "double": double, "_hidden": 1, "json": json, "In": []}
     text = codeaction.system_prompt(kernel.variables_line(namespace, {"In": namespace["In"]}))
     assert text.startswith(codeaction.PROMPT)
-    assert text.endswith(
-        "Variables in the kernel: df (DataFrame, 2 × 2, columns name, age), x (int, 42); "
-        "also double."
+    text_dtype = str(frame["name"].dtype)  # "object", or "str" with pandas 3
+    assert (
+        text.endswith(  # the columns as df.info() and df.head(1) show them; a function's parameters
+            f"Variables in the kernel: df (DataFrame, 2 × 3, columns name: {text_dtype} e.g. 'a', "
+            f"age: float64 with 1 missing, price: {text_dtype} e.g. '$1,200'), x (int, 42); "
+            "also double(n)."
+        )
     )
-    assert codeaction.known_names([{"role": "system", "content": text}]) == {"df", "x", "double"}
+    messages = [{"role": "system", "content": text}]
+    assert codeaction.known_names(messages) == {"df", "x", "double"}
+    assert {"name", "age", "price"} <= codeaction.kernel_words(messages)
     assert codeaction.system_prompt(kernel.variables_line({})) == codeaction.PROMPT
+
+
+def test_the_code_starts_below_what_the_kernel_holds_about_the_request(tmp_path):
+    import pandas as pd
+
+    def scale(value, factor):
+        return value * factor
+
+    (tmp_path / "sales.csv").write_text("a,b\n1,2\n")
+    (tmp_path / ".secret").write_text("x")
+    namespace = {
+        "sales": pd.DataFrame({"region": ["n"], "units": [3]}),
+        "people": pd.DataFrame({"name": ["Bo"], "average": [1.0]}),
+        "words": ["a"],
+        "scale": scale,
+        "mean": scale,
+    }
+    files = kernel.folder_files(tmp_path)
+    assert files == ["sales.csv (columns a, b)"]  # its header; no hidden files
+    text = codeaction.system_prompt(kernel.variables_line(namespace), files)
+    assert text.endswith("\nFiles in the working folder: sales.csv (columns a, b).")
+    messages = [{"role": "system", "content": text}]
+
+    def about(request):
+        return [d.partition(" ")[0] for d in codeaction.relevant(request, messages)]
+
+    assert about("total units by region?") == ["sales"]  # by its columns
+    assert about("how many sales rows") == ["sales"]  # by its name
+    assert about("use my scale function on 3 and 4") == ["scale(value,factor)"]
+    assert about("the mean of units") == ["sales"]  # a function named like a word is not named
+    assert about("what is the weather") == []
+    (line,) = codeaction.relevant("units per region", messages)
+    assert codeaction.in_kernel(line).startswith("sales is in the kernel already: DataFrame, 1 × 2")
+    # the variables line moves to the request with the files line (the prompt prefix is shared)
+    out = codeaction.code_messages(messages + [{"role": "user", "content": "units?"}])
+    assert "Files in the working folder" not in out[0]["content"]
+    assert "Files in the working folder: sales.csv (columns a, b)." in out[-1]["content"]
+    assert codeaction.relevant("plot sales.csv", messages) == [
+        "sales.csv is a file here: columns a, b"
+    ]
+    assert codeaction.relevant("read sale.csv", messages) == codeaction.relevant(
+        "sales.csv", messages
+    )
+
+
+def test_the_variable_the_user_asked_for_is_the_one_bound():
+    code = "big = t[t['v'] > 5]\nprint(len(big))"
+    assert codeaction.bind_asked(
+        code, "keep the rows over 5 in a variable called large", {"t"}
+    ) == ("large = t[t['v'] > 5]\nprint(len(large))")
+    assert codeaction.bind_asked(code, "keep the rows over 5 in big", {"t"}) == code  # not asked
+    assert codeaction.bind_asked(code, "save it as big", {"t"}) == code  # already bound
+    two = "a = 1\nb = 2"
+    assert codeaction.bind_asked(two, "store it in a variable named c", set()) == two  # which one?
 
 
 def test_a_block_that_cannot_run_is_recognised_without_running_it():
@@ -500,3 +561,39 @@ def test_a_request_about_the_kernel_asks_for_code_first():
     assert out[-1]["content"].endswith(codeaction.NEEDS_CODE)
     out = code_messages([system, {"role": "user", "content": "capital of Peru?"}])
     assert codeaction.NEEDS_CODE not in out[-1]["content"]
+
+
+def test_code_that_reads_a_file_the_folder_does_not_hold_is_recognised():
+    files = ["sales.csv (columns a, b)", "notes.txt"]
+    messages = [{"role": "system", "content": codeaction.system_prompt("x (int, 1)", files)}]
+    assert codeaction.folder_names(messages) == {"sales.csv", "notes.txt"}
+    missing = codeaction.missing_file(
+        "import pandas as pd\nt = pd.read_csv('orders.csv')", messages
+    )
+    assert missing == "FileNotFoundError: 'orders.csv' is not in the working folder"
+    assert (
+        codeaction.missing_file("pd.read_csv('sales.csv')\nopen('notes.txt').read()", messages)
+        == ""
+    )
+    written = "open('out.txt', 'w').write('1')\nprint(open('out.txt').read())"
+    assert codeaction.missing_file(written, messages) == ""  # it writes the file itself
+    assert codeaction.missing_file("plt.savefig('plot.png')", messages) == ""
+    cut = [{"role": "system", "content": codeaction.system_prompt("", files + ["…"])}]
+    assert codeaction.missing_file("open('other.txt')", cut) == ""  # the listing is cut: unknown
+
+
+def test_a_kernel_variable_is_not_read_again_from_a_file_that_is_not_there():
+    files = ["sales.csv (columns a, b)"]
+    variables = "orders (DataFrame, 2 × 1, columns city: object e.g. 'Lyon')"
+    messages = [{"role": "system", "content": codeaction.system_prompt(variables, files)}]
+    code = (
+        "import pandas as pd\norders = pd.read_csv('orders.csv')\n"
+        "print(orders['city'].value_counts().idxmax())"
+    )
+    assert codeaction.drop_reloads(code, messages, {"orders"}) == (
+        "import pandas as pd\nprint(orders['city'].value_counts().idxmax())"
+    )
+    there = "orders = pd.read_csv('sales.csv')"  # a file the folder holds: the user may mean it
+    assert codeaction.drop_reloads(there, messages, {"orders"}) == there
+    new = "other = pd.read_csv('orders.csv')"  # not a kernel variable: left to fail and be read
+    assert codeaction.drop_reloads(new, messages, {"orders"}) == new

@@ -106,6 +106,37 @@ def test_a_python_block_arrives_as_a_streamed_python_call(client):
     assert chunks[-1].model == "smollm2"
 
 
+def test_the_blocks_comment_is_the_requests_first_line_and_what_it_is_about(client):
+    """A ``%agent fix`` request carries a cell and its traceback: the comment that starts the
+    block is its first line only, then the variable the cell names as the kernel describes it."""
+    from jupyter_session_agent.tools.kernel import variables_line
+    from jupyter_session_agent.ui.commands.context import fix_prompt
+
+    values = {"values": [3, 0, 4]}
+    cell = "ratio = values[0] / values[1]"
+    ask = [
+        {"role": "system", "content": codeaction.system_prompt(variables_line(values))},
+        {
+            "role": "user",
+            "content": fix_prompt(
+                4,
+                cell,
+                "ZeroDivisionError                Traceback\nZeroDivisionError: division by zero",
+            ),
+        },
+    ]
+    reply = client.chat.completions.create(
+        model="smollm2+code", messages=ask, tools=PYTHON, temperature=0
+    )
+    (call,) = reply.choices[0].message.tool_calls
+    lines = json.loads(call.function.arguments)["code"].splitlines()
+    assert lines[0] == "# Explain the cause of this error and propose a fix."
+    assert lines[1] == "# ZeroDivisionError: division by zero"  # the error's last line
+    assert lines[2] == "# values is in the kernel already: list, len 3, [3, 0, 4]"
+    assert lines[3:] != [cell]  # the failed cell again is no fix
+    assert not any("Traceback" in line or "In [4]" in line for line in lines)
+
+
 @pytest.mark.parametrize("result", ["(no output)", FAILED])
 def test_after_a_run_the_reply_is_one_line_of_text(client, result):
     reply = client.chat.completions.create(

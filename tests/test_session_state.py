@@ -224,7 +224,7 @@ def test_update_info_stores_each_change_and_keeps_read_modify_write_atomic(tmp_p
 
 
 def test_the_openai_and_code_action_providers_are_providers():
-    from jupyter_session_agent.core.codeaction import CodeActionProvider
+    from jupyter_session_agent.providers.codeactions import CodeActionProvider
     from jupyter_session_agent.providers.openai_provider import OpenAIProvider
 
     inner = OpenAIProvider(provider_id="openai", base_url="http://127.0.0.1:9/v1", api_key="k")

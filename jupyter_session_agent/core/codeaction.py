@@ -19,7 +19,8 @@ Who translates:
   stops generating when the block closes, and answers in one line (no code) after a
   successful run or after a second failure in a row;
 * any other model (``%config AgentMagics.code_actions = ["ollama/*"]``):
-  :class:`CodeActionProvider` here, on the kernel side, over any OpenAI-compatible server.
+  ``providers.codeactions.CodeActionProvider``, on the kernel side, over any
+  OpenAI-compatible server.
 
 Both use the same pieces: :func:`code_messages` (history → text protocol, with the worked
 examples nearest the request, :func:`examples_for`), :class:`BlockParser` (streamed text →
@@ -38,16 +39,14 @@ writes more). A block still open when the reply ends is a call if the model ende
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import json
 import re
-import uuid
-from collections.abc import Iterable, Iterator
-from dataclasses import replace
+from collections.abc import Iterable
 from typing import Any
 
 from .chat import MAX_STEPS_TEXT
-from .stream import Finish, TextDelta, ToolCall, ToolInputStart
 
 CODE_SUFFIX = "+code"  # appended to the embedded server's model name: "use code actions"
 TOOL = "python"
@@ -56,11 +55,14 @@ CUT_TEXT = (
     "the code block was cut off at the output limit before its closing ``` — write shorter code"
 )
 VARIABLES_HEAD = "Variables in the kernel:"
+FILES_HEAD = "Files in the working folder:"
 MAX_RESULT_CHARS = 1500
 HUGE_RANGE = 10**8  # a range this long would hold the kernel for minutes (a C loop: no interrupt)
 HOURS = "would run for hours"
 EMPTY = "the block has no code (only comments)"
 ASKS_USER = frozenset({"input", "breakpoint"})  # calls that wait for someone to type
+NO_OUTPUT = "(no output)"  # what the python tool returns for code that shows nothing
+RAN_SILENTLY = "(nothing printed: the code ran without an error)"
 STOP_TEXT = "Stop running code now: answer in one short sentence."  # the max-steps step
 
 _FENCE = re.compile(r"^ {0,3}```[ \t]*([\w+.-]*)[ \t]*$")
@@ -238,7 +240,11 @@ def kernel_words(messages: list[dict]) -> set[str]:
         for line in _text(messages[0].get("content")).splitlines():
             if line.startswith(VARIABLES_HEAD):
                 for match in re.finditer(r"columns ([^()]*)\)", line):
-                    words |= {c.strip() for c in match.group(1).split(",") if c.strip()}
+                    words |= {
+                        c.split(":")[0].strip()
+                        for c in match.group(1).split(", ")
+                        if c.split(":")[0].strip()
+                    }
     return words
 
 
@@ -247,7 +253,7 @@ def needs_code(request: str, known: Iterable[str] = ()) -> bool:
     code: it names a variable, function or DataFrame column the kernel holds (``known``, e.g.
     :func:`kernel_words`), a file, or an error."""
     text = request or ""
-    words = set(re.findall(r"[A-Za-z_]\w*", text))
+    words = set(re.findall(r"[A-Za-z_]\w*", _PATH.sub(" ", text)))  # a file's name is no variable
     return bool(words & set(known)) or bool(_PATH.search(text)) or bool(_ERROR.search(text))
 
 
@@ -295,10 +301,208 @@ def enabled(setting: Any, provider_id: str, model_id: str) -> bool:
 # the prompt
 
 
-def system_prompt(variables: str = "") -> str:
+def system_prompt(variables: str = "", files: Iterable[str] = ()) -> str:
     """The short system prompt, plus one line naming the user's kernel variables (``variables``
-    as ``tools.kernel.variables_line`` writes it; none when empty)."""
-    return PROMPT + (f"\n{VARIABLES_HEAD} {variables}." if variables else "")
+    as ``tools.kernel.variables_line`` writes it; none when empty) and one naming the files of
+    the working folder (``files``; none when empty)."""
+    names = ", ".join(files)
+    return (
+        PROMPT
+        + (f"\n{VARIABLES_HEAD} {variables}." if variables else "")
+        + (f"\n{FILES_HEAD} {names}." if names else "")
+    )
+
+
+def _kernel_lines(messages: list[dict]) -> list[str]:
+    """The system message's lines about the kernel (variables, files)."""
+    if not messages or messages[0].get("role") != "system":
+        return []
+    lines = _text(messages[0].get("content")).splitlines()
+    return [ln for ln in lines if ln.startswith((VARIABLES_HEAD, FILES_HEAD))]
+
+
+_FUNCTION = " (a function)"
+_FILE = " is a file here"
+
+
+def described(messages: list[dict]) -> dict[str, str]:
+    """Each variable the variables line describes, and functions by their parameters, as
+    ``{name: "orders (DataFrame, 20 × 7, columns …)"}``."""
+    out: dict[str, str] = {}
+    for line in _kernel_lines(messages):
+        if line.startswith(FILES_HEAD):  # files: ``name.csv (columns a, b)``
+            body = line[len(FILES_HEAD) :].strip().rstrip(".")
+            for match in re.finditer(r"(?:^|, )([^\s,()]+\.\w+)( \([^()]*\))?", body):
+                facts = (match.group(2) or "")[2:-1]
+                out.setdefault(
+                    match.group(1), match.group(1) + _FILE + (f": {facts}" if facts else "")
+                )
+            continue
+        body = line[len(VARIABLES_HEAD) :].strip().rstrip(".")
+        data, _, older = body.partition("; also ")
+        starts = [m for m in re.finditer(r"(?:^|(?<=\), ))([A-Za-z_]\w*) \(", data)]
+        for i, match in enumerate(starts):
+            end = starts[i + 1].start() - 2 if i + 1 < len(starts) else len(data)
+            out[match.group(1)] = data[match.start() : end].strip()
+        for match in re.finditer(r"([A-Za-z_]\w*)(\([^()]*\))?", older):
+            if match.group(2):  # a function, with its parameters
+                out.setdefault(match.group(1), match.group(0) + _FUNCTION)
+    return out
+
+
+_READERS = frozenset(
+    {"read_csv", "read_table", "read_json", "read_excel", "read_parquet", "open", "loadtxt"}
+    | {"genfromtxt", "load"}
+)
+
+
+def folder_names(messages: list[dict]) -> set[str] | None:
+    """The files of the working folder as the files line lists them; ``None`` when there is
+    no such line or it is cut (``…``): then nothing is known about a file's absence."""
+    for line in _kernel_lines(messages):
+        if line.startswith(FILES_HEAD):
+            body = re.sub(r"\s*\([^()]*\)", "", line[len(FILES_HEAD) :].strip().rstrip("."))
+            names = {n.strip() for n in body.split(", ") if n.strip()}
+            return None if "…" in names else names
+    return None
+
+
+def missing_file(code: str, messages: list[dict]) -> str:
+    """Why ``code`` would fail on a file: it reads (``pd.read_csv('x.csv')``, ``open('x.txt')``)
+    a file the working folder does not hold, going by the files line ("" when it reads none,
+    or when the folder is not known); a file the code writes itself is not missing."""
+    import ast
+
+    here = folder_names(messages)
+    if here is None:
+        return ""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return ""
+    written = set()
+    read: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        first = node.args[0]
+        if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+            continue
+        mode = node.args[1] if len(node.args) > 1 else None
+        mode = next((k.value for k in node.keywords if k.arg == "mode"), mode)
+        writes = isinstance(mode, ast.Constant) and any(c in str(mode.value) for c in "wax")
+        if name in _READERS and not writes:
+            read.append(first.value)
+        else:
+            written.add(first.value)
+    for path in read:
+        if "/" not in path and path not in here and path not in written:
+            return f"FileNotFoundError: {path!r} is not in the working folder"
+    return ""
+
+
+_ERROR_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit)): .*$")
+
+
+def reported_error(request: str) -> tuple[list[str], str]:
+    """What a request about an error (``%agent fix``) quotes: its python blocks (the code that
+    failed) and the error's last line (``KeyError: 'amout'``); ``([], "")`` when it reports
+    none."""
+    lines = [m.group(0).strip() for m in map(_ERROR_LINE.match, (request or "").splitlines()) if m]
+    if not lines:
+        return [], ""
+    parser = BlockParser()
+    events = parser.feed(request) + parser.end()
+    return [text for kind, text in events if kind == "close"], lines[-1][:200]
+
+
+def drop_reloads(code: str, messages: list[dict], known: Iterable[str] = ()) -> str:
+    """``code`` without the statements that build again a variable the kernel holds from a file
+    the folder does not hold (``orders = pd.read_csv('orders.csv')`` when ``orders`` is a
+    DataFrame in the kernel and there is no ``orders.csv``): the kernel's value is the one the
+    user means. Anything else comes back unchanged."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return code
+    held = set(known)
+    drop: list[tuple[int, int]] = []
+    for node in tree.body:
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target = node.targets[0]
+        if not (isinstance(target, ast.Name) and target.id in held):
+            continue
+        segment = ast.get_source_segment(code, node) or ""
+        if missing_file(segment, messages):
+            drop.append((node.lineno, node.end_lineno or node.lineno))
+    if not drop:
+        return code
+    lines = code.split("\n")
+    kept = [ln for i, ln in enumerate(lines, 1) if not any(a <= i <= b for a, b in drop)]
+    return "\n".join(kept)
+
+
+def in_kernel(description: str) -> str:
+    """``orders (DataFrame, 20 × 7, columns …)`` as ``orders is in the kernel already:
+    DataFrame, 20 × 7, columns …`` (a comment above the code: use it, do not build it)."""
+    name, _, rest = description.partition(" (")
+    if _FILE in description:
+        return description
+    if description.endswith(_FUNCTION):
+        return f"{name} is a function defined in the notebook"
+    return f"{name} is in the kernel already: {rest[:-1]}" if rest.endswith(")") else description
+
+
+def relevant(request: str, messages: list[dict]) -> list[str]:
+    """The kernel's variables a request is about, described: those it names (``orders``,
+    ``clean_name``), else those whose name or columns its words name (``order`` for
+    ``orders``, ``amount`` for a column of ``orders``). What a data scientist looks at before
+    writing the code, put where the model writes it."""
+    table = described(messages)
+    if not table:
+        return []
+
+    def stem(word: str) -> str:
+        word = word.lower()
+        return word[:-1] if len(word) > 3 and word.endswith("s") else word
+
+    text = request or ""
+    words = set(re.findall(r"[A-Za-z_]\w*", _PATH.sub(" ", text)))  # a file's name is no variable
+
+    def named(name: str) -> bool:  # a function named like a word ("average") is named as one
+        if _FILE in table[name]:
+            return bool(re.search(rf"(?<![\w.]){re.escape(name)}\b", text))
+        if name not in words:
+            return False
+        if not table[name].endswith(_FUNCTION):
+            return True
+        return "_" in name or bool(re.search(rf"\b{name}\s*\(|\bfunction", text))
+
+    chosen = [n for n in table if named(n)]
+    files = [n for n in table if _FILE in table[n]]
+    for path in _PATH.findall(text):  # a file that is not here: the nearest one that is
+        if path not in table:
+            chosen += difflib.get_close_matches(path, files, n=1, cutoff=0.75)
+    if chosen:
+        return [table[n] for n in dict.fromkeys(chosen)]
+    stems = {stem(w) for w in words if len(w) > 2} - {stem(w) for w in _STOP_WORDS}
+    scored = []  # the data variables sharing the most words with the request
+    for name, text in table.items():
+        if text.endswith(_FUNCTION) or _FILE in text:
+            continue
+        columns = re.search(r"columns ([^()]*)", text)
+        keys = {stem(name)} | {
+            stem(c.split(":")[0].strip()) for c in (columns.group(1) if columns else "").split(", ")
+        }
+        if keys & stems:
+            scored.append((len(keys & stems), text))
+    best = max((n for n, _ in scored), default=0)
+    return [text for n, text in scored if n == best][:2]
 
 
 def known_names(messages: list[dict]) -> set[str]:
@@ -313,6 +517,7 @@ def known_names(messages: list[dict]) -> set[str]:
                 body = line[len(VARIABLES_HEAD) :].strip().rstrip(".")
                 described, _, older = body.partition("; also ")
                 known |= set(re.findall(r"(?:^|\), )([A-Za-z_]\w*) \(", described))
+                older = re.sub(r"\([^()]*\)", "", older)  # a function's parameters
                 known |= {n.strip() for n in older.split(",") if n.strip().isidentifier()}
     for msg in messages:
         for call in msg.get("tool_calls") or ():
@@ -378,6 +583,52 @@ MODULES = {
 }
 #: Modules whose public functions a small model calls bare (``factorial(6)``, ``sqrt(2)``).
 FROM_MODULES = ("math", "statistics")
+
+
+_ASKED_NAME = re.compile(  # overlapping: "in a variable called x" is found at "called"
+    r"(?=\b(?:called|named|call it|name it|save it as|store it as|keep it as|as a variable|"
+    r"in a variable|into a variable|variable)\s+[`'\"]?([A-Za-z_]\w*))"
+)
+_NOT_NAMES = frozenset({"a", "an", "the", "it", "called", "named", "as", "in", "to", "of"})
+
+
+def bind_asked(code: str, request: str, known: Iterable[str] = ()) -> str:
+    """``code`` binding the variable the request names (``… in a dataframe called lyon``): when
+    the request asks for a name the code never binds, and the code binds exactly one new name at
+    its top level (``lyon_orders = …``), that name is renamed to the asked one everywhere in the
+    code. Anything else (unparsable code, several candidates) comes back unchanged."""
+    import ast
+    import io
+    import tokenize
+
+    asked = {m.group(1) for m in _ASKED_NAME.finditer(request or "")} - _NOT_NAMES
+    if len(asked) != 1:
+        return code
+    (want,) = asked
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return code
+    if want in _bound(tree):
+        return code
+    top = set()
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            top |= {t.id for t in targets if isinstance(t, ast.Name)}
+    new = top - set(known)
+    if len(new) != 1:
+        return code
+    (old,) = new
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return code
+    out = [
+        t._replace(string=want) if t.type == tokenize.NAME and t.string == old else t
+        for t in tokens
+    ]
+    return tokenize.untokenize(out)
 
 
 def add_imports(code: str, known: Iterable[str] = ()) -> str:
@@ -523,8 +774,8 @@ def code_messages(messages: list[dict], select: bool = True) -> list[dict]:
     variables: list[str] = []
     if msgs and msgs[0].get("role") == "system":
         lines = _text(msgs[0].get("content")).split("\n")
-        variables = [ln for ln in lines if ln.startswith(VARIABLES_HEAD)]
-        kept = "\n".join(ln for ln in lines if not ln.startswith(VARIABLES_HEAD))
+        variables = [ln for ln in lines if ln.startswith((VARIABLES_HEAD, FILES_HEAD))]
+        kept = "\n".join(ln for ln in lines if not ln.startswith((VARIABLES_HEAD, FILES_HEAD)))
         out.append({"role": "system", "content": kept})
         msgs = msgs[1:]
     at = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].get("role") == "user"), -1)
@@ -594,7 +845,9 @@ def result_text(content: str) -> str:
     if len(text) > MAX_RESULT_CHARS:
         half = MAX_RESULT_CHARS // 2
         text = text[:half] + "\n…\n" + text[-half:]
-    return "Output:\n" + (text or "(no output)")
+    if not text or text == NO_OUTPUT:  # an assignment: say it worked, not "no output"
+        return "Output:\n" + RAN_SILENTLY
+    return "Output:\n" + text
 
 
 def is_error(content: str) -> bool:
@@ -761,105 +1014,3 @@ def offers_python(tools: Any, messages: list[dict]) -> bool:
     ):
         return False
     return any(((t or {}).get("function") or {}).get("name") == TOOL for t in tools or ())
-
-
-class CodeActionProvider:
-    """A provider (``providers.base.Provider``: ``stream``, ``complete``, ``embed``) speaking
-    the code-action protocol over ``inner`` (an ``OpenAIProvider``).
-
-    ``server_side`` (the embedded server): requests go out unchanged but for the model name
-    (``+code``) and temperature 0 when unset; the server translates. Otherwise requests are
-    rewritten here (:func:`code_messages`, no ``tools``) and the streamed text is parsed
-    (:class:`BlockParser`) into the same events a native tool call gives. Either way a block
-    cut by the output limit becomes an invalid call naming :data:`CUT_TEXT`.
-    """
-
-    def __init__(self, inner: Any, *, server_side: bool) -> None:
-        self.inner = inner
-        self.server_side = server_side
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def __repr__(self) -> str:
-        return f"CodeActionProvider({self.inner!r}, server_side={self.server_side})"
-
-    def stream(self, request: Any) -> Iterator[Any]:
-        temperature = 0.0 if request.temperature is None else request.temperature
-        if self.server_side:
-            request = replace(request, model=request.model + CODE_SUFFIX, temperature=temperature)
-            yield from _mark_cut(self.inner.stream(request))
-            return
-        python = offers_python(request.tools, request.messages)
-        request = replace(
-            request, messages=code_messages(request.messages), tools=(), temperature=temperature
-        )
-        if not python:  # the max-steps step (or python denied): text only, nothing runs
-            yield from self.inner.stream(request)
-            return
-        yield from _translate(self.inner.stream(request))
-
-    def complete(self, request: Any) -> str:
-        return self.inner.complete(request)
-
-    def embed(self, texts: list[str], *, model: str) -> list[list[float]]:
-        return self.inner.embed(texts, model=model)
-
-
-def _mark_cut(events: Iterable[Any]) -> Iterator[Any]:
-    """Hold tool calls until ``Finish``; a python call the output limit cut is invalid (and
-    the step goes on: the model reads the error)."""
-    held: list[ToolCall] = []
-    for event in events:
-        if isinstance(event, ToolCall):
-            held.append(event)
-            continue
-        if isinstance(event, Finish):
-            for call in held:
-                if event.reason == "length" and call.name == TOOL:
-                    call = replace(call, input={}, invalid=CUT_TEXT)
-                yield call
-            if held and event.reason == "length":
-                event = replace(event, reason="tool-calls")  # the model reads the error and goes on
-            held = []
-        yield event
-    yield from held
-
-
-def _translate(events: Iterable[Any]) -> Iterator[Any]:
-    """Streamed text → text and ONE python call: the first block is the step's call, as on
-    the embedded server (the model sees its output before it writes more); what the reply
-    says after it is read to its end (for the usage) and dropped."""
-    parser = BlockParser()
-    call_id = ""
-    calls = 0
-    for event in events:
-        if calls and not isinstance(event, Finish):
-            continue  # after the first block: nothing more is shown or run
-        if isinstance(event, TextDelta):
-            out = parser.feed(event.text)
-        elif isinstance(event, Finish):
-            out = parser.end(cut=event.reason == "length") if not calls else []
-        else:
-            yield event  # reasoning deltas
-            continue
-        for kind, text in out:
-            if calls:
-                break  # a second block in the same piece of text
-            if kind == "text":
-                yield TextDelta(text)
-            elif kind == "open":
-                call_id = "call_" + uuid.uuid4().hex[:24]
-                yield ToolInputStart(call_id, TOOL)
-            elif kind == "close":
-                calls += 1
-                yield ToolCall(call_id, TOOL, {"code": text}, json.dumps({"code": text}))
-            elif kind == "cut":
-                calls += 1
-                yield ToolCall(call_id, TOOL, {}, json.dumps({"code": text}), invalid=CUT_TEXT)
-        if isinstance(event, Finish):
-            reason = event.reason
-            if calls and reason in ("stop", "unknown", "length"):
-                reason = "tool-calls"  # a cut block too: the model reads the error and goes on
-            yield replace(event, reason=reason)
-            return

@@ -154,6 +154,94 @@ def already_called(messages: list[dict], name: str, arguments: str) -> bool:
     return False
 
 
+class _Reply:
+    """What both chat paths (native tool calls, code actions) share: the response's id, time
+    and model name, the stop strings, a text's token count, the prompt's size check (an
+    :class:`_Overflow` before anything is generated) and the OpenAI-shaped chunks, usage and
+    response they send."""
+
+    def __init__(self, llama: Any, prompt: str, *, model: str, max_tokens: Any, stop: Any) -> None:
+        import uuid
+
+        self.llama, self.model = llama, model
+        self.id = "chatcmpl-" + uuid.uuid4().hex
+        self.call_id = "call_" + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+        self.stops = [_IM_END] + ([stop] if isinstance(stop, str) else list(stop or []))
+        self.prompt_tokens = self.count(prompt)
+        if self.prompt_tokens >= llama.n_ctx():
+            raise _Overflow(self.prompt_tokens, llama.n_ctx(), max_tokens)
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        return len(self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    def usage(self, completion: int) -> dict:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion,
+        }
+
+    def chunk(self, delta: dict, finish: str | None = None) -> dict:
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        }
+
+    def usage_chunk(self, completion: int) -> dict:
+        """The stream's last chunk: no choices, the usage."""
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": self.usage(completion),
+        }
+
+    def response(self, message: dict, finish: str, completion: int) -> dict:
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+            ],
+            "usage": self.usage(completion),
+        }
+
+    def call_start(self, name: str) -> dict:
+        """The chunk that opens the tool call ``name`` (its arguments follow)."""
+        call = {"index": 0, "id": self.call_id, "type": "function"}
+        return self.chunk({"tool_calls": [{**call, "function": {"name": name, "arguments": ""}}]})
+
+    def call_message(self, content: str | None, name: str, arguments: str) -> dict:
+        call = {"id": self.call_id, "type": "function"}
+        return {
+            "role": "assistant",
+            "content": content,
+            "tool_calls": [{**call, "function": {"name": name, "arguments": arguments}}],
+        }
+
+
+def _stream_error(err: Exception) -> dict:
+    """An error after the ``200`` was sent, in-band (the ``openai`` SDK raises ``APIError``)."""
+    return {
+        "error": {
+            "message": f"{type(err).__name__}: {err}",
+            "type": "server_error",
+            "param": None,
+            "code": None,
+        }
+    }
+
+
 def _chat_impl(
     *,
     llama: Any,
@@ -185,7 +273,9 @@ def _chat_impl(
     logit_bias: Any = None,
     **_: Any,
 ) -> Any:
-    """The ``jsa-chatml-tools`` chat completion handler (runs in the server).
+    """The ``jsa-chatml-tools`` chat completion handler (runs in the server): code actions
+    (:func:`_code_chat`) when the model name ends in ``+code``, else native tool calls
+    (:func:`_tool_chat`).
 
     With tools (``tool_choice`` unset means ``"auto"``; ``"none"`` hides them):
 
@@ -200,11 +290,6 @@ def _chat_impl(
     One call per response; arguments arrive in one ``tool_calls`` delta after
     the one naming the call. Usage ends every stream (``choices: []``).
     """
-    import uuid
-
-    from llama_cpp import llama_grammar
-
-    fns = _tool_list(tools, functions)
     choice = tool_choice if tool_choice is not None else function_call
     if str(model or "").endswith(codeaction.CODE_SUFFIX):
         sampling = dict(
@@ -235,30 +320,51 @@ def _chat_impl(
             sampling=sampling,
             model=str(model)[: -len(codeaction.CODE_SUFFIX)],
         )
-    forced: str | None = None
-    if isinstance(choice, dict):
-        forced = str((choice.get("function") or {}).get("name") or choice.get("name") or "") or None
-    use_tools = bool(fns) and choice != "none"
-    prompt = render_prompt(messages, fns if use_tools else None)
-
-    stops = [_IM_END] + ([stop] if isinstance(stop, str) else list(stop or []))
     sampling = dict(
         temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
         presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, repeat_penalty=repeat_penalty,
         tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
         model=model, logits_processor=logits_processor, seed=seed, logit_bias=logit_bias,
     )  # fmt: skip
-    cid = "chatcmpl-" + uuid.uuid4().hex
-    created = int(time.time())
-    name_out = model or MODEL_ALIAS
-    n_ctx = llama.n_ctx()
+    return _tool_chat(
+        llama,
+        messages,
+        fns=_tool_list(tools, functions),
+        choice=choice,
+        stream=stream,
+        max_tokens=max_tokens,
+        stop=stop,
+        sampling=sampling,
+        grammar=grammar,
+        response_format=response_format,
+        model=model or MODEL_ALIAS,
+    )
 
-    def count(text: str) -> int:
-        return len(llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)) if text else 0
 
-    prompt_tokens = count(prompt)
-    if prompt_tokens >= n_ctx:
-        raise _Overflow(prompt_tokens, n_ctx, max_tokens)
+def _tool_chat(
+    llama: Any,
+    messages: list[dict],
+    *,
+    fns: list[dict],
+    choice: Any,
+    stream: bool,
+    max_tokens: int | None,
+    stop: Any,
+    sampling: dict,
+    grammar: Any,
+    response_format: Any,
+    model: str,
+) -> Any:
+    """Native tool calls (steps 1–3 of :func:`_chat_impl`)."""
+    from llama_cpp import llama_grammar
+
+    forced: str | None = None
+    if isinstance(choice, dict):
+        forced = str((choice.get("function") or {}).get("name") or choice.get("name") or "") or None
+    use_tools = bool(fns) and choice != "none"
+    prompt = render_prompt(messages, fns if use_tools else None)
+    reply = _Reply(llama, prompt, model=model, max_tokens=max_tokens, stop=stop)
+    stops = reply.stops
 
     def complete(text: str, gram: Any, **kw: Any) -> tuple[str, str | None, int]:
         out = llama.create_completion(prompt=text, stream=False, grammar=gram, **{**sampling, **kw})
@@ -324,37 +430,23 @@ def _chat_impl(
             else:
                 call = (target, args, fin)
 
-    call_id = "call_" + uuid.uuid4().hex[:24]
+    def usage(text: str) -> int:  # the completion tokens
+        return spent + reply.count(text)
 
-    def usage(text: str) -> dict:
-        completion = spent + count(text)
-        return {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion,
-            "total_tokens": prompt_tokens + completion,
-        }
-
-    def chunk(delta: dict, finish: str | None = None) -> dict:
-        return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name_out,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}  # fmt: skip
-
+    chunk = reply.chunk
     if call is not None:
         name, args, fin = call
         finish = "length" if fin == "length" else "tool_calls"
         if stream:
+            start = reply.call_start(name)
+            start["choices"][0]["delta"].update(role="assistant", content=None)
             return iter([
-                chunk({"role": "assistant", "content": None, "tool_calls": [
-                    {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}]}),
+                start,
                 chunk({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}),
                 chunk({}, finish),
-                {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name_out,
-                 "choices": [], "usage": usage("")},
+                reply.usage_chunk(usage("")),
             ])  # fmt: skip
-        message: dict = {"role": "assistant", "content": None, "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}]}  # fmt: skip
-        return {"id": cid, "object": "chat.completion", "created": created, "model": name_out,
-                "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-                "usage": usage("")}  # fmt: skip
+        return reply.response(reply.call_message(None, name, args), finish, usage(""))
 
     # 3. a message
     gen_prompt = prompt + ("message:\n" if use_tools else "")
@@ -396,18 +488,10 @@ def _chat_impl(
                         text += ch["text"]
                         yield chunk({"content": ch["text"]})
             except Exception as err:  # report in-band: the 200 is already sent
-                yield {
-                    "error": {
-                        "message": f"{type(err).__name__}: {err}",
-                        "type": "server_error",
-                        "param": None,
-                        "code": None,
-                    }
-                }
+                yield _stream_error(err)
                 return
             yield chunk({}, finish or "stop")
-            yield {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name_out,
-                   "choices": [], "usage": usage(text)}  # fmt: skip
+            yield reply.usage_chunk(usage(text))
 
         return events()
 
@@ -416,10 +500,7 @@ def _chat_impl(
         ch = piece["choices"][0]
         text += ch.get("text") or ""
         finish = ch.get("finish_reason") or finish
-    return {"id": cid, "object": "chat.completion", "created": created, "model": name_out,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": finish or "stop", "logprobs": None}],
-            "usage": usage(text)}  # fmt: skip
+    return reply.response({"role": "assistant", "content": text}, finish or "stop", usage(text))
 
 
 # -- code actions (core/codeaction.py) ------------------------------------------------
@@ -447,6 +528,37 @@ def _last_user(messages: list[dict]) -> int:
     )
 
 
+_AGAIN = "the same code already failed"
+
+
+def _bare(code: str) -> str:
+    """Code without its comments, blank lines and imports (to recognise the same code again:
+    a repair does not import again what the failed run imported)."""
+    lines = (ln.rstrip() for ln in code.splitlines())
+    return "\n".join(
+        ln for ln in lines if ln.strip() and not ln.lstrip().startswith(("#", "import ", "from "))
+    )
+
+
+def _runs(messages: list[dict]) -> list[tuple[str, str]]:
+    """(code, result text) of each python call in ``messages`` that has a result."""
+    codes: dict[str, str] = {}
+    runs = []
+    for msg in messages:
+        for call in msg.get("tool_calls") or ():
+            fn = call.get("function") or {}
+            if fn.get("name") == codeaction.TOOL:
+                try:
+                    code = json.loads(fn.get("arguments") or "{}").get("code")
+                except (TypeError, ValueError, AttributeError):
+                    code = None
+                if isinstance(code, str):
+                    codes[str(call.get("id"))] = code
+        if msg.get("role") in ("tool", "function") and str(msg.get("tool_call_id")) in codes:
+            runs.append((codes[str(msg.get("tool_call_id"))], _text(msg.get("content"))))
+    return runs
+
+
 def _code_chat(
     llama: Any,
     messages: list[dict],
@@ -469,8 +581,6 @@ def _code_chat(
     Without the python tool (the max-steps step; python denied) it is text without
     backticks: nothing runs.
     """
-    import uuid
-
     from llama_cpp import llama_grammar
 
     after_result = bool(messages) and messages[-1].get("role") in ("tool", "function")
@@ -495,24 +605,22 @@ def _code_chat(
     prompt = render_prompt(codeaction.code_messages(messages, select=model == MODEL_ALIAS))
     limit = CODE_ANSWER_TOKENS if answer else CODE_STEP_TOKENS
     limit = min(limit, max_tokens) if max_tokens else limit
-    n_ctx = llama.n_ctx()
-
-    def count(text: str) -> int:
-        return len(llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)) if text else 0
-
-    prompt_tokens = count(prompt)
-    if prompt_tokens >= n_ctx:
-        raise _Overflow(prompt_tokens, n_ctx, max_tokens)
+    reply = _Reply(llama, prompt, model=model, max_tokens=max_tokens, stop=stop)
+    stops = reply.stops
     rule = _ONE_LINE if answer else None if offered else _NO_CODE
     grammar = llama_grammar.LlamaGrammar.from_string(rule, verbose=False) if rule else None
-    stops = [_IM_END] + ([stop] if isinstance(stop, str) else list(stop or []))
-    cid, created, call_id = (
-        "chatcmpl-" + uuid.uuid4().hex,
-        int(time.time()),
-        "call_" + uuid.uuid4().hex[:24],
-    )
 
     known = codeaction.known_names(messages)
+    # The code of this turn's runs that failed: a repair that writes it again is no repair.
+    failed = {_bare(code) for code, result in _runs(turn) if codeaction.is_error(result)}
+
+    def trouble(code: str) -> str:
+        """Why ``code`` should not be sent: ``codeaction.problem``, or it is a failed run again."""
+        found = codeaction.problem(code, known) or codeaction.missing_file(code, messages)
+        if not found and _bare(code) in failed:
+            return _AGAIN
+        return found
+
     request = next(
         (codeaction.plain(m.get("content")) for m in reversed(messages) if m.get("role") == "user"),
         "",
@@ -523,10 +631,23 @@ def _code_chat(
         and not after_result
         and codeaction.needs_code(request, codeaction.kernel_words(messages))
     )
+    # The comment is the request's first line: a request that carries a cell and its
+    # traceback (``%agent fix``) flattened into one comment line left the model nothing to add.
+    first = next((ln.strip() for ln in request.splitlines() if ln.strip()), "")[:200]
+    request_all = request
     request = " ".join(request.split())[:200]
+    quoted, error_line = codeaction.reported_error(request_all)
+    failed.update(_bare(code) for code in quoted)  # the cell that failed: running it is no fix
     comment = ""
     if CODE_COMMENT and offered and (not after_result or retry):
-        comment = f"# {request}\n" if request else ""
+        comment = f"# {first}\n" if first else ""
+        if comment and error_line:  # the error, where the fix is written
+            comment += f"# {error_line}\n"
+        if comment and not retry:  # the variables it is about, as the kernel describes them
+            comment += "".join(
+                f"# {codeaction.in_kernel(text)}\n"
+                for text in codeaction.relevant(request_all, messages)
+            )
 
     def generate(
         text: str | list[int], temperature: float | None = None, seed: int | None = None
@@ -604,6 +725,8 @@ def _code_chat(
         def keep(kind: str, code: str) -> None:
             if kind == "close" and CODE_REPAIR:  # the quotes and imports it forgot
                 code = codeaction.add_imports(codeaction.quote_names(code, request, known), known)
+                code = codeaction.bind_asked(code, request, known)
+                code = codeaction.drop_reloads(code, messages, known)
             candidates.append((kind, code))
 
         def candidate(
@@ -639,17 +762,15 @@ def _code_chat(
             elif kind == "end":
                 finish = text
         for attempt in range(1, CODE_RESAMPLES + 1):
-            if not candidates or (
-                candidates[-1][0] == "close" and not codeaction.problem(candidates[-1][1], known)
-            ):
+            if not candidates or (candidates[-1][0] == "close" and not trouble(candidates[-1][1])):
                 break
-            empty = codeaction.problem(candidates[-1][1], known) == codeaction.EMPTY
+            empty = trouble(candidates[-1][1]) == codeaction.EMPTY
             if attempt == 1 and CODE_FIRST_TOKEN and empty:
                 candidate(code_first=True)  # only the comment: greedy again, starting with code
             else:
                 candidate(CODE_RESAMPLE_TEMPERATURE, CODE_SEED + attempt, CODE_FIRST_TOKEN)
         if candidates:
-            checked = [(kind, code, codeaction.problem(code, known)) for kind, code in candidates]
+            checked = [(kind, code, trouble(code)) for kind, code in candidates]
             safe = [c for c in checked if not c[2].endswith(codeaction.HOURS)]  # a hang is worse
             if not safe:  # every candidate would hold the kernel: show the code, run nothing
                 kind, code, problem = checked[0]
@@ -657,9 +778,11 @@ def _code_chat(
                 yield "finish", "stop"
                 yield "usage", "".join(spent)
                 return
-            ranked = [c for c in safe if c[0] == "close" and not c[2]] or [
-                c for c in safe if c[0] == "close"
-            ]
+            ranked = (
+                [c for c in safe if c[0] == "close" and not c[2]]
+                or [c for c in safe if c[0] == "close" and c[2] != _AGAIN]
+                or [c for c in safe if c[0] == "close"]
+            )
             kind, code, _ = (ranked or safe)[0]
             yield "open", ""
             yield "args", '{"code": ' + json.dumps(code, ensure_ascii=False)[:-1]
@@ -670,66 +793,26 @@ def _code_chat(
             yield "finish", finish
         yield "usage", "".join(spent)
 
-    def usage(text: str) -> dict:
-        completion = count(text)
-        return {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion,
-            "total_tokens": prompt_tokens + completion,
-        }
-
-    def chunk(delta: dict, finish: str | None = None) -> dict:
-        return {
-            "id": cid,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
-        }
-
     if stream:
 
         def events() -> Iterator[dict]:
-            yield chunk({"role": "assistant", "content": ""})
+            yield reply.chunk({"role": "assistant", "content": ""})
             try:
                 for kind, text in steps():
                     if kind == "text":
-                        yield chunk({"content": text})
+                        yield reply.chunk({"content": text})
                     elif kind == "open":
-                        yield chunk(
-                            {
-                                "tool_calls": [
-                                    {
-                                        "index": 0,
-                                        "id": call_id,
-                                        "type": "function",
-                                        "function": {"name": codeaction.TOOL, "arguments": ""},
-                                    }
-                                ]
-                            }
-                        )
+                        yield reply.call_start(codeaction.TOOL)
                     elif kind == "args":
-                        yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": text}}]})
+                        yield reply.chunk(
+                            {"tool_calls": [{"index": 0, "function": {"arguments": text}}]}
+                        )
                     elif kind == "finish":
-                        yield chunk({}, text)
+                        yield reply.chunk({}, text)
                     else:
-                        yield {
-                            "id": cid,
-                            "object": "chat.completion.chunk",
-                            "created": created,
-                            "model": model,
-                            "choices": [],
-                            "usage": usage(text),
-                        }
+                        yield reply.usage_chunk(reply.count(text))
             except Exception as err:  # report in-band: the 200 is already sent
-                yield {
-                    "error": {
-                        "message": f"{type(err).__name__}: {err}",
-                        "type": "server_error",
-                        "param": None,
-                        "code": None,
-                    }
-                }
+                yield _stream_error(err)
 
         return events()
 
@@ -747,21 +830,8 @@ def _code_chat(
             generated = text
     message: dict = {"role": "assistant", "content": content or None}
     if opened:
-        message["tool_calls"] = [
-            {
-                "id": call_id,
-                "type": "function",
-                "function": {"name": codeaction.TOOL, "arguments": args},
-            }
-        ]
-    return {
-        "id": cid,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-        "usage": usage(generated),
-    }
+        message = reply.call_message(content or None, codeaction.TOOL, args)
+    return reply.response(message, finish, reply.count(generated))
 
 
 class _Overflow(ValueError):

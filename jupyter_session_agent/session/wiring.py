@@ -30,6 +30,7 @@ from ..loop.history import History
 from ..loop.step import StepSetup
 from ..loop.turn import TurnSetup, system_prompt
 from ..providers.base import Provider
+from ..providers.codeactions import CodeActionProvider
 from ..providers.openai_provider import ChatRequest
 from ..providers.presets import Resolved
 from ..tools import BUILTIN_NAMES, builtin_tools, kernel, openai_schema
@@ -143,9 +144,7 @@ def turn_setup(
     code = codeaction.enabled(settings.code_actions, preset.provider_id, preset.model_id)
     if code:  # the model writes ```python blocks (core/codeaction.py): python is its only tool
         tools = {k: v for k, v in tools.items() if k == codeaction.TOOL}
-        provider = codeaction.CodeActionProvider(
-            provider, server_side=preset.provider_id == "local"
-        )
+        provider = CodeActionProvider(provider, server_side=preset.provider_id == "local")
     gate = P.Gate(
         session_id=session.info.id,
         directory=session.info.directory,
@@ -163,7 +162,8 @@ def turn_setup(
             kernel.variables_line(
                 getattr(session.shell, "user_ns", None) or {},
                 getattr(session.shell, "user_ns_hidden", ()),
-            )
+            ),
+            kernel.folder_files(directory),
         )
         if code
         else system_prompt(str(directory), list(tools))

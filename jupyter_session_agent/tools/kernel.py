@@ -23,7 +23,9 @@ imported), so ``%load_ext`` stays cheap.
 
 from __future__ import annotations
 
+import inspect
 import io
+import json
 import os
 import re
 import reprlib
@@ -517,18 +519,24 @@ NAMED = 40  # other user names after them, by name only
 def variables_line(
     namespace: Mapping[str, Any], hidden: Any = None, limit: int = DESCRIBED, names: int = NAMED
 ) -> str:
-    """``df (DataFrame, 4 × 3, columns name, age, city), x (int, 42); also f, y``: the newest
-    ``limit`` data variables described (as :func:`variables` lists them), then up to ``names``
-    other user names (older variables, functions, classes) by name only."""
+    """``df (DataFrame, 4 × 3, columns name: object e.g. 'Ada', age: int64), x (int, 42); also
+    f(a,b), y``: the newest ``limit`` data variables described (as :func:`variables` lists
+    them; a DataFrame's columns with their dtypes, :func:`columns_text`), then up to ``names``
+    other user names (older variables, functions with their parameters, classes)."""
     if not isinstance(hidden, Mapping):
         hidden = {name: namespace.get(name) for name in hidden or ()}
     data = visible_names(namespace, hidden)[-limit:]
     described = []
     for row in variables(namespace, data):
-        facts = [row["type"], row["shape"], row["repr"]]
+        value = namespace[row["name"]]
+        facts = [
+            row["type"],
+            row["shape"],
+            columns_text(value) if is_dataframe(value) else row["repr"],
+        ]
         described.append(f"{row['name']} ({', '.join(f for f in facts if f)})")
     others = [
-        name
+        signature(name, value)
         for name, value in list(namespace.items())
         if isinstance(name, str)
         and name.isidentifier()
@@ -539,3 +547,84 @@ def variables_line(
         and type(value).__name__ != "module"
     ][-names:]
     return ", ".join(described) + (f"; also {', '.join(others)}" if others else "")
+
+
+def folder_files(folder: Any, limit: int = 20) -> list[str]:
+    """The files in ``folder`` (not hidden ones), sorted, at most ``limit`` (then ``…``): what
+    ``ls`` shows a data scientist before reading one; a table's columns with it
+    (:func:`file_facts`)."""
+    try:
+        entries = sorted(
+            (e for e in os.scandir(folder) if e.is_file() and not e.name.startswith(".")),
+            key=lambda e: e.name,
+        )
+    except OSError:
+        return []
+    names = []
+    for entry in entries[:limit]:
+        facts = file_facts(entry.path)
+        names.append(f"{entry.name} ({facts})" if facts else entry.name)
+    return names + (["…"] if len(entries) > limit else [])
+
+
+def file_facts(path: str, limit: int = 120) -> str:
+    """What the first look at a data file shows: a CSV's or TSV's header (``columns a, b``), a
+    small JSON file's shape (``list of 7 records with keys ts, level``); else ``""``. Reads at
+    most a few kilobytes (a JSON file only when it is under 64 kB)."""
+    lower = path.lower()
+    try:
+        if lower.endswith((".csv", ".tsv")):
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                header = fh.readline(2048).strip()
+            sep = "\t" if lower.endswith(".tsv") else ","
+            columns = [c.strip().strip('"') for c in header.split(sep)]
+            text = "columns " + ", ".join(columns)
+        elif lower.endswith(".json") and os.path.getsize(path) < 65536:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+            if isinstance(data, list):
+                keys = list(data[0]) if data and isinstance(data[0], dict) else []
+                text = f"list of {len(data)} " + (
+                    f"records with keys {', '.join(map(str, keys))}" if keys else "items"
+                )
+            elif isinstance(data, dict):
+                text = "object with keys " + ", ".join(map(str, list(data)[:12]))
+            else:
+                return ""
+        else:
+            return ""
+    except (OSError, ValueError):
+        return ""
+    text = text.replace("(", "[").replace(")", "]")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def columns_text(frame: Any, limit: int = 12) -> str:
+    """A DataFrame's columns as a data scientist reads ``df.info()`` and ``df.head(1)``:
+    ``columns name: object e.g. 'Ada', age: int64, score: float64 with 2 missing`` (an example
+    value for text columns, which hold strings to parse; the missing values where any)."""
+    counts = _safe(lambda: frame.isna().sum(), None)
+    items = _safe(lambda: list(frame.dtypes.items()), [])
+    parts = []
+    for column, dtype in items[:limit]:
+        text = f"{column}: {dtype}"
+        if str(dtype) in ("object", "string", "str"):
+            sample = _safe(lambda c=column: frame[c].dropna().iloc[0], None)
+            if sample is not None:
+                text += " e.g. " + before_cut(" ".join(_SHORT.repr(sample).split()), 30)
+        missing = _safe(lambda c=column: int(counts[c]), 0) if counts is not None else 0
+        if missing:
+            text += f" with {missing:,} missing"
+        parts.append(text)
+    more = f", … {len(items) - limit} more" if len(items) > limit else ""
+    return "columns " + ", ".join(parts).replace("(", "[").replace(")", "]") + more
+
+
+def signature(name: str, value: Any) -> str:
+    """``name(a, b)`` for a function of the user's (what ``f?`` shows first), else ``name``."""
+    if not isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
+        return name
+    got = _safe(lambda: str(inspect.signature(value)), None)
+    if not got or len(got) > 60:
+        return name
+    return name + got.replace(", ", ",")
