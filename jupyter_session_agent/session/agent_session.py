@@ -40,7 +40,7 @@ from ..core.messages import (
 )
 from ..core.settings import Settings
 from ..loop.step import Observer
-from ..loop.turn import TurnSetup, run_turn, system_prompt
+from ..loop.turn import TurnSetup, run_turn
 from ..providers.base import ModelCall
 from ..providers.registry import ProviderCache
 from . import wiring
@@ -667,6 +667,7 @@ class AgentSession:
         Returns the ``compaction.CompactionEvent`` (also stored: ``compaction_event`` in SQL);
         raises ``ContextLimitError`` (one line) when nothing could be compacted.
         """
+        from ..core import codeaction
         from ..core.errors import UsageError
         from ..loop.turn import ContextLimitError
 
@@ -675,7 +676,11 @@ class AgentSession:
             raise UsageError("nothing to compact yet — run a %%agent turn first")
         main = self.provider(model or self.settings.model or self.last_model())
         names = wiring.tool_names(self.settings)
-        prompt_text = self.settings.system_prompt or system_prompt(self.info.directory, names)
+        spec = main[2]
+        code = codeaction.enabled(self.settings.code_actions, spec.provider_id, spec.model_id)
+        # what the next turn sends (code mode's prompt, the rules files): what must fit with it
+        names = [codeaction.TOOL] if code else names
+        prompt_text = wiring.turn_prompt(self, code, names, wiring.reading_gate(self))
         compactor = wiring.compactor(
             self, main, prompt_text, None, self._compaction_state, tool_names=names
         )

@@ -25,7 +25,7 @@ def turn_setup(
     from ..core import permission as P
     from ..core.redact import redact, redact_value
     from ..providers.openai_provider import ChatRequest
-    from ..tools import builtin_tools, kernel, run_tool
+    from ..tools import builtin_tools, run_tool
     from .approval import default_approver
 
     settings = session.settings
@@ -106,18 +106,7 @@ def turn_setup(
             raise ToolFailure(redact(f"{type(err).__name__}: {err}", refresh=True)) from None
 
     compaction = settings.compaction
-    prompt_text = settings.system_prompt or (
-        codeaction.system_prompt(
-            kernel.variables_line(
-                getattr(session.shell, "user_ns", None) or {},
-                getattr(session.shell, "user_ns_hidden", ()),
-            )
-        )
-        if code
-        else system_prompt(str(directory), list(tools))
-    )
-    if settings.rules:  # AGENTS.md files (context/rules.py)
-        prompt_text = rules_prompt(session, prompt_text, gate)
+    prompt_text = turn_prompt(session, code, list(tools), gate)
     setup = TurnSetup(
         store=session.store,
         provider=provider,
@@ -137,6 +126,45 @@ def turn_setup(
         compactor=compactor(session, (summary_provider, info, spec), prompt_text, schemas, state),
     )
     return setup, gate
+
+
+def turn_prompt(session: Any, code: bool, tool_names: list[str], gate: Any) -> str:
+    """The system prompt of a turn (and what ``%agent compact`` sizes the next request with):
+    the setting's, code mode's or the tools' prompt, then the rules files (``rules``)."""
+    from ..core import codeaction
+    from ..tools import kernel
+
+    settings = session.settings
+    prompt_text = settings.system_prompt or (
+        codeaction.system_prompt(
+            kernel.variables_line(
+                getattr(session.shell, "user_ns", None) or {},
+                getattr(session.shell, "user_ns_hidden", ()),
+            )
+        )
+        if code
+        else system_prompt(str(session.info.directory), tool_names)
+    )
+    if settings.rules:  # AGENTS.md files (context/rules.py)
+        prompt_text = rules_prompt(session, prompt_text, gate)
+    return prompt_text
+
+
+def reading_gate(session: Any) -> Any:
+    """A permission ``Gate`` of the session's rules, for what reads outside a turn (the rules
+    files of ``%agent compact``): it never asks."""
+    from ..core import permission as P
+
+    def refuse(request: Any) -> tuple[str, str | None]:
+        return "reject", None
+
+    return P.Gate(
+        session_id=session.info.id,
+        directory=session.info.directory,
+        ruleset=lambda: session.ruleset(()),
+        approver=refuse,
+        bounds=session.permission_bounds,
+    )
 
 
 def rules_prompt(session: Any, prompt_text: str, gate: Any) -> str:
