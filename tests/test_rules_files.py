@@ -250,6 +250,10 @@ def test_a_byte_order_mark_is_not_sent_and_git_worktrees_end_the_walk(
     system, _ = turn(ip, server)
     assert f"Instructions from: {tree / 'AGENTS.md'}\nWorktree rules." in system
     assert "\ufeff" not in system and "MAIN-CHECKOUT-RULES" not in system
+    (tree / "AGENTS.md").write_text("\n  \n")  # an empty file adds no block (as OpenCode)
+    ip.run_line_magic("agent", "new")
+    system, printed = turn(ip, server)
+    assert "Instructions from:" not in system and f"{tree / 'AGENTS.md'} empty" in printed
 
 
 def test_manual_compact_sizes_the_next_request_with_the_rules_files(

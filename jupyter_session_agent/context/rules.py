@@ -161,6 +161,8 @@ def _read(path: Path, stay: Path, may_read: Callable[[str], bool] | None) -> Rul
             return RulesFile(shown, None, note="not UTF-8 text: not used")
         text = data[: err.start].decode("utf-8")
     text = text.removeprefix("\ufeff")  # a byte order mark is not part of the text
+    if not text.strip():  # as OpenCode: an empty file adds no block
+        return RulesFile(shown, None, size, note="empty: not used")
     if size > len(data) or len(text) > MAX_CHARS:
         return RulesFile(
             shown,
