@@ -15,7 +15,7 @@ from typing import Protocol
 
 from ..context.prompt import Prompt
 from ..context.prompt import parts as attachment_parts
-from ..core import ids
+from ..core import codeaction, ids
 from ..core import permission as P
 from ..core.errors import UsageError
 from ..core.messages import (
@@ -30,7 +30,7 @@ from ..core.messages import (
 from ..core.redact import clean, clean_value
 from ..loop.compaction.events import CompactionEvent
 from ..loop.step import Observer
-from ..loop.turn import ContextLimitError, TurnSetup, run_turn, system_prompt
+from ..loop.turn import ContextLimitError, TurnSetup, run_turn
 from ..providers.presets import Resolved
 from ..providers.registry import ProviderCache, settings_model_info
 from ..providers.replay import ReplayProvider
@@ -208,7 +208,11 @@ class TurnRunner:
             session.provider(model or settings.model or session.last_model())
         )
         names = wiring.tool_names(settings)
-        prompt_text = settings.system_prompt or system_prompt(session.info.directory, names)
+        preset = main.preset
+        code = codeaction.enabled(settings.code_actions, preset.provider_id, preset.model_id)
+        # what the next turn sends (code mode's prompt, the rules files): what must fit with it
+        names = [codeaction.TOOL] if code else names
+        prompt_text = wiring.turn_prompt(session, code, names, wiring.reading_gate(session))
         compactor = wiring.compactor(session, main, prompt_text, None, tool_names=names)
         self.busy = True
         try:

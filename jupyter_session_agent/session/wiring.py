@@ -6,6 +6,9 @@ compact``. Both read the session through :class:`SessionView` (what they need of
 and return values; what runs during the turn is typed objects passed whole: the model
 (:class:`TurnModel`), the requests (:class:`TurnRequests`, :class:`SummaryRequests`) and the
 tool calls (``tool_calls.ToolCaller``).
+
+One module: every value a turn is built from (the model, requests, tools, gate, system prompt
+with its rules files, compactor, memory's hooks), each read from the session the same way.
 """
 
 from __future__ import annotations
@@ -157,19 +160,7 @@ def turn_setup(
     schemas = [openai_schema(t) for t in tools.values()]
     directory = Path(session.info.directory)
     limits = model.limits
-    prompt_text = settings.system_prompt or (
-        codeaction.system_prompt(
-            kernel.variables_line(
-                getattr(session.shell, "user_ns", None) or {},
-                getattr(session.shell, "user_ns_hidden", ()),
-            ),
-            kernel.folder_files(directory),
-        )
-        if code
-        else system_prompt(str(directory), list(tools))
-    )
-    if settings.rules:  # AGENTS.md files (context/rules.py)
-        prompt_text = rules_prompt(session, prompt_text, gate)
+    prompt_text = turn_prompt(session, code, list(tools), gate)
     step = StepSetup(
         store=session.store,
         model=limits,
@@ -201,6 +192,43 @@ def turn_setup(
         compactor=compactor(session, model, prompt_text, schemas),
     )
     return setup, gate
+
+
+def turn_prompt(session: SessionView, code: bool, tool_names: Sequence[str], gate: P.Gate) -> str:
+    """The system prompt of a turn (and what ``%agent compact`` sizes the next request with):
+    the setting's, code mode's or the tools' prompt, then the rules files (``rules``)."""
+    settings = session.settings
+    directory = Path(session.info.directory)
+    prompt_text = settings.system_prompt or (
+        codeaction.system_prompt(
+            kernel.variables_line(
+                getattr(session.shell, "user_ns", None) or {},
+                getattr(session.shell, "user_ns_hidden", ()),
+            ),
+            kernel.folder_files(directory),
+        )
+        if code
+        else system_prompt(str(directory), list(tool_names))
+    )
+    if settings.rules:  # AGENTS.md files (context/rules.py)
+        prompt_text = rules_prompt(session, prompt_text, gate)
+    return prompt_text
+
+
+def reading_gate(session: SessionView) -> P.Gate:
+    """A permission ``Gate`` of the session's rules, for what reads outside a turn (the rules
+    files of ``%agent compact``): it never asks."""
+
+    def refuse(request: P.Request) -> tuple[str, str | None]:
+        return "reject", None
+
+    return P.Gate(
+        session_id=session.info.id,
+        directory=session.info.directory,
+        ruleset=lambda: session.ruleset(()),
+        approver=refuse,
+        bounds=session.permission_bounds,
+    )
 
 
 def rules_prompt(session: SessionView, prompt_text: str, gate: P.Gate) -> str:
