@@ -647,7 +647,10 @@ class _Walker:
         """What the command itself runs: code builtins, shells, and the command a wrapper runs
         (each rule is :mod:`.bashrules`'s)."""
         i = 0
-        while i < len(words) and ASSIGNMENT.match(words[i] if words[i] is not None else texts[i]):
+        while i < len(words):
+            word = words[i]
+            if not ASSIGNMENT.match(word if word is not None else texts[i]):
+                break
             i += 1
         if i >= len(words):
             return
