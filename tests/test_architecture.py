@@ -464,6 +464,11 @@ LATE_IMPORTS: dict[str, tuple[str, set[str]]] = {
         "the exporters (and the HTML renderer they bring) load when a session is exported",
         {f"{PACKAGE}.exchange.transfer"},
     ),
+    f"{PACKAGE}.ui.commands.display": (
+        "the session browser needs the optional ipywidgets: %agent browse loads it, and says "
+        "how to install it when it is missing",
+        {f"{PACKAGE}.ui.widgets"},
+    ),
     f"{PACKAGE}.tools": (
         "%load_ext loads tools.kernel (the cell log) and so this package: its tools load when "
         "a session first lists or runs one",
@@ -485,22 +490,9 @@ LATE_IMPORTS: dict[str, tuple[str, set[str]]] = {
 NOT_YET_MOVED = {
     f"{PACKAGE}.{m}"
     for m in (
-        "core.bashparse",
         "core.codeaction",
-        "memory.search",
         "providers.llama_handler",
         "providers.local",
-        "ui.commands",
-        "ui.commands.analytics",
-        "ui.commands.compaction",
-        "ui.commands.context",
-        "ui.commands.core",
-        "ui.commands.display",
-        "ui.commands.lifecycle",
-        "ui.commands.mcp",
-        "ui.commands.memory",
-        "ui.commands.permissions",
-        "ui.commands.replay",
     )
 }
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -318,8 +319,6 @@ def assignable(command: str) -> frozenset[str]:
 
 class _Walker:
     def __init__(self, command: str, home: str, pwd: str) -> None:
-        import time
-
         self.command = command
         self.src = command.encode("utf-8", "surrogatepass")
         self.assigned = assignable(command)
@@ -360,8 +359,6 @@ class _Walker:
 
     def _late(self) -> bool:
         """Past the checker's time bound: the rest of the line is not read, and it asks."""
-        import time
-
         if not self.late and time.monotonic() > self.deadline:
             self.late = True
             self.reasons.append(f"a line too long to check within {CHECK_SECONDS:g} s")

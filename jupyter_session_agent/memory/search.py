@@ -58,6 +58,7 @@ others and carry ``superseded_by``.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Sequence
@@ -711,8 +712,6 @@ _BACKGROUND_KEYS = tuple(text_key(t) for t in BACKGROUND)
 
 def _idf(n: float, df: int) -> float:
     """Lucene's always-positive idf."""
-    import math
-
     return math.log1p((n - df + 0.5) / (df + 0.5))
 
 
