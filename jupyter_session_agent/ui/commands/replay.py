@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...core.errors import UsageError
-from ...session.replay import NotebookRecord, Replayer
+from ...session.record import Replayer
+from ...session.replay import NotebookRecord
 from . import subcommand
 
 
