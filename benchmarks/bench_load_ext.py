@@ -1,9 +1,10 @@
 """Load cost of this tree against another checkout of the package, in the same run.
 
 Each probe is a fresh interpreter with IPython loaded (as a kernel has): (a) ``%load_ext
-jupyter_session_agent``; (b) importing every module of the package below ``ui/`` (what a
-session's first turn loads). Runs alternate between the two trees so both see the same machine
-noise; medians, and their ratio this / before.
+jupyter_session_agent``; (b) that, then the first ``%agent`` command (``%agent help``: the
+subcommand modules and what they import load); (c) importing every module of the package below
+``ui/`` (what a session's first turn loads). Runs alternate between the two trees so both see
+the same machine noise; medians, and their ratio this / before.
 
 Run: ``python benchmarks/bench_load_ext.py --before DIR [--runs 15]`` where ``DIR`` holds the
 other checkout's ``jupyter_session_agent`` (e.g. ``git worktree add DIR main``).
@@ -30,6 +31,7 @@ print(time.perf_counter() - t)
 """
 
 LOAD_EXT = "ip.run_line_magic('load_ext', 'jupyter_session_agent')"
+FIRST_COMMAND = LOAD_EXT + "\nip.run_line_magic('agent', 'help')"
 ALL_BELOW_UI = """
 import importlib, pkgutil, jupyter_session_agent as p
 for m in pkgutil.walk_packages(p.__path__, p.__name__ + '.'):
@@ -57,7 +59,12 @@ def main() -> None:
     parser.add_argument("--before", required=True, type=Path)
     parser.add_argument("--runs", type=int, default=15)
     args = parser.parse_args()
-    for label, body in (("%load_ext", LOAD_EXT), ("all modules below ui/", ALL_BELOW_UI)):
+    probes = (
+        ("%load_ext", LOAD_EXT),
+        ("%load_ext, then the first %agent command (help)", FIRST_COMMAND),
+        ("all modules below ui/", ALL_BELOW_UI),
+    )
+    for label, body in probes:
         this: list[float] = []
         before: list[float] = []
         for _ in range(args.runs):

@@ -7,7 +7,7 @@ magics do that.
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .reports import (
     cache_hit_ratio,
@@ -18,6 +18,9 @@ from .reports import (
     store_of,
     tool_failure_rates,
 )
+
+if TYPE_CHECKING:  # matplotlib loads with the first plot
+    from matplotlib.typing import RcKeyType
 
 # --------------------------------------------------------------------------
 # plots
@@ -49,7 +52,7 @@ def _figure(width: float = 8.0, height: float = 3.6):
 # the plots' colours: a mid grey for text, ticks, frame and grid that reads on JupyterLab's
 # light and dark themes alike, on a transparent background
 INK = "#8a8a8a"
-THEME = {
+THEME: dict[RcKeyType, Any] = {
     "text.color": INK,
     "axes.labelcolor": INK,
     "axes.edgecolor": INK,

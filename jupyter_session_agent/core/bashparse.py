@@ -3,7 +3,7 @@
 One module: one walker over tree-sitter's syntax tree; every construct it reads feeds the
 same commands, paths and unsupported reasons, and failing closed is reviewed in one place.
 What a command does once read (wrappers, shells, ``sed``/``awk``/``find`` scripts, arity) is
-:mod:`.bashrules`'s.
+:mod:`.bashrules`'s; what quoting, escapes, globs and braces make of a word, :mod:`.bashwords`'s.
 
 :func:`analyse` parses a command line with tree-sitter-bash and returns
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 import re
-import unicodedata
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -53,6 +53,17 @@ from .bashrules import (
     sed_reason,
     shell_reason,
     wrapped,
+)
+from .bashwords import (
+    UNKNOWN,
+    WordValue,
+    ansi_c,
+    braces,
+    dquote,
+    exact_glob,
+    has_glob,
+    literal,
+    odd_characters,
 )
 
 _OPENERS = frozenset({"${", "$(", "$((", "`", "$["})
@@ -260,35 +271,6 @@ def _parser() -> Any:
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
 
-# --------------------------------------------------------------------------
-# values
-
-
-@dataclass
-class _Val:
-    """A word's value: ``chars`` with a per-character ``mask`` (``u`` unquoted, ``q`` quoted)."""
-
-    chars: str = ""
-    mask: str = ""
-    known: bool = True
-    brace: bool = False  # a brace expansion ({a,b}, {1..3})
-
-    def add(self, other: _Val) -> _Val:
-        return _Val(
-            self.chars + other.chars,
-            self.mask + other.mask,
-            self.known and other.known,
-            self.brace or other.brace,
-        )
-
-
-def _lit(text: str, quoted: bool) -> _Val:
-    return _Val(text, ("q" if quoted else "u") * len(text))
-
-
-_UNKNOWN = _Val("", "", False)
-
-
 # Variables the checker would otherwise take as known: what the line can assign to them
 # makes them unknown (``read PWD``, ``printf -v HOME``, ``for CDPATH in``, ``declare``, …).
 PINNED = ("PWD", "HOME", "OLDPWD", "CDPATH")
@@ -318,8 +300,6 @@ def assignable(command: str) -> frozenset[str]:
 
 class _Walker:
     def __init__(self, command: str, home: str, pwd: str) -> None:
-        import time
-
         self.command = command
         self.src = command.encode("utf-8", "surrogatepass")
         self.assigned = assignable(command)
@@ -339,7 +319,7 @@ class _Walker:
     # -- entry ---------------------------------------------------------------
 
     def run(self) -> None:
-        odd = _odd_characters(self.command)
+        odd = odd_characters(self.command)
         if odd:
             self.reasons.append(f"{odd} in the command")
         try:
@@ -360,8 +340,6 @@ class _Walker:
 
     def _late(self) -> bool:
         """Past the checker's time bound: the rest of the line is not read, and it asks."""
-        import time
-
         if not self.late and time.monotonic() > self.deadline:
             self.late = True
             self.reasons.append(f"a line too long to check within {CHECK_SECONDS:g} s")
@@ -585,7 +563,7 @@ class _Walker:
     # -- simple commands -------------------------------------------------------
 
     def _command(self, node: Any, redirects: Sequence[str] = (), dash: bool = False) -> None:
-        words: list[_Val] = []
+        words: list[WordValue] = []
         texts: list[str] = []
         redirs = list(redirects)
         name_seen = False
@@ -602,7 +580,7 @@ class _Walker:
                     self.unsupported("a command name the parser split", child)
                     continue
                 value = self._value(inner[0])
-                if not value.known or value.brace or _has_glob(value):
+                if not value.known or value.brace or has_glob(value):
                     self.unsupported(f"a computed command name `{self.text(child)}`", child)
                 words.append(value)
                 texts.append(self._shown(value, child))
@@ -623,7 +601,7 @@ class _Walker:
                 self._add([], redirs)
             return
         if dash:
-            words.append(_lit("-", False))
+            words.append(literal("-", False))
             texts.append("-")
         static = [w.chars if w.known else None for w in words]
         self._add_command(static, texts, redirs)
@@ -647,7 +625,10 @@ class _Walker:
         """What the command itself runs: code builtins, shells, and the command a wrapper runs
         (each rule is :mod:`.bashrules`'s)."""
         i = 0
-        while i < len(words) and ASSIGNMENT.match(words[i] if words[i] is not None else texts[i]):
+        while i < len(words):
+            word = words[i]
+            if not ASSIGNMENT.match(word if word is not None else texts[i]):
+                break
             i += 1
         if i >= len(words):
             return
@@ -754,11 +735,11 @@ class _Walker:
         if texts:
             self._add_command(static, texts)
 
-    def _assignment(self, node: Any) -> _Val:
+    def _assignment(self, node: Any) -> WordValue:
         """``NAME=value`` (or ``+=``): the whole word; the value is checked as a path list."""
         name = ""
         op = ""
-        value = _Val()
+        value = WordValue()
         has_value = False
         for child, field in _fielded(node):
             if field == "name":
@@ -766,7 +747,7 @@ class _Walker:
                     self.unsupported(
                         "an array subscript assignment (bash evaluates the subscript)", child
                     )
-                    return _UNKNOWN
+                    return UNKNOWN
                 name = self.text(child)
             elif not child.is_named and child.type in ("=", "+="):
                 op = child.type
@@ -780,7 +761,7 @@ class _Walker:
                 self.unsupported(f"`{child.type}` in an assignment", child)
         if not _NAME.match(name) or not op:
             self.unsupported("an assignment the parser split")
-            return _UNKNOWN
+            return UNKNOWN
         if has_value:
             value = self._tilde(value, assignment=True)
             if value.known:
@@ -788,15 +769,15 @@ class _Walker:
                     self._path(part, value)
             else:
                 self.unresolved.append(self.text(node))
-        return _lit(name + op, True).add(value)
+        return literal(name + op, True).add(value)
 
-    def _array(self, node: Any) -> _Val:
+    def _array(self, node: Any) -> WordValue:
         for child in node.named_children:
             if child.type == "comment":
                 self._comment(child)
             else:
                 self._argument(child)
-        return _Val("(…)", "qqq", False)
+        return WordValue("(…)", "qqq", False)
 
     def _declaration(self, node: Any) -> None:
         static: list[str | None] = []
@@ -827,7 +808,7 @@ class _Walker:
                 texts.append(child.type)
                 continue
             if child.type == "variable_name":
-                value = _lit(self.text(child), True)
+                value = literal(self.text(child), True)
             else:
                 value = self._value(child)
             if "[" in value.chars or not value.known:
@@ -881,11 +862,11 @@ class _Walker:
 
     # -- words ------------------------------------------------------------------
 
-    def _argument(self, node: Any) -> _Val:
+    def _argument(self, node: Any) -> WordValue:
         """A word in argument position: evaluated, then recorded as a path or as unresolved."""
         value = self._tilde(self._value(node))
         if value.brace:
-            value = _Val(value.chars, value.mask, False, True)
+            value = WordValue(value.chars, value.mask, False, True)
         if not value.known:
             if node.type != "process_substitution":
                 self.unresolved.append(self.text(node))
@@ -907,10 +888,10 @@ class _Walker:
             self._path(self._tilde_text(tail), value)
         return value
 
-    def _path(self, text: str, value: _Val, redirect: bool = False) -> None:
+    def _path(self, text: str, value: WordValue, redirect: bool = False) -> None:
         if text:
-            glob = _has_glob(value)
-            self.paths.append(PathWord(text, glob, redirect, not glob or _exact_glob(value)))
+            glob = has_glob(value)
+            self.paths.append(PathWord(text, glob, redirect, not glob or exact_glob(value)))
 
     def _redirect(self, node: Any) -> str:
         if node.type == "heredoc_redirect":
@@ -998,67 +979,67 @@ class _Walker:
             self.unsupported("a heredoc whose body bash expands", node)
         return f"{op}{start}"
 
-    def _shown(self, value: _Val, node: Any) -> str:
+    def _shown(self, value: WordValue, node: Any) -> str:
         return quote(value.chars) if value.known else self.text(node)
 
-    def _value(self, node: Any) -> _Val:
+    def _value(self, node: Any) -> WordValue:
         kind = node.type
         if kind == "word":
             return self._word(node)
         if kind == "number":
-            return _lit(self.text(node), False)
+            return literal(self.text(node), False)
         if kind == "raw_string":
             text = self.text(node)
             if len(text) < 2 or text[0] != "'" or text[-1] != "'":
                 self.unsupported("a single-quoted string the parser split")
-                return _UNKNOWN
-            return _lit(text[1:-1], True)
+                return UNKNOWN
+            return literal(text[1:-1], True)
         if kind == "string":
             return self._string(node)
         if kind == "concatenation":
-            value = _Val()
+            value = WordValue()
             for child in node.children:
                 if not child.is_named:
                     self.unsupported(f"`{child.type}` inside a word")
-                    return _UNKNOWN
+                    return UNKNOWN
                 value = value.add(self._value(child))
-            return _braces(value)
+            return braces(value)
         if kind == "simple_expansion":
             return self._simple_expansion(node)
         if kind == "expansion":
             return self._expansion(node)
         if kind == "command_substitution":
             self._substitution(node)
-            return _UNKNOWN
+            return UNKNOWN
         if kind == "process_substitution":
             self._substitution(node)
-            return _UNKNOWN
+            return UNKNOWN
         if kind == "brace_expression":
-            return _Val(self.text(node), "u" * len(self.text(node)), False, True)
+            return WordValue(self.text(node), "u" * len(self.text(node)), False, True)
         if kind == "ansi_c_string":
             # Asks as a bash construct (fail closed), but its value is known for the path check.
-            decoded = _ansi_c(self.text(node))
+            decoded = ansi_c(self.text(node))
             if decoded is None:
                 self.unsupported("ANSI-C quoting $'…'")
-                return _UNKNOWN
+                return UNKNOWN
             self.soft.append("ANSI-C quoting $'…'")
-            return _lit(decoded, True)
+            return literal(decoded, True)
         if kind == "translated_string":
             self.unsupported('locale quoting $"…"', node)
-            return _UNKNOWN
+            return UNKNOWN
         if kind == "arithmetic_expansion":
             self.unsupported("arithmetic expansion $(( … ))", node)
-            return _UNKNOWN
+            return UNKNOWN
         if kind in ("extglob_pattern", "regex"):
-            return _Val(self.text(node), "u" * len(self.text(node)), False)
+            return WordValue(self.text(node), "u" * len(self.text(node)), False)
         self.unsupported(f"`{kind}` in a word", node)
-        return _UNKNOWN
+        return UNKNOWN
 
-    def _word(self, node: Any) -> _Val:
+    def _word(self, node: Any) -> WordValue:
         text = self.text(node)
         if text.startswith("#"):
             self.unsupported("a word starting with `#`")
-            return _UNKNOWN
+            return UNKNOWN
         chars: list[str] = []
         mask: list[str] = []
         i = 0
@@ -1067,7 +1048,7 @@ class _Walker:
             if c == "\\":
                 if i + 1 >= len(text):
                     self.unsupported("a trailing backslash")
-                    return _UNKNOWN
+                    return UNKNOWN
                 nxt = text[i + 1]
                 if nxt != "\n":
                     chars.append(nxt)
@@ -1076,22 +1057,22 @@ class _Walker:
                 continue
             if c in " \t\n;&|()<>$`'\"":
                 self.unsupported(f"`{c}` inside a word the parser read")
-                return _UNKNOWN
+                return UNKNOWN
             chars.append(c)
             mask.append("u")
             i += 1
-        return _Val("".join(chars), "".join(mask))
+        return WordValue("".join(chars), "".join(mask))
 
-    def _string(self, node: Any) -> _Val:
+    def _string(self, node: Any) -> WordValue:
         children = node.children
         if len(children) < 2 or children[0].type != '"' or children[-1].type != '"':
             self.unsupported("a double-quoted string the parser split", node)
-            return _UNKNOWN
-        value = _Val()
+            return UNKNOWN
+        value = WordValue()
         for child in children[1:-1]:
             kind = child.type
             if kind == "string_content":
-                value = value.add(_lit(_dquote(self.text(child)), True))
+                value = value.add(literal(dquote(self.text(child)), True))
             elif kind in (
                 "simple_expansion",
                 "expansion",
@@ -1100,22 +1081,22 @@ class _Walker:
             ):
                 text = self.text(child)
                 blanks = text[: len(text) - len(text.lstrip(" \t\n"))]
-                value = value.add(_lit(blanks, True))  # the parser's opening token holds them
+                value = value.add(literal(blanks, True))  # the parser's opening token holds them
                 inner = self._value(child)
-                value = value.add(_Val(inner.chars, "q" * len(inner.chars), inner.known))
+                value = value.add(WordValue(inner.chars, "q" * len(inner.chars), inner.known))
             else:
                 self.unsupported(f"`{kind}` inside double quotes", child)
-                return _UNKNOWN
+                return UNKNOWN
         return value
 
-    def _simple_expansion(self, node: Any) -> _Val:
+    def _simple_expansion(self, node: Any) -> WordValue:
         names = node.named_children
         if len(names) != 1 or len(node.children) != 2 or node.children[0].type != "$":
             self.unsupported(f"the expansion `{self.text(node)}`", node)
-            return _UNKNOWN
+            return UNKNOWN
         return self._variable(names[0])
 
-    def _expansion(self, node: Any) -> _Val:
+    def _expansion(self, node: Any) -> WordValue:
         children = node.children
         if (
             len(children) == 3
@@ -1125,22 +1106,22 @@ class _Walker:
         ):
             return self._variable(children[1])
         self.unsupported(f"the parameter expansion `{self.text(node)}`", node)
-        return _UNKNOWN
+        return UNKNOWN
 
-    def _variable(self, node: Any) -> _Val:
+    def _variable(self, node: Any) -> WordValue:
         name = self.text(node)
         if node.type == "special_variable_name":
             if name in _NUMERIC_SPECIALS:
-                return _lit("0", True)  # a number: it cannot name another directory
-            return _UNKNOWN
+                return literal("0", True)  # a number: it cannot name another directory
+            return UNKNOWN
         if node.type != "variable_name" or not (_NAME.match(name) or name.isdigit()):
             self.unsupported(f"the variable `{name}`")
-            return _UNKNOWN
+            return UNKNOWN
         if name == "HOME" and self.home:
-            return _lit(self.home, True)
+            return literal(self.home, True)
         if name == "PWD" and self.pwd:
-            return _lit(self.pwd, True)
-        return _UNKNOWN
+            return literal(self.pwd, True)
+        return UNKNOWN
 
     def _substitution(self, node: Any) -> None:
         if node.children and node.children[0].type == "`" and "\\" in self.text(node):
@@ -1151,7 +1132,7 @@ class _Walker:
         finally:
             self.depth -= 1
 
-    def _tilde(self, value: _Val, assignment: bool = False) -> _Val:
+    def _tilde(self, value: WordValue, assignment: bool = False) -> WordValue:
         """Unquoted ``~``, ``~+``, ``~/…`` at the start (and after ``:`` in an assignment)."""
         if not value.known or not value.chars.startswith("~") or value.mask[:1] != "u":
             return value
@@ -1165,9 +1146,11 @@ class _Walker:
         elif head == "~+" and self.pwd:
             expanded = self.pwd
         else:
-            return _Val(value.chars, value.mask, False, value.brace)  # ~-, ~user: not known here
+            return WordValue(
+                value.chars, value.mask, False, value.brace
+            )  # ~-, ~user: not known here
         mask = "q" * len(expanded) + value.mask[end:]
-        return _Val(expanded + value.chars[end:], mask, True, value.brace)
+        return WordValue(expanded + value.chars[end:], mask, True, value.brace)
 
     def _tilde_text(self, text: str) -> str:
         if (text == "~" or text.startswith("~/")) and self.home:
@@ -1196,116 +1179,6 @@ def _fielded(node: Any) -> list[tuple[Any, str | None]]:
 
 def _wordlike(node: Any) -> bool:
     return node.type in _WORDLIKE or (not node.is_named and node.type == "$")
-
-
-def _has_glob(value: _Val) -> bool:
-    return any(c in "*?[" and m == "u" for c, m in zip(value.chars, value.mask))
-
-
-def _exact_glob(value: _Val) -> bool:
-    """Would a plain glob of ``value.chars`` match what bash matches? Not when a glob
-    character is quoted (bash takes it literally) or a POSIX class ``[:…:]`` appears."""
-    quoted = any(c in "*?[" and m != "u" for c, m in zip(value.chars, value.mask))
-    return not quoted and "[:" not in value.chars
-
-
-def _braces(value: _Val) -> _Val:
-    """Mark an unquoted ``{a,b}`` or ``{x..y}``: bash turns it into several words."""
-    chars, mask = value.chars, value.mask
-    depth_start = -1
-    for i, (c, m) in enumerate(zip(chars, mask)):
-        if m != "u":
-            continue
-        if c == "{":
-            depth_start = i
-        elif c == "}" and depth_start != -1:
-            inner = [(x, y) for x, y in zip(chars[depth_start + 1 : i], mask[depth_start + 1 : i])]
-            text = "".join(x if y == "u" else "\0" for x, y in inner)
-            if "," in text or ".." in text:
-                return _Val(chars, mask, value.known, True)
-            depth_start = -1
-    return value
-
-
-def _dquote(text: str) -> str:
-    """Inside double quotes a backslash escapes only ``$ ` " \\`` and a newline."""
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c == "\\" and i + 1 < len(text) and text[i + 1] in '$`"\\\n':
-            if text[i + 1] != "\n":
-                out.append(text[i + 1])
-            i += 2
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-_C_ESCAPES = {
-    "a": "\a",
-    "b": "\b",
-    "e": "\x1b",
-    "E": "\x1b",
-    "f": "\f",
-    "n": "\n",
-    "r": "\r",
-    "t": "\t",
-    "v": "\v",
-    "\\": "\\",
-    "'": "'",
-    '"': '"',
-    "?": "?",
-}
-
-
-def _ansi_c(text: str) -> str | None:
-    """The value of ``$'…'``; ``None`` when it holds an escape this decoder does not know."""
-    if not (text.startswith("$'") and text.endswith("'") and len(text) >= 3):
-        return None
-    body, out, i = text[2:-1], [], 0
-    while i < len(body):
-        c = body[i]
-        if c != "\\":
-            out.append(c)
-            i += 1
-            continue
-        nxt = body[i + 1 : i + 2]
-        if nxt in _C_ESCAPES:
-            out.append(_C_ESCAPES[nxt])
-            i += 2
-            continue
-        rest = body[i + 1 :]
-        match = (
-            re.match(r"[0-7]{1,3}", rest)
-            or re.match(r"x([0-9A-Fa-f]{1,2})", rest)
-            or re.match(r"u([0-9A-Fa-f]{1,4})", rest)
-            or re.match(r"U([0-9A-Fa-f]{1,8})", rest)
-        )
-        if not match:
-            return None
-        digits = match.group(1) if match.groups() else match.group(0)
-        code = int(digits, 8 if not match.groups() else 16)
-        if code == 0 or code > 0x10FFFF:
-            return None  # bash cuts the string at a NUL
-        out.append(chr(code))
-        i += 1 + match.end()
-    return "".join(out)
-
-
-_ODD = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})  # control, format, separators…
-
-
-def _odd_characters(text: str) -> str:
-    """A description of the first character bash and the parser might read differently."""
-    for c in text:
-        if c in "\t\n":
-            continue
-        category = unicodedata.category(c)
-        if category in _ODD or (category == "Zs" and c != " "):
-            return f"the character U+{ord(c):04X}"
-    return ""
 
 
 __all__ = ["Analysis", "Command", "PathWord", "analyse", "prefix", "quote", "BASH_ARITY"]

@@ -78,7 +78,7 @@ class Corpus:
     def _current_signature(self) -> Any:
         memory = tuple(signature(folder) for folder in project_folders(self.data_dir))
         try:
-            history = tuple(self.store.sql(SIGNATURE_SQL).iloc[0].tolist())
+            history: object = tuple(self.store.sql(SIGNATURE_SQL).iloc[0].tolist())
         except (
             Exception
         ):  # a store without the column: rebuild every time rather than serve stale rows
@@ -190,8 +190,8 @@ class Corpus:
         self.rows = {}
         own_terms: list[list[str]] = []
         for i, row in enumerate(rows):
-            terms, with_dates = self.terms(row["text"])
-            row["doc"], row["len"], row["own_len"] = i, len(terms), len(terms)
+            passage_terms, with_dates = self.terms(row["text"])
+            row["doc"], row["len"], row["own_len"] = i, len(passage_terms), len(passage_terms)
             row["question"] = bool(_QUESTION.search(row["text"].strip()))
             row["prev"] = row["next"] = None
             self.rows[i] = row
@@ -263,8 +263,8 @@ class Corpus:
                 names[int(terms[a])]: (docs[a:b], tf[a:b], own[a:b], counted[a:b])
                 for a, b in zip(starts, ends)
             }
-            dated = np.array([names[i].startswith("@") for i in range(len(names))])
-            words = ~dated[terms] & own  # each passage's own words, for the latent space
+            is_date = np.array([names[i].startswith("@") for i in range(len(names))])
+            words = ~is_date[terms] & own  # each passage's own words, for the latent space
             self.words = (docs[words], terms[words], tf[words])
         else:
             self.postings = {}
@@ -309,7 +309,8 @@ class Corpus:
 class _Row(dict):
     """A row of the history query, its columns as attributes."""
 
-    __getattr__ = dict.__getitem__
+    def __getattr__(self, column: str) -> Any:
+        return self[column]
 
 
 def _args_text(raw: Any) -> str:

@@ -35,7 +35,8 @@ from ..providers.presets import Resolved
 from ..providers.registry import ProviderCache, settings_model_info
 from ..providers.replay import ReplayProvider
 from . import wiring
-from .replay import RecordedTurn, TurnReplay
+from .record import RecordedTurn
+from .replay import TurnReplay
 from .side_calls import SideCalls
 from .subagents import turn_children_cost
 

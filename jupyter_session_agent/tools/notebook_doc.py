@@ -146,12 +146,14 @@ def output_text(outputs: Sequence[Any]) -> str:
         elif kind == "error":
             lines.append(f"{output.get('ename')}: {output.get('evalue')}")
         elif kind in ("execute_result", "display_data"):
-            data = output.get("data") if isinstance(output.get("data"), Mapping) else {}
+            raw_data = output.get("data")
+            data: Mapping[str, Any] = raw_data if isinstance(raw_data, Mapping) else {}
             if "text/plain" in data:
                 lines.append(_text(data["text/plain"]))
             others = [m for m in data if m != "text/plain"]
             # the extension sends big values as their size (jsa_sizes), not the value
-            known = output.get("jsa_sizes") if isinstance(output.get("jsa_sizes"), Mapping) else {}
+            raw_sizes = output.get("jsa_sizes")
+            known: Mapping[str, Any] = raw_sizes if isinstance(raw_sizes, Mapping) else {}
             if others:
                 sizes = ", ".join(
                     f"{m} ({int(known.get(m) or len(_text(data[m]))):,} chars)" for m in others[:5]

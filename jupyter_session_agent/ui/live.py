@@ -182,7 +182,9 @@ class LiveView(Observer):
     def view(self, final: bool = False) -> TranscriptView:
         turn = self.turn()
         info = self.session.info if self.session is not None else None
-        unsaved = getattr(getattr(self.session, "store", None), "unsaved", frozenset)()
+        unsaved: frozenset[str] = getattr(
+            getattr(self.session, "store", None), "unsaved", frozenset
+        )()
         view = TranscriptView(
             turn,
             session=info,

@@ -20,6 +20,7 @@ import argparse
 import errno
 import importlib
 import shlex
+import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -248,7 +249,6 @@ def help_text(
         return "\n".join(
             ["Settings: %config AgentMagics.<name> = value (shown: the default)", *settings_help]
         )
-    import textwrap
 
     commands = load_all()
     usage = cell_usage(cell) if cell is not None else ["%%agent"]

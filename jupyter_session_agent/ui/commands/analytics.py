@@ -7,6 +7,7 @@ no display); these handlers only parse arguments and return what to show.
 
 from __future__ import annotations
 
+from ... import analytics
 from ...core.errors import UsageError
 from . import parse, subcommand
 
@@ -21,8 +22,6 @@ PLOT_USAGE = "plot context|cost|cache|tools [ARG]"
     "[model|day|session], tool failure rates",
 )
 def plot(magics, args, raw):
-    from ... import analytics
-
     if not args or args[0] not in PLOTS:
         raise UsageError(
             f"usage: %agent {PLOT_USAGE} — e.g. %agent plot cost, %agent plot context SESSION_ID"
@@ -54,8 +53,6 @@ REPORTS = ("cost", "cache", "tools", "sessions", "steps", "compactions")
     "a ready-made table (DataFrame) over the history",
 )
 def report(magics, args, raw):
-    from ... import analytics
-
     if len(args) != 1 or args[0] not in REPORTS:
         raise UsageError(f"usage: %agent report {'|'.join(REPORTS)}")
     store = magics.store()
@@ -80,8 +77,6 @@ def report(magics, args, raw):
     "write the history as date-partitioned Parquet (for DuckDB, Spark, Trino)",
 )
 def export_parquet(magics, args, raw):
-    from ... import analytics
-
     ns = parse(
         "export-parquet DIR [--user NAME]",
         args,
@@ -104,8 +99,6 @@ def export_parquet(magics, args, raw):
     "write the history and its views into a DuckDB database file (duckdb FILE, DBeaver)",
 )
 def export_duckdb(magics, args, raw):
-    from ... import analytics
-
     ns = parse("export-duckdb FILE", args, (("file",), {"metavar": "FILE"}))
     if not ns.file.strip():
         raise UsageError("export-duckdb needs a file — e.g. %agent export-duckdb history.duckdb")

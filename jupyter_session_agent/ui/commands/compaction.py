@@ -7,7 +7,11 @@ recent turns kept verbatim; see the ``compaction`` package). The result is store
 
 from __future__ import annotations
 
+from ...analytics import replay as R
 from ...core.errors import UsageError
+from ..display import Markdown
+from ..live import LiveView
+from ..magics import is_kernel
 from . import existing_session, subcommand
 
 USAGE = "compact [--instructions TEXT]"
@@ -19,10 +23,6 @@ USAGE = "compact [--instructions TEXT]"
     "prune old tool outputs and summarise the conversation now (recent turns kept)",
 )
 def compact(magics, args, raw):
-    from ..display import Markdown
-    from ..live import LiveView
-    from ..magics import is_kernel
-
     instructions = _instructions(args)
     session = existing_session(magics)
     view = LiveView(live=magics.notebook().live and is_kernel(magics.shell), session=session)
@@ -70,8 +70,6 @@ REPLAY_USAGE = "compaction replay [SESSION|--all] [--policy KEY=VALUE,…] [--pl
     "compaction_replay view",
 )
 def compaction(magics, args, raw):
-    from ...analytics import replay as R
-
     if not args or args[0] != "replay":
         raise UsageError(
             f"usage: %agent {REPLAY_USAGE} — e.g. %agent compaction replay --policy "

@@ -10,7 +10,10 @@ session's last answer into the next cell (``set_next_input``).
 
 from __future__ import annotations
 
+from ...context.markdown import fence
+from ...context.prompt import code_to_next_cell
 from ...core.errors import UsageError
+from ...tools.kernel import cell_log
 from . import parse, subcommand
 
 FIX_USAGE = "fix [N] [-c]"
@@ -19,8 +22,6 @@ FIX_QUESTION = "Explain the cause of this error and propose a fix."
 
 def fix_prompt(number: int, source: str, traceback: str) -> str:
     """What ``%agent fix`` sends for cell ``number``."""
-    from ...context.markdown import fence
-
     return (
         f"{FIX_QUESTION}\n\nThe code of cell In [{number}]:\n\n{fence(source, 'python')}\n\n"
         f"The error it raised:\n\n{fence(traceback)}"
@@ -35,8 +36,6 @@ def fix_prompt(number: int, source: str, traceback: str) -> str:
     expand=False,
 )
 def fix(magics, words, raw):
-    from ...tools.kernel import cell_log
-
     args = parse(
         FIX_USAGE, words, (("cell",), {"nargs": "?"}), (("-c", "--code"), {"action": "store_true"})
     )
@@ -74,8 +73,6 @@ def fix(magics, words, raw):
 
 @subcommand("code", "code", "put the last python code block of the last answer into the next cell")
 def code(magics, words, raw):
-    from ...context.prompt import code_to_next_cell
-
     if words:
         raise UsageError("%agent code takes no arguments — usage: %agent code")
     answer = magics.session.last_answer() if magics.session is not None else ""

@@ -5,14 +5,15 @@ from __future__ import annotations
 import time
 
 from ...core.errors import UsageError
+from ...core.ids import check_ref
+from ...core.settings import SETTINGS
 from ...render import escape as X
+from ..display import Markdown, transcript
 from . import help_text, parse, subcommand
 
 
 @subcommand("help", "help [settings]", "this list; with settings: every setting and its default")
 def help_(magics, args, raw):
-    from ...core.settings import SETTINGS
-
     ns = parse("help [settings]", args, (("what",), {"nargs": "?", "choices": ["settings"]}))
     print(help_text(SETTINGS if ns.what else (), type(magics).agent_cell.parser))
 
@@ -41,8 +42,6 @@ SESSIONS_PAGE = 20  # sessions a page of %agent sessions lists
     f"list sessions, newest first, {SESSIONS_PAGE} a page (--all: every one)",
 )
 def sessions(magics, args, raw):
-    from ..display import Markdown
-
     ns = parse(
         "sessions [PAGE] [--all]",
         args,
@@ -82,12 +81,8 @@ def sessions(magics, args, raw):
 
 @subcommand("show", "show [ID]", "show a session's transcript (default: the current one)")
 def show(magics, args, raw):
-    from ..display import Markdown, transcript
-
     store = magics.store()
     if args:
-        from ...core.ids import check_ref
-
         session_id = store.session(check_ref(args[0], "session")).id
     elif magics.session is not None:
         session_id = magics.session.info.id

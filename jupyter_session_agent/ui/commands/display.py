@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...core.chat import history_model
 from ...core.errors import UsageError
+from ...core.ids import check_ref
+from ...loop.budget_report import budget_report
+from ...providers.registry import settings_model_info
+from ..display import BudgetView, TranscriptView
 from . import parse, subcommand
 
 
 def load_session(magics: Any, args: list[str], usage: str):
     """(session info, history, budget report) for ``ID`` or the current session."""
-    from ...core.chat import history_model
-    from ...loop.budget_report import budget_report
-    from ...providers.registry import settings_model_info
-
     if len(args) > 1:
         raise UsageError(f"usage: %agent {usage} — one session id (or a unique prefix) at most")
     given = parse(usage, args, (("session",), {"nargs": "?", "metavar": "ID"})).session
@@ -27,8 +28,6 @@ def load_session(magics: Any, args: list[str], usage: str):
     store = magics.store()
     current = magics.session
     if args:
-        from ...core.ids import check_ref
-
         info = store.session(check_ref(args[0], "session"))
     elif current is not None:
         info = current.info
@@ -50,8 +49,6 @@ def load_session(magics: Any, args: list[str], usage: str):
     "show", "show [ID]", "a session's transcript: every part, tool states, compactions, budget"
 )
 def show(magics, args, raw):
-    from ..display import TranscriptView
-
     info, history, report = load_session(magics, args, "show [ID]")
     return TranscriptView(history, session=info, report=report)
 
@@ -62,8 +59,6 @@ def show(magics, args, raw):
     "the token budget: context used/usable/reserved, prune and compaction triggers, steps, cost",
 )
 def budget(magics, args, raw):
-    from ..display import BudgetView
-
     info, _, report = load_session(magics, args, "budget [ID]")
     return BudgetView(report, session=info)
 

@@ -10,8 +10,16 @@ import os
 import time
 from pathlib import Path
 
+from ...core.chat import visible
 from ...core.ids import check_ref
+from ...exchange.opencode import import_opencode as do_import
+from ...exchange.transfer import default_name, import_bundle
+from ...exchange.transfer import export as do_export
 from ...render import escape as X
+from ...session.lifecycle import archive as do_archive
+from ...session.lifecycle import delete as do_delete
+from ...session.lifecycle import turns as rows_of
+from ..display import Markdown
 from . import existing_session, parse, subcommand
 
 
@@ -51,10 +59,6 @@ def unrevert(magics, args, raw):
     "turns", "turns [ID]", "the session's turns with their message ids (for fork --at and revert)"
 )
 def turns(magics, args, raw):
-    from ...core.chat import visible
-    from ...session.lifecycle import turns as rows_of
-    from ..display import Markdown
-
     ns = parse("turns [ID]", args, (("session",), {"nargs": "?"}))
     store = magics.store()
     if ns.session:
@@ -97,8 +101,6 @@ def _resolve(magics, session_id: str):
     "archive", "archive ID", "hide a session from %agent sessions (kept; unarchive brings it back)"
 )
 def archive(magics, args, raw):
-    from ...session.lifecycle import archive as do_archive
-
     ns = parse("archive ID", args, (("session",), {}))
     info, current = _resolve(magics, ns.session)
     do_archive(current or info.id, store=magics.store())
@@ -107,8 +109,6 @@ def archive(magics, args, raw):
 
 @subcommand("unarchive", "unarchive ID", "list an archived session again")
 def unarchive(magics, args, raw):
-    from ...session.lifecycle import archive as do_archive
-
     ns = parse("unarchive ID", args, (("session",), {}))
     info, current = _resolve(magics, ns.session)
     do_archive(current or info.id, store=magics.store(), undo=True)
@@ -119,8 +119,6 @@ def unarchive(magics, args, raw):
     "delete", "delete ID", "delete a session, its messages and parts, and its subagent sessions"
 )
 def delete(magics, args, raw):
-    from ...session.lifecycle import delete as do_delete
-
     ns = parse("delete ID", args, (("session",), {}))
     info, current = _resolve(magics, ns.session)
     if current is not None:
@@ -140,9 +138,6 @@ def delete(magics, args, raw):
     "write a session as Markdown, a self-contained HTML page, or a JSON bundle for %agent import",
 )
 def export(magics, args, raw):
-    from ...exchange.transfer import default_name
-    from ...exchange.transfer import export as do_export
-
     ns = parse(
         "export [ID] --format md|html|json [--out PATH]",
         args,
@@ -169,8 +164,6 @@ def export(magics, args, raw):
     "import", "import PATH", "read a JSON bundle from %agent export (same ids; twice is a no-op)"
 )
 def import_(magics, args, raw):
-    from ...exchange.transfer import import_bundle
-
     ns = parse("import PATH", args, (("path",), {}))
     print(import_bundle(magics.store(), ns.path))
 
@@ -181,8 +174,6 @@ def import_(magics, args, raw):
     "import OpenCode's sessions (opencode.db or storage/; default ~/.local/share/opencode)",
 )
 def import_opencode(magics, args, raw):
-    from ...exchange.opencode import import_opencode as do_import
-
     ns = parse(
         "import-opencode [DIR] [--session ID …]",
         args,

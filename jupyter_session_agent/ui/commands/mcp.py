@@ -7,6 +7,9 @@ import os
 
 from ...core.errors import UsageError
 from ...render import escape as X
+from ...tools.mcp import resolve, tools_of
+from ...tools.mcp_client import current, hub
+from ..display import Markdown
 from . import subcommand
 
 USAGE = "mcp [restart NAME | stop NAME]"
@@ -18,8 +21,6 @@ def _directory(magics) -> str:
 
 @subcommand("mcp", USAGE, "MCP servers: status, tools and last error; restart or stop one")
 def mcp(magics, args, raw):
-    from ...tools.mcp import resolve
-
     settings = magics.settings()
     configs, problems = resolve(settings, _directory(magics))
     if not args:
@@ -30,8 +31,6 @@ def mcp(magics, args, raw):
     if name not in configs:
         known = ", ".join(sorted(configs)) or "none — set %config AgentMagics.mcp"
         raise UsageError(f"no MCP server {name!r} is configured (servers: {known})")
-    from ...tools.mcp import tools_of
-    from ...tools.mcp_client import hub
 
     server = hub().server(configs[name], data_dir=settings.data_dir, cwd=_directory(magics))
     if action == "stop":
@@ -46,10 +45,6 @@ def mcp(magics, args, raw):
 
 
 def _listing(configs, problems):
-    from ...tools.mcp import tools_of
-    from ...tools.mcp_client import current
-    from ..display import Markdown
-
     if not configs and not problems:
         return Markdown(
             'No MCP servers — add one with `%config AgentMagics.mcp = {"time": {"type": '

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 
+from ... import memory
 from ...core.errors import UsageError
+from ...core.ids import check_ref
 from ...render import escape as X
+from ..display import Markdown
 from . import subcommand, usage_parser
 
 REMEMBER_USAGE = "remember [ID] [--all] [--rules|--llm] [--force]"
@@ -22,9 +25,6 @@ def _directory(magics) -> str:
     "extract a session's decisions, preferences, facts and open tasks into the project's memory files",
 )
 def remember(magics, args, raw):
-    from ... import memory
-    from ..display import Markdown
-
     parser = usage_parser(REMEMBER_USAGE)
     parser.add_argument("session", nargs="?")
     parser.add_argument("--all", action="store_true")
@@ -48,8 +48,6 @@ def remember(magics, args, raw):
         lines += [f"- {X.markdown(r.summary(), fences=False)}" for r in done]
         return Markdown("\n".join(lines))
     if ns.session:
-        from ...core.ids import check_ref
-
         session_id = store.session(check_ref(ns.session, "session")).id
     elif magics.session is not None:
         session_id = magics.session.info.id
@@ -84,9 +82,6 @@ def remember(magics, args, raw):
     "search the project's memory and history (BM25 fused with embeddings); newest statement wins",
 )
 def recall(magics, args, raw):
-    from ... import memory
-    from ..display import Markdown
-
     parser = usage_parser(RECALL_USAGE)
     parser.add_argument("query", nargs="*")
     parser.add_argument("--all", action="store_true", help="every project, not only this one")
@@ -157,9 +152,6 @@ def _ranked_by(status, hits) -> str:
     "show this project's MEMORY.md (consolidated memory; edit the files to correct it)",
 )
 def show_memory(magics, args, raw):
-    from ... import memory
-    from ..display import Markdown
-
     parser = usage_parser("memory [--path]")
     parser.add_argument("--path", action="store_true")
     ns = parser.parse_args(args)

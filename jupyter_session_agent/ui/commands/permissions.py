@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 
-from ...core.errors import UsageError
+from ...core import permission as P
+from ...core.errors import ConfigError, UsageError
 from ...render import escape as X
+from ..display import Markdown
 from . import subcommand
 
 USAGE = (
@@ -26,9 +28,6 @@ USAGE = (
     "allow, ask or deny a tool (or a pattern) in this session; no arguments: list the rules",
 )
 def permit(magics, args, raw):
-    from ...core import permission as P
-    from ...core.errors import ConfigError
-
     if args and args != ["--clear"] and (len(args) < 2 or args[-1].lower() not in P.ACTIONS):
         raise UsageError(USAGE)  # before a session is made: a refused command changes nothing
     session = magics.current()
@@ -54,9 +53,6 @@ def permit(magics, args, raw):
 
 
 def _listing(magics, session):
-    from ...core import permission as P
-    from ..display import Markdown
-
     groups = [
         (
             "default",

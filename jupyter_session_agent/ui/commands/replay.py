@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...core.errors import UsageError
+from ...session.record import Replayer
+from ...session.replay import NotebookRecord
 from . import subcommand
 
 
 def records(magics):
     """The magics' ``session.replay.NotebookRecord`` (made on first use)."""
-    from ...session.replay import NotebookRecord
-
     magics.records = magics.records or NotebookRecord()
     return magics.records
 
@@ -54,8 +54,6 @@ def replay(magics, args, raw):
         elif word.lower() == "on":
             magics.replay = "on"
         else:
-            from ...session.replay import Replayer
-
             path = Path(word).expanduser().absolute()
             opened = Replayer.open(path)  # a missing or broken record is one line now
             magics.replay = str(path)
