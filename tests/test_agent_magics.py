@@ -271,3 +271,12 @@ def test_unknown_model_override_key_is_a_config_error(ip, server, magics):
     with pytest.raises(AgentError, match="context"):  # refused when assigned; the old value stays
         magics.model_overrides = {"openai/scripted": {"context_window": 5}}
     assert magics.model_overrides == before
+
+
+def test_each_subcommand_is_found_in_the_module_that_registers_it():
+    """``%agent NAME`` imports only NAME's module: the static map must say where each is."""
+    from jupyter_session_agent.ui import commands
+
+    registered = commands.load_all()
+    where = {name: s.handler.__module__.rsplit(".", 1)[1] for name, s in registered.items()}
+    assert where == commands.OWNER

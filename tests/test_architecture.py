@@ -286,6 +286,7 @@ LONG_MODULES = frozenset(
         "session/lifecycle.py",
         "session/replay.py",
         "session/snapshot.py",
+        "session/wiring.py",
         "store/catalog.py",
         "store/export.py",
         "store/merge.py",

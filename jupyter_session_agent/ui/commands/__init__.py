@@ -30,19 +30,22 @@ from ...core.settings import SettingInfo
 
 Handler = Callable[[Any, list[str], str], Any]
 
-# Feature modules under this package; each registers its subcommands on import.
-MODULES = (
-    "core",
-    "display",
-    "permissions",
-    "lifecycle",
-    "compaction",
-    "memory",
-    "analytics",
-    "mcp",
-    "context",
-    "replay",
-)
+# Feature modules under this package, each with the subcommands it registers on import: a
+# command loads only its own module (and what that module imports), so the first ``%agent
+# sessions`` does not load memory, the exporters or the MCP client; ``help`` loads them all.
+MODULES: dict[str, str] = {
+    "core": "help new use sessions sql",
+    "display": "show budget browse",
+    "permissions": "permit",
+    "lifecycle": "fork revert unrevert turns archive unarchive delete export import import-opencode",
+    "compaction": "compact compaction",
+    "memory": "remember recall memory",
+    "analytics": "plot report export-parquet export-duckdb",
+    "mcp": "mcp",
+    "context": "fix code",
+    "replay": "record replay",
+}
+OWNER = {name: module for module, names in MODULES.items() for name in names.split()}
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ def dispatch(magics: Any, line: str, expand: Callable[[str], str] | None = None)
         raise UsageError("the arguments hold a NUL character — remove it")
     head = line.strip().split(None, 1)
     name, rest = (head[0], head[1] if len(head) > 1 else "") if head else ("help", "")
-    command = load_all().get(name)
+    command = load(name)
     if command is None:
         raise UsageError(
             f"unknown or not yet available subcommand '{name}' — %agent help lists them"
@@ -170,7 +173,16 @@ def existing_session(magics: Any, session_id: str | None = None) -> Any:
     return magics.current()
 
 
+def load(name: str) -> Subcommand | None:
+    """The subcommand ``name``, its module imported (None: no such subcommand)."""
+    module = OWNER.get(name)
+    if module is not None:
+        importlib.import_module(f"{__name__}.{module}")
+    return REGISTRY.get(name)
+
+
 def load_all() -> dict[str, Subcommand]:
+    """Every subcommand (``%agent help``), each module imported."""
     for module in MODULES:
         importlib.import_module(f"{__name__}.{module}")
     return REGISTRY
