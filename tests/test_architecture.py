@@ -29,6 +29,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from jupyter_session_agent.core.messages import ModelRef, UserMessage, WithParts
+from jupyter_session_agent.loop.history import History
+
 PACKAGE = "jupyter_session_agent"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -257,27 +262,75 @@ HISTORY_NAME_ELSEWHERE = {
 }
 
 
-def _is_history(node: ast.expr) -> bool:
-    """``history``, ``x.history``, ``x.y.history`` (an item or slice of one counts)."""
+def _is_history(node: ast.expr, aliases: frozenset[str] = frozenset()) -> bool:
+    """``history``, ``x.history``, ``x.y.history``, or a name bound to one of them in the same
+    module (``h = session.history``); an item or slice of one counts."""
     while isinstance(node, ast.Subscript):
         node = node.value
-    return (isinstance(node, ast.Name) and node.id == "history") or (
+    return (isinstance(node, ast.Name) and node.id in {"history", *aliases}) or (
         isinstance(node, ast.Attribute) and node.attr == "history"
     )
 
 
+def _reaches_history(node: ast.expr, aliases: frozenset[str]) -> bool:
+    """``node`` is a history or something reached through one (``h.calibration``, ``h[0]``)."""
+    while True:
+        if _is_history(node, aliases):
+            return True
+        if not isinstance(node, (ast.Attribute, ast.Subscript)):
+            return False
+        node = node.value
+
+
+# builtins that change (or hand out for changing) an object's attributes
+ATTRIBUTE_WRITERS = {"setattr", "delattr", "vars", "__setattr__", "__delattr__"}
+
+
 def history_mutations(source: str) -> list[tuple[int, str]]:
     """(line, code) of each in-place change of a history in ``source``: a list method that
-    mutates, item or slice assignment or deletion, ``+=``, attribute assignment on it."""
+    mutates (also as ``list.append(history, …)``), item or slice assignment or deletion,
+    ``+=``, attribute assignment on it, ``setattr``/``vars``/``object.__setattr__`` on it,
+    and any underscore attribute reached through it (``history._items``: the inner list,
+    ``history.calibration._ratio``). A name bound to a history (``h = session.history``) is a
+    history too."""
+    tree = ast.parse(source)
+    aliases = frozenset(
+        t.id
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr))
+        and node.value is not None
+        and not isinstance(node.value, ast.Subscript)
+        and _is_history(node.value)
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Name) and t.id != "history"
+    )
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            on_history = node.func.attr in LIST_MUTATORS and _is_history(node.func.value, aliases)
+            unbound = (  # list.append(history, x), object.__setattr__(history, …)
+                node.func.attr in LIST_MUTATORS | ATTRIBUTE_WRITERS
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in {"list", "object", "History"}
+                and bool(node.args)
+                and _reaches_history(node.args[0], aliases)
+            )
+            if on_history or unbound:
+                found.append((node.lineno, ast.unparse(node.func)))
         if (
             isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in LIST_MUTATORS
-            and _is_history(node.func.value)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ATTRIBUTE_WRITERS
+            and node.args
+            and _reaches_history(node.args[0], aliases)
         ):
             found.append((node.lineno, ast.unparse(node.func)))
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and _reaches_history(node.value, aliases)
+        ):
+            found.append((node.lineno, ast.unparse(node)))
         targets: list[ast.expr] = []
         if isinstance(node, (ast.Assign, ast.Delete)):
             targets = list(node.targets)
@@ -286,13 +339,13 @@ def history_mutations(source: str) -> list[tuple[int, str]]:
         for target in targets:
             for t in target.elts if isinstance(target, ast.Tuple) else [target]:
                 changed = (
-                    (isinstance(t, ast.Subscript) and _is_history(t.value))
-                    or (isinstance(t, ast.Attribute) and _is_history(t.value))
-                    or (isinstance(node, ast.AugAssign) and _is_history(t))
+                    (isinstance(t, ast.Subscript) and _is_history(t.value, aliases))
+                    or (isinstance(t, ast.Attribute) and _reaches_history(t.value, aliases))
+                    or (isinstance(node, ast.AugAssign) and _is_history(t, aliases))
                 )
                 if changed:
                     found.append((node.lineno, ast.unparse(t)))
-    return sorted(found)
+    return sorted(set(found))
 
 
 def test_the_history_scan_finds_what_it_is_meant_to_find():
@@ -308,6 +361,23 @@ def test_the_history_scan_finds_what_it_is_meant_to_find():
         "    a, history[1] = 1, 2\n"
     )
     assert [line for line, _ in history_mutations(bad)] == [2, 3, 4, 5, 6, 7, 8, 9]
+    # the ways around a name-based scan: an alias, the inner list, builtins, unbound methods
+    evasive = (
+        "def f(session):\n"
+        "    h = session.history\n"
+        "    h.append(1)\n"
+        "    list.append(session.history, 2)\n"
+        "    setattr(session.history, 'calibration', None)\n"
+        "    session.history._items.append(3)\n"
+        "    vars(h)\n"
+        "    object.__setattr__(h, '_items', [])\n"
+        "    h.calibration._ratio = 9\n"
+        "    session.history.__dict__\n"
+        "    session.history.calibration.x = 1\n"
+        "    list.extend(h._items, [])\n"
+    )
+    lines = sorted({line for line, _ in history_mutations(evasive)})
+    assert lines == list(range(3, 13))
     fine = (
         "def g(session, history):\n"
         "    history.add(1)\n"
@@ -315,8 +385,39 @@ def test_the_history_scan_finds_what_it_is_meant_to_find():
         "    history = history[-3:]\n"
         "    self.history = history\n"
         "    x = [m for m in session.history]\n"
+        "    session.history.calibration.set(1.2)\n"
+        "    h = session.history\n"
+        "    h.put_back(x[0])\n"
     )
     assert history_mutations(fine) == []
+
+
+def test_a_history_shares_its_list_with_no_caller():
+    """A ``History`` built from a list copies it (a session built from a list cannot be changed
+    through that list); its reads give copies; only ``History.of`` adopts a list its caller
+    owns, and a ``History`` it is given stays itself."""
+
+    def message(i: int) -> WithParts:
+        model = ModelRef(provider_id="scripted", model_id="m")
+        return WithParts(
+            UserMessage(id=f"msg_{i}", session_id="ses_x", time_created=i, model=model)
+        )
+
+    given = [message(1)]
+    history = History(given)
+    given.append(message(2))
+    given.clear()
+    assert [m.info.id for m in history] == [message(1).info.id]
+    history[:].append(message(3))
+    list(history).append(message(3))
+    assert len(history) == 1
+    with pytest.raises(TypeError):
+        history.add("not a message")  # type: ignore[arg-type]
+    assert not hasattr(history, "__dict__")
+    assert History.of(history) is history
+    owned: list[WithParts] = []
+    History.of(owned).add(message(4))
+    assert [m.info.id for m in owned] == [message(4).info.id]
 
 
 def test_no_module_outside_the_history_object_mutates_a_history():
