@@ -25,8 +25,11 @@ keep ``%load_ext`` cheap (``LATE_IMPORTS``, each with its reason).
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -444,13 +447,23 @@ STEP_CLASSES = {"loop/step.py": ("StepSetup", "StepProcessor")}
 
 def any_annotations(source: str, classes: tuple[str, ...] = ()) -> list[tuple[int, str]]:
     """(line, annotation) of each annotation naming ``Any`` in ``source`` (in ``classes``
-    only, when given), and each import of ``Any``."""
+    only, when given): ``Any`` under any name it is imported as, ``typing.Any``, a quoted
+    ``"Any"``; each import of ``Any`` or ``*`` from ``typing``; and the ways to an untyped value
+    without writing ``Any``: a parameter without an annotation (it is ``Any`` to mypy), a
+    function without a return annotation (but ``__init__``), ``cast(...)``, ``# type: ignore``."""
     tree = ast.parse(source)
     scopes: list[ast.AST] = (
         [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name in classes]
         if classes
         else [tree]
     )
+    any_names = {"Any"} | {
+        a.asname
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module in ("typing", "typing_extensions")
+        for a in node.names
+        if a.name == "Any" and a.asname
+    }
     found = []
     for scope in scopes:
         for node in ast.walk(scope):
@@ -462,21 +475,37 @@ def any_annotations(source: str, classes: tuple[str, ...] = ()) -> list[tuple[in
                 every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
                 every += [a for a in (args.vararg, args.kwarg) if a is not None]
                 annotations = [a.annotation for a in every] + [node.returns]
+                for a in every:
+                    if a.annotation is None and a.arg not in ("self", "cls"):
+                        found.append((node.lineno, f"{node.name}({a.arg}) without a type"))
+                if node.returns is None and node.name != "__init__":
+                    found.append((node.lineno, f"{node.name}() without a return type"))
             elif (
                 isinstance(node, ast.ImportFrom)
                 and not classes
-                and any(a.name == "Any" for a in node.names)
+                and any(a.name in ("Any", "*") for a in node.names)
             ):
                 found.append((node.lineno, "import Any"))
+            elif isinstance(node, ast.Call) and (
+                (isinstance(node.func, ast.Name) and node.func.id == "cast")
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "cast")
+            ):
+                found.append((node.lineno, ast.unparse(node.func)))
             for annotation in annotations:
                 if annotation is None:
                     continue
                 names = {n.id for n in ast.walk(annotation) if isinstance(n, ast.Name)}
+                names |= {n.attr for n in ast.walk(annotation) if isinstance(n, ast.Attribute)}
                 names |= {
                     n.value for n in ast.walk(annotation) if isinstance(n, ast.Constant)
                 }  # a quoted annotation
-                if "Any" in names or any("Any" in str(n).split("[") for n in names):
+                words = {w for n in names for w in str(n).replace("]", "[").split("[")}
+                if words & any_names or any(w.rpartition(".")[2] in any_names for w in words):
                     found.append((annotation.lineno, ast.unparse(annotation)))
+    if not classes:
+        for number, line in enumerate(source.splitlines(), 1):
+            if "# type: ignore" in line:
+                found.append((number, "# type: ignore"))
     return sorted(found)
 
 
@@ -490,6 +519,68 @@ def test_the_any_scan_finds_what_it_is_meant_to_find():
     assert [line for line, _ in any_annotations(bad)] == [1, 2, 2, 2, 2, 4]
     assert [line for line, _ in any_annotations(bad, ("S",))] == [4]
     assert any_annotations("def f(a: int, b: object) -> str: ...\n") == []
+    # Any under another name, or an untyped value without the word
+    evasive = (
+        "import typing\n"
+        "from typing import Any as A, cast\n"
+        "def f(a: typing.Any, b: A, c: 'typing.Any', d: dict[str, A] | None) -> None: ...\n"
+        "def g(a, *rest: int) -> None: ...\n"
+        "def h(a: int):\n"
+        "    return cast(int, a)\n"
+        "x: int = f()  # type: ignore[func-returns-value]\n"
+        "from typing import *\n"
+    )
+    found = any_annotations(evasive)
+    assert sorted({line for line, _ in found}) == [2, 3, 4, 5, 6, 7, 8]
+    assert len([1 for line, _ in found if line == 3]) == 4
+    assert any_annotations("class C:\n    def __init__(self, a: int): ...\n") == []
+
+
+def _type_hints_naming_any(
+    module_name: str, checking: dict, only: tuple[str, ...] = ()
+) -> list[str]:
+    """The annotations of ``module_name``'s own functions, classes (fields, methods) and
+    protocols that resolve to ``Any`` once every name is followed: a type alias defined
+    elsewhere (``Json = dict[str, Any]``) brings ``Any`` in without the word."""
+    module = importlib.import_module(module_name)
+
+    def names_any(hint: object) -> bool:
+        if hint is typing.Any:
+            return True
+        if isinstance(hint, (list, tuple)):
+            return any(names_any(h) for h in hint)
+        return any(names_any(h) for h in typing.get_args(hint))
+
+    found = []
+    for name, value in vars(module).items():
+        if getattr(value, "__module__", None) != module_name or (only and name not in only):
+            continue
+        owners = [(name, value)]
+        if inspect.isclass(value):
+            owners += [
+                (f"{name}.{k}", v)
+                for k, v in vars(value).items()
+                if inspect.isfunction(v) or isinstance(v, property)
+            ]
+        for label, owner in owners:
+            owner = owner.fget if isinstance(owner, property) else owner
+            for key, hint in typing.get_type_hints(owner, localns=checking).items():
+                if names_any(hint):
+                    found.append(f"{module_name}.{label} {key}: {hint}")
+    return found
+
+
+def _type_checking_names(module_names: list[str]) -> dict:
+    """The names the modules import only for the type checker (``if TYPE_CHECKING:``)."""
+    names: dict = {}
+    for module_name in module_names:
+        module = importlib.import_module(module_name)
+        for node in ast.parse(inspect.getsource(module)).body:
+            if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+                scope = {"__name__": module_name, "__package__": module.__package__}
+                exec(compile(ast.Module(node.body, []), module_name, "exec"), scope)
+                names.update({k: v for k, v in scope.items() if not k.startswith("__")})
+    return names
 
 
 def test_no_any_in_the_turns_wiring():
@@ -500,6 +591,13 @@ def test_no_any_in_the_turns_wiring():
     for rel, classes in STEP_CLASSES.items():
         for line, text in any_annotations((ROOT / rel).read_text(encoding="utf-8"), classes):
             wrong.append(f"{PACKAGE}/{rel}:{line}: {text}")
+    modules = [f"{PACKAGE}.{rel[:-3].replace('/', '.')}" for rel in TURN_WIRING]
+    step_modules = {f"{PACKAGE}.{r[:-3].replace('/', '.')}": c for r, c in STEP_CLASSES.items()}
+    checking = _type_checking_names([*modules, *step_modules])
+    for module_name in modules:
+        wrong += _type_hints_naming_any(module_name, checking)
+    for module_name, classes in step_modules.items():
+        wrong += _type_hints_naming_any(module_name, checking, classes)
     assert not wrong, (
         "the turn's wiring names Any; give it the type it is (a Protocol when the "
         "value comes from a higher layer):\n" + "\n".join(wrong)
