@@ -450,7 +450,8 @@ def any_annotations(source: str, classes: tuple[str, ...] = ()) -> list[tuple[in
     only, when given): ``Any`` under any name it is imported as, ``typing.Any``, a quoted
     ``"Any"``; each import of ``Any`` or ``*`` from ``typing``; and the ways to an untyped value
     without writing ``Any``: a parameter without an annotation (it is ``Any`` to mypy), a
-    function without a return annotation (but ``__init__``), ``cast(...)``, ``# type: ignore``."""
+    function without a return annotation (but ``__init__``), ``cast(...)``, ``# type: ignore``,
+    ``getattr(x, "name")`` (an attribute read by name)."""
     tree = ast.parse(source)
     scopes: list[ast.AST] = (
         [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name in classes]
@@ -491,6 +492,14 @@ def any_annotations(source: str, classes: tuple[str, ...] = ()) -> list[tuple[in
                 or (isinstance(node.func, ast.Attribute) and node.func.attr == "cast")
             ):
                 found.append((node.lineno, ast.unparse(node.func)))
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "getattr"
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+            ):  # an attribute read by name is Any to the type checker
+                found.append((node.lineno, ast.unparse(node)))
             for annotation in annotations:
                 if annotation is None:
                     continue
@@ -529,9 +538,10 @@ def test_the_any_scan_finds_what_it_is_meant_to_find():
         "    return cast(int, a)\n"
         "x: int = f()  # type: ignore[func-returns-value]\n"
         "from typing import *\n"
+        "y: int = getattr(x, 'user_ns', None)\n"
     )
     found = any_annotations(evasive)
-    assert sorted({line for line, _ in found}) == [2, 3, 4, 5, 6, 7, 8]
+    assert sorted({line for line, _ in found}) == [2, 3, 4, 5, 6, 7, 8, 9]
     assert len([1 for line, _ in found if line == 3]) == 4
     assert any_annotations("class C:\n    def __init__(self, a: int): ...\n") == []
 

@@ -159,12 +159,7 @@ def turn_setup(
     directory = Path(session.info.directory)
     limits = model.limits
     prompt_text = settings.system_prompt or (
-        codeaction.system_prompt(
-            kernel.variables_line(
-                getattr(session.shell, "user_ns", None) or {},
-                getattr(session.shell, "user_ns_hidden", ()),
-            )
-        )
+        codeaction.system_prompt(kernel.shell_variables_line(session.shell))
         if code
         else system_prompt(str(directory), list(tools))
     )
