@@ -364,11 +364,12 @@ def test_a_session_given_settings_as_a_dict_checks_them_in_one_line(tmp_path, na
 NESTED = ("compaction", "snapshot", "memory", "mcp")
 
 
-def _is_settings(node: ast.expr) -> bool:
-    """``settings``, ``x.settings``, ``x.settings.compaction`` (a nested setting)."""
+def _is_settings(node: ast.expr, aliases: frozenset[str] = frozenset()) -> bool:
+    """``settings``, ``x.settings``, ``x.settings.compaction`` (a nested setting), or a name
+    bound to one of them in the same module (``s = self.settings``)."""
     if isinstance(node, ast.Attribute) and node.attr in NESTED:
         node = node.value
-    return (isinstance(node, ast.Name) and node.id in ("settings", "cfg", "config")) or (
+    return (isinstance(node, ast.Name) and node.id in {"settings", "cfg", "config", *aliases}) or (
         isinstance(node, ast.Attribute) and node.attr == "settings"
     )
 
@@ -377,14 +378,27 @@ def untyped_setting_reads(source: str) -> list[tuple[int, str]]:
     """(line, code) of each ``getattr(settings, "name")``/``hasattr``, and each ``.get(`` or
     ``[…]`` on a nested setting (``settings.compaction.get("auto", True)`` restates a
     default and hides a misspelt key from the type checker)."""
+    tree = ast.parse(source)
+    aliases: frozenset[str] = frozenset()
+    while True:  # an alias of an alias (``c = s.compaction``) too
+        more = aliases | {
+            t.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign) and _is_settings(node.value, aliases)
+            for t in node.targets
+            if isinstance(t, ast.Name)
+        }
+        if more == aliases:
+            break
+        aliases = more
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
             and node.func.id in ("getattr", "hasattr")
             and len(node.args) >= 2
-            and _is_settings(node.args[0])
+            and _is_settings(node.args[0], aliases)
             and isinstance(node.args[1], ast.Constant)  # a walk over fields() names no field
         ):
             found.append((node.lineno, ast.unparse(node)))
@@ -397,7 +411,7 @@ def untyped_setting_reads(source: str) -> list[tuple[int, str]]:
             on is not None
             and isinstance(on, ast.Attribute)
             and on.attr in NESTED[:3]  # mcp is a mapping of servers by name
-            and _is_settings(on)
+            and _is_settings(on, aliases)
         ):
             found.append((node.lineno, ast.unparse(node)))
     return sorted(found)
@@ -411,8 +425,13 @@ def test_the_settings_read_scan_finds_what_it_is_meant_to_find():
         "    settings.memory['top_k']\n"
         "    hasattr(session.settings, 'mcp')\n"
         "    getattr(session.settings.snapshot, 'max_files')\n"
+        "    s = self.settings\n"
+        "    getattr(s, 'titles', True)\n"
+        "    c = s.compaction\n"
+        "    getattr(c, 'auto', True)\n"
+        "    s.memory.get('top_k')\n"
     )
-    assert [line for line, _ in untyped_setting_reads(bad)] == [2, 3, 4, 5, 6]
+    assert [line for line, _ in untyped_setting_reads(bad)] == [2, 3, 4, 5, 6, 8, 10, 11]
     fine = (
         "def g(session, settings, name):\n"
         "    settings.compaction.auto\n"
