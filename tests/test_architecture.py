@@ -25,9 +25,17 @@ keep ``%load_ext`` cheap (``LATE_IMPORTS``, each with its reason).
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 import subprocess
 import sys
+import typing
 from pathlib import Path
+
+import pytest
+
+from jupyter_session_agent.core.messages import ModelRef, UserMessage, WithParts
+from jupyter_session_agent.loop.history import History
 
 PACKAGE = "jupyter_session_agent"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
@@ -339,27 +347,75 @@ HISTORY_NAME_ELSEWHERE = {
 }
 
 
-def _is_history(node: ast.expr) -> bool:
-    """``history``, ``x.history``, ``x.y.history`` (an item or slice of one counts)."""
+def _is_history(node: ast.expr, aliases: frozenset[str] = frozenset()) -> bool:
+    """``history``, ``x.history``, ``x.y.history``, or a name bound to one of them in the same
+    module (``h = session.history``); an item or slice of one counts."""
     while isinstance(node, ast.Subscript):
         node = node.value
-    return (isinstance(node, ast.Name) and node.id == "history") or (
+    return (isinstance(node, ast.Name) and node.id in {"history", *aliases}) or (
         isinstance(node, ast.Attribute) and node.attr == "history"
     )
 
 
+def _reaches_history(node: ast.expr, aliases: frozenset[str]) -> bool:
+    """``node`` is a history or something reached through one (``h.calibration``, ``h[0]``)."""
+    while True:
+        if _is_history(node, aliases):
+            return True
+        if not isinstance(node, (ast.Attribute, ast.Subscript)):
+            return False
+        node = node.value
+
+
+# builtins that change (or hand out for changing) an object's attributes
+ATTRIBUTE_WRITERS = {"setattr", "delattr", "vars", "__setattr__", "__delattr__"}
+
+
 def history_mutations(source: str) -> list[tuple[int, str]]:
     """(line, code) of each in-place change of a history in ``source``: a list method that
-    mutates, item or slice assignment or deletion, ``+=``, attribute assignment on it."""
+    mutates (also as ``list.append(history, …)``), item or slice assignment or deletion,
+    ``+=``, attribute assignment on it, ``setattr``/``vars``/``object.__setattr__`` on it,
+    and any underscore attribute reached through it (``history._items``: the inner list,
+    ``history.calibration._ratio``). A name bound to a history (``h = session.history``) is a
+    history too."""
+    tree = ast.parse(source)
+    aliases = frozenset(
+        t.id
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr))
+        and node.value is not None
+        and not isinstance(node.value, ast.Subscript)
+        and _is_history(node.value)
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Name) and t.id != "history"
+    )
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            on_history = node.func.attr in LIST_MUTATORS and _is_history(node.func.value, aliases)
+            unbound = (  # list.append(history, x), object.__setattr__(history, …)
+                node.func.attr in LIST_MUTATORS | ATTRIBUTE_WRITERS
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in {"list", "object", "History"}
+                and bool(node.args)
+                and _reaches_history(node.args[0], aliases)
+            )
+            if on_history or unbound:
+                found.append((node.lineno, ast.unparse(node.func)))
         if (
             isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in LIST_MUTATORS
-            and _is_history(node.func.value)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ATTRIBUTE_WRITERS
+            and node.args
+            and _reaches_history(node.args[0], aliases)
         ):
             found.append((node.lineno, ast.unparse(node.func)))
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and _reaches_history(node.value, aliases)
+        ):
+            found.append((node.lineno, ast.unparse(node)))
         targets: list[ast.expr] = []
         if isinstance(node, (ast.Assign, ast.Delete)):
             targets = list(node.targets)
@@ -368,13 +424,13 @@ def history_mutations(source: str) -> list[tuple[int, str]]:
         for target in targets:
             for t in target.elts if isinstance(target, ast.Tuple) else [target]:
                 changed = (
-                    (isinstance(t, ast.Subscript) and _is_history(t.value))
-                    or (isinstance(t, ast.Attribute) and _is_history(t.value))
-                    or (isinstance(node, ast.AugAssign) and _is_history(t))
+                    (isinstance(t, ast.Subscript) and _is_history(t.value, aliases))
+                    or (isinstance(t, ast.Attribute) and _reaches_history(t.value, aliases))
+                    or (isinstance(node, ast.AugAssign) and _is_history(t, aliases))
                 )
                 if changed:
                     found.append((node.lineno, ast.unparse(t)))
-    return sorted(found)
+    return sorted(set(found))
 
 
 def test_the_history_scan_finds_what_it_is_meant_to_find():
@@ -390,6 +446,23 @@ def test_the_history_scan_finds_what_it_is_meant_to_find():
         "    a, history[1] = 1, 2\n"
     )
     assert [line for line, _ in history_mutations(bad)] == [2, 3, 4, 5, 6, 7, 8, 9]
+    # the ways around a name-based scan: an alias, the inner list, builtins, unbound methods
+    evasive = (
+        "def f(session):\n"
+        "    h = session.history\n"
+        "    h.append(1)\n"
+        "    list.append(session.history, 2)\n"
+        "    setattr(session.history, 'calibration', None)\n"
+        "    session.history._items.append(3)\n"
+        "    vars(h)\n"
+        "    object.__setattr__(h, '_items', [])\n"
+        "    h.calibration._ratio = 9\n"
+        "    session.history.__dict__\n"
+        "    session.history.calibration.x = 1\n"
+        "    list.extend(h._items, [])\n"
+    )
+    lines = sorted({line for line, _ in history_mutations(evasive)})
+    assert lines == list(range(3, 13))
     fine = (
         "def g(session, history):\n"
         "    history.add(1)\n"
@@ -397,8 +470,39 @@ def test_the_history_scan_finds_what_it_is_meant_to_find():
         "    history = history[-3:]\n"
         "    self.history = history\n"
         "    x = [m for m in session.history]\n"
+        "    session.history.calibration.set(1.2)\n"
+        "    h = session.history\n"
+        "    h.put_back(x[0])\n"
     )
     assert history_mutations(fine) == []
+
+
+def test_a_history_shares_its_list_with_no_caller():
+    """A ``History`` built from a list copies it (a session built from a list cannot be changed
+    through that list); its reads give copies; only ``History.of`` adopts a list its caller
+    owns, and a ``History`` it is given stays itself."""
+
+    def message(i: int) -> WithParts:
+        model = ModelRef(provider_id="scripted", model_id="m")
+        return WithParts(
+            UserMessage(id=f"msg_{i}", session_id="ses_x", time_created=i, model=model)
+        )
+
+    given = [message(1)]
+    history = History(given)
+    given.append(message(2))
+    given.clear()
+    assert [m.info.id for m in history] == [message(1).info.id]
+    history[:].append(message(3))
+    list(history).append(message(3))
+    assert len(history) == 1
+    with pytest.raises(TypeError):
+        history.add("not a message")  # type: ignore[arg-type]
+    assert not hasattr(history, "__dict__")
+    assert History.of(history) is history
+    owned: list[WithParts] = []
+    History.of(owned).add(message(4))
+    assert [m.info.id for m in owned] == [message(4).info.id]
 
 
 def test_no_module_outside_the_history_object_mutates_a_history():
@@ -425,13 +529,24 @@ STEP_CLASSES = {"loop/step.py": ("StepSetup", "StepProcessor")}
 
 def any_annotations(source: str, classes: tuple[str, ...] = ()) -> list[tuple[int, str]]:
     """(line, annotation) of each annotation naming ``Any`` in ``source`` (in ``classes``
-    only, when given), and each import of ``Any``."""
+    only, when given): ``Any`` under any name it is imported as, ``typing.Any``, a quoted
+    ``"Any"``; each import of ``Any`` or ``*`` from ``typing``; and the ways to an untyped value
+    without writing ``Any``: a parameter without an annotation (it is ``Any`` to mypy), a
+    function without a return annotation (but ``__init__``), ``cast(...)``, ``# type: ignore``,
+    ``getattr(x, "name")`` (an attribute read by name)."""
     tree = ast.parse(source)
     scopes: list[ast.AST] = (
         [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name in classes]
         if classes
         else [tree]
     )
+    any_names = {"Any"} | {
+        a.asname
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module in ("typing", "typing_extensions")
+        for a in node.names
+        if a.name == "Any" and a.asname
+    }
     found = []
     for scope in scopes:
         for node in ast.walk(scope):
@@ -443,21 +558,45 @@ def any_annotations(source: str, classes: tuple[str, ...] = ()) -> list[tuple[in
                 every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
                 every += [a for a in (args.vararg, args.kwarg) if a is not None]
                 annotations = [a.annotation for a in every] + [node.returns]
+                for a in every:
+                    if a.annotation is None and a.arg not in ("self", "cls"):
+                        found.append((node.lineno, f"{node.name}({a.arg}) without a type"))
+                if node.returns is None and node.name != "__init__":
+                    found.append((node.lineno, f"{node.name}() without a return type"))
             elif (
                 isinstance(node, ast.ImportFrom)
                 and not classes
-                and any(a.name == "Any" for a in node.names)
+                and any(a.name in ("Any", "*") for a in node.names)
             ):
                 found.append((node.lineno, "import Any"))
+            elif isinstance(node, ast.Call) and (
+                (isinstance(node.func, ast.Name) and node.func.id == "cast")
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "cast")
+            ):
+                found.append((node.lineno, ast.unparse(node.func)))
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "getattr"
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+            ):  # an attribute read by name is Any to the type checker
+                found.append((node.lineno, ast.unparse(node)))
             for annotation in annotations:
                 if annotation is None:
                     continue
                 names = {n.id for n in ast.walk(annotation) if isinstance(n, ast.Name)}
+                names |= {n.attr for n in ast.walk(annotation) if isinstance(n, ast.Attribute)}
                 names |= {
                     n.value for n in ast.walk(annotation) if isinstance(n, ast.Constant)
                 }  # a quoted annotation
-                if "Any" in names or any("Any" in str(n).split("[") for n in names):
+                words = {w for n in names for w in str(n).replace("]", "[").split("[")}
+                if words & any_names or any(w.rpartition(".")[2] in any_names for w in words):
                     found.append((annotation.lineno, ast.unparse(annotation)))
+    if not classes:
+        for number, line in enumerate(source.splitlines(), 1):
+            if "# type: ignore" in line:
+                found.append((number, "# type: ignore"))
     return sorted(found)
 
 
@@ -471,6 +610,69 @@ def test_the_any_scan_finds_what_it_is_meant_to_find():
     assert [line for line, _ in any_annotations(bad)] == [1, 2, 2, 2, 2, 4]
     assert [line for line, _ in any_annotations(bad, ("S",))] == [4]
     assert any_annotations("def f(a: int, b: object) -> str: ...\n") == []
+    # Any under another name, or an untyped value without the word
+    evasive = (
+        "import typing\n"
+        "from typing import Any as A, cast\n"
+        "def f(a: typing.Any, b: A, c: 'typing.Any', d: dict[str, A] | None) -> None: ...\n"
+        "def g(a, *rest: int) -> None: ...\n"
+        "def h(a: int):\n"
+        "    return cast(int, a)\n"
+        "x: int = f()  # type: ignore[func-returns-value]\n"
+        "from typing import *\n"
+        "y: int = getattr(x, 'user_ns', None)\n"
+    )
+    found = any_annotations(evasive)
+    assert sorted({line for line, _ in found}) == [2, 3, 4, 5, 6, 7, 8, 9]
+    assert len([1 for line, _ in found if line == 3]) == 4
+    assert any_annotations("class C:\n    def __init__(self, a: int): ...\n") == []
+
+
+def _type_hints_naming_any(
+    module_name: str, checking: dict, only: tuple[str, ...] = ()
+) -> list[str]:
+    """The annotations of ``module_name``'s own functions, classes (fields, methods) and
+    protocols that resolve to ``Any`` once every name is followed: a type alias defined
+    elsewhere (``Json = dict[str, Any]``) brings ``Any`` in without the word."""
+    module = importlib.import_module(module_name)
+
+    def names_any(hint: object) -> bool:
+        if hint is typing.Any:
+            return True
+        if isinstance(hint, (list, tuple)):
+            return any(names_any(h) for h in hint)
+        return any(names_any(h) for h in typing.get_args(hint))
+
+    found = []
+    for name, value in vars(module).items():
+        if getattr(value, "__module__", None) != module_name or (only and name not in only):
+            continue
+        owners = [(name, value)]
+        if inspect.isclass(value):
+            owners += [
+                (f"{name}.{k}", v)
+                for k, v in vars(value).items()
+                if inspect.isfunction(v) or isinstance(v, property)
+            ]
+        for label, owner in owners:
+            owner = owner.fget if isinstance(owner, property) else owner
+            for key, hint in typing.get_type_hints(owner, localns=checking).items():
+                if names_any(hint):
+                    found.append(f"{module_name}.{label} {key}: {hint}")
+    return found
+
+
+def _type_checking_names(module_names: list[str]) -> dict:
+    """The names the modules import only for the type checker (``if TYPE_CHECKING:``)."""
+    names: dict = {}
+    for module_name in module_names:
+        module = importlib.import_module(module_name)
+        for node in ast.parse(inspect.getsource(module)).body:
+            if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+                scope = {"__name__": module_name, "__package__": module.__package__}
+                exec(compile(ast.Module(node.body, []), module_name, "exec"), scope)
+                names.update({k: v for k, v in scope.items() if not k.startswith("__")})
+    return names
 
 
 def test_no_any_in_the_turns_wiring():
@@ -481,6 +683,13 @@ def test_no_any_in_the_turns_wiring():
     for rel, classes in STEP_CLASSES.items():
         for line, text in any_annotations((ROOT / rel).read_text(encoding="utf-8"), classes):
             wrong.append(f"{PACKAGE}/{rel}:{line}: {text}")
+    modules = [f"{PACKAGE}.{rel[:-3].replace('/', '.')}" for rel in TURN_WIRING]
+    step_modules = {f"{PACKAGE}.{r[:-3].replace('/', '.')}": c for r, c in STEP_CLASSES.items()}
+    checking = _type_checking_names([*modules, *step_modules])
+    for module_name in modules:
+        wrong += _type_hints_naming_any(module_name, checking)
+    for module_name, classes in step_modules.items():
+        wrong += _type_hints_naming_any(module_name, checking, classes)
     assert not wrong, (
         "the turn's wiring names Any; give it the type it is (a Protocol when the "
         "value comes from a higher layer):\n" + "\n".join(wrong)

@@ -18,6 +18,7 @@ from IPython.utils.capture import capture_output
 
 from jupyter_session_agent.core import settings as S
 from jupyter_session_agent.core.errors import ConfigError
+from jupyter_session_agent.session.agent_session import AgentSession
 from jupyter_session_agent.ui.commands import settings_markdown
 from jupyter_session_agent.ui.magics import AgentMagics, SettingError
 
@@ -333,3 +334,122 @@ def test_a_bad_value_from_ipython_config_is_refused_at_load_and_the_default_used
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("SettingError: temperature must be")
     again.model, again.data_dir = magics.model, magics.data_dir
+
+
+@pytest.mark.parametrize("name", [f.name for f in fields(S.Settings)])
+def test_a_session_given_settings_as_a_dict_checks_them_in_one_line(tmp_path, name):
+    """``AgentSession.create(settings={...})``, ``open`` and ``use_settings`` take a dict of
+    fields as ``Settings(**d)`` does: a bad value, an unknown field or a value that is no
+    settings at all is one line naming the fix, and a session's settings stay as they were."""
+    data = str(tmp_path / "data")
+    with pytest.raises(ConfigError) as info:
+        AgentSession.create(settings={"data_dir": data, name: IN_KIND[name]})
+    names_the_fix(one_line(info.value), name)
+    session = AgentSession.create(settings={"data_dir": data})
+    before = session.settings
+    assert isinstance(before, S.Settings) and before == S.Settings(data_dir=data)
+    for bad in ({name: IN_KIND[name]}, {f"{name}_typo": 1}, [1], S.CompactionSettings()):
+        with pytest.raises(ConfigError) as info:
+            session.use_settings(bad)  # type: ignore[arg-type]
+        one_line(info.value)
+        assert session.settings is before
+    with pytest.raises(ConfigError) as info:
+        AgentSession.open(session.info.id, settings={"data_dir": data, name: IN_KIND[name]})
+    names_the_fix(one_line(info.value), name)
+
+
+# --------------------------------------------------------------------------
+# settings are read as attributes: no reflective or dict reads of a typed setting
+
+NESTED = ("compaction", "snapshot", "memory", "mcp")
+
+
+def _is_settings(node: ast.expr, aliases: frozenset[str] = frozenset()) -> bool:
+    """``settings``, ``x.settings``, ``x.settings.compaction`` (a nested setting), or a name
+    bound to one of them in the same module (``s = self.settings``)."""
+    if isinstance(node, ast.Attribute) and node.attr in NESTED:
+        node = node.value
+    return (isinstance(node, ast.Name) and node.id in {"settings", "cfg", "config", *aliases}) or (
+        isinstance(node, ast.Attribute) and node.attr == "settings"
+    )
+
+
+def untyped_setting_reads(source: str) -> list[tuple[int, str]]:
+    """(line, code) of each ``getattr(settings, "name")``/``hasattr``, and each ``.get(`` or
+    ``[…]`` on a nested setting (``settings.compaction.get("auto", True)`` restates a
+    default and hides a misspelt key from the type checker)."""
+    tree = ast.parse(source)
+    aliases: frozenset[str] = frozenset()
+    while True:  # an alias of an alias (``c = s.compaction``) too
+        more = aliases | {
+            t.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign) and _is_settings(node.value, aliases)
+            for t in node.targets
+            if isinstance(t, ast.Name)
+        }
+        if more == aliases:
+            break
+        aliases = more
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and _is_settings(node.args[0], aliases)
+            and isinstance(node.args[1], ast.Constant)  # a walk over fields() names no field
+        ):
+            found.append((node.lineno, ast.unparse(node)))
+        on = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            on = node.func.value if node.func.attr in ("get", "keys", "items") else None
+        elif isinstance(node, ast.Subscript):
+            on = node.value
+        if (
+            on is not None
+            and isinstance(on, ast.Attribute)
+            and on.attr in NESTED[:3]  # mcp is a mapping of servers by name
+            and _is_settings(on, aliases)
+        ):
+            found.append((node.lineno, ast.unparse(node)))
+    return sorted(found)
+
+
+def test_the_settings_read_scan_finds_what_it_is_meant_to_find():
+    bad = (
+        "def f(session, settings):\n"
+        "    getattr(settings, 'titles', True)\n"
+        "    session.settings.compaction.get('auto', True)\n"
+        "    settings.memory['top_k']\n"
+        "    hasattr(session.settings, 'mcp')\n"
+        "    getattr(session.settings.snapshot, 'max_files')\n"
+        "    s = self.settings\n"
+        "    getattr(s, 'titles', True)\n"
+        "    c = s.compaction\n"
+        "    getattr(c, 'auto', True)\n"
+        "    s.memory.get('top_k')\n"
+    )
+    assert [line for line, _ in untyped_setting_reads(bad)] == [2, 3, 4, 5, 6, 8, 10, 11]
+    fine = (
+        "def g(session, settings, name):\n"
+        "    settings.compaction.auto\n"
+        "    session.settings.mcp.get(name)\n"
+        "    getattr(info, 'title', '')\n"
+        "    {f.name: getattr(settings, f.name) for f in fields(settings)}\n"
+    )
+    assert untyped_setting_reads(fine) == []
+
+
+def test_settings_are_read_as_attributes():
+    package = Path(S.__file__).resolve().parents[1]
+    wrong = [
+        f"{path.relative_to(package.parent)}:{line}: {code}"
+        for path in sorted(package.rglob("*.py"))
+        for line, code in untyped_setting_reads(path.read_text(encoding="utf-8"))
+    ]
+    assert not wrong, (
+        "a typed setting read by name or as a dict; read it as an attribute "
+        "(settings.compaction.auto), its default is in core/settings.py:\n" + "\n".join(wrong)
+    )

@@ -685,6 +685,27 @@ class Settings:
         example=["python"],
     )
 
+    @classmethod
+    def of(cls, value: Settings | Mapping[str, Any] | None) -> Settings:
+        """``value`` as settings: itself, the defaults for ``None``, or a dict of fields (each
+        checked, a nested dict overriding the keys it names); anything else, or an unknown
+        field, is a one-line :class:`ConfigError`."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigError(
+                f"settings must be a Settings or a dict of its fields, not {_show(value)}"
+            )
+        names = [f.name for f in fields(cls)]
+        unknown = [k for k in value if k not in names]
+        if unknown:
+            raise ConfigError(
+                f"unknown setting(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(names)}"
+            )
+        return cls(**value)
+
     def __post_init__(self) -> None:
         for f in fields(self):  # the checks of %config assignments, for the Python API too
             check_setting(f.name, getattr(self, f.name))

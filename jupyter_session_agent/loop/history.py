@@ -12,8 +12,11 @@ adds one). ``tests/test_architecture.py`` checks that no other module mutates a 
 The history also holds the calibration of its token estimate (a :class:`Calibration`, which
 the compactor updates through its method), which outlives a turn.
 
-A loop function given a plain list (tests, benchmarks) wraps it with :meth:`History.of`, which
-adopts the list without copying: the caller sees the changes.
+A ``History`` never hands out its list: the constructor copies what it is given (a session
+built from a list does not share it with the caller), reads return copies or items, and slices
+are new lists. Only :meth:`History.of` adopts a plain list in place, for a loop function called
+with a list its caller owns (tests, benchmarks, a replay's renumbered copy): that caller sees the
+changes; a session's history is a ``History`` already, which ``of`` returns unchanged.
 """
 
 from __future__ import annotations
@@ -32,13 +35,18 @@ class History(Sequence[WithParts]):
     __slots__ = ("_items", "calibration")
 
     def __init__(self, items: Iterable[WithParts] = ()):
-        self._items: list[WithParts] = items if isinstance(items, list) else list(items)
+        self._items: list[WithParts] = list(items)  # a copy: no caller holds this list
         self.calibration = Calibration()
 
     @classmethod
     def of(cls, items: History | list[WithParts]) -> History:
-        """``items`` as a ``History``: itself, or a list adopted in place (not copied)."""
-        return items if isinstance(items, History) else cls(items)
+        """``items`` as a ``History``: itself, or a plain list the caller owns adopted in place
+        (not copied), so the caller sees what the loop adds."""
+        if isinstance(items, History):
+            return items
+        adopted = cls()
+        adopted._items = items
+        return adopted
 
     # -- reading ---------------------------------------------------------------
 

@@ -501,7 +501,7 @@ class StepProcessor:
             self._patch(None)
         for part in list(self.parts.values()):
             if isinstance(part, ToolPart) and isinstance(part.state, (ToolPending, ToolRunning)):
-                start = getattr(part.state, "time_start", now_ms())
+                start = part.state.time_start if isinstance(part.state, ToolRunning) else now_ms()
                 state = ToolError(
                     part.state.input, ABORTED_TOOL_ERROR, start, now_ms(), {"interrupted": True}
                 )

@@ -78,7 +78,7 @@ class AgentSession:
         self,
         info: Session,
         history: list[WithParts],
-        settings: Settings,
+        settings: Settings | Mapping[str, Any],
         store: Store,
         shell: Any = None,
         *,
@@ -88,7 +88,7 @@ class AgentSession:
     ):
         self.info = info
         self.history = History(history)  # changed only by its methods (loop/history.py)
-        self.settings = settings
+        self.settings = Settings.of(settings)
         self.store = store
         self.shell = shell
         # (provider, ModelInfo, preset) per model id; a subagent shares its parent's
@@ -112,7 +112,7 @@ class AgentSession:
     @classmethod
     def create(
         cls,
-        settings: Settings | None = None,
+        settings: Settings | Mapping[str, Any] | None = None,
         *,
         store: Store | None = None,
         shell: Any = None,
@@ -126,7 +126,7 @@ class AgentSession:
     ) -> AgentSession:
         """A new session, stored at once. ``messages``: copies of them (new ids) start it
         (a fork; ``forked_from`` says where from); ``inherit``: a subagent's parent's share."""
-        settings = settings or Settings()
+        settings = Settings.of(settings)  # a dict is checked here, in one line
         store = store or Store(settings.data_dir)
         created = now_ms()
         info = Session(
@@ -160,14 +160,14 @@ class AgentSession:
     def open(
         cls,
         session_id: str,
-        settings: Settings | None = None,
+        settings: Settings | Mapping[str, Any] | None = None,
         *,
         store: Store | None = None,
         shell: Any = None,
         approver: Approver | None = None,
         inherit: Inheritance | None = None,
     ) -> AgentSession:
-        settings = settings or Settings()
+        settings = Settings.of(settings)  # a dict is checked here, in one line
         store = store or Store(settings.data_dir)
         info = store.session(ids.check_ref(session_id, "session"))  # from outside: grammar first
         info = _with_directory(info)
@@ -228,9 +228,10 @@ class AgentSession:
         finally:
             self.approver = previous
 
-    def use_settings(self, settings: Settings) -> None:
-        """Run the next turns with ``settings`` (the magics pass the current ``%config``)."""
-        self.settings = settings
+    def use_settings(self, settings: Settings | Mapping[str, Any]) -> None:
+        """Run the next turns with ``settings`` (the magics pass the current ``%config``); a
+        dict of fields is checked as ``Settings(**d)`` is (a bad one: one line, nothing kept)."""
+        self.settings = Settings.of(settings)
 
     def child_started(self) -> None:
         """A subagent session of this one exists now (``cost`` includes it)."""

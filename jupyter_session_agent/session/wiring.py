@@ -201,10 +201,7 @@ def turn_prompt(session: SessionView, code: bool, tool_names: Sequence[str], gat
     directory = Path(session.info.directory)
     prompt_text = settings.system_prompt or (
         codeaction.system_prompt(
-            kernel.variables_line(
-                getattr(session.shell, "user_ns", None) or {},
-                getattr(session.shell, "user_ns_hidden", ()),
-            ),
+            kernel.shell_variables_line(session.shell),
             kernel.folder_files(directory),
         )
         if code

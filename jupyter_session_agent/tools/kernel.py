@@ -516,6 +516,12 @@ DESCRIBED = 8  # data variables described in a short system prompt, newest first
 NAMED = 40  # other user names after them, by name only
 
 
+def shell_variables_line(shell: object) -> str:
+    """:func:`variables_line` of an IPython shell's user namespace ("" without a shell)."""
+    namespace = getattr(shell, "user_ns", None) or {}
+    return variables_line(namespace, getattr(shell, "user_ns_hidden", ()))
+
+
 def variables_line(
     namespace: Mapping[str, Any], hidden: Any = None, limit: int = DESCRIBED, names: int = NAMED
 ) -> str:
