@@ -17,6 +17,7 @@ from jupyter_session_agent.exchange.opencode import import_opencode
 from jupyter_session_agent.loop.compaction import SUMMARY_SYSTEM
 from jupyter_session_agent.store import Store
 from jupyter_session_agent.testing.scripted_server import Reply
+from jupyter_session_agent.tools import BUILTIN_NAMES
 
 FIXTURE = Path(__file__).parent / "fixtures" / "opencode-1.18"
 
@@ -27,7 +28,11 @@ def _agent(ip, prompt: str, *flags: str):
 
 
 def _record(ip, server, tmp_path, turns: int = 5) -> None:
-    """A session of ``turns`` turns, each reading a ~2,000-token file, then answering."""
+    """A session of ``turns`` turns, each reading a ~2,000-token file, then answering. The tools
+    offered are pinned (the nine the sizes below were measured with), so a new built-in tool's
+    schema does not move where the replays compact."""
+    magics = ip.find_magic("agent").__self__
+    magics.tools = [n for n in BUILTIN_NAMES if n not in ("notebook_edit", "notebook_run")]
     for t in range(turns):
         name = f"notes_{t}.txt"
         (tmp_path / name).write_text(
