@@ -464,3 +464,67 @@ def test_an_answer_to_another_request_is_refused_and_nothing_is_taken_from_it():
         frontend.parse(shell, f"[jsa-frontend/1 {'b' * 24}]", "b" * 24)
     assert frontend.parse(shell, first, "a" * 24)["cells"] == []
     assert frontend.front_end(shell) == "this is not a Jupyter kernel (plain IPython or a script)"
+
+
+def test_a_python_deny_pattern_stops_notebook_run_of_a_cell_whose_code_it_matches(
+    fresh, server, tmp_path
+):
+    """The run's question names the cell; the user's python rules are about code. A rule that
+    denies some code (``python "*subprocess*" deny``) stops running a cell holding that code,
+    whichever tool runs it; a cell the rule does not match still runs under the allow."""
+    path = tmp_path / "sales.ipynb"
+    path.write_text(json.dumps(saved_notebook()))
+    with real_kernel(
+        server.base_url, tmp_path / "data", tmp_path, JPY_SESSION_NAME=str(path)
+    ) as kc:
+        kernel = Kernel(kc)
+        kernel.run(
+            "%load_ext jupyter_session_agent\n"
+            "%config AgentMagics.model = 'openai/scripted'\n"
+            "%config AgentMagics.titles = False\n"
+            "%config AgentMagics.live = True\n",
+            None,
+        )
+        front = FrontEnd(saved_notebook()["cells"])
+        front.cells.append(
+            {
+                "id": "shell",
+                "cell_type": "code",
+                "source": "import subprocess\nran_shell = subprocess.run(['true']).returncode",
+                "execution_count": None,
+                "outputs": [],
+            }
+        )
+        fresh.enqueue(
+            Reply(tool_calls=({"name": "notebook_run", "arguments": {"cell": "shell"}},)),
+            Reply(tool_calls=({"name": "notebook_run", "arguments": {"cell": "load"}},)),
+            Reply(text="done"),
+        )
+        prompts, outputs = kernel.run(
+            "%%agent -p python=allow -p 'python:*subprocess*=deny'\nrun the cells", front
+        )
+        steps = [r for r in fresh.requests if "tools" in r]
+        assert len(steps) == 3, (prompts, outputs[-2:])
+        denied = steps[1]["messages"][-1]["content"]
+        assert "deny python for cell 3's code" in denied, denied
+        assert kernel.eval("'ran_shell' in globals()") == "False"
+        assert steps[2]["messages"][-1]["content"].startswith("ran cell 1 (id load):")
+
+
+def test_rules_named_after_the_notebook_tools_mean_what_they_ask():
+    """``notebook_edit`` asks ``edit``: a rule for it is an edit rule (before, it never
+    matched and the user's allow was silently ignored). ``notebook_run`` asks ``python``: a
+    rule for it is refused in one line naming the rule to write (before, a deny for it was
+    silently ignored and the cell ran under a python allow)."""
+    from jupyter_session_agent.core.errors import ConfigError, UsageError
+    from jupyter_session_agent.core.rules import from_config, parse_rule
+
+    assert parse_rule("notebook_edit=allow").permission == "edit"
+    assert [r.permission for r in from_config({"notebook_edit": "allow"})] == ["edit"]
+    for bad in (
+        lambda: parse_rule("notebook_run=deny"),
+        lambda: from_config({"notebook_run": "deny"}),
+    ):
+        with pytest.raises((ConfigError, UsageError), match="asks the python permission") as err:
+            bad()
+        assert "\n" not in str(err.value)

@@ -394,6 +394,14 @@ class NotebookRunTool:
         source = cell["source"]
         if source.lstrip().startswith(("%%agent", "%agent")):
             raise ToolFailure(f"notebook_run: cell {index} is an agent cell; it is not run")
+        # the question named the cell; the rules about python code are about its code: a
+        # pattern the user denies (``python "*subprocess*" deny``) stops this run as it stops
+        # the python tool
+        if ctx.decide is not None and ctx.decide("python", source) == "deny":
+            raise ToolFailure(
+                f"notebook_run: the user's rules deny python for cell {index}'s code; "
+                "it did not run"
+            )
         ran = PythonTool().run({"code": source}, ctx)
         metadata = {**ran.metadata, "cell": index, "cell_id": cell["id"], "code": source}
         return ToolResult(
