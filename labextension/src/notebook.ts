@@ -86,10 +86,18 @@ export function isPending(request: Json): boolean {
 }
 
 /**
- * Do what `request` asks on the notebook that holds `node` and answer the kernel. Returns a
- * short status for the transcript view, or null when this output is not in a notebook.
+ * Do what `request` asks on the notebook that holds `node` and answer the kernel; `show` puts a
+ * short status in the transcript view. Nothing is done when this output is not in a notebook,
+ * or when the notebook's kernel is not asking about this request now.
  */
-export function handleRequest(node: HTMLElement, request: Json): string | null {
+export function handleRequest(node: HTMLElement, request: Json, show: (said: string) => void): void {
+  const said = start(node, request, show);
+  if (said) {
+    show(said);
+  }
+}
+
+function start(node: HTMLElement, request: Json, show: (said: string) => void): string | null {
   const nonce = String(request.nonce || '');
   if (request.protocol !== PROTOCOL || !/^[0-9a-f]{8,64}$/.test(nonce)) {
     return null;
@@ -103,6 +111,44 @@ export function handleRequest(node: HTMLElement, request: Json): string | null {
   }
   handled.add(nonce);
   arrived.set(nonce, Date.now() - Number(request.sent || Date.now())); // the baseline: transport alone
+  const asked = questions.get(nonce);
+  if (!asked || asked.panel !== panel) {
+    // Only a request the kernel is asking about now, on this notebook's stdin channel, is done:
+    // a request in a saved output (the notebook saved during a review and opened again) or one
+    // a notebook from elsewhere carries is never answered and never edits the notebook.
+    void whenAsked(nonce, panel).then(ok => {
+      const said = ok ? perform(node, panel, nonce, request) : null;
+      if (said) {
+        show(said);
+      } else if (!ok) {
+        handled.delete(nonce);
+      }
+    });
+    return null;
+  }
+  return perform(node, panel, nonce, request);
+}
+
+/** Resolves true once the kernel behind `panel` asks the question naming `nonce` (its stdin
+ * `input_request` follows the view's update), false when it does not within `ms`. */
+function whenAsked(nonce: string, panel: NotebookPanel, ms = 15000): Promise<boolean> {
+  const until = Date.now() + ms;
+  return new Promise(resolve => {
+    const poll = () => {
+      const asked = questions.get(nonce);
+      if (asked && asked.panel === panel) {
+        resolve(true);
+      } else if (Date.now() > until || panel.isDisposed) {
+        resolve(false);
+      } else {
+        window.setTimeout(poll, 50);
+      }
+    };
+    poll();
+  });
+}
+
+function perform(node: HTMLElement, panel: NotebookPanel, nonce: string, request: Json): string | null {
   const answer = (value: Json) => void send(node, panel, nonce, { ...value, nonce });
   if (request.action === 'read') {
     // a huge notebook: sources cut shorter until the answer fits (the model sees 8,000 per cell)
