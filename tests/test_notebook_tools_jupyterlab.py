@@ -318,3 +318,61 @@ def test_a_request_in_a_saved_output_never_edits_the_notebook_it_is_opened_in(
     assert page.locator(".jp-Notebook .jsa-frontend").count() == 0
     assert not _our_errors(page), page.errors
     page.close()
+
+
+def test_accept_all_then_undo_takes_back_a_replaced_source_and_a_deleted_cell(
+    lab,  # noqa: F811
+    browser,  # noqa: F811
+    scripted,  # noqa: F811
+):
+    """Accept all applies a replace and a delete; the notebook's own undo (the cell's editor
+    for a source, the notebook's cell undo for a deleted cell) takes each back. The review in
+    the dark theme is legible (its diff and buttons)."""
+    from test_jupyterlab import _assert_contrast, _theme
+
+    notebook = _notebook(lab, browser, "undo.ipynb")
+    page = notebook.page
+    _theme(page, "JupyterLab Dark")
+    scripted.script(
+        {
+            "tool_calls": [
+                {
+                    "name": "notebook_edit",
+                    "arguments": {
+                        "edits": [
+                            {"op": "replace", "cell": "prices", "source": "prices = [10, 20]"},
+                            {"op": "delete", "cell": "title"},
+                        ]
+                    },
+                }
+            ]
+        },
+        {"text": "Replaced the prices and removed the title."},
+    )
+    notebook.run("%config AgentMagics.titles = False")
+    notebook.run("%%agent\nUse the new prices; drop the title.", wait=False)
+    reviews = page.locator(".jp-Notebook .jsa-review")
+    reviews.nth(1).wait_for(timeout=60_000)
+    _assert_contrast(
+        page.locator(".jp-Notebook"),
+        [".jsa-review .jsa-diff-add", ".jsa-review .jsa-diff-del", ".jsa-review-head"],
+    )
+    _shot(page, "nb-review-dark", doc="notebook-review-dark")
+    reviews.first.locator("button", has_text="Accept all").click()
+    cell = notebook.cells.filter(has_text="Use the new prices")
+    notebook.wait(cell, 60)
+    assert "2 of 2 edits accepted" in _tool_message(scripted.turn_requests()[1])
+    assert _sources(page)[0] == "prices = [10, 20]"
+    _wait_for(lambda: reviews.count() == 0, 10, "the review boxes to go")
+
+    # the deleted cell comes back with the notebook's cell undo
+    page.keyboard.press("Escape")
+    page.evaluate("window.jupyterapp.commands.execute('notebook:undo-cell-action')")
+    _wait_for(lambda: _sources(page)[0] == "# Prices", 10, f"the delete undone: {_sources(page)}")
+    # the replaced source comes back with the undo in its own editor
+    replaced = notebook.cells.nth(1)
+    replaced.locator(".cm-content").click()
+    page.keyboard.press("Control+z")
+    _wait_for(lambda: _sources(page)[1] == PRICES, 10, f"the replace undone: {_sources(page)}")
+    assert not _our_errors(page), page.errors
+    page.close()
