@@ -528,3 +528,19 @@ def test_rules_named_after_the_notebook_tools_mean_what_they_ask():
         with pytest.raises((ConfigError, UsageError), match="asks the python permission") as err:
             bad()
         assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("ref", ["+1", "1_0", "\u0661", " 1 "])
+def test_a_cell_index_is_read_as_the_extension_reads_it(ref):
+    """The approval of notebook_run shows the cell the extension finds for the reference (ids
+    first, then ``-?[0-9]+``); the kernel must run that cell or none. Before, ``int()`` took
+    ``+1``, ``1_0`` and Arabic-Indic digits: the approval showed no cell and the kernel ran one."""
+    from jupyter_session_agent.core.errors import ToolFailure
+    from jupyter_session_agent.tools.notebook_doc import find
+
+    cells = [{"id": f"c{i}"} for i in range(12)]
+    if ref.strip() == "1":
+        assert find(cells, ref) == 1
+        return
+    with pytest.raises(ToolFailure, match="no cell"):
+        find(cells, ref)
