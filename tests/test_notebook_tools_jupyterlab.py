@@ -376,3 +376,47 @@ def test_accept_all_then_undo_takes_back_a_replaced_source_and_a_deleted_cell(
     _wait_for(lambda: _sources(page)[1] == PRICES, 10, f"the replace undone: {_sources(page)}")
     assert not _our_errors(page), page.errors
     page.close()
+
+
+def test_a_cell_the_user_edits_during_the_review_is_not_overwritten_by_accept(
+    lab,  # noqa: F811
+    browser,  # noqa: F811
+    scripted,  # noqa: F811
+):
+    """The diff shows the cell as it was when proposed. The user types into that cell while
+    the review is open, then clicks Accept: the diff no longer says what Accept would do, so
+    the edit is refused with that reason (the model reads it) and the user's typing stays.
+    Before, Accept replaced the cell with the proposal and the typing was gone."""
+    notebook = _notebook(lab, browser, "typing.ipynb")
+    page = notebook.page
+    scripted.script(
+        {
+            "tool_calls": [
+                {
+                    "name": "notebook_edit",
+                    "arguments": {
+                        "edits": [{"op": "replace", "cell": "prices", "source": "prices = []"}]
+                    },
+                }
+            ]
+        },
+        {"text": "The cell changed; I will read it again."},
+    )
+    notebook.run("%config AgentMagics.titles = False")
+    notebook.run("%%agent\nEmpty the prices.", wait=False)
+    box = page.locator(".jp-Notebook .jsa-review")
+    box.wait_for(timeout=60_000)
+    editor = notebook.cells.nth(1).locator(".cm-content")
+    editor.click()
+    page.keyboard.press("End")
+    page.keyboard.type("  # mine")
+    _wait_for(lambda: _sources(page)[1] == PRICES + "  # mine", 10, "the typing")
+    box.locator("button", has_text="Accept").first.click()
+    cell = notebook.cells.filter(has_text="Empty the prices.")
+    notebook.wait(cell, 60)
+    answer = _tool_message(scripted.turn_requests()[1])
+    assert "0 of 1 edits accepted" in answer, answer
+    assert "the cell was edited during the review" in answer
+    assert _sources(page)[1] == PRICES + "  # mine"
+    assert not _our_errors(page), page.errors
+    page.close()

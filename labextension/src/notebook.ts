@@ -349,6 +349,7 @@ type Decision = { status: 'accepted' | 'rejected'; feedback?: string; cell_id?: 
 interface Proposal {
   edit: Json;
   target: any | null; // the cell model replaced / deleted / inserted after (null: the end or the top)
+  before?: string; // the target's source the diff shows (replace / delete)
   box: HTMLElement;
   decision?: Decision;
 }
@@ -453,6 +454,7 @@ function build(
 ): void {
   const { edit, box } = p;
   const old = p.target && p.target !== 'start' && edit.op !== 'insert' ? p.target.sharedModel.getSource() : '';
+  p.before = old;
   const kind = edit.op === 'delete' ? (p.target ? p.target.type : 'cell') : edit.cell_type || 'code';
   const head = el('div', 'jsa-review-head');
   const what = { insert: `insert a new ${kind} cell here`, replace: `replace this ${kind} cell`, delete: 'delete this cell' } as Json;
@@ -551,6 +553,11 @@ function apply(panel: NotebookPanel, p: Proposal): string {
     return cell.id;
   }
   const index = indexOf(p.target);
+  if (p.before !== undefined && p.target.sharedModel.getSource() !== p.before) {
+    // the user changed the cell while the diff was open: the diff no longer says what
+    // Accept would do, and their typing is not overwritten
+    throw new Error('the cell was edited during the review; read it again');
+  }
   if (edit.op === 'delete') {
     shared.deleteCell(index);
     return '';
