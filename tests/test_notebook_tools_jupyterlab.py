@@ -420,3 +420,42 @@ def test_a_cell_the_user_edits_during_the_review_is_not_overwritten_by_accept(
     assert _sources(page)[1] == PRICES + "  # mine"
     assert not _our_errors(page), page.errors
     page.close()
+
+
+def test_a_kernel_restarted_mid_review_ends_the_review_without_editing(
+    lab,  # noqa: F811
+    browser,  # noqa: F811
+    scripted,  # noqa: F811
+):
+    """The kernel that asked is restarted while the diffs are open: nobody waits for the
+    answer any more, so the review ends (its edits rejected, its buttons gone) and a click
+    never edits the notebook. Before, the diffs stayed with live buttons and Accept applied
+    the edit for an agent that no longer existed."""
+    notebook = _notebook(lab, browser, "restart.ipynb")
+    page = notebook.page
+    scripted.script(
+        {
+            "tool_calls": [
+                {
+                    "name": "notebook_edit",
+                    "arguments": {"edits": [{"op": "insert", "source": "print('orphan')"}]},
+                }
+            ]
+        },
+        {"text": "never read"},
+    )
+    notebook.run("%config AgentMagics.titles = False")
+    notebook.run("%%agent\nAppend a print cell.", wait=False)
+    box = page.locator(".jp-Notebook .jsa-review")
+    box.wait_for(timeout=60_000)
+    before = _sources(page)
+    page.evaluate("window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
+    page.wait_for_timeout(3000)
+    accept = page.locator(".jp-Notebook .jsa-review button:not([disabled])", has_text="Accept")
+    if accept.count():
+        accept.first.click()
+        page.wait_for_timeout(1000)
+    assert _sources(page) == before
+    assert all("orphan" not in s for s in _sources(page))
+    assert not _our_errors(page), page.errors
+    page.close()

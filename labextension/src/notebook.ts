@@ -32,7 +32,8 @@ let tracker: INotebookTracker | null = null;
 let kernels: any = null; // the service manager's kernels: a new connection when a notebook closed
 const handled = new Set<string>(); // nonces answered or being answered
 const questions = new Map<string, { header: any; panel: NotebookPanel; kernel: any }>(); // nonce → the kernel's question
-const reviews = new Map<string, () => void>(); // nonce → reject what is left (the notebook closes)
+const reviews = new Map<string, (why: string) => void>(); // nonce → reject what is left (the notebook closes)
+const dropped = new Set<string>(); // nonces whose kernel restarted or went: nobody waits for the answer
 const closed = new Set<string>(); // nonces whose notebook closed: answered by the kernel connection
 const arrived = new Map<string, number>(); // nonce → ms from the kernel's request to this page
 
@@ -62,14 +63,35 @@ function watch(panel: NotebookPanel): void {
       }
     });
   };
+  // the kernel that asked restarts or is replaced: its question is gone with it, so an
+  // open review ends (rejected, its buttons off) and a later click never edits the notebook
+  const abandon = (why: string) => {
+    for (const [nonce, reject] of Array.from(reviews.entries())) {
+      const question = questions.get(nonce);
+      if (question && question.panel === panel) {
+        dropped.add(nonce);
+        reject(why);
+      }
+    }
+  };
   panel.sessionContext.ready.then(connect).catch(() => undefined);
-  panel.sessionContext.kernelChanged.connect(connect);
+  panel.sessionContext.kernelChanged.connect((_, change) => {
+    if (change.newValue && !panel.isDisposed) {
+      abandon('the kernel changed during the review'); // another kernel chosen (closing: below)
+    }
+    connect();
+  });
+  panel.sessionContext.statusChanged.connect((_, status) => {
+    if (status === 'restarting' || status === 'autorestarting') {
+      abandon('the kernel restarted during the review');
+    }
+  });
   panel.disposed.connect(() => {
     for (const [nonce, reject] of Array.from(reviews.entries())) {
       const question = questions.get(nonce);
       if (question && question.panel === panel) {
         closed.add(nonce);
-        reject();
+        reject('the notebook was closed during the review');
       }
     }
   });
@@ -172,6 +194,10 @@ function perform(node: HTMLElement, panel: NotebookPanel, nonce: string, request
 
 /** The answer, typed into the stdin box that asked (or, when it is gone, sent by the kernel connection). */
 async function send(node: HTMLElement, panel: NotebookPanel, nonce: string, value: Json): Promise<void> {
+  if (dropped.has(nonce)) {
+    questions.delete(nonce);
+    return; // the kernel that asked is gone: the new one did not ask
+  }
   let text = JSON.stringify(value);
   if (text.length > MAX_ANSWER) {
     text = JSON.stringify({ nonce, error: `the notebook is too large to send (${text.length} characters)` });
@@ -422,9 +448,7 @@ function review(
     p.box.querySelectorAll('button, textarea').forEach(b => ((b as HTMLButtonElement).disabled = true));
     finish();
   };
-  reviews.set(nonce, () =>
-    proposals.forEach(p => decide(p, { status: 'rejected', error: 'the notebook was closed during the review' }))
-  );
+  reviews.set(nonce, (why: string) => proposals.forEach(p => decide(p, { status: 'rejected', error: why })));
   proposals.forEach((p, n) => {
     build(panel, p, n, proposals.length, allowed, {
       accept: () => decide(p, { status: 'accepted' }),
