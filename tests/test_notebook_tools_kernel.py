@@ -544,3 +544,44 @@ def test_a_cell_index_is_read_as_the_extension_reads_it(ref):
         return
     with pytest.raises(ToolFailure, match="no cell"):
         find(cells, ref)
+
+
+def test_reading_a_notebook_whose_outputs_hold_secrets_redacts_them(fresh, server, tmp_path):
+    """A cell printed a token the user keeps in a secret-named variable, and another printed
+    an API key: the notebook as the model reads it (the live model, through the extension)
+    holds neither — the same redaction as every tool's output."""
+    token = "hf_Q9rT4uVw7xYz2AbC5dEf8GhJ1kLm3NpR"
+    key = "sk-proj-" + "Zx8Kq2Lm9Np4Rs7Tv1Wy3Ab6Cd0Ef5Gh2Ij8Kl4Mn"
+    with real_kernel(server.base_url, tmp_path / "data", tmp_path) as kc:
+        kernel = Kernel(kc)
+        kernel.run(
+            "%load_ext jupyter_session_agent\n%config AgentMagics.live = True\n"
+            "%config AgentMagics.titles = False\n"
+            "%config AgentMagics.model = 'openai/scripted'\n"
+            f"hf_token = {token!r}",
+            None,
+        )
+        cells = [
+            {
+                "id": "login",
+                "cell_type": "code",
+                "source": "print(hf_token)",
+                "execution_count": 1,
+                "outputs": [{"output_type": "stream", "name": "stdout", "text": token + "\n"}],
+            },
+            {
+                "id": "env",
+                "cell_type": "code",
+                "source": "os.environ['OPENAI_API_KEY']",
+                "execution_count": 2,
+                "outputs": [{"output_type": "execute_result", "data": {"text/plain": repr(key)}}],
+            },
+        ]
+        fresh.enqueue(
+            Reply(tool_calls=({"name": "notebook", "arguments": {"action": "read"}},)),
+            Reply(text="read"),
+        )
+        kernel.agent(fresh, "read it", FrontEnd(cells))
+    text = tool_output(fresh)
+    assert "id login" in text and "id env" in text
+    assert token not in text and key not in text, text
