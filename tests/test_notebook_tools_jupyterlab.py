@@ -459,3 +459,39 @@ def test_a_kernel_restarted_mid_review_ends_the_review_without_editing(
     assert all("orphan" not in s for s in _sources(page))
     assert not _our_errors(page), page.errors
     page.close()
+
+
+def test_a_second_view_of_the_notebook_answers_when_the_first_is_closed(
+    lab,  # noqa: F811
+    browser,  # noqa: F811
+    scripted,  # noqa: F811
+):
+    """ "New View for Notebook", then the first view closed: the kernel connection (and its
+    questions) belong to the notebook, not to the view that was open first, so the agent's
+    request rendered in the remaining view is answered."""
+    notebook = _notebook(lab, browser, "views.ipynb")
+    page = notebook.page
+    notebook.run("%config AgentMagics.titles = False")
+    scripted.script(
+        {"tool_calls": [{"name": "notebook", "arguments": {"action": "read"}}]},
+        {"text": "Read it."},
+    )
+    page.evaluate(
+        """async () => {
+          const app = window.jupyterapp;
+          const first = app.shell.currentWidget;
+          await app.commands.execute('docmanager:clone');
+          first.dispose();
+          const view = app.shell.currentWidget;
+          const model = view.content.model;
+          model.sharedModel.insertCell(model.cells.length, {
+            cell_type: 'code', source: '%%agent\\nRead the notebook.'
+          });
+          view.content.activeCellIndex = model.cells.length - 1;
+          void app.commands.execute('notebook:run-cell');  // resolves when the cell ends
+        }"""
+    )
+    _wait_for(lambda: len(scripted.turn_requests()) >= 2, 40, "the read to be answered")
+    read = _tool_message(scripted.turn_requests()[1])
+    assert "id prices" in read and "(the saved" not in read, read
+    page.close()

@@ -133,8 +133,7 @@ function start(node: HTMLElement, request: Json, show: (said: string) => void): 
   }
   handled.add(nonce);
   arrived.set(nonce, Date.now() - Number(request.sent || Date.now())); // the baseline: transport alone
-  const asked = questions.get(nonce);
-  if (!asked || asked.panel !== panel) {
+  if (!askedBy(nonce, panel)) {
     // Only a request the kernel is asking about now, on this notebook's stdin channel, is done:
     // a request in a saved output (the notebook saved during a review and opened again) or one
     // a notebook from elsewhere carries is never answered and never edits the notebook.
@@ -151,14 +150,21 @@ function start(node: HTMLElement, request: Json, show: (said: string) => void): 
   return perform(node, panel, nonce, request);
 }
 
+/** Is the kernel behind `panel` asking the question naming `nonce` now? (Two views of one
+ * notebook share its kernel: either may be the one that renders the request first.) */
+function askedBy(nonce: string, panel: NotebookPanel): boolean {
+  const asked = questions.get(nonce);
+  const kernel = panel.sessionContext.session?.kernel;
+  return !!asked && !!kernel && (asked.panel === panel || asked.kernel.id === kernel.id);
+}
+
 /** Resolves true once the kernel behind `panel` asks the question naming `nonce` (its stdin
  * `input_request` follows the view's update), false when it does not within `ms`. */
 function whenAsked(nonce: string, panel: NotebookPanel, ms = 15000): Promise<boolean> {
   const until = Date.now() + ms;
   return new Promise(resolve => {
     const poll = () => {
-      const asked = questions.get(nonce);
-      if (asked && asked.panel === panel) {
+      if (askedBy(nonce, panel)) {
         resolve(true);
       } else if (Date.now() > until || panel.isDisposed) {
         resolve(false);
