@@ -464,3 +464,124 @@ def test_an_answer_to_another_request_is_refused_and_nothing_is_taken_from_it():
         frontend.parse(shell, f"[jsa-frontend/1 {'b' * 24}]", "b" * 24)
     assert frontend.parse(shell, first, "a" * 24)["cells"] == []
     assert frontend.front_end(shell) == "this is not a Jupyter kernel (plain IPython or a script)"
+
+
+def test_a_python_deny_pattern_stops_notebook_run_of_a_cell_whose_code_it_matches(
+    fresh, server, tmp_path
+):
+    """The run's question names the cell; the user's python rules are about code. A rule that
+    denies some code (``python "*subprocess*" deny``) stops running a cell holding that code,
+    whichever tool runs it; a cell the rule does not match still runs under the allow."""
+    path = tmp_path / "sales.ipynb"
+    path.write_text(json.dumps(saved_notebook()))
+    with real_kernel(
+        server.base_url, tmp_path / "data", tmp_path, JPY_SESSION_NAME=str(path)
+    ) as kc:
+        kernel = Kernel(kc)
+        kernel.run(
+            "%load_ext jupyter_session_agent\n"
+            "%config AgentMagics.model = 'openai/scripted'\n"
+            "%config AgentMagics.titles = False\n"
+            "%config AgentMagics.live = True\n",
+            None,
+        )
+        front = FrontEnd(saved_notebook()["cells"])
+        front.cells.append(
+            {
+                "id": "shell",
+                "cell_type": "code",
+                "source": "import subprocess\nran_shell = subprocess.run(['true']).returncode",
+                "execution_count": None,
+                "outputs": [],
+            }
+        )
+        fresh.enqueue(
+            Reply(tool_calls=({"name": "notebook_run", "arguments": {"cell": "shell"}},)),
+            Reply(tool_calls=({"name": "notebook_run", "arguments": {"cell": "load"}},)),
+            Reply(text="done"),
+        )
+        prompts, outputs = kernel.run(
+            "%%agent -p python=allow -p 'python:*subprocess*=deny'\nrun the cells", front
+        )
+        steps = [r for r in fresh.requests if "tools" in r]
+        assert len(steps) == 3, (prompts, outputs[-2:])
+        denied = steps[1]["messages"][-1]["content"]
+        assert "deny python for cell 3's code" in denied, denied
+        assert kernel.eval("'ran_shell' in globals()") == "False"
+        assert steps[2]["messages"][-1]["content"].startswith("ran cell 1 (id load):")
+
+
+def test_rules_named_after_the_notebook_tools_mean_what_they_ask():
+    """``notebook_edit`` asks ``edit``: a rule for it is an edit rule (before, it never
+    matched and the user's allow was silently ignored). ``notebook_run`` asks ``python``: a
+    rule for it is refused in one line naming the rule to write (before, a deny for it was
+    silently ignored and the cell ran under a python allow)."""
+    from jupyter_session_agent.core.errors import ConfigError, UsageError
+    from jupyter_session_agent.core.rules import from_config, parse_rule
+
+    assert parse_rule("notebook_edit=allow").permission == "edit"
+    assert [r.permission for r in from_config({"notebook_edit": "allow"})] == ["edit"]
+    for bad in (
+        lambda: parse_rule("notebook_run=deny"),
+        lambda: from_config({"notebook_run": "deny"}),
+    ):
+        with pytest.raises((ConfigError, UsageError), match="asks the python permission") as err:
+            bad()
+        assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("ref", ["+1", "1_0", "\u0661", " 1 "])
+def test_a_cell_index_is_read_as_the_extension_reads_it(ref):
+    """The approval of notebook_run shows the cell the extension finds for the reference (ids
+    first, then ``-?[0-9]+``); the kernel must run that cell or none. Before, ``int()`` took
+    ``+1``, ``1_0`` and Arabic-Indic digits: the approval showed no cell and the kernel ran one."""
+    from jupyter_session_agent.core.errors import ToolFailure
+    from jupyter_session_agent.tools.notebook_doc import find
+
+    cells = [{"id": f"c{i}"} for i in range(12)]
+    if ref.strip() == "1":
+        assert find(cells, ref) == 1
+        return
+    with pytest.raises(ToolFailure, match="no cell"):
+        find(cells, ref)
+
+
+def test_reading_a_notebook_whose_outputs_hold_secrets_redacts_them(fresh, server, tmp_path):
+    """A cell printed a token the user keeps in a secret-named variable, and another printed
+    an API key: the notebook as the model reads it (the live model, through the extension)
+    holds neither — the same redaction as every tool's output."""
+    token = "hf_Q9rT4uVw7xYz2AbC5dEf8GhJ1kLm3NpR"
+    key = "sk-proj-" + "Zx8Kq2Lm9Np4Rs7Tv1Wy3Ab6Cd0Ef5Gh2Ij8Kl4Mn"
+    with real_kernel(server.base_url, tmp_path / "data", tmp_path) as kc:
+        kernel = Kernel(kc)
+        kernel.run(
+            "%load_ext jupyter_session_agent\n%config AgentMagics.live = True\n"
+            "%config AgentMagics.titles = False\n"
+            "%config AgentMagics.model = 'openai/scripted'\n"
+            f"hf_token = {token!r}",
+            None,
+        )
+        cells = [
+            {
+                "id": "login",
+                "cell_type": "code",
+                "source": "print(hf_token)",
+                "execution_count": 1,
+                "outputs": [{"output_type": "stream", "name": "stdout", "text": token + "\n"}],
+            },
+            {
+                "id": "env",
+                "cell_type": "code",
+                "source": "os.environ['OPENAI_API_KEY']",
+                "execution_count": 2,
+                "outputs": [{"output_type": "execute_result", "data": {"text/plain": repr(key)}}],
+            },
+        ]
+        fresh.enqueue(
+            Reply(tool_calls=({"name": "notebook", "arguments": {"action": "read"}},)),
+            Reply(text="read"),
+        )
+        kernel.agent(fresh, "read it", FrontEnd(cells))
+    text = tool_output(fresh)
+    assert "id login" in text and "id env" in text
+    assert token not in text and key not in text, text

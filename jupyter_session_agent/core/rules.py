@@ -23,6 +23,8 @@ from typing import Any, Literal
 from .asks import (
     EDIT_TOOLS,
     KERNEL_READ_TOOLS,
+    NOTEBOOK_EDIT,
+    NOTEBOOK_RUN,
     READ_TOOLS,
     permission_of,
     real_path,
@@ -35,12 +37,18 @@ ACTIONS: tuple[str, ...] = ("allow", "ask", "deny")
 
 
 def permission_name(name: str) -> str:
-    """A permission named by a user: the edit family becomes ``edit``; ``list``, ``glob``
-    and ``grep`` are refused because their calls ask ``read`` (a rule for them would
-    never match, and mapping them would change every read)."""
+    """A permission named by a user: the edit family (and ``notebook_edit``) becomes
+    ``edit``; ``list``, ``glob`` and ``grep`` are refused because their calls ask ``read``,
+    and ``notebook_run`` because it asks ``python`` (a rule for them would never match, and
+    mapping them would change every read or every python call)."""
     name = str(name).strip()
-    if name in EDIT_TOOLS:
+    if name in EDIT_TOOLS or name == NOTEBOOK_EDIT:
         return "edit"
+    if name == NOTEBOOK_RUN:  # a rule for it would never match; python's would change too
+        raise ConfigError(
+            f"{name} asks the python permission (it runs the cell's code) — write the rule "
+            'for python, e.g. %agent permit python "*" deny'
+        )
     if name in READ_TOOLS and name != "read" or name in KERNEL_READ_TOOLS:
         raise ConfigError(
             f"{name} asks the read permission — write the rule for read, e.g. "

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -176,12 +177,14 @@ def find(cells: Sequence[dict], ref: Any) -> int:
     for index, cell in enumerate(cells):
         if text and cell["id"] == text:
             return index
-    try:
-        index = int(text)
-    except ValueError:
+    # an index is ASCII digits with an optional minus, exactly what the extension takes (its
+    # approval shows the cell that would run): Python's int() would also take "+1", "1_0"
+    # and other scripts' digits, and run a cell the question could not show
+    if not re.fullmatch(r"-?[0-9]+", text):
         raise ToolFailure(
             f"notebook: no cell {text!r} — give a cell id or index (0–{len(cells) - 1})"
-        ) from None
+        )
+    index = int(text)
     if -len(cells) <= index < len(cells):
         return index % len(cells)
     raise ToolFailure(f"notebook: no cell {index} — the notebook has {len(cells)} cells")
@@ -395,6 +398,14 @@ class NotebookRunTool:
         source = cell["source"]
         if source.lstrip().startswith(("%%agent", "%agent")):
             raise ToolFailure(f"notebook_run: cell {index} is an agent cell; it is not run")
+        # the question named the cell; the rules about python code are about its code: a
+        # pattern the user denies (``python "*subprocess*" deny``) stops this run as it stops
+        # the python tool
+        if ctx.decide is not None and ctx.decide("python", source) == "deny":
+            raise ToolFailure(
+                f"notebook_run: the user's rules deny python for cell {index}'s code; "
+                "it did not run"
+            )
         ran = PythonTool().run({"code": source}, ctx)
         metadata = {**ran.metadata, "cell": index, "cell_id": cell["id"], "code": source}
         return ToolResult(

@@ -236,10 +236,7 @@ export class TranscriptWidget extends Widget implements IRenderMime.IRenderer {
     }
     if (data.live && data.frontend && typeof data.frontend === 'object') {
       // a notebook tool's request: done on the open notebook, answered on stdin (notebook.ts)
-      const said = handleRequest(this.node, data.frontend);
-      if (said) {
-        this.node.appendChild(el('div', 'jsa-frontend jsa-note', said));
-      }
+      handleRequest(this.node, data.frontend, said => this.node.appendChild(el('div', 'jsa-frontend jsa-note', said)));
     }
     await Promise.all(pending);
     if (this._compact) {

@@ -32,7 +32,8 @@ let tracker: INotebookTracker | null = null;
 let kernels: any = null; // the service manager's kernels: a new connection when a notebook closed
 const handled = new Set<string>(); // nonces answered or being answered
 const questions = new Map<string, { header: any; panel: NotebookPanel; kernel: any }>(); // nonce → the kernel's question
-const reviews = new Map<string, () => void>(); // nonce → reject what is left (the notebook closes)
+const reviews = new Map<string, (why: string) => void>(); // nonce → reject what is left (the notebook closes)
+const dropped = new Set<string>(); // nonces whose kernel restarted or went: nobody waits for the answer
 const closed = new Set<string>(); // nonces whose notebook closed: answered by the kernel connection
 const arrived = new Map<string, number>(); // nonce → ms from the kernel's request to this page
 
@@ -62,14 +63,35 @@ function watch(panel: NotebookPanel): void {
       }
     });
   };
+  // the kernel that asked restarts or is replaced: its question is gone with it, so an
+  // open review ends (rejected, its buttons off) and a later click never edits the notebook
+  const abandon = (why: string) => {
+    for (const [nonce, reject] of Array.from(reviews.entries())) {
+      const question = questions.get(nonce);
+      if (question && question.panel === panel) {
+        dropped.add(nonce);
+        reject(why);
+      }
+    }
+  };
   panel.sessionContext.ready.then(connect).catch(() => undefined);
-  panel.sessionContext.kernelChanged.connect(connect);
+  panel.sessionContext.kernelChanged.connect((_, change) => {
+    if (change.newValue && !panel.isDisposed) {
+      abandon('the kernel changed during the review'); // another kernel chosen (closing: below)
+    }
+    connect();
+  });
+  panel.sessionContext.statusChanged.connect((_, status) => {
+    if (status === 'restarting' || status === 'autorestarting') {
+      abandon('the kernel restarted during the review');
+    }
+  });
   panel.disposed.connect(() => {
     for (const [nonce, reject] of Array.from(reviews.entries())) {
       const question = questions.get(nonce);
       if (question && question.panel === panel) {
         closed.add(nonce);
-        reject();
+        reject('the notebook was closed during the review');
       }
     }
   });
@@ -86,10 +108,18 @@ export function isPending(request: Json): boolean {
 }
 
 /**
- * Do what `request` asks on the notebook that holds `node` and answer the kernel. Returns a
- * short status for the transcript view, or null when this output is not in a notebook.
+ * Do what `request` asks on the notebook that holds `node` and answer the kernel; `show` puts a
+ * short status in the transcript view. Nothing is done when this output is not in a notebook,
+ * or when the notebook's kernel is not asking about this request now.
  */
-export function handleRequest(node: HTMLElement, request: Json): string | null {
+export function handleRequest(node: HTMLElement, request: Json, show: (said: string) => void): void {
+  const said = start(node, request, show);
+  if (said) {
+    show(said);
+  }
+}
+
+function start(node: HTMLElement, request: Json, show: (said: string) => void): string | null {
   const nonce = String(request.nonce || '');
   if (request.protocol !== PROTOCOL || !/^[0-9a-f]{8,64}$/.test(nonce)) {
     return null;
@@ -103,6 +133,50 @@ export function handleRequest(node: HTMLElement, request: Json): string | null {
   }
   handled.add(nonce);
   arrived.set(nonce, Date.now() - Number(request.sent || Date.now())); // the baseline: transport alone
+  if (!askedBy(nonce, panel)) {
+    // Only a request the kernel is asking about now, on this notebook's stdin channel, is done:
+    // a request in a saved output (the notebook saved during a review and opened again) or one
+    // a notebook from elsewhere carries is never answered and never edits the notebook.
+    void whenAsked(nonce, panel).then(ok => {
+      const said = ok ? perform(node, panel, nonce, request) : null;
+      if (said) {
+        show(said);
+      } else if (!ok) {
+        handled.delete(nonce);
+      }
+    });
+    return null;
+  }
+  return perform(node, panel, nonce, request);
+}
+
+/** Is the kernel behind `panel` asking the question naming `nonce` now? (Two views of one
+ * notebook share its kernel: either may be the one that renders the request first.) */
+function askedBy(nonce: string, panel: NotebookPanel): boolean {
+  const asked = questions.get(nonce);
+  const kernel = panel.sessionContext.session?.kernel;
+  return !!asked && !!kernel && (asked.panel === panel || asked.kernel.id === kernel.id);
+}
+
+/** Resolves true once the kernel behind `panel` asks the question naming `nonce` (its stdin
+ * `input_request` follows the view's update), false when it does not within `ms`. */
+function whenAsked(nonce: string, panel: NotebookPanel, ms = 15000): Promise<boolean> {
+  const until = Date.now() + ms;
+  return new Promise(resolve => {
+    const poll = () => {
+      if (askedBy(nonce, panel)) {
+        resolve(true);
+      } else if (Date.now() > until || panel.isDisposed) {
+        resolve(false);
+      } else {
+        window.setTimeout(poll, 50);
+      }
+    };
+    poll();
+  });
+}
+
+function perform(node: HTMLElement, panel: NotebookPanel, nonce: string, request: Json): string | null {
   const answer = (value: Json) => void send(node, panel, nonce, { ...value, nonce });
   if (request.action === 'read') {
     // a huge notebook: sources cut shorter until the answer fits (the model sees 8,000 per cell)
@@ -126,6 +200,10 @@ export function handleRequest(node: HTMLElement, request: Json): string | null {
 
 /** The answer, typed into the stdin box that asked (or, when it is gone, sent by the kernel connection). */
 async function send(node: HTMLElement, panel: NotebookPanel, nonce: string, value: Json): Promise<void> {
+  if (dropped.has(nonce)) {
+    questions.delete(nonce);
+    return; // the kernel that asked is gone: the new one did not ask
+  }
   let text = JSON.stringify(value);
   if (text.length > MAX_ANSWER) {
     text = JSON.stringify({ nonce, error: `the notebook is too large to send (${text.length} characters)` });
@@ -303,6 +381,7 @@ type Decision = { status: 'accepted' | 'rejected'; feedback?: string; cell_id?: 
 interface Proposal {
   edit: Json;
   target: any | null; // the cell model replaced / deleted / inserted after (null: the end or the top)
+  before?: string; // the target's source the diff shows (replace / delete)
   box: HTMLElement;
   decision?: Decision;
 }
@@ -375,9 +454,7 @@ function review(
     p.box.querySelectorAll('button, textarea').forEach(b => ((b as HTMLButtonElement).disabled = true));
     finish();
   };
-  reviews.set(nonce, () =>
-    proposals.forEach(p => decide(p, { status: 'rejected', error: 'the notebook was closed during the review' }))
-  );
+  reviews.set(nonce, (why: string) => proposals.forEach(p => decide(p, { status: 'rejected', error: why })));
   proposals.forEach((p, n) => {
     build(panel, p, n, proposals.length, allowed, {
       accept: () => decide(p, { status: 'accepted' }),
@@ -407,6 +484,7 @@ function build(
 ): void {
   const { edit, box } = p;
   const old = p.target && p.target !== 'start' && edit.op !== 'insert' ? p.target.sharedModel.getSource() : '';
+  p.before = old;
   const kind = edit.op === 'delete' ? (p.target ? p.target.type : 'cell') : edit.cell_type || 'code';
   const head = el('div', 'jsa-review-head');
   const what = { insert: `insert a new ${kind} cell here`, replace: `replace this ${kind} cell`, delete: 'delete this cell' } as Json;
@@ -505,6 +583,11 @@ function apply(panel: NotebookPanel, p: Proposal): string {
     return cell.id;
   }
   const index = indexOf(p.target);
+  if (p.before !== undefined && p.target.sharedModel.getSource() !== p.before) {
+    // the user changed the cell while the diff was open: the diff no longer says what
+    // Accept would do, and their typing is not overwritten
+    throw new Error('the cell was edited during the review; read it again');
+  }
   if (edit.op === 'delete') {
     shared.deleteCell(index);
     return '';
