@@ -12,9 +12,11 @@ model: the success rate by kind, the first turn (server start included), the med
 warm turn, the server's peak RSS, and the machine's load; the server is stopped at the end.
 
 Suites: ``notebook`` (default, ``notebooktasks.py``: realistic tasks on an analysis already in
-the kernel and files on disk) and ``basic`` (``tasksuite.py``: one-line tasks).
+the kernel and files on disk), ``review`` (``notebooktasks_review.py``: realistic tasks of other
+shapes, written by a reviewer to check the first suite does not overstate) and ``basic``
+(``tasksuite.py``: one-line tasks).
 
-Run: ``python benchmarks/bench_local_tasks.py [--models a,b] [--suite notebook|basic]
+Run: ``python benchmarks/bench_local_tasks.py [--models a,b] [--suite notebook|review|basic]
 [--tasks a,b] [-v]`` (needs the [local] extra; the 1.5B model needs [local-large]).
 """
 
@@ -37,9 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import notebooktasks  # noqa: E402
+import notebooktasks_review  # noqa: E402
 import tasksuite  # noqa: E402
 
-SUITES = {"notebook": notebooktasks, "basic": tasksuite}
+SUITES = {"notebook": notebooktasks, "review": notebooktasks_review, "basic": tasksuite}
 
 TURN_LIMIT = 300  # seconds for one task's turn; then it is interrupted (or its process killed)
 
