@@ -490,15 +490,16 @@ def test_the_examples_nearest_the_request_come_last_and_none_answers_a_task():
     assert codeaction.examples_for("") == (codeaction.EXAMPLES + codeaction.MORE_EXAMPLES)[:8]
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "lower case 'X'"}]
     assert code_messages(messages)[-5]["content"] == shown[-1][0]
-    # a model that copies an example (its code, output or answer) passes no task of either suite
+    # a model that copies an example (its code, output or answer) passes no task of any suite
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import notebooktasks
+    import notebooktasks_review
     import tasksuite
 
-    for task in tasksuite.TASKS + notebooktasks.TASKS:
+    for task in tasksuite.TASKS + notebooktasks.TASKS + notebooktasks_review.TASKS:
         for question, code, output, answer in codeaction.EXAMPLES + codeaction.MORE_EXAMPLES:
             copied = tasksuite.Outcome(answer, (code,), (output,), {}, task.prompt)
             assert not task.passed(copied), (task.name, question)
