@@ -1,8 +1,8 @@
 """Load cost of this tree against another checkout of the package, in the same run.
 
 Each probe is a fresh interpreter with IPython loaded (as a kernel has): (a) ``%load_ext
-jupyter_session_agent``; (b) that, then the first ``%agent`` command (``%agent help``: the
-subcommand modules and what they import load); (c) importing every module of the package below
+jupyter_session_agent``; (b) that, then a first ``%agent`` command: ``%agent sessions`` (only
+its own subcommand module loads) and ``%agent help`` (every subcommand module loads); (c) importing every module of the package below
 ``ui/`` (what a session's first turn loads). Runs alternate between the two trees so both see
 the same machine noise; medians, and their ratio this / before.
 
@@ -17,6 +17,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
@@ -32,6 +33,7 @@ print(time.perf_counter() - t)
 
 LOAD_EXT = "ip.run_line_magic('load_ext', 'jupyter_session_agent')"
 FIRST_COMMAND = LOAD_EXT + "\nip.run_line_magic('agent', 'help')"
+FIRST_SESSIONS = LOAD_EXT + "\nip.run_line_magic('agent', 'sessions')"
 ALL_BELOW_UI = """
 import importlib, pkgutil, jupyter_session_agent as p
 for m in pkgutil.walk_packages(p.__path__, p.__name__ + '.'):
@@ -42,7 +44,8 @@ for m in pkgutil.walk_packages(p.__path__, p.__name__ + '.'):
 
 
 def probe(tree: Path, body: str) -> float:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    data = tempfile.mkdtemp(prefix="jsa-load-")  # an empty history for %agent sessions
+    env = {**os.environ, "PYTHONPATH": str(tree), "JUPYTER_SESSION_AGENT_DIR": data}
     out = subprocess.run(
         [sys.executable, "-c", PROBE.format(body=body)],
         capture_output=True,
@@ -61,6 +64,7 @@ def main() -> None:
     args = parser.parse_args()
     probes = (
         ("%load_ext", LOAD_EXT),
+        ("%load_ext, then the first %agent command (sessions)", FIRST_SESSIONS),
         ("%load_ext, then the first %agent command (help)", FIRST_COMMAND),
         ("all modules below ui/", ALL_BELOW_UI),
     )

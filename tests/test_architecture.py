@@ -731,6 +731,11 @@ LATE_IMPORTS: dict[str, tuple[str, set[str]]] = {
         "and the store at the first sql()",
         {f"{PACKAGE}.ui.magics", f"{PACKAGE}.core.settings", f"{PACKAGE}.store"},
     ),
+    f"{PACKAGE}.core.settings": (
+        "%load_ext loads the settings: the permission rules' parser (with the bash reader, "
+        "~2,000 lines) and the MCP configuration load when such a setting is first checked",
+        {f"{PACKAGE}.core.permission", f"{PACKAGE}.core.mcp_config"},
+    ),
     f"{PACKAGE}.ui.magics": (
         "%load_ext loads the magics only: the session, the store, the prompt's context and the "
         "live view load with the first %%agent cell or %agent command",

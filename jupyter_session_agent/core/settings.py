@@ -33,8 +33,6 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from .errors import ConfigError
-from .mcp_config import check_config
-from .permission import from_config
 
 DATA_DIR_ENV = "JUPYTER_SESSION_AGENT_DIR"
 REPLAY_ENV = "JUPYTER_SESSION_AGENT_REPLAY"
@@ -183,6 +181,8 @@ def _is_folder(value: Any) -> bool:
 def _is_permission(value: Any) -> bool:
     if not isinstance(value, (str, Mapping)):
         return False
+    from .permission import from_config  # the rules' parser loads when rules are set
+
     from_config(value)  # its ConfigError names the rule that is wrong
     return True
 
@@ -190,6 +190,8 @@ def _is_permission(value: Any) -> bool:
 def _is_mcp(value: Any) -> bool:
     if not isinstance(value, Mapping):
         return False
+    from .mcp_config import check_config  # loads when MCP servers are set
+
     check_config(value)  # its ConfigError names the server and the key
     return True
 
