@@ -954,6 +954,8 @@ def result_text(content: str) -> str:
     text = (content or "").strip()
     if CUT_TEXT in text:
         return "Error: " + CUT_TEXT
+    if EMPTY in text and is_error(text):  # a block of only comments, not run
+        return "Error: " + EMPTY
     if is_error(text):
         head = text.split("[error]")[0] if "[error]" in text else ""
         head = head.replace("[stdout]", "").strip()
