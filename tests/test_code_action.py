@@ -598,3 +598,81 @@ def test_a_kernel_variable_is_not_read_again_from_a_file_that_is_not_there():
     assert codeaction.drop_reloads(there, messages, {"orders"}) == there
     new = "other = pd.read_csv('orders.csv')"  # not a kernel variable: left to fail and be read
     assert codeaction.drop_reloads(new, messages, {"orders"}) == new
+
+
+def test_a_block_of_only_comments_does_not_run_and_the_model_reads_why(cip, server, magics, store):
+    """A block that copies the request into comments (and imports) runs nothing: not sent."""
+    server.enqueue(
+        Reply(text="```python\n# fix the cell\n# KeyError: 'amout'\nimport pandas as pd\n```"),
+        Reply(text="```python\nshown = 2 + 3\n```"),
+        Reply(text="5"),
+    )
+    cip.run_cell_magic("agent", "", "fix the cell")
+    tools = tools_of(store, magics.session.info.id)
+    assert tools[0].state.status == "error" and codeaction.EMPTY in tools[0].state.error
+    assert chat_requests(server)[1]["messages"][-1] == {
+        "role": "user",
+        "content": "Error: " + codeaction.EMPTY,
+    }
+    assert cip.user_ns["shown"] == 5 and tools[1].state.status == "completed"
+
+
+def test_what_counts_as_a_block_with_no_code():
+    assert codeaction.is_empty("# the request\n# its error\n")
+    assert codeaction.is_empty("# a comment\nimport pandas as pd\nfrom math import pi\npass\n")
+    assert codeaction.is_empty("'''only a string'''")
+    assert not codeaction.is_empty("# a comment\nprint(1)")
+    assert not codeaction.is_empty("import os\nx = 1")
+    assert not codeaction.is_empty("print(")  # a syntax error is its own problem
+    assert codeaction.problem("# copy of the request\nimport math") == codeaction.EMPTY
+
+
+def test_a_kernel_variable_is_not_rebound_to_data_the_model_made_up():
+    variables = "orders (DataFrame, 20 × 7, columns city: object e.g. 'Lyon'), scores (list, 9)"
+    system = {"role": "system", "content": codeaction.system_prompt(variables, [])}
+
+    def drop(code: str, request: str) -> str:
+        messages = [system, {"role": "user", "content": request}]
+        return codeaction.drop_reloads(code, messages, {"orders", "scores"})
+
+    made_up = (
+        "import pandas as pd\n"
+        "orders = pd.DataFrame({\n    'city': ['Paris', 'Nice'],\n    'amount': [10.5, -3],\n})\n"
+        "print(orders['amount'].sum())"
+    )
+    assert drop(made_up, "total amount in orders?") == (
+        "import pandas as pd\nprint(orders['amount'].sum())"
+    )
+    assert drop("scores = [3, 5, 8]\nprint(sum(scores))", "sum of scores") == "print(sum(scores))"
+    # the user typed the data: it is what they want
+    given = "scores = [3, 5, 8]\nprint(sum(scores))"
+    assert drop(given, "set scores to 3, 5 and 8 and sum them") == given
+    # computed from the kernel's value, a new name, or a name the kernel does not hold: kept
+    for kept in (
+        "orders = orders.dropna()",
+        "orders = pd.DataFrame(orders)",
+        "top = pd.DataFrame({'city': ['Paris']})",
+        "scores = sorted(scores)",
+    ):
+        assert drop(kept, "clean orders") == kept
+
+
+def test_the_answer_after_a_run_states_only_numbers_the_output_holds():
+    grounded = codeaction.grounded_answer
+    # the numbers are in the output, as printed or rounded, or a share as a percentage
+    assert grounded("The total is 1,234.5.", "1234.50", "") == "The total is 1,234.5."
+    assert grounded("The mean is 12.35", "12.3456", "") == "The mean is 12.35"
+    assert grounded("About 45% of rows", "0.4512", "") == "About 45% of rows"
+    assert grounded("Row 3 of 20 has it", "20", "row 3?") == "Row 3 of 20 has it"
+    assert grounded("Lyon has the most orders.", "Lyon", "") == "Lyon has the most orders."
+    # a number the output does not hold is made up: the output's last line is quoted instead
+    table = "  region  revenue\n0  north   310.0\n1  south   145.5"
+    assert grounded("North earned 999 in revenue.", table, "") == (
+        "The output says: 1  south   145.5"
+    )
+    assert grounded("It is 7", "[stdout] 8\n", "") == "The output says: 8"
+    # after an error or an empty output the answer is left alone
+    error = "Traceback (most recent call last):\nKeyError: 'x'"
+    if codeaction.is_error(error):
+        assert grounded("It is 7", error, "") == "It is 7"
+    assert grounded("It is 7", "", "") == "It is 7"

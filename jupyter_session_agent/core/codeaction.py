@@ -418,11 +418,121 @@ def reported_error(request: str) -> tuple[list[str], str]:
     return [text for kind, text in events if kind == "close"], lines[-1][:200]
 
 
+def is_empty(code: str) -> bool:
+    """``code`` does nothing a user could see: only comments, blank lines, imports, ``pass``
+    and bare strings (a block that copies the request into comments runs and "succeeds")."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    idle = (ast.Import, ast.ImportFrom, ast.Pass)
+    return all(
+        isinstance(node, idle)
+        or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+        for node in tree.body
+    )
+
+
+_DATA_CALLS = frozenset({"DataFrame", "Series", "array", "dict", "list", "tuple", "set"})
+
+
+def _literal_data(node: Any) -> list[Any] | None:
+    """The constants of ``node`` when it is data typed into the code (``[3, 5]``, ``{'a': [1]}``,
+    ``pd.DataFrame({'city': ['Lyon']})``) holding at least one container; else ``None``."""
+    import ast
+
+    values: list[Any] = []
+
+    def walk(n: Any) -> bool:
+        if isinstance(n, ast.Constant):
+            values.append(n.value)
+            return True
+        if isinstance(n, ast.UnaryOp) and isinstance(n.operand, ast.Constant):
+            values.append(n.operand.value)
+            return True
+        if isinstance(n, (ast.List, ast.Tuple, ast.Set)):
+            return all(walk(e) for e in n.elts)
+        if isinstance(n, ast.Dict):
+            return all(k is not None and walk(k) for k in n.keys) and all(walk(v) for v in n.values)
+        if isinstance(n, ast.Call):
+            func = n.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            return (
+                name in _DATA_CALLS
+                and all(walk(a) for a in n.args)
+                and all(walk(k.value) for k in n.keywords)
+            )
+        return False
+
+    if isinstance(node, ast.Constant) or not walk(node):
+        return None
+    return values
+
+
+def _typed_by_user(values: list[Any], request: str) -> bool:
+    """Every constant of typed data is in the request (the user gave the data)."""
+    words = set(re.findall(r"[\w.$%-]+", request.lower()))
+    for value in values:
+        if isinstance(value, bool) or value is None:
+            continue
+        text = str(value).lower()
+        if isinstance(value, (int, float)):
+            if text not in words and f"{value:g}" not in words:
+                return False
+        elif text not in request.lower():
+            return False
+    return True
+
+
+_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,_]*(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
+
+
+def _numbers(text: str) -> list[tuple[float, int]]:
+    """Every number written in ``text`` with its count of decimals (``1,024.50`` → (1024.5, 2))."""
+    out = []
+    for match in _NUMBER.findall(text or ""):
+        try:
+            value = float(match.replace(",", "").replace("_", ""))
+        except ValueError:
+            continue
+        decimals = len(match.partition(".")[2]) if "e" not in match.lower() else 6
+        out.append((value, decimals))
+    return out
+
+
+def grounded_answer(answer: str, output: str, request: str = "") -> str:
+    """The one-line answer after a run, stating only numbers the run's ``output`` holds (or
+    the request gives): a number the output does not hold, even rounded, is made up, and the
+    answer becomes the output's last line. An error output, or an answer with no number,
+    comes back unchanged."""
+    if is_error(output) or not output.strip():
+        return answer
+    held = [v for v, _ in _numbers(output) + _numbers(request)]
+
+    def shown(value: float, decimals: int) -> bool:
+        return any(
+            abs(v - value) <= 1e-9 * max(1.0, abs(v))
+            or round(v, decimals) == value
+            or round(v * 100, decimals) == value  # a share as a percentage
+            for v in held
+        )
+
+    if all(shown(v, d) for v, d in _numbers(answer)):
+        return answer
+    lines = [re.sub(r"^\[\w+\]\s*", "", ln.strip()) for ln in output.strip().splitlines()]
+    lines = [ln for ln in lines if ln and ln != NO_OUTPUT]
+    return f"The output says: {lines[-1][:200]}" if lines else answer
+
+
 def drop_reloads(code: str, messages: list[dict], known: Iterable[str] = ()) -> str:
     """``code`` without the statements that build again a variable the kernel holds from a file
     the folder does not hold (``orders = pd.read_csv('orders.csv')`` when ``orders`` is a
-    DataFrame in the kernel and there is no ``orders.csv``): the kernel's value is the one the
-    user means. Anything else comes back unchanged."""
+    DataFrame in the kernel and there is no ``orders.csv``), or from data typed into the code
+    that the request does not give (``orders = pd.DataFrame({'city': ['Paris', …]})`` over the
+    user's ``orders``): the kernel's value is the one the user means. Anything else comes back
+    unchanged."""
     import ast
 
     try:
@@ -430,6 +540,10 @@ def drop_reloads(code: str, messages: list[dict], known: Iterable[str] = ()) -> 
     except (SyntaxError, ValueError):
         return code
     held = set(known)
+    kernel = {n for n, text in described(messages).items() if not text.endswith(_FUNCTION)}
+    request = next(
+        (plain(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), ""
+    )
     drop: list[tuple[int, int]] = []
     for node in tree.body:
         if not isinstance(node, ast.Assign) or len(node.targets) != 1:
@@ -438,7 +552,10 @@ def drop_reloads(code: str, messages: list[dict], known: Iterable[str] = ()) -> 
         if not (isinstance(target, ast.Name) and target.id in held):
             continue
         segment = ast.get_source_segment(code, node) or ""
-        if missing_file(segment, messages):
+        typed = _literal_data(node.value) if target.id in kernel else None
+        if missing_file(segment, messages) or (
+            typed is not None and not _typed_by_user(typed, request)
+        ):
             drop.append((node.lineno, node.end_lineno or node.lineno))
     if not drop:
         return code
@@ -546,7 +663,7 @@ def problem(code: str, known: Iterable[str] = ()) -> str:
         return f"SyntaxError: {err.msg}"
     except ValueError as err:  # null bytes
         return f"ValueError: {err}"
-    if not tree.body:
+    if is_empty(code):
         return EMPTY
     defined = _bound(tree) | set(known) | set(dir(builtins))
     defined |= {"display", "get_ipython", "In", "Out"}
@@ -837,6 +954,8 @@ def result_text(content: str) -> str:
     text = (content or "").strip()
     if CUT_TEXT in text:
         return "Error: " + CUT_TEXT
+    if EMPTY in text and is_error(text):  # a block of only comments, not run
+        return "Error: " + EMPTY
     if is_error(text):
         head = text.split("[error]")[0] if "[error]" in text else ""
         head = head.replace("[stdout]", "").strip()

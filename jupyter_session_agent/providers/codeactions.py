@@ -18,9 +18,11 @@ from typing import Any
 from ..core.codeaction import (
     CODE_SUFFIX,
     CUT_TEXT,
+    EMPTY,
     TOOL,
     BlockParser,
     code_messages,
+    is_empty,
     offers_python,
 )
 from ..core.stream import Finish, TextDelta, ToolCall, ToolInputStart
@@ -114,6 +116,9 @@ def _translate(events: Iterable[Any]) -> Iterator[Any]:
             elif kind == "open":
                 call_id = "call_" + uuid.uuid4().hex[:24]
                 yield ToolInputStart(call_id, TOOL)
+            elif kind == "close" and is_empty(text):  # only comments: nothing to run
+                calls += 1
+                yield ToolCall(call_id, TOOL, {}, json.dumps({"code": text}), invalid=EMPTY)
             elif kind == "close":
                 calls += 1
                 yield ToolCall(call_id, TOOL, {"code": text}, json.dumps({"code": text}))

@@ -749,8 +749,11 @@ def _code_chat(
 
         if code_first:  # no prose first: the reply is a block from its first token
             candidate()
+        said = ""  # the answer after a run, held to check its numbers against the output
         for kind, text in () if code_first else events:
-            if kind == "text":
+            if kind == "text" and answer:
+                said += text
+            elif kind == "text":
                 before += text
                 yield "text", text
             elif kind == "open" and comment:  # start the block again, the request as its comment
@@ -761,6 +764,9 @@ def _code_chat(
                 keep(kind, text)
             elif kind == "end":
                 finish = text
+        if said:  # only numbers the run printed (or the request gave)
+            output = _text(messages[-1].get("content"))
+            yield "text", codeaction.grounded_answer(said, output, request_all)
         for attempt in range(1, CODE_RESAMPLES + 1):
             if not candidates or (candidates[-1][0] == "close" and not trouble(candidates[-1][1])):
                 break
@@ -772,6 +778,8 @@ def _code_chat(
         if candidates:
             checked = [(kind, code, trouble(code)) for kind, code in candidates]
             safe = [c for c in checked if not c[2].endswith(codeaction.HOURS)]  # a hang is worse
+            # a block of only comments (after every repair) runs nothing: never sent
+            safe = [c for c in safe if c[2] != codeaction.EMPTY]
             if not safe:  # every candidate would hold the kernel: show the code, run nothing
                 kind, code, problem = checked[0]
                 yield "text", f"{codeaction.fence(code)}\n(not run: {problem})"
