@@ -783,14 +783,7 @@ LATE_IMPORTS: dict[str, tuple[str, set[str]]] = {
 }
 # Modules whose function-level imports are still to move to the top (issue 27): any is accepted
 # here until its module leaves this list.
-NOT_YET_MOVED = {
-    f"{PACKAGE}.{m}"
-    for m in (
-        "core.codeaction",
-        "providers.llama_handler",
-        "providers.local",
-    )
-}
+NOT_YET_MOVED: set[str] = set()
 
 
 def _function_imports(module: str) -> list[ast.Import | ast.ImportFrom]:

@@ -39,10 +39,15 @@ writes more). A block still open when the reply ends is a call if the model ende
 
 from __future__ import annotations
 
+import ast
+import builtins
 import difflib
 import fnmatch
+import importlib
+import io
 import json
 import re
+import tokenize
 from collections.abc import Iterable
 from typing import Any
 
@@ -371,8 +376,6 @@ def missing_file(code: str, messages: list[dict]) -> str:
     """Why ``code`` would fail on a file: it reads (``pd.read_csv('x.csv')``, ``open('x.txt')``)
     a file the working folder does not hold, going by the files line ("" when it reads none,
     or when the folder is not known); a file the code writes itself is not missing."""
-    import ast
-
     here = folder_names(messages)
     if here is None:
         return ""
@@ -421,8 +424,6 @@ def reported_error(request: str) -> tuple[list[str], str]:
 def is_empty(code: str) -> bool:
     """``code`` does nothing a user could see: only comments, blank lines, imports, ``pass``
     and bare strings (a block that copies the request into comments runs and "succeeds")."""
-    import ast
-
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
@@ -441,8 +442,6 @@ _DATA_CALLS = frozenset({"DataFrame", "Series", "array", "dict", "list", "tuple"
 def _literal_data(node: Any) -> list[Any] | None:
     """The constants of ``node`` when it is data typed into the code (``[3, 5]``, ``{'a': [1]}``,
     ``pd.DataFrame({'city': ['Lyon']})``) holding at least one container; else ``None``."""
-    import ast
-
     values: list[Any] = []
 
     def walk(n: Any) -> bool:
@@ -533,8 +532,6 @@ def drop_reloads(code: str, messages: list[dict], known: Iterable[str] = ()) -> 
     that the request does not give (``orders = pd.DataFrame({'city': ['Paris', …]})`` over the
     user's ``orders``): the kernel's value is the one the user means. Anything else comes back
     unchanged."""
-    import ast
-
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
@@ -625,8 +622,6 @@ def relevant(request: str, messages: list[dict]) -> list[str]:
 def known_names(messages: list[dict]) -> set[str]:
     """Names the kernel holds as far as the conversation shows: the variables line of the
     system prompt and every name bound by code already sent as a python call."""
-    import ast
-
     known: set[str] = set()
     if messages and messages[0].get("role") == "system":
         for line in _text(messages[0].get("content")).splitlines():
@@ -654,9 +649,6 @@ def problem(code: str, known: Iterable[str] = ()) -> str:
     10**12))`` loops in C for hours and no interrupt stops it), or a call that waits for the
     user to type (``input()``: :data:`ASKS_USER`; the task already gives the data).
     Flow-insensitive and lenient: a name bound anywhere counts as defined."""
-    import ast
-    import builtins
-
     try:
         tree = ast.parse(code)
     except SyntaxError as err:
@@ -714,10 +706,6 @@ def bind_asked(code: str, request: str, known: Iterable[str] = ()) -> str:
     the request asks for a name the code never binds, and the code binds exactly one new name at
     its top level (``lyon_orders = …``), that name is renamed to the asked one everywhere in the
     code. Anything else (unparsable code, several candidates) comes back unchanged."""
-    import ast
-    import io
-    import tokenize
-
     asked = {m.group(1) for m in _ASKED_NAME.finditer(request or "")} - _NOT_NAMES
     if len(asked) != 1:
         return code
@@ -753,10 +741,6 @@ def add_imports(code: str, known: Iterable[str] = ()) -> str:
     a module it means (``math``, ``pd`` for pandas: :data:`MODULES`) or a public function of
     :data:`FROM_MODULES` (``factorial`` → ``from math import factorial``) gets an import line
     at the top. Code that does not parse, or needs no import, comes back unchanged."""
-    import ast
-    import builtins
-    import importlib
-
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
@@ -793,9 +777,6 @@ def quote_names(code: str, request: str, known: Iterable[str] = ()) -> str:
     string the request quotes (``'banana'`` → ``banana``, ``'my cat'`` → ``my_cat``) becomes
     that string literal (``banana.count('a')`` → ``'banana'.count('a')``). Only names the
     code reads; formatting and comments are kept. Unparsable code comes back unchanged."""
-    import ast
-    import builtins
-
     strings: dict[str, str] = {}
     for match in _QUOTED.finditer(request or ""):
         text = match.group(1) if match.group(1) is not None else match.group(2)
@@ -830,8 +811,6 @@ def quote_names(code: str, request: str, known: Iterable[str] = ()) -> str:
 
 def _constant(node: Any, depth: int = 0) -> int | None:
     """The value of an integer constant expression (``10**12``, ``2 * 10 ** 9``), else None."""
-    import ast
-
     if depth > 8:
         return None
     if isinstance(node, ast.Constant) and type(node.value) is int:
@@ -850,8 +829,6 @@ def _constant(node: Any, depth: int = 0) -> int | None:
 
 
 def _bound(tree: Any) -> set[str]:
-    import ast
-
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):

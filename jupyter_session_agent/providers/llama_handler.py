@@ -17,13 +17,17 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Generator, Iterator
+from pathlib import Path
 from typing import Any
 
 from ..core import codeaction
-from .local import CHAT_FORMAT, MODEL_ALIAS
+from .local import CHAT_FORMAT, MODEL_ALIAS, FileLock, ServerState, live_clients
 
 _IM_END = "<|im_end|>"
 _DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
@@ -161,8 +165,6 @@ class _Reply:
     response they send."""
 
     def __init__(self, llama: Any, prompt: str, *, model: str, max_tokens: Any, stop: Any) -> None:
-        import uuid
-
         self.llama, self.model = llama, model
         self.id = "chatcmpl-" + uuid.uuid4().hex
         self.call_id = "call_" + uuid.uuid4().hex[:24]
@@ -401,7 +403,7 @@ def _tool_chat(
         if target is not None:
             fn = next(f for f in fns if f["name"] == target)
             try:
-                gram = llama_grammar.LlamaGrammar.from_json_schema(
+                gram: Any = llama_grammar.LlamaGrammar.from_json_schema(
                     json.dumps(fn.get("parameters") or {"type": "object"}), verbose=False
                 )
             except Exception:
@@ -436,17 +438,17 @@ def _tool_chat(
     chunk = reply.chunk
     if call is not None:
         name, args, fin = call
-        finish = "length" if fin == "length" else "tool_calls"
+        ended = "length" if fin == "length" else "tool_calls"
         if stream:
             start = reply.call_start(name)
             start["choices"][0]["delta"].update(role="assistant", content=None)
             return iter([
                 start,
                 chunk({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}),
-                chunk({}, finish),
+                chunk({}, ended),
                 reply.usage_chunk(usage("")),
             ])  # fmt: skip
-        return reply.response(reply.call_message(None, name, args), finish, usage(""))
+        return reply.response(reply.call_message(None, name, args), ended, usage(""))
 
     # 3. a message
     gen_prompt = prompt + ("message:\n" if use_tools else "")
@@ -678,7 +680,9 @@ def _code_chat(
             return token, text + token
         return token, llama.tokenize(text.encode("utf-8"), add_bos=True, special=True) + tail
 
-    def block(pieces: Iterator[Any], parser: Any, spent: list[str]) -> Iterator[tuple[str, str]]:
+    def block(
+        pieces: Iterator[Any], parser: Any, spent: list[str]
+    ) -> Generator[tuple[str, str], None, None]:
         """Parser events of one generation (stopped once a block is over), then ("end", finish)."""
         finish, done = None, False
         try:
@@ -733,9 +737,10 @@ def _code_chat(
             temperature: float | None = None, seed: int | None = None, code_first: bool = False
         ) -> None:
             nonlocal finish
-            start, go_on = head, prompt + before + head
+            start = head
+            go_on: str | list[int] = prompt + before + head
             if code_first:  # the block starts with code: not a close, not a comment
-                token, go_on = first_token(go_on, temperature, seed, spent)
+                token, go_on = first_token(prompt + before + head, temperature, seed, spent)
                 start += token
             again = codeaction.BlockParser()
             for kind, text in itertools.chain(
@@ -866,6 +871,7 @@ def _chat_handler(**kwargs: Any) -> Any:
     """
     if not kwargs.get("stream"):
         return _chat_impl(**kwargs)
+    error: dict[str, Any]
     try:
         return _chat_impl(**kwargs)
     except _Overflow as err:
@@ -885,8 +891,6 @@ class _Activity:
     """Requests in progress and the time the last one ended (for the idle watchdog)."""
 
     def __init__(self) -> None:
-        import threading
-
         self.lock = threading.Lock()
         self.busy = 0
         self.last = time.time()
@@ -945,10 +949,6 @@ def watch(
     ``ensure()`` touches its client file under the same lock, so a server it has just
     been handed does not stop under it.
     """
-    from pathlib import Path
-
-    from .local import FileLock, ServerState, live_clients
-
     folder = Path(state_dir)
     limits = [t for t in (idle_timeout, client_grace) if t > 0]
     period = max(0.2, min(30.0, min(limits) / 4)) if limits else 30.0
@@ -986,8 +986,6 @@ def watch(
 
 def _watchdog(state_dir: str, idle_timeout: float, client_grace: float) -> None:
     """Run :func:`watch` in a thread; then stop this server (SIGTERM: uvicorn shuts down)."""
-    import signal
-    import threading
 
     def run() -> None:
         reason = watch(state_dir, idle_timeout, client_grace)

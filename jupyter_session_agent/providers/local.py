@@ -80,7 +80,11 @@ client must live with; the ``jsa-chatml-tools`` handler fixes the ones marked *:
 
 from __future__ import annotations
 
+import atexit
 import errno
+import fcntl
+import hashlib
+import importlib.util
 import json
 import os
 import signal
@@ -222,8 +226,6 @@ class Choice:
 
 def _package_dir(package: str) -> Path | None:
     """The folder of an installed package, found without importing it."""
-    import importlib.util
-
     try:
         spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
@@ -274,8 +276,6 @@ def model_file(model: LocalModel, cache: Path | None = None) -> Path:
     time and again whenever a source file or the assembled file changes (a record of their
     sizes and mtimes sits next to it). Raises ``NoModelError`` when a package is missing and
     :class:`ModelIntegrityError` (one line) on a size or sha256 mismatch; never downloads."""
-    import hashlib
-
     sources = _sources(model)
     if sources is None:
         raise NoModelError(f"{model.spec} is not installed — {model.install}")
@@ -390,8 +390,6 @@ def find_gguf(path: str | os.PathLike | None = None) -> Path:
 
 
 def _check_runtime() -> None:
-    import importlib.util
-
     missing = [m for m in _SERVER_MODULES if importlib.util.find_spec(m) is None]
     if missing:
         raise NoModelError(
@@ -460,8 +458,6 @@ def resolve_run_dir(explicit: str | os.PathLike | None = None) -> Path:
 
 def server_dir(run_dir: Path, gguf: Path) -> Path:
     """The state directory of the server for the model file ``gguf``."""
-    import hashlib
-
     digest = hashlib.sha256(str(gguf).encode("utf-8", "surrogateescape")).hexdigest()[:10]
     return Path(run_dir) / "local-server" / f"{gguf.stem}-{digest}"
 
@@ -479,7 +475,7 @@ def _start_time(pid: int) -> str:
 
 def live_clients(state_dir: Path) -> list[float]:
     """Modification times of ``clients/<pid>`` files whose process still runs; removes the rest."""
-    out = []
+    out: list[float] = []
     folder = Path(state_dir) / "clients"
     try:
         entries = list(folder.iterdir())
@@ -513,8 +509,6 @@ def _register_client(state_dir: Path) -> None:
     path.write_text(_start_time(os.getpid()))
     if path not in _registered:
         if not _registered:
-            import atexit
-
             atexit.register(_unregister_all)
         _registered.add(path)
 
@@ -700,8 +694,6 @@ class FileLock:
         self.path, self.timeout, self.fd = path, timeout, -1
 
     def __enter__(self) -> FileLock:
-        import fcntl
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         deadline = time.monotonic() + self.timeout
@@ -722,8 +714,6 @@ class FileLock:
             time.sleep(0.05)
 
     def __exit__(self, *exc: Any) -> None:
-        import fcntl
-
         if self.fd >= 0:
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_UN)
