@@ -384,7 +384,9 @@ class Snapshot:
                 input=_nul(big),
             )
         if small:
-            # --ignore-errors: a file that cannot be read is left out, the others are snapshotted
+            # --ignore-errors: a file that cannot be read (unreadable, or rewritten by another
+            # process while git reads it) is left out and the others are snapshotted; git still
+            # exits 1 then, which must not lose the whole snapshot (and the step's attribution)
             self._git(
                 "add",
                 "-A",
@@ -393,6 +395,7 @@ class Snapshot:
                 "--pathspec-from-file=-",
                 "--pathspec-file-nul",
                 input=_nul(small),
+                check=False,
             )
         key = self._index_key()
         if self._last is not None and self._last[0] == key and key:
