@@ -347,7 +347,8 @@ def test_the_system_prompt_names_the_users_variables():
     assert (
         text.endswith(  # the columns as df.info() and df.head(1) show them; a function's parameters
             f"Variables in the kernel: df (DataFrame, 2 × 3, columns name: {text_dtype} e.g. 'a', "
-            f"age: float64 with 1 missing, price: {text_dtype} e.g. '$1,200'), x (int, 42); "
+            f"age: float64 with 1 missing, price: {text_dtype} of numbers e.g. '$1,200'), "
+            "x (int, 42); "
             "also double(n)."
         )
     )
@@ -373,9 +374,9 @@ def test_the_code_starts_below_what_the_kernel_holds_about_the_request(tmp_path)
         "mean": scale,
     }
     files = kernel.folder_files(tmp_path)
-    assert files == ["sales.csv (columns a, b)"]  # its header; no hidden files
+    assert files == ["sales.csv (columns a, b; first row 1, 2)"]  # its header; no hidden files
     text = codeaction.system_prompt(kernel.variables_line(namespace), files)
-    assert text.endswith("\nFiles in the working folder: sales.csv (columns a, b).")
+    assert text.endswith("\nFiles in the working folder: sales.csv (columns a, b; first row 1, 2).")
     messages = [{"role": "system", "content": text}]
 
     def about(request):
@@ -391,9 +392,9 @@ def test_the_code_starts_below_what_the_kernel_holds_about_the_request(tmp_path)
     # the variables line moves to the request with the files line (the prompt prefix is shared)
     out = codeaction.code_messages(messages + [{"role": "user", "content": "units?"}])
     assert "Files in the working folder" not in out[0]["content"]
-    assert "Files in the working folder: sales.csv (columns a, b)." in out[-1]["content"]
+    assert "Files in the working folder: sales.csv (columns a, b; first row 1, 2)." in out[-1]["content"]
     assert codeaction.relevant("plot sales.csv", messages) == [
-        "sales.csv is a file here: columns a, b"
+        "sales.csv is a file here: columns a, b; first row 1, 2"
     ]
     assert codeaction.relevant("read sale.csv", messages) == codeaction.relevant(
         "sales.csv", messages

@@ -61,6 +61,8 @@ CUT_TEXT = (
 )
 VARIABLES_HEAD = "Variables in the kernel:"
 FILES_HEAD = "Files in the working folder:"
+FUNCTIONS_HEAD = "Short functions of the notebook:"
+_HEADS = (VARIABLES_HEAD, FILES_HEAD, FUNCTIONS_HEAD)
 MAX_RESULT_CHARS = 1500
 HUGE_RANGE = 10**8  # a range this long would hold the kernel for minutes (a C loop: no interrupt)
 HOURS = "would run for hours"
@@ -306,15 +308,21 @@ def enabled(setting: Any, provider_id: str, model_id: str) -> bool:
 # the prompt
 
 
-def system_prompt(variables: str = "", files: Iterable[str] = ()) -> str:
+def system_prompt(
+    variables: str = "", files: Iterable[str] = (), functions: Iterable[str] = ()
+) -> str:
     """The short system prompt, plus one line naming the user's kernel variables (``variables``
-    as ``tools.kernel.variables_line`` writes it; none when empty) and one naming the files of
-    the working folder (``files``; none when empty)."""
+    as ``tools.kernel.variables_line`` writes it; none when empty), one naming the files of
+    the working folder (``files``; none when empty) and one giving the one-line functions of
+    the notebook with what they return (``functions``, as ``tools.kernel.function_lines``
+    writes them: what ``f??`` shows; none when empty)."""
     names = ", ".join(files)
+    bodies = "; ".join(functions)
     return (
         PROMPT
         + (f"\n{VARIABLES_HEAD} {variables}." if variables else "")
         + (f"\n{FILES_HEAD} {names}." if names else "")
+        + (f"\n{FUNCTIONS_HEAD} {bodies}." if bodies else "")
     )
 
 
@@ -323,7 +331,7 @@ def _kernel_lines(messages: list[dict]) -> list[str]:
     if not messages or messages[0].get("role") != "system":
         return []
     lines = _text(messages[0].get("content")).splitlines()
-    return [ln for ln in lines if ln.startswith((VARIABLES_HEAD, FILES_HEAD))]
+    return [ln for ln in lines if ln.startswith(_HEADS)]
 
 
 _FUNCTION = " (a function)"
@@ -334,7 +342,16 @@ def described(messages: list[dict]) -> dict[str, str]:
     """Each variable the variables line describes, and functions by their parameters, as
     ``{name: "orders (DataFrame, 20 × 7, columns …)"}``."""
     out: dict[str, str] = {}
+    bodies: dict[str, str] = {}
     for line in _kernel_lines(messages):
+        if line.startswith(FUNCTIONS_HEAD):  # ``f(x) returns 2 * x; g(s) returns s.strip()``
+            body = line[len(FUNCTIONS_HEAD) :].strip().rstrip(".")
+            for entry in re.split(r"; (?=[A-Za-z_]\w*\([^()]*\) returns )", body):
+                match = re.match(r"([A-Za-z_]\w*)(\([^()]*\)) returns (.+)", entry)
+                if match:
+                    bodies[match.group(1)] = f"{match.group(1)}{match.group(2)}{_FUNCTION}: "
+                    bodies[match.group(1)] += f"it returns {match.group(3)}"
+            continue
         if line.startswith(FILES_HEAD):  # files: ``name.csv (columns a, b)``
             body = line[len(FILES_HEAD) :].strip().rstrip(".")
             for match in re.finditer(r"(?:^|, )([^\s,()]+\.\w+)( \([^()]*\))?", body):
@@ -352,6 +369,7 @@ def described(messages: list[dict]) -> dict[str, str]:
         for match in re.finditer(r"([A-Za-z_]\w*)(\([^()]*\))?", older):
             if match.group(2):  # a function, with its parameters
                 out.setdefault(match.group(1), match.group(0) + _FUNCTION)
+    out.update(bodies)  # a one-line function with what it returns
     return out
 
 
@@ -419,6 +437,44 @@ def reported_error(request: str) -> tuple[list[str], str]:
     parser = BlockParser()
     events = parser.feed(request) + parser.end()
     return [text for kind, text in events if kind == "close"], lines[-1][:200]
+
+
+def last_error(output: str) -> str:
+    """The last ``SomeError: message`` line of a run's output (a traceback), else ``""``."""
+    lines = [m.group(0).strip() for m in map(_ERROR_LINE.match, (output or "").splitlines()) if m]
+    return lines[-1][:200] if lines else ""
+
+
+_MISSED = re.compile(r"^(?:KeyError|NameError|AttributeError|\w*UndefinedVariableError)\b")
+
+
+def error_hint(error: str, messages: list[dict]) -> str:
+    """What a data scientist sees at once beside an error that names a missing column or
+    name (``KeyError: 'amout'``, ``NameError: name 'sale' is not defined``, ``AttributeError:
+    'DataFrame' object has no attribute 'totl'``): the DataFrame that has that column
+    (`` ('region' is a column of regions)``), else the nearest column or name of the kernel
+    (`` (did you mean 'amount'?)``); ``""`` when there is none."""
+    if not _MISSED.match(error or ""):
+        return ""
+    quoted = re.findall(r"'([^']+)'", error)
+    if not quoted:
+        return ""
+    missing = quoted[-1] if error.startswith("AttributeError") else quoted[0]
+    owners: dict[str, list[str]] = {}
+    names = []
+    for name, text in described(messages).items():
+        if _FILE in text:
+            continue
+        names.append(name)
+        columns = re.search(r"columns ([^()]*)", text) if _FUNCTION not in text else None
+        for column in (columns.group(1) if columns else "").split(", "):
+            column = column.split(":")[0].strip()
+            if column and not column.startswith("…"):
+                owners.setdefault(column, []).append(name)
+    if missing in owners:
+        return f" ({missing!r} is a column of {' and '.join(owners[missing])})"
+    near = difflib.get_close_matches(missing, list(owners) + names, n=1, cutoff=0.75)
+    return f" (did you mean {near[0]!r}?)" if near and near[0] != missing else ""
 
 
 def is_empty(code: str) -> bool:
@@ -537,7 +593,7 @@ def drop_reloads(code: str, messages: list[dict], known: Iterable[str] = ()) -> 
     except (SyntaxError, ValueError):
         return code
     held = set(known)
-    kernel = {n for n, text in described(messages).items() if not text.endswith(_FUNCTION)}
+    kernel = {n for n, text in described(messages).items() if _FUNCTION not in text}
     request = next(
         (plain(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), ""
     )
@@ -567,8 +623,9 @@ def in_kernel(description: str) -> str:
     name, _, rest = description.partition(" (")
     if _FILE in description:
         return description
-    if description.endswith(_FUNCTION):
-        return f"{name} is a function defined in the notebook"
+    if _FUNCTION in description:
+        signature, _, returns = description.partition(_FUNCTION)
+        return f"{signature} is a function defined in the notebook{returns}"
     return f"{name} is in the kernel already: {rest[:-1]}" if rest.endswith(")") else description
 
 
@@ -593,7 +650,7 @@ def relevant(request: str, messages: list[dict]) -> list[str]:
             return bool(re.search(rf"(?<![\w.]){re.escape(name)}\b", text))
         if name not in words:
             return False
-        if not table[name].endswith(_FUNCTION):
+        if _FUNCTION not in table[name]:
             return True
         return "_" in name or bool(re.search(rf"\b{name}\s*\(|\bfunction", text))
 
@@ -607,7 +664,7 @@ def relevant(request: str, messages: list[dict]) -> list[str]:
     stems = {stem(w) for w in words if len(w) > 2} - {stem(w) for w in _STOP_WORDS}
     scored = []  # the data variables sharing the most words with the request
     for name, text in table.items():
-        if text.endswith(_FUNCTION) or _FILE in text:
+        if _FUNCTION in text or _FILE in text:
             continue
         columns = re.search(r"columns ([^()]*)", text)
         keys = {stem(name)} | {
@@ -734,6 +791,49 @@ def bind_asked(code: str, request: str, known: Iterable[str] = ()) -> str:
         for t in tokens
     ]
     return tokenize.untokenize(out)
+
+
+_LOADERS = {
+    "csv": "pd.read_csv({!r})",
+    "tsv": "pd.read_csv({!r}, sep='\\t')",
+    "json": "json.load(open({!r}))",
+    "parquet": "pd.read_parquet({!r})",
+    "xlsx": "pd.read_excel({!r})",
+}
+
+
+def load_files(code: str, messages: list[dict], known: Iterable[str] = ()) -> str:
+    """``code`` with the files it names as if they were variables read: ``len(events.json)``
+    where nothing defines ``events`` and ``events.json`` is in the working folder becomes
+    ``len(json.load(open('events.json')))`` (a CSV is ``pd.read_csv``, a text file its
+    text); the quotes and the reader a small model forgets. Unparsable code, or code that
+    names no file of the folder, comes back unchanged."""
+    here = folder_names(messages) or set()
+    if not here:
+        return code
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return code
+    defined = _bound(tree) | set(known) | set(dir(builtins))
+    spots = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Load)
+            and isinstance(node.value, ast.Name)
+            and node.value.id not in defined
+            and f"{node.value.id}.{node.attr}" in here
+            and node.end_lineno == node.lineno
+        ):
+            path = f"{node.value.id}.{node.attr}"
+            reader = _LOADERS.get(node.attr.lower(), "open({!r}).read()").format(path)
+            spots.append((node.lineno, node.col_offset, node.end_col_offset or 0, reader))
+    lines = code.split("\n")
+    for lineno, start, end, reader in sorted(spots, reverse=True):  # offsets stay valid
+        line = lines[lineno - 1].encode("utf-8")  # ast offsets count UTF-8 bytes
+        lines[lineno - 1] = (line[:start] + reader.encode("utf-8") + line[end:]).decode("utf-8")
+    return "\n".join(lines)
 
 
 def add_imports(code: str, known: Iterable[str] = ()) -> str:
@@ -868,8 +968,8 @@ def code_messages(messages: list[dict], select: bool = True) -> list[dict]:
     variables: list[str] = []
     if msgs and msgs[0].get("role") == "system":
         lines = _text(msgs[0].get("content")).split("\n")
-        variables = [ln for ln in lines if ln.startswith((VARIABLES_HEAD, FILES_HEAD))]
-        kept = "\n".join(ln for ln in lines if not ln.startswith((VARIABLES_HEAD, FILES_HEAD)))
+        variables = [ln for ln in lines if ln.startswith(_HEADS)]
+        kept = "\n".join(ln for ln in lines if not ln.startswith(_HEADS))
         out.append({"role": "system", "content": kept})
         msgs = msgs[1:]
     at = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].get("role") == "user"), -1)

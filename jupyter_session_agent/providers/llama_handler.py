@@ -639,6 +639,10 @@ def _code_chat(
     request_all = request
     request = " ".join(request.split())[:200]
     quoted, error_line = codeaction.reported_error(request_all)
+    if retry:  # the run that just failed: its error goes where the code is written again
+        error_line = codeaction.last_error(_text(messages[-1].get("content"))) or error_line
+    if error_line:  # where the column or name it misses is
+        error_line += codeaction.error_hint(error_line, messages)
     failed.update(_bare(code) for code in quoted)  # the cell that failed: running it is no fix
     comment = ""
     if CODE_COMMENT and offered and (not after_result or retry):
@@ -728,7 +732,8 @@ def _code_chat(
 
         def keep(kind: str, code: str) -> None:
             if kind == "close" and CODE_REPAIR:  # the quotes and imports it forgot
-                code = codeaction.add_imports(codeaction.quote_names(code, request, known), known)
+                code = codeaction.quote_names(code, request, known)
+                code = codeaction.add_imports(codeaction.load_files(code, messages, known), known)
                 code = codeaction.bind_asked(code, request, known)
                 code = codeaction.drop_reloads(code, messages, known)
             candidates.append((kind, code))

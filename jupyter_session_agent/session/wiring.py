@@ -203,6 +203,7 @@ def turn_prompt(session: SessionView, code: bool, tool_names: Sequence[str], gat
         codeaction.system_prompt(
             kernel.shell_variables_line(session.shell),
             kernel.folder_files(directory),
+            kernel.shell_function_lines(session.shell),
         )
         if code
         else system_prompt(str(directory), list(tool_names))

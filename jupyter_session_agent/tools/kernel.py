@@ -23,6 +23,8 @@ imported), so ``%load_ext`` stays cheap.
 
 from __future__ import annotations
 
+import ast
+import csv
 import inspect
 import io
 import json
@@ -516,6 +518,53 @@ DESCRIBED = 8  # data variables described in a short system prompt, newest first
 NAMED = 40  # other user names after them, by name only
 
 
+def function_lines(
+    namespace: Mapping[str, Any], hidden: Any = None, limit: int = DESCRIBED
+) -> list[str]:
+    """``discount(price,pct) returns price * (1 - pct / 100)`` for the newest ``limit``
+    functions of the notebook whose body is one ``return`` (after a docstring) of at most
+    100 characters: what ``f??`` shows, so that a call passes what the function expects (a
+    percentage as 25, not 0.25) and a fix sees the line that fails. Others are named by
+    :func:`variables_line` with their parameters."""
+    if not isinstance(hidden, Mapping):
+        hidden = {name: namespace.get(name) for name in hidden or ()}
+    out = []
+    for name, value in list(namespace.items()):
+        if (
+            not isinstance(value, types.FunctionType)
+            or not isinstance(name, str)
+            or name.startswith("_")
+            or (name in hidden and hidden[name] is value)
+            or getattr(value, "__module__", None) != "__main__"
+        ):
+            continue
+        returns = _safe(lambda v=value: _one_return(inspect.getsource(v)), "")
+        if returns:
+            out.append(f"{signature(name, value)} returns {returns}")
+    return out[-limit:]
+
+
+def _one_return(source: str) -> str:
+    """The expression a function's source returns when its body is that one ``return``."""
+    tree = ast.parse(inspect.cleandoc(source) if source.startswith((" ", "\t")) else source)
+    func = tree.body[0] if len(tree.body) == 1 else None
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return ""
+    body = list(func.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        return ""
+    text = " ".join(ast.unparse(body[0].value).split())
+    return text if len(text) <= 100 and ";" not in text else ""
+
+
+def shell_function_lines(shell: object) -> list[str]:
+    """:func:`function_lines` of an IPython shell's user namespace ([] without a shell)."""
+    namespace = getattr(shell, "user_ns", None) or {}
+    return function_lines(namespace, getattr(shell, "user_ns_hidden", ()))
+
+
 def shell_variables_line(shell: object) -> str:
     """:func:`variables_line` of an IPython shell's user namespace ("" without a shell)."""
     namespace = getattr(shell, "user_ns", None) or {}
@@ -573,18 +622,21 @@ def folder_files(folder: Any, limit: int = 20) -> list[str]:
     return names + (["…"] if len(entries) > limit else [])
 
 
-def file_facts(path: str, limit: int = 120) -> str:
-    """What the first look at a data file shows: a CSV's or TSV's header (``columns a, b``), a
-    small JSON file's shape (``list of 7 records with keys ts, level``); else ``""``. Reads at
-    most a few kilobytes (a JSON file only when it is under 64 kB)."""
+def file_facts(path: str, limit: int = 160) -> str:
+    """What the first look at a file shows (``head``): a CSV's or TSV's header and first row
+    (``columns day, visitors; first row 2023-04-01, 120``), a small JSON file's shape (``list
+    of 7 records with keys ts, level``), a text file's first line (``text, first line '# run
+    log'``); else ``""``. Reads at most a few kilobytes (a JSON file only under 64 kB)."""
     lower = path.lower()
     try:
         if lower.endswith((".csv", ".tsv")):
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                header = fh.readline(2048).strip()
-            sep = "\t" if lower.endswith(".tsv") else ","
-            columns = [c.strip().strip('"') for c in header.split(sep)]
+            with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+                head = [fh.readline(2048) for _ in range(2)]
+            rows = list(csv.reader(head, delimiter="\t" if lower.endswith(".tsv") else ","))
+            columns = [c.strip() for c in rows[0]] if rows else []
             text = "columns " + ", ".join(columns)
+            if len(rows) > 1 and rows[1]:
+                text += "; first row " + ", ".join(c.strip() for c in rows[1])
         elif lower.endswith(".json") and os.path.getsize(path) < 65536:
             with open(path, encoding="utf-8") as fh:
                 data = json.load(fh)
@@ -597,12 +649,21 @@ def file_facts(path: str, limit: int = 120) -> str:
                 text = "object with keys " + ", ".join(map(str, list(data)[:12]))
             else:
                 return ""
+        elif lower.endswith(_TEXT_FILES):
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                first = next(
+                    (ln.strip() for ln in iter(lambda: fh.readline(512), "") if ln.strip()), ""
+                )
+            text = "text, first line " + repr(before_cut(first, 70)) if first else "text, empty"
         else:
             return ""
-    except (OSError, ValueError):
+    except (OSError, ValueError, csv.Error):
         return ""
     text = text.replace("(", "[").replace(")", "]")
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_TEXT_FILES = (".txt", ".log", ".md", ".rst", ".text", ".out")
 
 
 def columns_text(frame: Any, limit: int = 12) -> str:
@@ -615,15 +676,37 @@ def columns_text(frame: Any, limit: int = 12) -> str:
     for column, dtype in items[:limit]:
         text = f"{column}: {dtype}"
         if str(dtype) in ("object", "string", "str"):
-            sample = _safe(lambda c=column: frame[c].dropna().iloc[0], None)
-            if sample is not None:
-                text += " e.g. " + before_cut(" ".join(_SHORT.repr(sample).split()), 30)
+            samples = _safe(lambda c=column: list(frame[c].dropna().iloc[:5]), [])
+            if samples:
+                text += text_kind(samples)
+                text += " e.g. " + before_cut(" ".join(_SHORT.repr(samples[0]).split()), 30)
         missing = _safe(lambda c=column: int(counts[c]), 0) if counts is not None else 0
         if missing:
             text += f" with {missing:,} missing"
         parts.append(text)
     more = f", … {len(items) - limit} more" if len(items) > limit else ""
     return "columns " + ", ".join(parts).replace("(", "[").replace(")", "]") + more
+
+
+_NUMBER_TEXT = re.compile(r"[-+]?[$€£¥]?[-+]?(\d{1,3}(,\d{3})+|\d+)?(\.\d+)?\s*%?")
+_DATE_TEXT = re.compile(
+    r"\d{4}-\d{1,2}-\d{1,2}([ T]\d{1,2}:\d{2}(:\d{2})?)?|\d{1,2}/\d{1,2}/\d{2,4}"
+    r"|\d{4}/\d{1,2}/\d{1,2}|\d{1,2}\.\d{1,2}\.\d{4}"
+)
+
+
+def text_kind(samples: list[Any]) -> str:
+    """`` of numbers`` when every sample is a number written as text (``'$1,299.00'``,
+    ``'12%'``, ``'3.5'``), `` of dates`` when every one is a date (``'2023-04-01'``,
+    ``'4/1/2023'``), else ``""``: what a text column must be parsed into before arithmetic."""
+    texts = [s.strip() for s in samples if isinstance(s, str) and s.strip()]
+    if not texts or len(texts) < len(samples):
+        return ""
+    if all(_NUMBER_TEXT.fullmatch(t) and any(c.isdigit() for c in t) for t in texts):
+        return " of numbers"
+    if all(_DATE_TEXT.fullmatch(t) for t in texts):
+        return " of dates"
+    return ""
 
 
 def signature(name: str, value: Any) -> str:
