@@ -392,7 +392,10 @@ def test_the_code_starts_below_what_the_kernel_holds_about_the_request(tmp_path)
     # the variables line moves to the request with the files line (the prompt prefix is shared)
     out = codeaction.code_messages(messages + [{"role": "user", "content": "units?"}])
     assert "Files in the working folder" not in out[0]["content"]
-    assert "Files in the working folder: sales.csv (columns a, b; first row 1, 2)." in out[-1]["content"]
+    assert (
+        "Files in the working folder: sales.csv (columns a, b; first row 1, 2)."
+        in out[-1]["content"]
+    )
     assert codeaction.relevant("plot sales.csv", messages) == [
         "sales.csv is a file here: columns a, b; first row 1, 2"
     ]
@@ -677,3 +680,166 @@ def test_the_answer_after_a_run_states_only_numbers_the_output_holds():
     if codeaction.is_error(error):
         assert grounded("It is 7", error, "") == "It is 7"
     assert grounded("It is 7", "", "") == "It is 7"
+
+
+def test_text_columns_say_when_they_hold_numbers_or_dates():
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {
+            "price": ["$1,299.00", "24.50", "€8.99"],
+            "share": ["12%", "3.5 %", "-4%"],
+            "day": ["2023-04-01", "2023-04-02", "2023-05-30 10:00"],
+            "us_day": ["4/1/2023", "12/31/2022", "1/2/2023"],
+            "city": ["Lyon", "12", "Paris"],  # not every value: plain text
+            "code": ["A-12", "B-7", "C-1"],
+        }
+    )
+    text = kernel.columns_text(frame)
+    assert "price: str of numbers e.g. '$1,299.00'" in text.replace("object", "str")
+    assert "share: str of numbers" in text.replace("object", "str")
+    assert "day: str of dates" in text.replace("object", "str")
+    assert "us_day: str of dates" in text.replace("object", "str")
+    assert "city: str e.g." in text.replace("object", "str")
+    assert "code: str e.g." in text.replace("object", "str")
+    assert kernel.text_kind(["1.5", None]) == ""  # a missing value says nothing either way
+
+
+def test_a_file_shows_what_head_shows(tmp_path):
+    (tmp_path / "v.csv").write_text('day,"visitors (n)"\n2024-03-28,140\n2024-03-29,150\n')
+    (tmp_path / "e.tsv").write_text("a\tb\n")
+    (tmp_path / "app.log").write_text("\n\n2024-01-02 12:00:01 ERROR db (slow) took 300 ms\nnext\n")
+    (tmp_path / "empty.txt").write_text("\n")
+    (tmp_path / "bin.dat").write_bytes(b"\0\1")
+    assert kernel.folder_files(tmp_path) == [
+        "app.log (text, first line '2024-01-02 12:00:01 ERROR db [slow] took 300 ms')",
+        "bin.dat",
+        "e.tsv (columns a, b)",
+        "empty.txt (text, empty)",
+        "v.csv (columns day, visitors [n]; first row 2024-03-28, 140; dates in day)",
+    ]
+
+
+def test_one_line_functions_show_what_they_return(ip):
+    ip.run_cell(
+        "def discount(price, pct):\n"
+        "    '''The price after pct percent off.'''\n"
+        "    return price * (1 - pct / 100)\n"
+        "def two_steps(x):\n    y = x + 1\n    return y\n"
+        "helper = lambda v: v\n",
+        silent=True,
+    )
+    try:
+        lines = kernel.shell_function_lines(ip)
+        assert "discount(price,pct) returns price * (1 - pct / 100)" in lines
+        assert not any(ln.startswith(("two_steps", "helper")) for ln in lines)
+        prompt = codeaction.system_prompt(kernel.shell_variables_line(ip), [], lines)
+        assert prompt.endswith(
+            "\nShort functions of the notebook: discount(price,pct) returns price * (1 - pct / 100)."
+        )
+        messages = [
+            {"role": "system", "content": prompt},
+            {"role": "user", "content": "use my discount function on 80 with 25%"},
+        ]
+        (about,) = codeaction.relevant(messages[-1]["content"], messages)
+        assert codeaction.in_kernel(about) == (
+            "discount(price,pct) is a function defined in the notebook: "
+            "it returns price * (1 - pct / 100)"
+        )
+    finally:
+        for name in ("discount", "two_steps", "helper"):
+            ip.user_ns.pop(name, None)
+
+
+def _kernel_messages() -> list[dict]:
+    variables = (
+        "orders (DataFrame, 20 × 3, columns city: str e.g. 'Lyon', amount: float64, "
+        "quantity: int64), regions (DataFrame, 4 × 2, columns city: str e.g. 'Lyon', "
+        "region: str e.g. 'north'), scores (list, len 3, [1, 2, 3])"
+    )
+    files = ["events.json (list of 7 records with keys ts, level)", "m.csv (columns a, b)"]
+    files.append("notes.txt (text, first line 'hello')")
+    return [{"role": "system", "content": codeaction.system_prompt(variables, files)}]
+
+
+def test_an_error_names_where_its_missing_column_or_name_is():
+    messages = _kernel_messages()
+    hint = codeaction.error_hint
+    assert hint("KeyError: 'amout'", messages) == " (did you mean 'amount'?)"
+    assert hint("KeyError: 'region'", messages) == " ('region' is a column of regions)"
+    assert hint("KeyError: 'city'", messages) == " ('city' is a column of orders and regions)"
+    assert (
+        hint("AttributeError: 'DataFrame' object has no attribute 'quantiy'", messages)
+        == " (did you mean 'quantity'?)"
+    )
+    assert hint("NameError: name 'score' is not defined", messages) == " (did you mean 'scores'?)"
+    assert hint("KeyError: 'zzz'", messages) == ""  # nothing near: no guess
+    assert hint("ValueError: could not convert 'amout'", messages) == ""
+    assert codeaction.last_error("Traceback ...\n  File x\nKeyError: 'region'\n") == (
+        "KeyError: 'region'"
+    )
+
+
+def test_a_file_named_like_a_variable_is_read():
+    messages = _kernel_messages()
+    code = "print(len(events.json))\nx = m.csv\nnotes.txt.count('a')\ny = other.csv"
+    assert codeaction.add_imports(codeaction.load_files(code, messages)) == (
+        "import json\nimport pandas as pd\n"
+        "print(len(json.load(open('events.json'))))\nx = pd.read_csv('m.csv')\n"
+        "open('notes.txt').read().count('a')\ny = other.csv"  # not a file here: left alone
+    )
+    events = "events = load()\nevents.json"  # a variable of that name: its attribute
+    assert codeaction.load_files(events, messages) == events
+
+
+def test_a_return_outside_a_function_shows_its_value():
+    code = (
+        "with open('e.json') as f:\n    n = len(f.read())\n    return n\n"
+        "def g(x):\n    return x\nif n:\n    return\n"
+    )
+    assert codeaction.print_returns(code) == (
+        "with open('e.json') as f:\n    n = len(f.read())\n    print(n)\n"
+        "def g(x):\n    return x\nif n:\n    pass\n"
+    )
+    compile(codeaction.print_returns(code), "<block>", "exec")  # it runs now
+    assert codeaction.print_returns("return (1 +\n   2)") == "print(1 +\n   2)"
+
+
+def test_what_the_code_is_about_says_how_to_read_and_parse_it():
+    variables = (
+        "products (DataFrame, 6 × 3, columns item: str e.g. 'laptop', price: str of numbers "
+        "e.g. '$1,299.00', sold: object of dates e.g. '2024-01-02')"
+    )
+    files = [
+        "visits.csv (columns day, visitors; first row 2024-03-28, 140; dates in day)",
+        "events.json (list of 7 records with keys ts, level)",
+        "notes.txt (text, first line 'hello')",
+    ]
+    messages = [{"role": "system", "content": codeaction.system_prompt(variables, files)}]
+    said = {n: codeaction.in_kernel(t) for n, t in codeaction.described(messages).items()}
+    assert said["products"].split("\n")[1:] == [
+        "# price as numbers: products['price'].str.replace(r'[^0-9.-]', '', regex=True)"
+        ".astype(float)",
+        "# sold as dates: pd.to_datetime(products['sold'])",
+    ]
+    assert said["visits.csv"].endswith(
+        "\n# read it with pd.read_csv('visits.csv', parse_dates=['day'])"
+    )
+    assert said["events.json"].endswith("\n# read it with json.load(open('events.json'))")
+    assert "\n" not in said["notes.txt"]
+    import pandas as pd  # the hint parses what the kernel holds
+
+    frame = pd.DataFrame({"price": ["$1,299.00", "24.50", "-3"]})
+    assert frame["price"].str.replace(r"[^0-9.-]", "", regex=True).astype(float).sum() == 1320.5
+
+
+def test_a_missing_file_names_the_nearest_one_and_a_csv_its_columns(tmp_path):
+    (tmp_path / "visits.csv").write_text("day,visitors\n2024-03-28,140\n")
+    files = kernel.folder_files(tmp_path)
+    assert files == ["visits.csv (columns day, visitors; first row 2024-03-28, 140; dates in day)"]
+    messages = [{"role": "system", "content": codeaction.system_prompt("", files)}]
+    hint = codeaction.error_hint
+    missing = "FileNotFoundError: [Errno 2] No such file or directory: 'visit.csv'"
+    assert hint(missing, messages) == " (did you mean 'visits.csv'?)"
+    assert hint("FileNotFoundError: [Errno 2] No such file: 'zz.txt'", messages) == ""
+    assert hint("KeyError: 'visitors'", messages) == " ('visitors' is a column of visits.csv)"

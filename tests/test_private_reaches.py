@@ -34,7 +34,6 @@ ALLOWED: dict[tuple[str, str], int] = {
     ("test_local_lifecycle.py", "local._pid_alive"): 3,
     ("test_local_models.py", "local._free_port"): 1,
     ("test_local_models.py", "local._package_dir"): 1,
-    ("test_local_models.py", "local._sources"): 2,
     ("test_local_quickstart.py", "local._package_dir"): 1,
     ("test_sandbox.py", "shell._told"): 1,
 }

@@ -449,11 +449,17 @@ _MISSED = re.compile(r"^(?:KeyError|NameError|AttributeError|\w*UndefinedVariabl
 
 
 def error_hint(error: str, messages: list[dict]) -> str:
-    """What a data scientist sees at once beside an error that names a missing column or
-    name (``KeyError: 'amout'``, ``NameError: name 'sale' is not defined``, ``AttributeError:
-    'DataFrame' object has no attribute 'totl'``): the DataFrame that has that column
-    (`` ('region' is a column of regions)``), else the nearest column or name of the kernel
-    (`` (did you mean 'amount'?)``); ``""`` when there is none."""
+    """What a data scientist sees at once beside an error that names a missing column, name
+    or file (``KeyError: 'amout'``, ``NameError: name 'sale' is not defined``,
+    ``AttributeError: 'DataFrame' object has no attribute 'totl'``, ``FileNotFoundError: …
+    'sales.cvs'``): the DataFrame or file that has that column (`` ('region' is a column of
+    regions)``), else the nearest column or name of the kernel, or file of the folder (`` (did
+    you mean 'amount'?)``); ``""`` when there is none."""
+    if (error or "").startswith("FileNotFoundError"):
+        quoted = re.findall(r"'([^']+)'", error)
+        files = [n for n, text in described(messages).items() if _FILE in text]
+        near = difflib.get_close_matches(quoted[-1], files, n=1, cutoff=0.75) if quoted else []
+        return f" (did you mean {near[0]!r}?)" if near and near[0] != quoted[-1] else ""
     if not _MISSED.match(error or ""):
         return ""
     quoted = re.findall(r"'([^']+)'", error)
@@ -463,10 +469,9 @@ def error_hint(error: str, messages: list[dict]) -> str:
     owners: dict[str, list[str]] = {}
     names = []
     for name, text in described(messages).items():
-        if _FILE in text:
-            continue
-        names.append(name)
-        columns = re.search(r"columns ([^()]*)", text) if _FUNCTION not in text else None
+        if _FILE not in text:
+            names.append(name)
+        columns = re.search(r"columns ([^();]*)", text) if _FUNCTION not in text else None
         for column in (columns.group(1) if columns else "").split(", "):
             column = column.split(":")[0].strip()
             if column and not column.startswith("…"):
@@ -622,11 +627,37 @@ def in_kernel(description: str) -> str:
     DataFrame, 20 × 7, columns …`` (a comment above the code: use it, do not build it)."""
     name, _, rest = description.partition(" (")
     if _FILE in description:
-        return description
+        return description + _reader(description)
     if _FUNCTION in description:
         signature, _, returns = description.partition(_FUNCTION)
         return f"{signature} is a function defined in the notebook{returns}"
-    return f"{name} is in the kernel already: {rest[:-1]}" if rest.endswith(")") else description
+    if not rest.endswith(")"):
+        return description
+    said = f"{name} is in the kernel already: {rest[:-1]}"
+    for column in re.findall(r"(?:columns |, )([^\s:,]+): \w+ of numbers", rest):
+        said += (
+            f"\n# {column} as numbers: {name}[{column!r}]"
+            ".str.replace(r'[^0-9.-]', '', regex=True).astype(float)"
+        )
+    for column in re.findall(r"(?:columns |, )([^\s:,]+): \w+ of dates", rest):
+        said += f"\n# {column} as dates: pd.to_datetime({name}[{column!r}])"
+    return said
+
+
+def _reader(description: str) -> str:
+    """How a data file the kernel description names is read (a comment line to follow):
+    ``pd.read_csv('visits.csv', parse_dates=['day'])`` for a CSV whose first row holds dates,
+    the loader of its kind otherwise; ``""`` for other files."""
+    path = description.split(_FILE)[0]
+    kind = path.rsplit(".", 1)[-1].lower()
+    if kind not in _LOADERS:
+        return ""
+    reader = _LOADERS[kind].format(path)
+    dates = re.search(r"; dates in ([^;]+)$", description)
+    if dates and reader.startswith("pd.read_csv("):
+        columns = [c.strip() for c in dates.group(1).split(",") if c.strip()]
+        reader = reader[:-1] + f", parse_dates={columns!r})"
+    return f"\n# read it with {reader}"
 
 
 def relevant(request: str, messages: list[dict]) -> list[str]:
@@ -833,6 +864,46 @@ def load_files(code: str, messages: list[dict], known: Iterable[str] = ()) -> st
     for lineno, start, end, reader in sorted(spots, reverse=True):  # offsets stay valid
         line = lines[lineno - 1].encode("utf-8")  # ast offsets count UTF-8 bytes
         lines[lineno - 1] = (line[:start] + reader.encode("utf-8") + line[end:]).decode("utf-8")
+    return "\n".join(lines)
+
+
+def print_returns(code: str) -> str:
+    """``code`` with each ``return`` that no function encloses written as ``print(...)``: a
+    model that writes a function's body as the block (``with open(f) as fh: ... return n``)
+    means the value to be shown, and Python refuses the whole block for that one word. A
+    ``return`` inside a ``def`` stays; unparsable code comes back unchanged."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return code
+    spots: list[tuple[int, int, int, int, str]] = []
+
+    def walk(node: Any) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if isinstance(child, ast.Return):
+                value = ast.get_source_segment(code, child.value) if child.value else None
+                text = f"print({value})" if value else "pass"
+                spots.append(
+                    (
+                        child.lineno,
+                        child.col_offset,
+                        child.end_lineno or 0,
+                        child.end_col_offset or 0,
+                        text,
+                    )
+                )
+            walk(child)
+
+    walk(tree)
+    if not spots:
+        return code
+    lines = code.split("\n")
+    for lineno, start, end_line, end, text in sorted(spots, reverse=True):
+        first = lines[lineno - 1].encode("utf-8")  # ast offsets count UTF-8 bytes
+        last = lines[end_line - 1].encode("utf-8")
+        lines[lineno - 1 : end_line] = [(first[:start] + text.encode() + last[end:]).decode()]
     return "\n".join(lines)
 
 

@@ -732,7 +732,7 @@ def _code_chat(
 
         def keep(kind: str, code: str) -> None:
             if kind == "close" and CODE_REPAIR:  # the quotes and imports it forgot
-                code = codeaction.quote_names(code, request, known)
+                code = codeaction.print_returns(codeaction.quote_names(code, request, known))
                 code = codeaction.add_imports(codeaction.load_files(code, messages, known), known)
                 code = codeaction.bind_asked(code, request, known)
                 code = codeaction.drop_reloads(code, messages, known)

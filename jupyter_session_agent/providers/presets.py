@@ -30,7 +30,7 @@ LMSTUDIO_URL = "http://localhost:1234/v1"
 OPENROUTER_URL = "https://openrouter.ai/api/v1"
 
 DEFAULT_REMOTE_MODEL = "openai/gpt-4o-mini"
-DEFAULT_LOCAL_MODEL = "local/qwen2.5-coder-0.5b"  # local.DEFAULT_LOCAL
+DEFAULT_LOCAL_MODEL = "local/qwen2.5-coder-1.5b"  # local.DEFAULT_LOCAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +253,7 @@ def _openai(model: str, env: Mapping[str, str], spec: str) -> Resolved:
 
 def default_model(env: Mapping[str, str]) -> str:
     """``openai/gpt-4o-mini`` when an OpenAI key or base URL is configured, else the embedded
-    default (``local/qwen2.5-coder-0.5b``; a running Ollama or LM Studio comes first: see
+    default (``local/qwen2.5-coder-1.5b``; a running Ollama or LM Studio comes first: see
     ``registry.default_spec``)."""
     if _get(env, "OPENAI_API_KEY") or _get(env, "OPENAI_BASE_URL"):
         return DEFAULT_REMOTE_MODEL

@@ -624,7 +624,7 @@ def folder_files(folder: Any, limit: int = 20) -> list[str]:
 
 def file_facts(path: str, limit: int = 160) -> str:
     """What the first look at a file shows (``head``): a CSV's or TSV's header and first row
-    (``columns day, visitors; first row 2023-04-01, 120``), a small JSON file's shape (``list
+    (``columns day, visitors; first row 2023-04-01, 120; dates in day``), a small JSON file's shape (``list
     of 7 records with keys ts, level``), a text file's first line (``text, first line '# run
     log'``); else ``""``. Reads at most a few kilobytes (a JSON file only under 64 kB)."""
     lower = path.lower()
@@ -636,7 +636,11 @@ def file_facts(path: str, limit: int = 160) -> str:
             columns = [c.strip() for c in rows[0]] if rows else []
             text = "columns " + ", ".join(columns)
             if len(rows) > 1 and rows[1]:
-                text += "; first row " + ", ".join(c.strip() for c in rows[1])
+                first = [c.strip() for c in rows[1]]
+                text += "; first row " + ", ".join(first)
+                dates = [c for c, v in zip(columns, first) if text_kind([v]) == " of dates"]
+                if dates:  # read_csv leaves them text
+                    text += "; dates in " + ", ".join(dates)
         elif lower.endswith(".json") and os.path.getsize(path) < 65536:
             with open(path, encoding="utf-8") as fh:
                 data = json.load(fh)
