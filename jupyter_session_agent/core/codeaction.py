@@ -840,13 +840,10 @@ def load_files(code: str, messages: list[dict], known: Iterable[str] = ()) -> st
     text); the quotes and the reader a small model forgets. Unparsable code, or code that
     names no file of the folder, comes back unchanged."""
     here = folder_names(messages) or set()
-    if not here:
+    parsed = _with_defined(code, known) if here else None
+    if parsed is None:
         return code
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
-        return code
-    defined = _bound(tree) | set(known) | set(dir(builtins))
+    tree, defined = parsed
     spots = []
     for node in ast.walk(tree):
         if (
@@ -860,10 +857,26 @@ def load_files(code: str, messages: list[dict], known: Iterable[str] = ()) -> st
             path = f"{node.value.id}.{node.attr}"
             reader = _LOADERS.get(node.attr.lower(), "open({!r}).read()").format(path)
             spots.append((node.lineno, node.col_offset, node.end_col_offset or 0, reader))
+    return _splice(code, spots)
+
+
+def _with_defined(code: str, known: Iterable[str]) -> tuple[ast.Module, set[str]] | None:
+    """``code``'s tree and the names defined for it (bound in it, ``known``, builtins), or
+    ``None`` when it does not parse."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None
+    return tree, _bound(tree) | set(known) | set(dir(builtins))
+
+
+def _splice(code: str, spots: Iterable[tuple[int, int, int, str]]) -> str:
+    """``code`` with each one-line span ``(line, start, end, text)`` replaced by ``text``
+    (``start`` and ``end`` count UTF-8 bytes, as ast offsets do)."""
     lines = code.split("\n")
-    for lineno, start, end, reader in sorted(spots, reverse=True):  # offsets stay valid
-        line = lines[lineno - 1].encode("utf-8")  # ast offsets count UTF-8 bytes
-        lines[lineno - 1] = (line[:start] + reader.encode("utf-8") + line[end:]).decode("utf-8")
+    for lineno, start, end, text in sorted(spots, reverse=True):  # earlier offsets stay valid
+        line = lines[lineno - 1].encode("utf-8")
+        lines[lineno - 1] = (line[:start] + text.encode("utf-8") + line[end:]).decode("utf-8")
     return "\n".join(lines)
 
 
@@ -912,11 +925,10 @@ def add_imports(code: str, known: Iterable[str] = ()) -> str:
     a module it means (``math``, ``pd`` for pandas: :data:`MODULES`) or a public function of
     :data:`FROM_MODULES` (``factorial`` → ``from math import factorial``) gets an import line
     at the top. Code that does not parse, or needs no import, comes back unchanged."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+    parsed = _with_defined(code, known)
+    if parsed is None:
         return code
-    defined = _bound(tree) | set(known) | set(dir(builtins))
+    tree, defined = parsed
     missing = sorted(
         {
             node.id
@@ -954,30 +966,21 @@ def quote_names(code: str, request: str, known: Iterable[str] = ()) -> str:
         name = re.sub(r"\W+", "_", text.strip()).strip("_")
         if name.isidentifier():
             strings.setdefault(name, text)
-    if not strings:
+    parsed = _with_defined(code, known) if strings else None
+    if parsed is None:
         return code
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
-        return code
-    defined = _bound(tree) | set(known) | set(dir(builtins))
-    spots = sorted(
+    tree, defined = parsed
+    return _splice(
+        code,
         (
-            (node.lineno, node.col_offset, node.end_col_offset or 0, node.id)
+            (node.lineno, node.col_offset, node.end_col_offset or 0, repr(strings[node.id]))
             for node in ast.walk(tree)
             if isinstance(node, ast.Name)
             and isinstance(node.ctx, ast.Load)
             and node.id in strings
             and node.id not in defined
         ),
-        reverse=True,
     )
-    lines = code.split("\n")
-    for lineno, start, end, name in spots:  # from the end: earlier offsets stay valid
-        line = lines[lineno - 1].encode("utf-8")  # ast offsets count UTF-8 bytes
-        literal = repr(strings[name]).encode("utf-8")
-        lines[lineno - 1] = (line[:start] + literal + line[end:]).decode("utf-8")
-    return "\n".join(lines)
 
 
 def _constant(node: Any, depth: int = 0) -> int | None:
