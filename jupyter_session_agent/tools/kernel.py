@@ -636,9 +636,9 @@ def file_facts(path: str, limit: int = 160) -> str:
             columns = [c.strip() for c in rows[0]] if rows else []
             text = "columns " + ", ".join(columns)
             if len(rows) > 1 and rows[1]:
-                first = [c.strip() for c in rows[1]]
-                text += "; first row " + ", ".join(first)
-                dates = [c for c, v in zip(columns, first) if text_kind([v]) == " of dates"]
+                values = [c.strip() for c in rows[1]]
+                text += "; first row " + ", ".join(values)
+                dates = [c for c, v in zip(columns, values) if text_kind([v]) == " of dates"]
                 if dates:  # read_csv leaves them text
                     text += "; dates in " + ", ".join(dates)
         elif lower.endswith(".json") and os.path.getsize(path) < 65536:
