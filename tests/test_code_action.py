@@ -843,3 +843,37 @@ def test_a_missing_file_names_the_nearest_one_and_a_csv_its_columns(tmp_path):
     assert hint(missing, messages) == " (did you mean 'visits.csv'?)"
     assert hint("FileNotFoundError: [Errno 2] No such file: 'zz.txt'", messages) == ""
     assert hint("KeyError: 'visitors'", messages) == " ('visitors' is a column of visits.csv)"
+
+
+def test_a_variable_the_request_names_is_described_whatever_its_age():
+    import pandas as pd
+
+    namespace: dict = {"tx": pd.DataFrame({"merchant": ["a"], "amount": [1.5]})}
+    namespace.update({f"v{i}": i for i in range(12)})  # twelve newer variables
+    plain = kernel.variables_line(namespace)
+    assert "tx (" not in plain and "tx" in plain.split("; also ")[1]  # only named
+    asked = kernel.variables_line(namespace, request="total amount per merchant in tx?")
+    assert asked.startswith("tx (DataFrame, 1 × 2, columns merchant: ")
+    assert "v11 (int, 11)" in asked  # the newest are still described
+    messages = [{"role": "system", "content": codeaction.system_prompt(asked)}]
+    (about,) = codeaction.relevant("total amount per merchant in tx?", messages)
+    assert codeaction.in_kernel(about).startswith("tx is in the kernel already: DataFrame, 1 × 2")
+
+
+def test_a_turn_describes_an_old_variable_its_prompt_names(cip, server, magics):
+    cip.run_cell(
+        "import pandas as pd\nledger_old = pd.DataFrame({'merchant': ['a'], 'amount': [2]})"
+    )
+    cip.run_cell("\n".join(f"newer{i} = {i}" for i in range(10)))
+    try:
+        server.enqueue(Reply(text="fine"), Reply(text="fine"))
+        cip.run_cell_magic("agent", "--new", "total amount in ledger_old?")
+        cip.run_cell_magic("agent", "--new", "how are you?")
+        asked, other = (
+            json.dumps(r["messages"], ensure_ascii=False) for r in chat_requests(server)[-2:]
+        )
+        assert "ledger_old (DataFrame, 1 × 2, columns merchant:" in asked
+        assert "ledger_old (DataFrame" not in other and "ledger_old" in other  # only named
+    finally:
+        for name in ["pd", "ledger_old"] + [f"newer{i}" for i in range(10)]:
+            cip.user_ns.pop(name, None)

@@ -108,7 +108,7 @@ class TurnRunner:
         while session.providers.fresh:  # which local model runs, and why: one line, once
             print(session.providers.fresh.pop(0), flush=True)
         user = self._store_prompt(text, chosen, context, replay)
-        setup = self.setup(chosen, permission)
+        setup = self.setup(chosen, permission, text)
         if replay is not None:
             setup = replay.apply(setup)
         self.busy = True
@@ -175,10 +175,13 @@ class TurnRunner:
         return user
 
     def setup(
-        self, model: wiring.TurnModel, permission: Sequence[P.Rule | Mapping] = ()
+        self,
+        model: wiring.TurnModel,
+        permission: Sequence[P.Rule | Mapping] = (),
+        request: str = "",
     ) -> TurnSetup:
         """The next turn's setup; its gate is kept (a subagent started now inherits its rules)."""
-        setup, self.gate = wiring.turn_setup(self._session, model, permission)
+        setup, self.gate = wiring.turn_setup(self._session, model, permission, request)
         return setup
 
     def replay_model(self, turn: RecordedTurn) -> wiring.TurnModel:

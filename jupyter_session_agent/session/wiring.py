@@ -129,10 +129,14 @@ class SummaryRequests:
 
 
 def turn_setup(
-    session: SessionView, model: TurnModel, permission: Sequence[P.Rule | Mapping] = ()
+    session: SessionView,
+    model: TurnModel,
+    permission: Sequence[P.Rule | Mapping] = (),
+    request: str = "",
 ) -> tuple[TurnSetup, P.Gate]:
     """(the ``TurnSetup`` of the next turn, its permission ``Gate``); ``permission``: the
-    cell's rules."""
+    cell's rules; ``request``: the turn's prompt (the kernel variables it names are described
+    to a code-action model whatever their age)."""
     settings = session.settings
     tools = offered_tools(session)
     cell_rules = tuple(P.Rule.of(r) for r in permission or ())
@@ -160,7 +164,7 @@ def turn_setup(
     schemas = [openai_schema(t) for t in tools.values()]
     directory = Path(session.info.directory)
     limits = model.limits
-    prompt_text = turn_prompt(session, code, list(tools), gate)
+    prompt_text = turn_prompt(session, code, list(tools), gate, request)
     step = StepSetup(
         store=session.store,
         model=limits,
@@ -194,14 +198,21 @@ def turn_setup(
     return setup, gate
 
 
-def turn_prompt(session: SessionView, code: bool, tool_names: Sequence[str], gate: P.Gate) -> str:
+def turn_prompt(
+    session: SessionView,
+    code: bool,
+    tool_names: Sequence[str],
+    gate: P.Gate,
+    request: str = "",
+) -> str:
     """The system prompt of a turn (and what ``%agent compact`` sizes the next request with):
-    the setting's, code mode's or the tools' prompt, then the rules files (``rules``)."""
+    the setting's, code mode's (the kernel's variables, older ones ``request`` names
+    included) or the tools' prompt, then the rules files (``rules``)."""
     settings = session.settings
     directory = Path(session.info.directory)
     prompt_text = settings.system_prompt or (
         codeaction.system_prompt(
-            kernel.shell_variables_line(session.shell),
+            kernel.shell_variables_line(session.shell, request),
             kernel.folder_files(directory),
             kernel.shell_function_lines(session.shell),
         )

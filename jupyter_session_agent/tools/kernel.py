@@ -565,22 +565,30 @@ def shell_function_lines(shell: object) -> list[str]:
     return function_lines(namespace, getattr(shell, "user_ns_hidden", ()))
 
 
-def shell_variables_line(shell: object) -> str:
+def shell_variables_line(shell: object, request: str = "") -> str:
     """:func:`variables_line` of an IPython shell's user namespace ("" without a shell)."""
     namespace = getattr(shell, "user_ns", None) or {}
-    return variables_line(namespace, getattr(shell, "user_ns_hidden", ()))
+    return variables_line(namespace, getattr(shell, "user_ns_hidden", ()), request=request)
 
 
 def variables_line(
-    namespace: Mapping[str, Any], hidden: Any = None, limit: int = DESCRIBED, names: int = NAMED
+    namespace: Mapping[str, Any],
+    hidden: Any = None,
+    limit: int = DESCRIBED,
+    names: int = NAMED,
+    request: str = "",
 ) -> str:
     """``df (DataFrame, 4 × 3, columns name: object e.g. 'Ada', age: int64), x (int, 42); also
     f(a,b), y``: the newest ``limit`` data variables described (as :func:`variables` lists
-    them; a DataFrame's columns with their dtypes, :func:`columns_text`), then up to ``names``
-    other user names (older variables, functions with their parameters, classes)."""
+    them; a DataFrame's columns with their dtypes, :func:`columns_text`), and before them the
+    older ones ``request`` names (up to ``limit``: the variable asked about is described
+    whatever its age), then up to ``names`` other user names (older variables, functions
+    with their parameters, classes)."""
     if not isinstance(hidden, Mapping):
         hidden = {name: namespace.get(name) for name in hidden or ()}
-    data = visible_names(namespace, hidden)[-limit:]
+    every = visible_names(namespace, hidden)
+    words = set(re.findall(r"[A-Za-z_]\w*", request or ""))
+    data = [n for n in every[:-limit] if n in words][-limit:] + every[-limit:]
     described = []
     for row in variables(namespace, data):
         value = namespace[row["name"]]
