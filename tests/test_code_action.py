@@ -629,6 +629,12 @@ def test_what_counts_as_a_block_with_no_code():
     assert not codeaction.is_empty("import os\nx = 1")
     assert not codeaction.is_empty("print(")  # a syntax error is its own problem
     assert codeaction.problem("# copy of the request\nimport math") == codeaction.EMPTY
+    prose = 'fix = "The error is caused by a typo in the column name."'
+    assert codeaction.is_empty(prose)  # an explanation assigned to a name runs nothing
+    assert not codeaction.is_empty("name = 'Ada Lovelace'")  # a value
+    asked = "set motto to 'the quick brown fox jumps over the dog'"
+    assert not codeaction.is_empty("motto = 'the quick brown fox jumps over the dog'", asked)
+    assert codeaction.problem(prose, (), "why?") == codeaction.EMPTY
 
 
 def test_a_kernel_variable_is_not_rebound_to_data_the_model_made_up():

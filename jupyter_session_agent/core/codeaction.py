@@ -482,9 +482,11 @@ def error_hint(error: str, messages: list[dict]) -> str:
     return f" (did you mean {near[0]!r}?)" if near and near[0] != missing else ""
 
 
-def is_empty(code: str) -> bool:
-    """``code`` does nothing a user could see: only comments, blank lines, imports, ``pass``
-    and bare strings (a block that copies the request into comments runs and "succeeds")."""
+def is_empty(code: str, request: str = "") -> bool:
+    """``code`` does nothing a user could see: only comments, blank lines, imports, ``pass``,
+    bare strings and prose assigned to a name (``fix = "The error is caused by …"``: a
+    sentence of six words or more that ``request`` does not hold; a block that explains in
+    prose runs and "succeeds")."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
@@ -493,8 +495,18 @@ def is_empty(code: str) -> bool:
     return all(
         isinstance(node, idle)
         or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+        or (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+            and len(node.value.value.split()) >= PROSE_WORDS
+            and node.value.value.strip() not in (request or "")
+        )
         for node in tree.body
     )
+
+
+PROSE_WORDS = 6  # a string constant of this many words assigned to a name is prose, not data
 
 
 _DATA_CALLS = frozenset({"DataFrame", "Series", "array", "dict", "list", "tuple", "set"})
@@ -730,7 +742,7 @@ def known_names(messages: list[dict]) -> set[str]:
     return known
 
 
-def problem(code: str, known: Iterable[str] = ()) -> str:
+def problem(code: str, known: Iterable[str] = (), request: str = "") -> str:
     """Why ``code`` cannot run, found without running it ("" when none is seen): a syntax
     error, no statement at all, a name it reads that nothing defines (not a builtin, not
     bound in the code, not in ``known``), or a ``range`` of ``HUGE_RANGE`` or more (``max(range(
@@ -743,7 +755,7 @@ def problem(code: str, known: Iterable[str] = ()) -> str:
         return f"SyntaxError: {err.msg}"
     except ValueError as err:  # null bytes
         return f"ValueError: {err}"
-    if is_empty(code):
+    if is_empty(code, request):
         return EMPTY
     defined = _bound(tree) | set(known) | set(dir(builtins))
     defined |= {"display", "get_ipython", "In", "Out"}

@@ -618,7 +618,9 @@ def _code_chat(
 
     def trouble(code: str) -> str:
         """Why ``code`` should not be sent: ``codeaction.problem``, or it is a failed run again."""
-        found = codeaction.problem(code, known) or codeaction.missing_file(code, messages)
+        found = codeaction.problem(code, known, request_all) or codeaction.missing_file(
+            code, messages
+        )
         if not found and _bare(code) in failed:
             return _AGAIN
         return found
