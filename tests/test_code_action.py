@@ -883,3 +883,11 @@ def test_a_turn_describes_an_old_variable_its_prompt_names(cip, server, magics):
     finally:
         for name in ["pd", "ledger_old"] + [f"newer{i}" for i in range(10)]:
             cip.user_ns.pop(name, None)
+
+
+def test_a_json_config_shows_the_keys_of_its_sections(tmp_path):
+    config = {"model": "gbm", "params": {"learning_rate": 0.05, "depth": 3}, "seed": 1}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert kernel.folder_files(tmp_path) == [
+        "config.json (object with keys model, params with keys learning_rate/depth, seed)"
+    ]

@@ -632,9 +632,10 @@ def folder_files(folder: Any, limit: int = 20) -> list[str]:
 
 def file_facts(path: str, limit: int = 160) -> str:
     """What the first look at a file shows (``head``): a CSV's or TSV's header and first row
-    (``columns day, visitors; first row 2023-04-01, 120; dates in day``), a small JSON file's shape (``list
-    of 7 records with keys ts, level``), a text file's first line (``text, first line '# run
-    log'``); else ``""``. Reads at most a few kilobytes (a JSON file only under 64 kB)."""
+    (``columns day, visitors; first row 2023-04-01, 120; dates in day``), a small JSON file's
+    shape (``list of 7 records with keys ts, level``; ``object with keys model, params with
+    keys lr/depth``), a text file's first line (``text, first line '# run log'``); else
+    ``""``. Reads at most a few kilobytes (a JSON file only under 64 kB)."""
     lower = path.lower()
     try:
         if lower.endswith((".csv", ".tsv")):
@@ -657,8 +658,13 @@ def file_facts(path: str, limit: int = 160) -> str:
                 text = f"list of {len(data)} " + (
                     f"records with keys {', '.join(map(str, keys))}" if keys else "items"
                 )
-            elif isinstance(data, dict):
-                text = "object with keys " + ", ".join(map(str, list(data)[:12]))
+            elif isinstance(data, dict):  # a config: the keys of its sections too
+                text = "object with keys " + ", ".join(
+                    f"{k} with keys {'/'.join(map(str, list(v)[:8]))}"
+                    if isinstance(v, dict) and v
+                    else str(k)
+                    for k, v in list(data.items())[:12]
+                )
             else:
                 return ""
         elif lower.endswith(_TEXT_FILES):
