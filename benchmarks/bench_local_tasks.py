@@ -13,10 +13,11 @@ warm turn, the server's peak RSS, and the machine's load; the server is stopped 
 
 Suites: ``notebook`` (default, ``notebooktasks.py``: realistic tasks on an analysis already in
 the kernel and files on disk), ``review`` (``notebooktasks_review.py``: realistic tasks of other
-shapes, written by a reviewer to check the first suite does not overstate) and ``basic``
+shapes, written by a reviewer to check the first suite does not overstate), ``review2``
+(``notebooktasks_review2.py``: a second reviewer's suite, once the first was read) and ``basic``
 (``tasksuite.py``: one-line tasks).
 
-Run: ``python benchmarks/bench_local_tasks.py [--models a,b] [--suite notebook|review|basic]
+Run: ``python benchmarks/bench_local_tasks.py [--models a,b] [--suite notebook|review|review2|basic]
 [--tasks a,b] [-v]`` (needs the [local] extra; the 1.5B model needs [local-large]).
 """
 
@@ -40,9 +41,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import notebooktasks  # noqa: E402
 import notebooktasks_review  # noqa: E402
+import notebooktasks_review2  # noqa: E402
 import tasksuite  # noqa: E402
 
-SUITES = {"notebook": notebooktasks, "review": notebooktasks_review, "basic": tasksuite}
+SUITES = {
+    "notebook": notebooktasks,
+    "review": notebooktasks_review,
+    "review2": notebooktasks_review2,
+    "basic": tasksuite,
+}
 
 TURN_LIMIT = 300  # seconds for one task's turn; then it is interrupted (or its process killed)
 #: Added to the first task's limit: its turn starts the server (loading the model took 100-220 s

@@ -136,13 +136,16 @@ pd.DataFrame({[dict(zip(("customer_ref", "total"), i)) for i in INVOICES]!r}).to
 # -- the judge ------------------------------------------------------------------------------
 
 
-def names_only(expected: str, candidates: list[str]) -> Callable[[Outcome], bool]:
-    """The final answer, or the last successful output, names ``expected`` and no other
-    candidate (whole words, case-insensitively): printing all the data is not an answer."""
+def names_only(expected: str | set[str], candidates: list[str]) -> Callable[[Outcome], bool]:
+    """The final answer, or the last successful output, names ``expected`` (one name, or each
+    of a set) and no other candidate (whole words, case-insensitively): printing all the data
+    is not an answer."""
+    want = {expected} if isinstance(expected, str) else set(expected)
+    fold = {c.lower() for c in want}
 
     def one(text: str) -> bool:
-        found = {c for c in candidates if re.search(rf"\b{re.escape(c)}\b", text, re.I)}
-        return found == {expected}
+        found = {c.lower() for c in candidates if re.search(rf"\b{re.escape(c)}\b", text, re.I)}
+        return found == fold
 
     def check(o: Outcome) -> bool:
         from jupyter_session_agent.core.codeaction import is_error

@@ -501,9 +501,11 @@ def test_the_examples_nearest_the_request_come_last_and_none_answers_a_task():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import notebooktasks
     import notebooktasks_review
+    import notebooktasks_review2
     import tasksuite
 
-    for task in tasksuite.TASKS + notebooktasks.TASKS + notebooktasks_review.TASKS:
+    suites = notebooktasks.TASKS + notebooktasks_review.TASKS + notebooktasks_review2.TASKS
+    for task in tasksuite.TASKS + suites:
         for question, code, output, answer in codeaction.EXAMPLES + codeaction.MORE_EXAMPLES:
             copied = tasksuite.Outcome(answer, (code,), (output,), {}, task.prompt)
             assert not task.passed(copied), (task.name, question)
