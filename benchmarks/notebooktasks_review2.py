@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 import statistics
 from collections import Counter
@@ -34,7 +35,7 @@ from typing import Any
 
 from notebooktasks import NotebookTask
 from notebooktasks_review import either, names_only, ratio
-from tasksuite import Outcome, kernel, shows_number
+from tasksuite import Outcome, kernel, numbers, shows_number
 
 # -- the data (also written into SETUP, so the checkers and the kernel agree) ---------------
 
@@ -262,6 +263,25 @@ def _position(row: int, col: int) -> Callable[[Outcome], bool]:
     return check
 
 
+def final_number(expected: float, tol: float = 1e-6) -> Callable[[Outcome], bool]:
+    """The answer's last number (when the question does not hold it), or the last number of
+    the last successful output, is ``expected``: a small count is in any printed table (its
+    index), so printing the data is not an answer."""
+
+    def check(o: Outcome) -> bool:
+        from jupyter_session_agent.core.codeaction import is_error
+
+        def last(text: str) -> bool:
+            found = numbers(text)[-1:]
+            return bool(found) and math.isclose(found[0], expected, rel_tol=tol, abs_tol=tol)
+
+        ok = [out for out in o.outputs if not is_error(out)]
+        told = last(o.answer) and expected not in numbers(o.prompt)
+        return told or bool(ok and last(ok[-1]))
+
+    return check
+
+
 def _no_dupes(v: Any) -> bool:
     rows = [tuple(r) for r in v.itertuples(index=False)]
     return rows == list(dict.fromkeys(LEADS))
@@ -335,7 +355,7 @@ TASKS: tuple[NotebookTask, ...] = (
         "dup_count",
         "frames",
         "how many duplicate rows does leads have",
-        shows_number(len(LEADS) - len(set(LEADS))),
+        final_number(len(LEADS) - len(set(LEADS))),
     ),
     NotebookTask(
         "dedupe",
@@ -392,7 +412,7 @@ TASKS: tuple[NotebookTask, ...] = (
         "cfg_lr",
         "files",
         "what learning rate is set in config.json",
-        shows_number(CONFIG["model"]["params"]["learning_rate"]),  # type: ignore[index]
+        final_number(CONFIG["model"]["params"]["learning_rate"]),  # type: ignore[index]
     ),
     NotebookTask(
         "cfg_edit",

@@ -60,7 +60,8 @@ WRONG = {
     "top2_cat": "print(tx['category'].value_counts().head(2))",
     "week_max": "print(tx['amount'].max())",
     "merchant": "print(tx.groupby('merchant')['amount'].sum().idxmax())",
-    "dup_count": "print(leads['email'].nunique())",
+    "dup_count": "print(leads)",
+    "cfg_lr": "print(open('config.json').read())",
     "big_cities": "print(population)",
     "worst_store": "print(pd.DataFrame(records).groupby('store')['returned'].sum().idxmax())",
     "top_word": "from collections import Counter\n"
