@@ -667,6 +667,30 @@ def test_a_kernel_variable_is_not_rebound_to_data_the_model_made_up():
         "scores = sorted(scores)",
     ):
         assert drop(kept, "clean orders") == kept
+    # a name an earlier run bound (read from a file) is the user's data too
+    read = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {
+                    "name": "python",
+                    "arguments": json.dumps({"code": "config = json.load(open('config.json'))"}),
+                },
+            }
+        ],
+    }
+    messages = [system, {"role": "user", "content": "learning rate in config.json?"}, read]
+    rebuilt = (
+        "config = {'model': {'learning_rate': 0.001}}\nprint(config['model']['learning_rate'])"
+    )
+    known = codeaction.known_names(messages)
+    assert "config" in known
+    assert codeaction.drop_reloads(rebuilt, messages, known) == (
+        "print(config['model']['learning_rate'])"
+    )
 
 
 def test_the_answer_after_a_run_states_only_numbers_the_output_holds():

@@ -599,18 +599,18 @@ def grounded_answer(answer: str, output: str, request: str = "") -> str:
 
 
 def drop_reloads(code: str, messages: list[dict], known: Iterable[str] = ()) -> str:
-    """``code`` without the statements that build again a variable the kernel holds from a file
-    the folder does not hold (``orders = pd.read_csv('orders.csv')`` when ``orders`` is a
-    DataFrame in the kernel and there is no ``orders.csv``), or from data typed into the code
-    that the request does not give (``orders = pd.DataFrame({'city': ['Paris', …]})`` over the
-    user's ``orders``): the kernel's value is the one the user means. Anything else comes back
-    unchanged."""
+    """``code`` without the statements that build again a variable the kernel holds (or an
+    earlier run of the conversation bound) from a file the folder does not hold (``orders =
+    pd.read_csv('orders.csv')`` when ``orders`` is a DataFrame in the kernel and there is no
+    ``orders.csv``), or from data typed into the code that the request does not give
+    (``orders = pd.DataFrame({'city': ['Paris', …]})`` over the user's ``orders``; ``config =
+    {'model': {'lr': 0.001}}`` over the ``config`` a run read from a file): the value the
+    kernel holds is the one the user means. Anything else comes back unchanged."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
         return code
     held = set(known)
-    kernel = {n for n, text in described(messages).items() if _FUNCTION not in text}
     request = next(
         (plain(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), ""
     )
@@ -622,7 +622,7 @@ def drop_reloads(code: str, messages: list[dict], known: Iterable[str] = ()) -> 
         if not (isinstance(target, ast.Name) and target.id in held):
             continue
         segment = ast.get_source_segment(code, node) or ""
-        typed = _literal_data(node.value) if target.id in kernel else None
+        typed = _literal_data(node.value)
         if missing_file(segment, messages) or (
             typed is not None and not _typed_by_user(typed, request)
         ):
