@@ -917,3 +917,15 @@ def test_a_json_config_shows_the_keys_of_its_sections(tmp_path):
     assert kernel.folder_files(tmp_path) == [
         "config.json (object with keys model, params with keys learning_rate/depth, seed)"
     ]
+
+
+def test_an_old_dataframe_whose_columns_the_request_names_is_described():
+    import pandas as pd
+
+    namespace: dict = {"tx": pd.DataFrame({"category": ["food"], "amount": [1.5]})}
+    namespace.update({f"v{i}": i for i in range(12)})
+    line = kernel.variables_line(namespace, request="top 2 categories by total amount")
+    assert line.startswith("tx (DataFrame, 1 × 2, columns category: ")
+    assert "tx (" not in kernel.variables_line(namespace, request="how are you today?")
+    assert codeaction.stem("categories") == "category" and codeaction.stem("orders") == "order"
+    assert codeaction.stem("bus") == "bus" and codeaction.stem("Cities") == "city"

@@ -634,6 +634,22 @@ def drop_reloads(code: str, messages: list[dict], known: Iterable[str] = ()) -> 
     return "\n".join(kept)
 
 
+def stem(word: str) -> str:
+    """A word as a name or column matches it: lower case, a plural's ``s`` or ``ies`` undone
+    (``orders`` → ``order``, ``categories`` → ``category``)."""
+    word = word.lower()
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    return word[:-1] if len(word) > 3 and word.endswith("s") else word
+
+
+def request_stems(request: str) -> set[str]:
+    """The stems of a request's words that could name a variable or a column (no stop words,
+    no file names)."""
+    words = re.findall(r"[A-Za-z_]\w*", _PATH.sub(" ", request or ""))
+    return {stem(w) for w in words if len(w) > 2} - {stem(w) for w in _STOP_WORDS}
+
+
 def in_kernel(description: str) -> str:
     """``orders (DataFrame, 20 × 7, columns …)`` as ``orders is in the kernel already:
     DataFrame, 20 × 7, columns …`` (a comment above the code: use it, do not build it)."""
@@ -681,10 +697,6 @@ def relevant(request: str, messages: list[dict]) -> list[str]:
     if not table:
         return []
 
-    def stem(word: str) -> str:
-        word = word.lower()
-        return word[:-1] if len(word) > 3 and word.endswith("s") else word
-
     text = request or ""
     words = set(re.findall(r"[A-Za-z_]\w*", _PATH.sub(" ", text)))  # a file's name is no variable
 
@@ -704,7 +716,7 @@ def relevant(request: str, messages: list[dict]) -> list[str]:
             chosen += difflib.get_close_matches(path, files, n=1, cutoff=0.75)
     if chosen:
         return [table[n] for n in dict.fromkeys(chosen)]
-    stems = {stem(w) for w in words if len(w) > 2} - {stem(w) for w in _STOP_WORDS}
+    stems = request_stems(text)
     scored = []  # the data variables sharing the most words with the request
     for name, text in table.items():
         if _FUNCTION in text or _FILE in text:

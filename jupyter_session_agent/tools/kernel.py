@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.codeaction import request_stems, stem
 from ..core.redact import before_cut
 
 MAX_ERRORS = 500  # cells whose error is kept (the oldest are forgotten first)
@@ -588,7 +589,15 @@ def variables_line(
         hidden = {name: namespace.get(name) for name in hidden or ()}
     every = visible_names(namespace, hidden)
     words = set(re.findall(r"[A-Za-z_]\w*", request or ""))
-    data = [n for n in every[:-limit] if n in words][-limit:] + every[-limit:]
+    stems = request_stems(request) if request else set()
+
+    def asked(name: str) -> bool:  # named, or a DataFrame whose columns the request names
+        if name in words:
+            return True
+        columns = _safe(lambda: list(namespace[name].columns), []) if stems else []
+        return bool(is_dataframe(namespace[name]) and stems & {stem(str(c)) for c in columns})
+
+    data = [n for n in every[:-limit] if asked(n)][-limit:] + every[-limit:]
     described = []
     for row in variables(namespace, data):
         value = namespace[row["name"]]
