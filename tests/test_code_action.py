@@ -929,3 +929,45 @@ def test_an_old_dataframe_whose_columns_the_request_names_is_described():
     assert "tx (" not in kernel.variables_line(namespace, request="how are you today?")
     assert codeaction.stem("categories") == "category" and codeaction.stem("orders") == "order"
     assert codeaction.stem("bus") == "bus" and codeaction.stem("Cities") == "city"
+
+
+def _traceback_of(code: str, namespace: dict) -> str:
+    """The traceback the python tool shows for ``code`` (its file named like the tool's)."""
+    import linecache
+    import traceback
+
+    filename = "<python-tool call_1>"
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    try:
+        exec(compile(code, filename, "exec"), namespace)
+    except Exception as exc:  # noqa: BLE001 - the point is its traceback
+        return "".join(traceback.format_exception(exc))
+    raise AssertionError("no error")
+
+
+def test_a_failing_line_sent_again_unchanged_is_a_repeat():
+    import pandas as pd
+
+    ledger = pd.DataFrame({"a": [1]})
+    failed = _traceback_of(
+        "x = 1\nledger.append({'a': 2}, ignore_index=True)\n", {"ledger": ledger}
+    )
+    line = codeaction.raised_line(failed)
+    assert line == "ledger.append({'a': 2}, ignore_index=True)"
+    again = "# add the row\nledger.append({'a': 2}, ignore_index=True)\nprint(ledger)"
+    assert codeaction.repeats_failure(again, line)
+    fixed = "ledger = pd.concat([ledger, pd.DataFrame([{'a': 2}])], ignore_index=True)"
+    assert not codeaction.repeats_failure(fixed, line)
+    rebound = "ledger = ledger.to_dict('list')\nledger.append({'a': 2}, ignore_index=True)"
+    assert not codeaction.repeats_failure(rebound, line)  # what it reads changed first
+    # inside a library, the block's line misused it; inside a notebook function, it only called
+    assert codeaction.raised_line(_traceback_of("import json\njson.loads('{')\n", {})) == (
+        "json.loads('{')"
+    )
+    cell: dict = {}
+    exec(
+        compile("def average(xs):\n    return sum(xs) / len(xs)\n", "<ipython-input-1-ab>", "exec"),
+        cell,
+    )
+    assert codeaction.raised_line(_traceback_of("average([])\n", cell)) == ""
+    assert codeaction.raised_line("KeyError: 'a'") == ""

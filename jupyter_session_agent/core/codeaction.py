@@ -482,6 +482,47 @@ def error_hint(error: str, messages: list[dict]) -> str:
     return f" (did you mean {near[0]!r}?)" if near and near[0] != missing else ""
 
 
+_FRAME = re.compile(r'^  File "([^"]+)", line \d+, in [^\n]*(?:\n    ([^\n]+))?$', re.M)
+
+
+def raised_line(output: str) -> str:
+    """The block's line that raised, stripped: the last frame of a run's traceback in the block
+    itself (``File "<python-tool …>"``) when every frame after it is a library's (a ``.py``
+    file outside the notebook: the line misused it); ``""`` when the error came from a
+    notebook function (a cell's frame follows: the line only called it) or there is no
+    traceback."""
+    frames = _FRAME.findall(output or "")
+    own = [i for i, (name, _) in enumerate(frames) if name.startswith("<python-tool")]
+    if not own:
+        return ""
+    after = [name for name, _ in frames[own[-1] + 1 :]]
+    if any(name.startswith("<") or "ipykernel_" in name for name in after):
+        return ""
+    return frames[own[-1]][1].strip()
+
+
+def repeats_failure(code: str, line: str) -> bool:
+    """``code`` runs ``line`` (a line that raised: :func:`raised_line`) again unchanged, and no
+    statement before it binds a name the line reads: the same error again (the failing block
+    sent again with small changes elsewhere). Binding the name first (``records =
+    pd.DataFrame(records)`` above ``records.groupby(…)``) is a fix, not a repeat."""
+    if not line:
+        return False
+    try:
+        tree = ast.parse(code)
+        reads = {n.id for n in ast.walk(ast.parse(line)) if isinstance(n, ast.Name)}
+    except (SyntaxError, ValueError):
+        return False
+    lines = code.split("\n")
+    for node in tree.body:
+        text = "\n".join(lines[node.lineno - 1 : node.end_lineno or node.lineno]).strip()
+        if line in {text, *(ln.strip() for ln in text.split("\n"))}:
+            return True
+        if reads & _bound(ast.Module(body=[node], type_ignores=[])):
+            return False
+    return False
+
+
 def is_empty(code: str, request: str = "") -> bool:
     """``code`` does nothing a user could see: only comments, blank lines, imports, ``pass``,
     bare strings and prose assigned to a name (``fix = "The error is caused by …"``: a

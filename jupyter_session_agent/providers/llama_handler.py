@@ -615,13 +615,18 @@ def _code_chat(
     known = codeaction.known_names(messages)
     # The code of this turn's runs that failed: a repair that writes it again is no repair.
     failed = {_bare(code) for code, result in _runs(turn) if codeaction.is_error(result)}
+    # The lines that raised in them: sent again with nothing it reads bound first, the same
+    # error comes back (a failing block repeated with small changes elsewhere).
+    raised = {codeaction.raised_line(result) for _, result in _runs(turn)} - {""}
 
     def trouble(code: str) -> str:
         """Why ``code`` should not be sent: ``codeaction.problem``, or it is a failed run again."""
         found = codeaction.problem(code, known, request_all) or codeaction.missing_file(
             code, messages
         )
-        if not found and _bare(code) in failed:
+        if not found and (
+            _bare(code) in failed or any(codeaction.repeats_failure(code, ln) for ln in raised)
+        ):
             return _AGAIN
         return found
 
